@@ -1,0 +1,41 @@
+"""Typed errors of the protocol. Every rejection carries one of the spec's codes (spec section 5)."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+__all__ = ["DecodeError", "DeltaFabricError", "ErrorCode"]
+
+
+class ErrorCode(str, Enum):
+    """Rejection codes of spec/protocol.md section 5 (DF-ERR)."""
+
+    OVERSIZE = "OVERSIZE"
+    BAD_IDENTIFIER = "BAD_IDENTIFIER"
+    MALFORMED = "MALFORMED"
+    UNSUPPORTED_VERSION = "UNSUPPORTED_VERSION"
+    UNSUPPORTED_ENCODING = "UNSUPPORTED_ENCODING"
+    FINGERPRINT_MISMATCH = "FINGERPRINT_MISMATCH"
+    HOP_LIMIT = "HOP_LIMIT"
+    LENGTH_MISMATCH = "LENGTH_MISMATCH"
+    EMPTY_ENTRY = "EMPTY_ENTRY"
+    INDEX_OUT_OF_RANGE = "INDEX_OUT_OF_RANGE"
+    UNSORTED_INDICES = "UNSORTED_INDICES"
+    DUPLICATE_INDEX = "DUPLICATE_INDEX"
+    NON_FINITE = "NON_FINITE"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class DeltaFabricError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class DecodeError(DeltaFabricError):
+    """A packet (or snapshot chunk) was rejected. ``code`` is the spec's error code."""
+
+    def __init__(self, code: ErrorCode, detail: str = "") -> None:
+        self.code = code
+        self.detail = detail
+        super().__init__(f"{code.value}: {detail}" if detail else code.value)
