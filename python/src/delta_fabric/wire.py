@@ -1,0 +1,696 @@
+"""The DeltaFabric v1 wire format: encoding, bounds-checked decoding and validation of packets.
+
+Encoding uses the generated FlatBuffers builder (``schema/deltafabric.fbs``). Decoding does *not* use the
+generated accessors: Python's FlatBuffers runtime has no verifier, so :func:`decode_packet` is a
+bounds-checked reader written for this schema. Whatever the bytes, it raises nothing but
+:class:`~delta_fabric.errors.DecodeError`.
+
+Check order (spec section 5, "recommended check order = table order"; with several faults any one of their
+codes may be reported):
+
+``decode_packet`` (context-free, needs only ``max_packet_size``)
+    1. ``OVERSIZE``            ``len(buf) > max_packet_size``
+    2. ``BAD_IDENTIFIER``      fewer than 8 bytes, or bytes 4..8 != ``DFP1``
+    3. ``MALFORMED``           root table / vtable out of bounds
+    4. ``UNSUPPORTED_VERSION`` ``version_major != 1`` (absent = 0), as soon as the root table is readable
+    5. ``MALFORMED``           every other field: offsets/lengths in bounds, required fields present,
+                               fingerprint of 32 bytes, non-zero sender / sender_incarnation / origin /
+                               incarnation / seq (all entries)
+    6. ``UNSUPPORTED_ENCODING`` encoding not in {F32, F16, BF16}
+    7. ``MALFORMED``           values vector not matching the encoding (all entries)
+    8. ``LENGTH_MISMATCH``, ``EMPTY_ENTRY``, ``UNSORTED_INDICES``, ``DUPLICATE_INDEX``, ``NON_FINITE``,
+                               each over all entries before the next.
+
+``validate_packet`` (needs the local context)
+    ``FINGERPRINT_MISMATCH``, ``HOP_LIMIT``, ``INDEX_OUT_OF_RANGE``.
+
+Alignment is not required (FlatBuffers is offset-based): NumPy views over unaligned data are valid.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any, NoReturn
+
+import flatbuffers
+import numpy as np
+from numpy.typing import NDArray
+
+from delta_fabric._generated.deltafabric.v1 import Entry as _gen_entry
+from delta_fabric._generated.deltafabric.v1 import Packet as _gen_packet
+from delta_fabric.errors import DecodeError, ErrorCode
+
+__all__ = [
+    "DEFAULT_MAX_PACKET_SIZE",
+    "FILE_IDENTIFIER",
+    "PACKET_OVERHEAD_BOUND",
+    "VERSION_MAJOR",
+    "VERSION_MINOR",
+    "Entry",
+    "Packet",
+    "ValueEncoding",
+    "decode_packet",
+    "encode_packet",
+    "encoded_size_bound",
+    "packet_from_json",
+    "packet_to_json",
+    "quantize",
+    "validate_packet",
+]
+
+
+class ValueEncoding(IntEnum):
+    """Encoding of the values of every entry of one packet (schema enum ``ValueEncoding``)."""
+
+    F32 = 0
+    F16 = 1
+    BF16 = 2
+
+
+DEFAULT_MAX_PACKET_SIZE = 16 * 1024 * 1024
+FILE_IDENTIFIER = b"DFP1"
+VERSION_MAJOR = 1
+VERSION_MINOR = 0
+FINGERPRINT_SIZE = 32
+U64_MAX = (1 << 64) - 1
+
+#: Upper bound on the bytes of a packet with no entry (root offset, identifier, root table, vtable,
+#: fingerprint and entries vectors, alignment padding). A packet's size is at most this plus the sum of
+#: :func:`encoded_size_bound` over its entries.
+PACKET_OVERHEAD_BOUND = 160
+
+# Largest finite magnitudes of the 16-bit encodings.
+_F16_MAX = 65504.0
+_BF16_MAX_BITS = 0x7F7F
+
+
+def _as_u32_array(x: Any) -> NDArray[np.uint32]:
+    if isinstance(x, np.ndarray) and x.dtype == np.uint32 and x.ndim == 1:
+        return x
+    a = np.asarray(x)
+    if a.ndim != 1:
+        a = a.reshape(-1)
+    if a.size == 0:
+        return np.zeros(0, dtype=np.uint32)
+    if a.dtype.kind not in "ui":
+        raise ValueError(f"indices must be integers, got dtype {a.dtype}")
+    if int(a.min()) < 0 or int(a.max()) > 0xFFFFFFFF:
+        raise ValueError("indices must fit in uint32")
+    return a.astype(np.uint32)
+
+
+def _as_f32_array(x: Any) -> NDArray[np.float32]:
+    if isinstance(x, np.ndarray) and x.dtype == np.float32 and x.ndim == 1:
+        return x
+    return np.asarray(x, dtype=np.float32).reshape(-1)
+
+
+def _bits_equal(a: NDArray[Any], b: NDArray[Any]) -> bool:
+    if a.shape != b.shape:
+        return False
+    a_bits = np.ascontiguousarray(a).view(np.uint32)
+    return bool(np.array_equal(a_bits, np.ascontiguousarray(b).view(np.uint32)))
+
+
+@dataclass(frozen=True, eq=False)
+class Entry:
+    """One sparse delta of one origin. ``indices`` ascending; ``values`` are the decoded f32 values.
+
+    Equality compares indices and the bit patterns of the values (NaN == NaN, 0.0 != -0.0).
+    Arrays obtained from :func:`decode_packet` are read-only views over the packet buffer.
+    """
+
+    origin: int
+    incarnation: int
+    seq: int
+    hops: int
+    indices: NDArray[np.uint32]
+    values: NDArray[np.float32]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "indices", _as_u32_array(self.indices))
+        object.__setattr__(self, "values", _as_f32_array(self.values))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Entry):
+            return NotImplemented
+        return (
+            (self.origin, self.incarnation, self.seq, self.hops)
+            == (other.origin, other.incarnation, other.seq, other.hops)
+            and bool(np.array_equal(self.indices, other.indices))
+            and _bits_equal(self.values, other.values)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True, eq=False)
+class Packet:
+    """One message on the wire."""
+
+    sender: int
+    sender_incarnation: int
+    fingerprint: bytes
+    entries: tuple[Entry, ...]
+    encoding: ValueEncoding = ValueEncoding.F32
+    version_major: int = VERSION_MAJOR
+    version_minor: int = VERSION_MINOR
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.entries, tuple):
+            object.__setattr__(self, "entries", tuple(self.entries))
+        if not isinstance(self.fingerprint, bytes):
+            object.__setattr__(self, "fingerprint", bytes(self.fingerprint))
+        if not isinstance(self.encoding, ValueEncoding):
+            object.__setattr__(self, "encoding", ValueEncoding(self.encoding))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Packet):
+            return NotImplemented
+        return (
+            self.sender == other.sender
+            and self.sender_incarnation == other.sender_incarnation
+            and self.fingerprint == other.fingerprint
+            and self.encoding == other.encoding
+            and self.version_major == other.version_major
+            and self.version_minor == other.version_minor
+            and self.entries == other.entries
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @property
+    def num_values(self) -> int:
+        """Total number of (index, value) pairs over all entries."""
+        return sum(int(e.indices.size) for e in self.entries)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Value encodings
+# --------------------------------------------------------------------------------------------------------
+
+
+def _to_f16_bits(values: NDArray[np.float32]) -> NDArray[np.uint16]:
+    v = np.asarray(values, dtype=np.float32)
+    clipped = np.clip(v, np.float32(-_F16_MAX), np.float32(_F16_MAX))  # NaN stays NaN
+    return clipped.astype("<f2").view(np.uint16)
+
+
+def _to_bf16_bits(values: NDArray[np.float32]) -> NDArray[np.uint16]:
+    v = np.ascontiguousarray(values, dtype=np.float32)
+    bits = v.view(np.uint32)
+    nan = np.isnan(v)
+    # Round to nearest even on the upper 16 bits. No overflow: finite/inf patterns are <= 0xFF800000.
+    safe = np.where(nan, np.uint32(0), bits)
+    rounded = (safe + np.uint32(0x7FFF) + ((safe >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+    hi = rounded.astype(np.uint16)
+    sign = hi & np.uint16(0x8000)
+    mag = hi & np.uint16(0x7FFF)
+    # Clamp to the finite range: anything that rounded to (or was) infinity becomes the largest finite.
+    mag = np.where(mag >= np.uint16(0x7F80), np.uint16(_BF16_MAX_BITS), mag).astype(np.uint16)
+    out = (sign | mag).astype(np.uint16)
+    nan_bits = ((bits >> np.uint32(16)).astype(np.uint16) & np.uint16(0x8000)) | np.uint16(0x7FC0)
+    return np.where(nan, nan_bits, out).astype(np.uint16)
+
+
+def _from_f16_bits(bits: NDArray[np.uint16]) -> NDArray[np.float32]:
+    return bits.view("<f2").astype(np.float32)
+
+
+def _from_bf16_bits(bits: NDArray[np.uint16]) -> NDArray[np.float32]:
+    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def quantize(values: NDArray[np.float32], encoding: ValueEncoding) -> NDArray[np.float32]:
+    """The f32 values a receiver decodes after ``values`` are encoded with ``encoding``.
+
+    F16/BF16: round to nearest even, clamped to the finite range of the encoding (so a finite input never
+    becomes infinite); NaN stays NaN. F32: identity (a float32 copy of the input is not made when the input
+    already is a float32 array).
+    """
+    enc = ValueEncoding(encoding)
+    if enc is ValueEncoding.F32:
+        return np.asarray(values, dtype=np.float32)
+    if enc is ValueEncoding.F16:
+        return _from_f16_bits(_to_f16_bits(values))
+    return _from_bf16_bits(_to_bf16_bits(values))
+
+
+# --------------------------------------------------------------------------------------------------------
+# Encoding
+# --------------------------------------------------------------------------------------------------------
+
+
+def encoded_size_bound(num_values: int) -> int:
+    """Upper bound on the bytes one entry of ``num_values`` values adds to a packet, for any encoding.
+
+    Entry table with its vtable and alignment padding (<= 96 bytes), the entries-vector slot (4), and the
+    indices and values vectors (4 + 4n + 7 each).
+    """
+    if num_values < 0:
+        raise ValueError("num_values must be >= 0")
+    return 128 + 8 * num_values
+
+
+def _check_u64(name: str, x: int) -> int:
+    if not isinstance(x, (int, np.integer)) or not 0 <= int(x) <= U64_MAX:
+        raise ValueError(f"{name} must be an integer in [0, 2**64), got {x!r}")
+    return int(x)
+
+
+def encode_packet(packet: Packet) -> bytes:
+    """Serialise ``packet`` with the generated FlatBuffers builder.
+
+    Values are encoded per ``packet.encoding`` (F16/BF16: round to nearest even, clamped to the finite
+    range). The encoder serialises what it is given: it checks only that integers fit their wire types
+    (``ValueError`` otherwise), not the protocol rules (non-zero ids, sorted indices, finite values...),
+    which is what lets tests and vector generators build faulty packets. Use :func:`decode_packet` on the
+    result to check those.
+    """
+    enc = ValueEncoding(packet.encoding)
+    if not 0 <= packet.version_major <= 0xFFFF or not 0 <= packet.version_minor <= 0xFFFF:
+        raise ValueError("version numbers must fit in uint16")
+    total = sum(encoded_size_bound(int(e.indices.size)) for e in packet.entries)
+    b = flatbuffers.Builder(min(PACKET_OVERHEAD_BOUND + total + len(packet.fingerprint), 1 << 31))
+    entry_offsets: list[int] = []
+    for e in packet.entries:
+        if not 0 <= e.hops <= 0xFF:
+            raise ValueError(f"hops must fit in uint8, got {e.hops!r}")
+        origin = _check_u64("origin", e.origin)
+        incarnation = _check_u64("incarnation", e.incarnation)
+        seq = _check_u64("seq", e.seq)
+        idx_off = b.CreateNumpyVector(np.ascontiguousarray(e.indices, dtype="<u4"))
+        vals = e.values
+        if enc is ValueEncoding.F32:
+            val_off = b.CreateNumpyVector(np.ascontiguousarray(vals, dtype="<f4"))
+        elif enc is ValueEncoding.F16:
+            val_off = b.CreateNumpyVector(np.ascontiguousarray(_to_f16_bits(vals), dtype="<u2"))
+        else:
+            val_off = b.CreateNumpyVector(np.ascontiguousarray(_to_bf16_bits(vals), dtype="<u2"))
+        _gen_entry.EntryStart(b)
+        _gen_entry.EntryAddOrigin(b, origin)
+        _gen_entry.EntryAddIncarnation(b, incarnation)
+        _gen_entry.EntryAddSeq(b, seq)
+        _gen_entry.EntryAddHops(b, int(e.hops))
+        _gen_entry.EntryAddIndices(b, idx_off)
+        if enc is ValueEncoding.F32:
+            _gen_entry.EntryAddValues(b, val_off)
+        else:
+            _gen_entry.EntryAddValues16(b, val_off)
+        entry_offsets.append(_gen_entry.EntryEnd(b))
+    b.StartVector(4, len(entry_offsets), 4)
+    for off in reversed(entry_offsets):
+        b.PrependUOffsetTRelative(off)
+    entries_off = b.EndVector()
+    fp_off = b.CreateByteVector(bytes(packet.fingerprint))
+    _gen_packet.PacketStart(b)
+    _gen_packet.PacketAddVersionMajor(b, int(packet.version_major))
+    _gen_packet.PacketAddVersionMinor(b, int(packet.version_minor))
+    _gen_packet.PacketAddSender(b, _check_u64("sender", packet.sender))
+    _gen_packet.PacketAddSenderIncarnation(b, _check_u64("sender_incarnation", packet.sender_incarnation))
+    _gen_packet.PacketAddFingerprint(b, fp_off)
+    _gen_packet.PacketAddEncoding(b, int(enc))
+    _gen_packet.PacketAddEntries(b, entries_off)
+    root = _gen_packet.PacketEnd(b)
+    b.Finish(root, file_identifier=FILE_IDENTIFIER)
+    return bytes(b.Output())
+
+
+# --------------------------------------------------------------------------------------------------------
+# Decoding: a bounds-checked reader for this schema
+# --------------------------------------------------------------------------------------------------------
+
+_U8 = struct.Struct("<B")
+_U16 = struct.Struct("<H")
+_U32 = struct.Struct("<I")
+_I32 = struct.Struct("<i")
+_U64 = struct.Struct("<Q")
+
+# Field slots (schema order).
+_P_VERSION_MAJOR, _P_VERSION_MINOR, _P_SENDER, _P_SENDER_INC = 0, 1, 2, 3
+_P_FINGERPRINT, _P_ENCODING, _P_ENTRIES = 4, 5, 6
+_E_ORIGIN, _E_INCARNATION, _E_SEQ, _E_HOPS = 0, 1, 2, 3
+_E_INDICES, _E_VALUES, _E_VALUES16 = 4, 5, 6
+
+
+def _malformed(detail: str) -> NoReturn:
+    raise DecodeError(ErrorCode.MALFORMED, detail)
+
+
+class _Reader:
+    """Bounds-checked primitive reads over a byte buffer. Every failure raises MALFORMED."""
+
+    __slots__ = ("mv", "n")
+
+    def __init__(self, mv: memoryview) -> None:
+        self.mv = mv
+        self.n = len(mv)
+
+    def _need(self, pos: int, size: int, what: str) -> None:
+        if pos < 0 or pos + size > self.n:
+            _malformed(f"{what}: bytes [{pos}, {pos + size}) outside the {self.n}-byte buffer")
+
+    def table(self, pos: int, what: str) -> tuple[int, int, int]:
+        """Locate the table at ``pos``; returns (table position, vtable position, vtable size)."""
+        self._need(pos, 4, f"{what} table")
+        vt = pos - _I32.unpack_from(self.mv, pos)[0]
+        self._need(vt, 4, f"{what} vtable")
+        vsize = _U16.unpack_from(self.mv, vt)[0]
+        if vsize < 4 or vsize & 1:
+            _malformed(f"{what} vtable size {vsize} invalid")
+        self._need(vt, vsize, f"{what} vtable")
+        return pos, vt, vsize
+
+    def field(self, tab: tuple[int, int, int], slot: int, size: int, what: str) -> int:
+        """Absolute position of field ``slot`` (0 when absent), checked to hold ``size`` bytes."""
+        pos, vt, vsize = tab
+        voff = 4 + 2 * slot
+        if voff + 2 > vsize:
+            return 0
+        off: int = _U16.unpack_from(self.mv, vt + voff)[0]
+        if off == 0:
+            return 0
+        self._need(pos + off, size, what)
+        return pos + off
+
+    def u8(self, tab: tuple[int, int, int], slot: int, what: str) -> int:
+        p = self.field(tab, slot, 1, what)
+        return 0 if p == 0 else int(self.mv[p])
+
+    def u16(self, tab: tuple[int, int, int], slot: int, what: str) -> int:
+        p = self.field(tab, slot, 2, what)
+        return 0 if p == 0 else int(_U16.unpack_from(self.mv, p)[0])
+
+    def u64(self, tab: tuple[int, int, int], slot: int, what: str) -> int:
+        p = self.field(tab, slot, 8, what)
+        return 0 if p == 0 else int(_U64.unpack_from(self.mv, p)[0])
+
+    def vector(
+        self, tab: tuple[int, int, int], slot: int, elem_size: int, what: str
+    ) -> tuple[int, int] | None:
+        """(start of the elements, element count) of a vector field, or None when absent."""
+        p = self.field(tab, slot, 4, what)
+        if p == 0:
+            return None
+        target = p + _U32.unpack_from(self.mv, p)[0]
+        self._need(target, 4, f"{what} length")
+        length = int(_U32.unpack_from(self.mv, target)[0])
+        start = target + 4
+        self._need(start, length * elem_size, f"{what} ({length} x {elem_size} bytes)")
+        return start, length
+
+
+@dataclass
+class _RawEntry:
+    origin: int
+    incarnation: int
+    seq: int
+    hops: int
+    indices: tuple[int, int]  # (start, count)
+    values: tuple[int, int] | None
+    values16: tuple[int, int] | None
+
+
+def _readonly(a: NDArray[Any]) -> NDArray[Any]:
+    a.flags.writeable = False
+    return a
+
+
+def _decode(mv: memoryview, max_packet_size: int) -> Packet:
+    n = len(mv)
+    if n > max_packet_size:
+        raise DecodeError(ErrorCode.OVERSIZE, f"{n} bytes > max_packet_size {max_packet_size}")
+    if n < 8 or bytes(mv[4:8]) != FILE_IDENTIFIER:
+        raise DecodeError(ErrorCode.BAD_IDENTIFIER, "missing file identifier DFP1")
+    r = _Reader(mv)
+    root = r.table(_U32.unpack_from(mv, 0)[0], "Packet")
+
+    version_major = r.u16(root, _P_VERSION_MAJOR, "Packet.version_major")
+    if version_major != VERSION_MAJOR:
+        raise DecodeError(ErrorCode.UNSUPPORTED_VERSION, f"version_major {version_major}")
+    version_minor = r.u16(root, _P_VERSION_MINOR, "Packet.version_minor")
+    sender = r.u64(root, _P_SENDER, "Packet.sender")
+    sender_incarnation = r.u64(root, _P_SENDER_INC, "Packet.sender_incarnation")
+    fp = r.vector(root, _P_FINGERPRINT, 1, "Packet.fingerprint")
+    encoding_raw = r.u8(root, _P_ENCODING, "Packet.encoding")
+    entries_vec = r.vector(root, _P_ENTRIES, 4, "Packet.entries")
+    if fp is None:
+        _malformed("Packet.fingerprint (required) missing")
+    if fp[1] != FINGERPRINT_SIZE:
+        _malformed(f"fingerprint has {fp[1]} bytes, expected {FINGERPRINT_SIZE}")
+    if entries_vec is None:
+        _malformed("Packet.entries (required) missing")
+    if sender == 0:
+        _malformed("sender is 0")
+    if sender_incarnation == 0:
+        _malformed("sender_incarnation is 0")
+
+    raw: list[_RawEntry] = []
+    start, count = entries_vec
+    for j in range(count):
+        elem = start + 4 * j
+        what = f"entries[{j}]"
+        et = r.table(elem + _U32.unpack_from(mv, elem)[0], what)
+        origin = r.u64(et, _E_ORIGIN, f"{what}.origin")
+        incarnation = r.u64(et, _E_INCARNATION, f"{what}.incarnation")
+        seq = r.u64(et, _E_SEQ, f"{what}.seq")
+        hops = r.u8(et, _E_HOPS, f"{what}.hops")
+        indices = r.vector(et, _E_INDICES, 4, f"{what}.indices")
+        values = r.vector(et, _E_VALUES, 4, f"{what}.values")
+        values16 = r.vector(et, _E_VALUES16, 2, f"{what}.values16")
+        if indices is None:
+            _malformed(f"{what}.indices (required) missing")
+        if origin == 0:
+            _malformed(f"{what}.origin is 0")
+        if incarnation == 0:
+            _malformed(f"{what}.incarnation is 0")
+        if seq == 0:
+            _malformed(f"{what}.seq is 0")
+        raw.append(_RawEntry(origin, incarnation, seq, hops, indices, values, values16))
+
+    if encoding_raw not in (0, 1, 2):
+        raise DecodeError(ErrorCode.UNSUPPORTED_ENCODING, f"encoding {encoding_raw}")
+    encoding = ValueEncoding(encoding_raw)
+    wide = encoding is ValueEncoding.F32
+    for j, e in enumerate(raw):
+        present, absent = (e.values, e.values16) if wide else (e.values16, e.values)
+        if present is None or absent is not None:
+            want, other = ("values", "values16") if wide else ("values16", "values")
+            _malformed(f"entries[{j}]: {encoding.name} packet needs {want} and no {other}")
+
+    for j, e in enumerate(raw):
+        v = e.values if wide else e.values16
+        assert v is not None
+        if v[1] != e.indices[1]:
+            raise DecodeError(
+                ErrorCode.LENGTH_MISMATCH, f"entries[{j}]: {v[1]} values for {e.indices[1]} indices"
+            )
+    for j, e in enumerate(raw):
+        if e.indices[1] == 0:
+            raise DecodeError(ErrorCode.EMPTY_ENTRY, f"entries[{j}] has no index")
+
+    idx_arrays: list[NDArray[np.uint32]] = []
+    val_arrays: list[NDArray[np.float32]] = []
+    for e in raw:
+        istart, icount = e.indices
+        idx_arrays.append(_readonly(np.frombuffer(mv, dtype="<u4", count=icount, offset=istart)))
+        if wide:
+            assert e.values is not None
+            vstart, vcount = e.values
+            val_arrays.append(_readonly(np.frombuffer(mv, dtype="<f4", count=vcount, offset=vstart)))
+        else:
+            assert e.values16 is not None
+            vstart, vcount = e.values16
+            bits = np.frombuffer(mv, dtype="<u2", count=vcount, offset=vstart)
+            dec = _from_f16_bits(bits) if encoding is ValueEncoding.F16 else _from_bf16_bits(bits)
+            val_arrays.append(_readonly(dec))
+
+    unsorted_at: int | None = None
+    duplicate_at: int | None = None
+    for j, idx in enumerate(idx_arrays):
+        if idx.size < 2:
+            continue
+        lo, hi = idx[:-1], idx[1:]
+        if bool(np.all(hi > lo)):
+            continue
+        if unsorted_at is None and bool(np.any(hi < lo)):
+            unsorted_at = j
+        if duplicate_at is None and bool(np.any(hi == lo)):
+            duplicate_at = j
+    if unsorted_at is not None:
+        raise DecodeError(ErrorCode.UNSORTED_INDICES, f"entries[{unsorted_at}]: indices not ascending")
+    if duplicate_at is not None:
+        raise DecodeError(ErrorCode.DUPLICATE_INDEX, f"entries[{duplicate_at}]: duplicate index")
+    for j, vals in enumerate(val_arrays):
+        if not bool(np.isfinite(vals).all()):
+            raise DecodeError(ErrorCode.NON_FINITE, f"entries[{j}]: NaN or infinite value")
+
+    entries = tuple(
+        Entry(e.origin, e.incarnation, e.seq, e.hops, idx, vals)
+        for e, idx, vals in zip(raw, idx_arrays, val_arrays, strict=True)
+    )
+    return Packet(
+        sender=sender,
+        sender_incarnation=sender_incarnation,
+        fingerprint=bytes(mv[fp[0] : fp[0] + FINGERPRINT_SIZE]),
+        entries=entries,
+        encoding=encoding,
+        version_major=version_major,
+        version_minor=version_minor,
+    )
+
+
+def decode_packet(
+    buf: bytes | bytearray | memoryview, max_packet_size: int = DEFAULT_MAX_PACKET_SIZE
+) -> Packet:
+    """Decode and check a packet without context (spec section 5; check order in the module docstring).
+
+    Raises :class:`DecodeError` (and nothing else) for any content of ``buf``. Indices and F32 values are
+    returned as zero-copy, read-only NumPy views over ``buf`` (keep ``buf`` unchanged while the packet is in
+    use when it is a mutable buffer); F16/BF16 values are decoded into new f32 arrays.
+    """
+    mv = memoryview(buf)
+    if not mv.c_contiguous:
+        mv = memoryview(mv.tobytes())
+    if mv.format != "B" or mv.ndim != 1:
+        mv = mv.cast("B")
+    try:
+        return _decode(mv, max_packet_size)
+    except DecodeError:
+        raise
+    except Exception as exc:  # last line of defence; the reader is meant never to get here
+        raise DecodeError(ErrorCode.MALFORMED, f"undecodable: {type(exc).__name__}: {exc}") from exc
+
+
+def validate_packet(packet: Packet, *, fingerprint: bytes, num_params: int, hop_limit: int) -> None:
+    """Context checks of a decoded packet: FINGERPRINT_MISMATCH, HOP_LIMIT, INDEX_OUT_OF_RANGE (in that
+    order, each over all entries). Raises :class:`DecodeError`."""
+    if bytes(packet.fingerprint) != bytes(fingerprint):
+        raise DecodeError(
+            ErrorCode.FINGERPRINT_MISMATCH,
+            f"packet {bytes(packet.fingerprint).hex()} != local {bytes(fingerprint).hex()}",
+        )
+    for j, e in enumerate(packet.entries):
+        if e.hops > hop_limit:
+            raise DecodeError(ErrorCode.HOP_LIMIT, f"entries[{j}]: hops {e.hops} > hop_limit {hop_limit}")
+    for j, e in enumerate(packet.entries):
+        if e.indices.size and int(e.indices.max()) >= num_params:
+            raise DecodeError(
+                ErrorCode.INDEX_OUT_OF_RANGE,
+                f"entries[{j}]: index {int(e.indices.max())} >= num_params {num_params}",
+            )
+
+
+# --------------------------------------------------------------------------------------------------------
+# JSON (spec section 8; also the output of `delta-fabric inspect`)
+# --------------------------------------------------------------------------------------------------------
+
+
+def _hex16(x: int) -> str:
+    return f"{x:016x}"
+
+
+def _json_values(values: NDArray[np.float32]) -> list[float | str]:
+    out: list[float | str] = values.astype(np.float64).tolist()
+    if not bool(np.isfinite(values).all()):
+        for i, x in enumerate(out):
+            assert isinstance(x, float)
+            if math.isnan(x):
+                out[i] = "nan"
+            elif math.isinf(x):
+                out[i] = "inf" if x > 0 else "-inf"
+    return out
+
+
+def packet_to_json(packet: Packet) -> dict[str, Any]:
+    """The JSON object of spec section 8: ids and incarnations as 16 hex digits, values as the decoded f32
+    values (JSON numbers of ``float(np.float32(x))``; "nan"/"inf"/"-inf" for non-finite ones)."""
+    return {
+        "version_major": int(packet.version_major),
+        "version_minor": int(packet.version_minor),
+        "sender": _hex16(packet.sender),
+        "sender_incarnation": _hex16(packet.sender_incarnation),
+        "fingerprint": bytes(packet.fingerprint).hex(),
+        "encoding": ValueEncoding(packet.encoding).name,
+        "entries": [
+            {
+                "origin": _hex16(e.origin),
+                "incarnation": _hex16(e.incarnation),
+                "seq": int(e.seq),
+                "hops": int(e.hops),
+                "indices": e.indices.tolist(),
+                "values": _json_values(e.values),
+            }
+            for e in packet.entries
+        ],
+    }
+
+
+def _parse_hex_u64(x: Any, what: str) -> int:
+    if isinstance(x, str):
+        try:
+            v = int(x, 16)
+        except ValueError:
+            raise ValueError(f"{what}: not a hex string: {x!r}") from None
+    elif isinstance(x, int) and not isinstance(x, bool):
+        v = x
+    else:
+        raise ValueError(f"{what}: expected a hex string, got {x!r}")
+    if not 0 <= v <= U64_MAX:
+        raise ValueError(f"{what}: out of the u64 range")
+    return v
+
+
+def _parse_value(x: Any) -> float:
+    if isinstance(x, str):
+        special = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+        if x not in special:
+            raise ValueError(f"bad value {x!r}")
+        return special[x]
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise ValueError(f"bad value {x!r}")
+    return float(x)
+
+
+def _iter_entries(d: Any) -> Iterator[Mapping[str, Any]]:
+    if not isinstance(d, Sequence):
+        raise ValueError("entries must be a list")
+    for e in d:
+        if not isinstance(e, Mapping):
+            raise ValueError("each entry must be an object")
+        yield e
+
+
+def packet_from_json(d: Mapping[str, Any]) -> Packet:
+    """Inverse of :func:`packet_to_json`. Raises ``ValueError`` for a malformed object."""
+    try:
+        entries = tuple(
+            Entry(
+                origin=_parse_hex_u64(e["origin"], "origin"),
+                incarnation=_parse_hex_u64(e["incarnation"], "incarnation"),
+                seq=int(e["seq"]),
+                hops=int(e["hops"]),
+                indices=_as_u32_array(np.asarray([int(i) for i in e["indices"]], dtype=np.int64)),
+                values=np.asarray([_parse_value(v) for v in e["values"]], dtype=np.float64).astype(
+                    np.float32
+                ),
+            )
+            for e in _iter_entries(d["entries"])
+        )
+        return Packet(
+            sender=_parse_hex_u64(d["sender"], "sender"),
+            sender_incarnation=_parse_hex_u64(d["sender_incarnation"], "sender_incarnation"),
+            fingerprint=bytes.fromhex(d["fingerprint"]),
+            entries=entries,
+            encoding=ValueEncoding[d.get("encoding", "F32")],
+            version_major=int(d.get("version_major", VERSION_MAJOR)),
+            version_minor=int(d.get("version_minor", VERSION_MINOR)),
+        )
+    except KeyError as exc:
+        raise ValueError(f"missing or unknown key {exc}") from None
+    except TypeError as exc:
+        raise ValueError(str(exc)) from None
