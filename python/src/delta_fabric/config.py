@@ -1,0 +1,114 @@
+"""Protocol parameters of one node (spec section 1, DF-PAR), validated at construction."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from delta_fabric.wire import ValueEncoding
+
+__all__ = ["MIN_MAX_PACKET_SIZE", "SyncConfig"]
+
+#: Smallest accepted ``max_packet_size``: enough for the packet header, one entry header and a few values.
+MIN_MAX_PACKET_SIZE = 512
+#: ``Entry.hops`` is a ubyte on the wire.
+_MAX_HOPS = 255
+#: Largest replay window accepted (bits per (origin, incarnation)); keeps the receiver state bounded.
+_MAX_REPLAY_WINDOW = 1 << 20
+
+
+def _check_int(name: str, value: object, lo: int, hi: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < lo or (hi is not None and value > hi):
+        bound = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
+        raise ValueError(f"{name} must be {bound}, got {value}")
+
+
+def _check_float(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a float, got {type(value).__name__}")
+    f = float(value)
+    if not math.isfinite(f):
+        raise ValueError(f"{name} must be finite, got {f}")
+    return f
+
+
+@dataclass(frozen=True)
+class SyncConfig:
+    """Parameters of DF-PAR with the brief's defaults.
+
+    ``alpha`` in (0, 1]; ``ratio`` in (0, 1]; ``relay_threshold`` >= 0; ``hop_limit`` in [0, 255];
+    ``max_packet_size`` >= 512; ``replay_window`` in [1, 2**20]; ``max_incarnations`` >= 1.
+    ``encoding`` is the send encoding (own and relayed entries); ``include_buffers`` selects floating
+    buffers into the manifest (DF-MAN-4).
+    """
+
+    alpha: float = 1.0
+    ratio: float = 0.05
+    sync_interval: int = 10
+    relay_threshold: float = 1e-6
+    hop_limit: int = 16
+    max_packet_size: int = 16_777_216
+    replay_window: int = 1024
+    max_incarnations: int = 4
+    encoding: ValueEncoding = ValueEncoding.F32
+    include_buffers: bool = False
+
+    def __post_init__(self) -> None:
+        alpha = _check_float("alpha", self.alpha)
+        if not 0.0 < alpha <= 1.0:
+            raise ValueError(f"alpha must be in (0, 1], got {alpha}")
+        ratio = _check_float("ratio", self.ratio)
+        if not 0.0 < ratio <= 1.0:
+            raise ValueError(f"ratio must be in (0, 1], got {ratio}")
+        threshold = _check_float("relay_threshold", self.relay_threshold)
+        if threshold < 0.0:
+            raise ValueError(f"relay_threshold must be >= 0, got {threshold}")
+        _check_int("sync_interval", self.sync_interval, 1)
+        _check_int("hop_limit", self.hop_limit, 0, _MAX_HOPS)
+        _check_int("max_packet_size", self.max_packet_size, MIN_MAX_PACKET_SIZE, 2**31 - 1)
+        _check_int("replay_window", self.replay_window, 1, _MAX_REPLAY_WINDOW)
+        _check_int("max_incarnations", self.max_incarnations, 1, 1 << 16)
+        try:
+            encoding = ValueEncoding(self.encoding)
+        except ValueError:
+            raise ValueError(f"encoding must be one of F32, F16, BF16, got {self.encoding!r}") from None
+        if not isinstance(self.include_buffers, bool):
+            raise TypeError("include_buffers must be a bool")
+        # normalise (frozen dataclass): ints given for floats, plain ints given for the encoding
+        object.__setattr__(self, "alpha", alpha)
+        object.__setattr__(self, "ratio", ratio)
+        object.__setattr__(self, "relay_threshold", threshold)
+        object.__setattr__(self, "encoding", encoding)
+
+    @property
+    def alpha_f32(self) -> float:
+        """``alpha`` rounded to binary32, the factor of DF-RCV-5."""
+        import numpy as np
+
+        return float(np.float32(self.alpha))
+
+    def num_selected(self, num_params: int) -> int:
+        """k of DF-GEN-2: ``ceil(N * ratio)`` in binary64, clamped to ``[1, N]``."""
+        if num_params < 1:
+            raise ValueError("num_params must be >= 1")
+        return min(max(math.ceil(num_params * self.ratio), 1), num_params)
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["encoding"] = ValueEncoding(self.encoding).name
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> SyncConfig:
+        known = set(cls.__dataclass_fields__)
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown config keys: {sorted(unknown)}")
+        kwargs = dict(d)
+        if "encoding" in kwargs:
+            enc = kwargs["encoding"]
+            kwargs["encoding"] = ValueEncoding[enc] if isinstance(enc, str) else ValueEncoding(enc)
+        return cls(**kwargs)

@@ -1,0 +1,406 @@
+"""The sans-IO protocol core: generation (DF-GEN), receive processing (DF-RCV) and relay (DF-RLY).
+
+An `Engine` owns the node's anchor (one flat f32 buffer in the manifest's canonical layout), its seq
+counter and its `ReceiverState`. It does no I/O and never touches the caller's active weights except
+through `Engine.step` / `ReceiveResult.apply_to` on a NumPy array; framework layers (PyTorch, ...)
+apply `ReceiveResult.indices` / `values` to their own tensors themselves.
+
+Cost: `Engine.receive` is O(total entry size) (decode, checks, aggregation by ``np.unique``); nothing in
+it is O(N). `Engine.generate` is O(N) (one subtraction and the selection, see `delta_fabric.selection`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from delta_fabric.config import SyncConfig
+from delta_fabric.errors import DecodeError, ErrorCode
+from delta_fabric.manifest import Manifest
+from delta_fabric.selection import Selector
+from delta_fabric.state import DEFAULT_MAX_ORIGINS, Admission, Counters, ReceiverState
+from delta_fabric.wire import (
+    PACKET_OVERHEAD_BOUND,
+    Entry,
+    Packet,
+    decode_packet,
+    encode_packet,
+    encoded_size_bound,
+    quantize,
+    validate_packet,
+)
+
+__all__ = ["Engine", "ReceiveResult", "Snapshot", "max_values_per_entry"]
+
+_U64_MAX = (1 << 64) - 1
+
+
+def _check_id(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= int(value) <= _U64_MAX:
+        raise ValueError(f"{name} must be an integer in [1, 2**64), got {value!r}")
+    return int(value)
+
+
+def max_values_per_entry(max_packet_size: int) -> int:
+    """Largest value count of an entry that fits alone in a packet of ``max_packet_size`` bytes
+    (by the wire's size bound: ``PACKET_OVERHEAD_BOUND + encoded_size_bound(n) <= max_packet_size``)."""
+    lo, hi = 0, max(0, max_packet_size)
+    if PACKET_OVERHEAD_BOUND + encoded_size_bound(1) > max_packet_size:
+        raise ValueError(f"max_packet_size {max_packet_size} cannot hold one value")
+    while lo < hi:  # largest n with bound(n) <= budget; bound is increasing in n
+        mid = (lo + hi + 1) // 2
+        if PACKET_OVERHEAD_BOUND + encoded_size_bound(mid) <= max_packet_size:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+@dataclass
+class ReceiveResult:
+    """Outcome of one `Engine.receive` call.
+
+    ``indices`` (sorted, unique, u32) and ``values`` (f32) are the step's aggregate (DF-RCV-6), already
+    applied to the anchor; the caller applies them to its active weights (`apply_to`). ``outcomes`` has
+    one item per packet: ``None`` when accepted, else its error code; ``entry_outcomes`` lists the
+    `Admission` of every entry of each packet (empty for a rejected packet).
+    """
+
+    indices: NDArray[np.uint32]
+    values: NDArray[np.float32]
+    relay: list[Entry] = field(default_factory=list)
+    rejected: list[tuple[int, ErrorCode]] = field(default_factory=list)
+    accepted_entries: int = 0
+    outcomes: list[ErrorCode | None] = field(default_factory=list)
+    entry_outcomes: list[list[Admission]] = field(default_factory=list)
+
+    def apply_to(self, active: NDArray[np.float32]) -> None:
+        """DF-RCV-7 on a flat f32 array: ``active[i] = fl32(active[i] + agg[i])``. O(k)."""
+        if active.dtype != np.float32 or active.ndim != 1:
+            raise ValueError("active must be a flat float32 array")
+        if self.indices.size:
+            idx = self.indices
+            active[idx] = active[idx] + self.values
+
+    @property
+    def empty(self) -> bool:
+        return self.indices.size == 0
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """An anchor snapshot: the manifest fingerprint and the flat f32 anchor (little-endian on the wire)."""
+
+    fingerprint: bytes
+    anchor: NDArray[np.float32]
+
+    def to_bytes(self) -> bytes:
+        return self.anchor.astype("<f4", copy=False).tobytes()
+
+    @property
+    def digest(self) -> bytes:
+        """SHA-256 of the little-endian anchor bytes (what every snapshot chunk carries, DF-ZEN-5)."""
+        return hashlib.sha256(self.to_bytes()).digest()
+
+    @classmethod
+    def from_bytes(cls, fingerprint: bytes, data: bytes) -> Snapshot:
+        if len(data) % 4:
+            raise ValueError("snapshot data is not a whole number of f32 values")
+        return cls(bytes(fingerprint), np.frombuffer(data, dtype="<f4").astype(np.float32))
+
+
+class Engine:
+    """Protocol state of one node (one incarnation). Not thread-safe."""
+
+    def __init__(
+        self,
+        manifest: Manifest,
+        config: SyncConfig,
+        node_id: int,
+        incarnation: int,
+        anchor: NDArray[np.float32] | None = None,
+        *,
+        max_origins: int = DEFAULT_MAX_ORIGINS,
+    ) -> None:
+        """``anchor`` (copied) is normally the initial weights, identical on every node; zeros if None."""
+        if manifest.num_params < 1:
+            raise ValueError("the manifest holds no value")
+        self.manifest = manifest
+        self.config = config
+        self.node_id = _check_id("node_id", node_id)
+        self.incarnation = _check_id("incarnation", incarnation)
+        n = manifest.num_params
+        self._anchor = np.zeros(n, dtype=np.float32)
+        if anchor is not None:
+            self._set_anchor(anchor)
+        self.next_seq = 1
+        self.state = ReceiverState(
+            self.node_id,
+            window=config.replay_window,
+            max_incarnations=config.max_incarnations,
+            max_origins=max_origins,
+        )
+        self.counters = Counters()
+        self.entries_generated = 0
+        self.relay_dropped_oversize = 0
+        self._fingerprint = manifest.fingerprint
+        self._max_entry_values = max_values_per_entry(config.max_packet_size)
+        self._selector: Selector | None = None  # O(N) scratch, allocated at the first generation
+        self._d: NDArray[np.float32] | None = None
+
+    # ------------------------------------------------------------------------------------------------
+    @property
+    def num_params(self) -> int:
+        return self.manifest.num_params
+
+    @property
+    def anchor(self) -> NDArray[np.float32]:
+        """The anchor buffer itself (not a copy): treat as read-only."""
+        return self._anchor
+
+    @property
+    def fingerprint(self) -> bytes:
+        return self._fingerprint
+
+    @property
+    def max_entry_values(self) -> int:
+        """Values per own entry before splitting (DF-GEN-6)."""
+        return self._max_entry_values
+
+    def _check_active(self, active: NDArray[np.float32]) -> None:
+        if (
+            not isinstance(active, np.ndarray)
+            or active.dtype != np.float32
+            or active.shape != (self.num_params,)
+        ):
+            raise ValueError(f"active must be a float32 array of shape ({self.num_params},)")
+
+    def _set_anchor(self, values: NDArray[np.float32]) -> None:
+        a = np.asarray(values)
+        if a.shape != (self.num_params,) or a.dtype != np.float32:
+            raise ValueError(f"anchor must be a float32 array of shape ({self.num_params},)")
+        np.copyto(self._anchor, a)
+
+    # generation (DF-GEN) ------------------------------------------------------------------------------
+    def generate(self, active: NDArray[np.float32], *, fast: bool = False) -> list[Entry]:
+        """Select, encode and record this node's progress since the last generation.
+
+        Returns own entries (hops 0, consecutive fresh seqs, disjoint ascending index ranges, each small
+        enough for one packet); updates the anchor with the decoded sent values (error feedback). Returns
+        ``[]`` (no seq consumed) when ``active == anchor`` everywhere. Raises ``ValueError`` without any
+        change when a selected delta is infinite. NaN deltas are never selected.
+        """
+        self._check_active(active)
+        n = self.num_params
+        if self._selector is None or self._d is None:
+            self._selector = Selector(n)
+            self._d = np.empty(n, dtype=np.float32)
+        d = self._d
+        np.subtract(active, self._anchor, out=d)  # DF-GEN-1: f32, round to nearest even
+        k = self.config.num_selected(n)  # DF-GEN-2
+        idx = self._selector.select(d, k, fast=fast)  # DF-GEN-3 (exact) / DF-GEN-7 (fast)
+        if idx.size == 0:
+            return []  # DF-GEN-8
+        sent = quantize(d[idx], self.config.encoding)  # DF-GEN-4 (the decoded value of what is sent)
+        if not bool(np.isfinite(sent).all()):
+            raise ValueError("cannot generate: the delta holds an infinite value")
+        self._anchor[idx] = self._anchor[idx] + sent  # DF-GEN-5
+        indices = idx.astype(np.uint32)
+        entries = []
+        step = self._max_entry_values
+        for start in range(0, indices.size, step):  # DF-GEN-6
+            entries.append(
+                Entry(
+                    origin=self.node_id,
+                    incarnation=self.incarnation,
+                    seq=self.next_seq,
+                    hops=0,
+                    indices=indices[start : start + step],
+                    values=sent[start : start + step],
+                )
+            )
+            self.next_seq += 1
+        self.entries_generated += len(entries)
+        return entries
+
+    # receive (DF-RCV) and relay (DF-RLY) --------------------------------------------------------------
+    def receive(self, packets: Sequence[bytes | bytearray | memoryview]) -> ReceiveResult:
+        """Process one step's packets in arrival order; apply the aggregate to the anchor.
+
+        A packet that fails decoding or validation is rejected whole and changes nothing but its error
+        counter (DF-RCV-1). Entries of accepted packets pass the origin / incarnation / window checks in
+        order (DF-RCV-2..4); accepted ones are damped (DF-RCV-5), summed (DF-RCV-6) and yield relay entries
+        (DF-RLY-1, 2). The returned aggregate is applied to the anchor here and to the active weights by
+        the caller (DF-RCV-7).
+        """
+        cfg = self.config
+        alpha = np.float32(cfg.alpha)
+        threshold = cfg.relay_threshold
+        hop_limit = cfg.hop_limit
+        res = ReceiveResult(np.empty(0, dtype=np.uint32), np.empty(0, dtype=np.float32))
+        parts_idx: list[NDArray[np.uint32]] = []
+        parts_val: list[NDArray[np.float32]] = []
+        c = self.counters
+        for i, buf in enumerate(packets):
+            c.packets_received += 1
+            try:
+                pkt = decode_packet(buf, cfg.max_packet_size)
+                validate_packet(
+                    pkt, fingerprint=self._fingerprint, num_params=self.num_params, hop_limit=hop_limit
+                )
+            except DecodeError as exc:  # DF-RCV-1: the whole packet, no state change
+                c.packets_rejected += 1
+                c.count_error(exc.code)
+                res.rejected.append((i, exc.code))
+                res.outcomes.append(exc.code)
+                res.entry_outcomes.append([])
+                continue
+            c.packets_accepted += 1
+            res.outcomes.append(None)
+            verdicts: list[Admission] = []
+            for e in pkt.entries:
+                verdict = self.state.admit(e.origin, e.incarnation, e.seq)  # DF-RCV-2..4
+                verdicts.append(verdict)
+                if verdict is not Admission.ACCEPTED:
+                    c.count_drop(verdict)
+                    continue
+                res.accepted_entries += 1
+                u = np.multiply(e.values, alpha, dtype=np.float32)  # DF-RCV-5: fl32(alpha_f32 * v)
+                parts_idx.append(e.indices)
+                parts_val.append(u)
+                if e.hops + 1 > hop_limit:  # DF-RLY-1
+                    continue
+                keep = np.abs(u).astype(np.float64) >= threshold  # compared as real numbers
+                if not bool(keep.any()):  # DF-RLY-2
+                    continue
+                res.relay.append(
+                    Entry(
+                        origin=e.origin,
+                        incarnation=e.incarnation,
+                        seq=e.seq,
+                        hops=e.hops + 1,
+                        indices=np.array(e.indices[keep], dtype=np.uint32),
+                        values=u[keep],
+                    )
+                )
+            res.entry_outcomes.append(verdicts)
+        c.entries_accepted += res.accepted_entries
+        c.entries_relayed += len(res.relay)
+        if parts_idx:
+            res.indices, res.values = _aggregate(parts_idx, parts_val)
+            a = self._anchor
+            a[res.indices] = a[res.indices] + res.values  # DF-RCV-7 (anchor side)
+            c.values_applied += int(res.indices.size)
+        return res
+
+    def pack(self, own: Sequence[Entry], relay: Sequence[Entry]) -> list[bytes]:
+        """DF-RLY-3/4: own entries first, then relay entries in acceptance order, greedily packed into
+        packets of at most ``max_packet_size`` bytes (sender = this node, the node's send encoding).
+
+        Packing uses the wire's size bound. An own entry too large for a packet raises ``ValueError``
+        (`generate` never makes one); a relay entry that does not fit even alone (possible when relaying
+        16-bit values as f32) is dropped and counted in ``relay_dropped_oversize`` (an entry cannot be
+        split: the parts would share one seq).
+        """
+        limit = self.config.max_packet_size
+        out: list[bytes] = []
+        batch: list[Entry] = []
+        size = PACKET_OVERHEAD_BOUND
+
+        def flush() -> None:
+            nonlocal batch, size
+            if batch:
+                out.append(self._encode(batch))
+            batch, size = [], PACKET_OVERHEAD_BOUND
+
+        for is_own, e in [(True, x) for x in own] + [(False, x) for x in relay]:
+            bound = encoded_size_bound(int(e.indices.size))
+            if PACKET_OVERHEAD_BOUND + bound > limit:
+                alone = self._encode([e])
+                if len(alone) > limit:
+                    if is_own:
+                        raise ValueError("own entry too large for max_packet_size")
+                    self.relay_dropped_oversize += 1
+                    continue
+                flush()
+                out.append(alone)
+                continue
+            if size + bound > limit:
+                flush()
+            batch.append(e)
+            size += bound
+        flush()
+        return out
+
+    def _encode(self, entries: Sequence[Entry]) -> bytes:
+        return encode_packet(
+            Packet(
+                sender=self.node_id,
+                sender_incarnation=self.incarnation,
+                fingerprint=self._fingerprint,
+                entries=tuple(entries),
+                encoding=self.config.encoding,
+            )
+        )
+
+    def step(
+        self,
+        active: NDArray[np.float32],
+        packets: Sequence[bytes | bytearray | memoryview],
+        *,
+        sync: bool,
+        fast: bool = False,
+    ) -> tuple[ReceiveResult, list[bytes]]:
+        """Receive ``packets``, apply the aggregate to ``active`` (in place), generate when ``sync``, pack
+        own and relay entries. Returns the receive result and the packets to publish."""
+        self._check_active(active)
+        res = self.receive(packets)
+        res.apply_to(active)
+        own = self.generate(active, fast=fast) if sync else []
+        return res, self.pack(own, res.relay)
+
+    # snapshots ----------------------------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        """A copy of the anchor with the manifest fingerprint (the network layer chunks it)."""
+        return Snapshot(self._fingerprint, self._anchor.copy())
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Replace the anchor by a snapshot of the same manifest (``ValueError`` otherwise)."""
+        if bytes(snapshot.fingerprint) != self._fingerprint:
+            raise ValueError("snapshot fingerprint does not match the manifest")
+        self._set_anchor(np.asarray(snapshot.anchor, dtype=np.float32))
+
+    @classmethod
+    def from_snapshot(
+        cls,
+        manifest: Manifest,
+        config: SyncConfig,
+        node_id: int,
+        incarnation: int,
+        snapshot: Snapshot,
+        *,
+        max_origins: int = DEFAULT_MAX_ORIGINS,
+    ) -> Engine:
+        """A joining node (DF-ZEN-5): anchor = snapshot; use a fresh incarnation and active = anchor."""
+        eng = cls(manifest, config, node_id, incarnation, max_origins=max_origins)
+        eng.restore(snapshot)
+        return eng
+
+
+def _aggregate(
+    parts_idx: list[NDArray[np.uint32]], parts_val: list[NDArray[np.float32]]
+) -> tuple[NDArray[np.uint32], NDArray[np.float32]]:
+    """DF-RCV-6: sum per index in f32, in order (entries in order, values in index order), from 0."""
+    zero = np.float32(0.0)
+    if len(parts_idx) == 1:  # indices of one entry are strictly increasing already
+        return np.array(parts_idx[0], dtype=np.uint32), zero + parts_val[0]
+    idx = np.concatenate(parts_idx)
+    vals = np.concatenate(parts_val)
+    uniq, inv = np.unique(idx, return_inverse=True)
+    agg = np.zeros(uniq.size, dtype=np.float32)
+    np.add.at(agg, inv, vals)  # unbuffered, applied in input order
+    return uniq.astype(np.uint32, copy=False), agg

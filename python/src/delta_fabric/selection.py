@@ -1,0 +1,187 @@
+"""Top-k selection of a delta by magnitude (spec section 3: DF-GEN-3 exact, DF-GEN-7 fast).
+
+Both modes share one idea: a threshold estimated from a deterministic strided sample of ``|d|``, one
+compare pass and one ``np.flatnonzero`` give a candidate set ``C = {i : |d[i]| >= t}`` of size ``O(k)``;
+the final choice inside ``C`` is ``O(|C|)``. The exact mode aims ``t`` a little *below* the k-th largest
+value; whenever ``|C| >= k`` the set contains every index the reference rule can pick (every index whose
+magnitude reaches the k-th largest, ties included), so trimming ``C`` by (magnitude desc, index asc) gives
+the reference result bit for bit. When the estimate misses (``|C| < k``) it falls back to the reference
+rule computed from a guaranteed lower bound (the k-th largest of 2k group maxima, see
+`Selector._by_group_max`), or with ``np.partition`` over all N values when k > N/4. The fast mode aims
+at ``0.65 k``; it accepts any count in ``[ceil(k/2), k]`` and trims or falls back otherwise, so its
+result always lies in the top k.
+
+A `Selector` owns the O(N) scratch (``|d|``, a boolean mask, and lazily the partition buffer), so a
+sync step allocates only O(k).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = ["Selector", "reference_select"]
+
+_MIN_SAMPLE = 65_536
+_SMALL_N = 1 << 17  # below this the sample buys nothing: use the reference path directly
+_MIN_SAMPLE_RANK = 64  # sample ranks below this are too noisy to aim with
+
+
+def reference_select(d: NDArray[np.float32], k: int) -> NDArray[np.int64]:
+    """DF-GEN-3 by definition: sort the candidates by (|d| desc, index asc), keep ``min(k, #cand)``.
+
+    O(N log N); for tests and documentation. Returns ascending indices.
+    """
+    d = np.asarray(d, dtype=np.float32)
+    cand = np.flatnonzero((d != 0) & ~np.isnan(d))
+    mags = np.abs(d[cand])
+    order = np.lexsort((cand, -mags.astype(np.float64)))
+    return np.sort(cand[order[:k]]).astype(np.int64)
+
+
+def _trim(sel: NDArray[np.intp], vals: NDArray[np.float32], k: int) -> NDArray[np.int64]:
+    """Keep the k entries of ``sel`` (ascending indices) with the largest ``vals``, ties by lower index."""
+    c = sel.shape[0]
+    if c <= k:
+        return sel.astype(np.int64, copy=False)
+    t = np.float32(np.partition(vals, c - k)[c - k])  # the k-th largest value of the set
+    keep: NDArray[np.bool_] = vals > t
+    need = k - int(np.count_nonzero(keep))
+    if need > 0:
+        eq = np.flatnonzero(vals == t)[:need]  # sel is ascending: lowest indices first
+        keep[eq] = True
+    out: NDArray[np.int64] = sel[keep].astype(np.int64, copy=False)
+    return out
+
+
+class Selector:
+    """Preallocated scratch for selecting among N values. Not thread-safe; one per engine."""
+
+    def __init__(self, n: int, *, sample_min_n: int = _SMALL_N) -> None:
+        """``sample_min_n``: below this N the sample and group-max paths are skipped (tests lower it)."""
+        if n < 1:
+            raise ValueError("n must be >= 1")
+        self.n = n
+        self.sample_min_n = sample_min_n
+        self._abs = np.empty(n, dtype=np.float32)
+        self._mask = np.empty(n, dtype=np.bool_)
+        self._part: NDArray[np.float32] | None = None  # allocated on the first reference fallback
+        #: how the last call was resolved: "sample", "trim", "group-max", "reference",
+        #: "all" (for tests and the bench)
+        self.last_path = ""
+
+    # ------------------------------------------------------------------------------------------------
+    def select(self, d: NDArray[np.float32], k: int, *, fast: bool = False) -> NDArray[np.int64]:
+        """Ascending indices of the selected entries of ``d`` (never an index with ``d == 0``).
+
+        ``fast=False``: exactly the DF-GEN-3 reference set. ``fast=True``: a DF-GEN-7 set
+        (``min(ceil(k/2), #cand) <= |S| <= k``, S within the top k). A NaN in ``d`` is never selected
+        (it is treated like a zero: not a candidate); an infinity is the largest magnitude and is selected
+        (the engine refuses to send it).
+        """
+        if d.shape != (self.n,) or d.dtype != np.float32:
+            raise ValueError(f"d must be a float32 array of shape ({self.n},)")
+        if k < 1:
+            raise ValueError("k must be >= 1")
+        k = min(k, self.n)
+        np.abs(d, out=self._abs)
+        if k == self.n:
+            return self._all_candidates()
+        if self.n >= self.sample_min_n:
+            got = self._by_sample(k, fast)
+            if got is None and k <= self.n // 4:
+                got = self._by_group_max(k)
+            if got is not None:
+                return got
+        return self._reference(k)
+
+    # ------------------------------------------------------------------------------------------------
+    def _all_candidates(self) -> NDArray[np.int64]:
+        np.greater(self._abs, 0.0, out=self._mask)
+        self.last_path = "all"
+        return np.flatnonzero(self._mask).astype(np.int64, copy=False)
+
+    def _candidates_at_least(self, t: float) -> NDArray[np.intp]:
+        np.greater_equal(self._abs, np.float32(t), out=self._mask)
+        return np.flatnonzero(self._mask)
+
+    def _by_sample(self, k: int, fast: bool) -> NDArray[np.int64] | None:
+        n, a = self.n, self._abs
+        q = k / n
+        ms = min(max(n // 4, 1), max(_MIN_SAMPLE, math.ceil(4 * _MIN_SAMPLE_RANK / q)))
+        stride = n // ms
+        sample = a[::stride][:ms].copy()  # deterministic strided sample
+        ms = sample.shape[0]
+        expected = q * ms
+        if fast:
+            rank = round(0.65 * expected)
+            if rank < _MIN_SAMPLE_RANK:
+                return None
+        else:
+            if expected < _MIN_SAMPLE_RANK / 2:
+                return None
+            # aim below the k-th largest: about four standard deviations of the sample count, plus 10 %
+            rank = math.ceil(1.1 * expected + 4.0 * math.sqrt(expected) + 2.0)
+        rank = min(rank, ms)
+        t = float(np.partition(sample, ms - rank)[ms - rank])  # the rank-th largest of the sample
+        if t == 0.0:
+            # fewer nonzero samples than the rank: candidates are few; take them all if they fit
+            sel = np.flatnonzero(np.greater(a, 0.0, out=self._mask))
+        else:
+            sel = self._candidates_at_least(t)
+        c = sel.shape[0]
+        lower = math.ceil(k / 2) if fast else k
+        if t == 0.0 and c <= k:  # every candidate is in sel
+            self.last_path = "all"
+            return sel.astype(np.int64, copy=False)
+        if lower <= c <= k:
+            self.last_path = "sample"
+            return sel.astype(np.int64, copy=False)
+        if c > k:
+            self.last_path = "trim"
+            return _trim(sel, a[sel], k)
+        return None  # too few above the estimate: the reference path decides
+
+    def _by_group_max(self, k: int) -> NDArray[np.int64]:
+        """Exact selection from a guaranteed lower bound of the k-th largest magnitude.
+
+        Split the indices into G >= k disjoint groups and take each group's maximum (NaN ignored): these
+        are G distinct elements, so the k-th largest of them is <= the k-th largest of all, and
+        ``{|d| >= t}`` holds at least k indices, every one the reference rule can pick among them.
+        One read pass plus a partition of ~2k values; the groups are strided columns, so the
+        reduction is a vectorised element-wise maximum.
+        """
+        n, a = self.n, self._abs
+        groups = min(n, 2 * k)
+        rows = n // groups
+        m = rows * groups
+        pool = np.fmax.reduce(a[:m].reshape(rows, groups), axis=0)
+        if m < n:  # the tail: single elements are groups too
+            pool = np.concatenate((pool, a[m:]))
+        np.nan_to_num(pool, copy=False, nan=0.0, posinf=np.inf)
+        t = float(np.partition(pool, pool.shape[0] - k)[pool.shape[0] - k])
+        if t == 0.0:
+            return self._all_candidates()
+        sel = self._candidates_at_least(t)
+        self.last_path = "group-max"
+        return _trim(sel, a[sel], k)
+
+    def _reference(self, k: int) -> NDArray[np.int64]:
+        n, a = self.n, self._abs
+        if self._part is None:
+            self._part = np.empty(n, dtype=np.float32)
+        part = self._part
+        np.copyto(part, a)
+        nan = np.isnan(part)
+        if nan.any():  # NaN is not a candidate (np.partition would rank it above +inf)
+            part[nan] = 0.0
+        del nan
+        part.partition(n - k)
+        t = float(part[n - k])  # the k-th largest |d|
+        if t == 0.0:
+            return self._all_candidates()
+        sel = self._candidates_at_least(t)
+        self.last_path = "reference"
+        return _trim(sel, a[sel], k)
