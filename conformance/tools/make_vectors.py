@@ -1,0 +1,1034 @@
+#!/usr/bin/env python3
+"""The single generator of the DeltaFabric v1 conformance vectors (``conformance/vectors/``).
+
+Usage::
+
+    .venv/bin/python conformance/tools/make_vectors.py            # rewrite conformance/vectors/
+    .venv/bin/python conformance/tools/make_vectors.py --out DIR  # write into DIR instead
+    .venv/bin/python conformance/tools/make_vectors.py --check    # exit 1 if the checked-in files are stale
+
+Output is deterministic: the same code writes the same bytes. This tool writes ``decode/valid/``,
+``decode/invalid/`` and ``index.json``. Other kinds of vectors (generate, receive) come from
+``conformance/tools/engine_vectors.py`` when it exists: its ``build(vectors_dir: Path) -> list[dict]`` writes
+its files under ``vectors_dir`` and returns its index rows, which this tool appends to ``index.json``.
+
+Valid packets are built with the reference encoder (``delta_fabric.wire.encode_packet``); faulty ones with
+the raw builder below (any field may be omitted or hold any value) or by patching bytes of a valid packet.
+Every vector is checked against the reference decoder while it is written, so a vector whose fault is not
+the one it is named after cannot be written silently.
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import importlib.util
+import json
+import shutil
+import struct
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import flatbuffers
+import numpy as np
+from delta_fabric.errors import DecodeError, ErrorCode
+from delta_fabric.manifest import Manifest
+from delta_fabric.wire import (
+    DEFAULT_MAX_PACKET_SIZE,
+    FILE_IDENTIFIER,
+    Entry,
+    Packet,
+    ValueEncoding,
+    decode_packet,
+    encode_packet,
+    packet_to_json,
+    quantize,
+    validate_packet,
+)
+
+TOOLS_DIR = Path(__file__).resolve().parent
+REPO_ROOT = TOOLS_DIR.parent.parent
+DEFAULT_VECTORS_DIR = REPO_ROOT / "conformance" / "vectors"
+ENGINE_VECTORS = TOOLS_DIR / "engine_vectors.py"
+INDEX_VERSION = 1
+
+# ------------------------------------------------------------------------------------------------------
+# Requirement ids cited by the decode vectors. DF-PKT and DF-ERR carry no numbers in the design brief:
+# DF-PKT-n follow the order of brief section 4, DF-ERR-n the rows of the error table (section 5).
+# Update here (only) if spec/protocol.md numbers them differently.
+# ------------------------------------------------------------------------------------------------------
+REQ_FORMAT = "DF-PKT-1"  # schema deltafabric.fbs, identifier DFP1, version_major 1, any minor
+REQ_NONZERO = "DF-PKT-2"  # ids, incarnations, seqs are non-zero u64
+REQ_MULTI_ORIGIN = "DF-PKT-3"  # entries of several origins may share a packet
+REQ_EMPTY_PACKET = "DF-PKT-4"  # a packet with zero entries is valid
+REQ_ENCODING = "DF-PKT-5"  # encoding selects values (F32) or values16 (F16/BF16) for every entry
+REQ_QUANTIZE = "DF-GEN-4"  # F16/BF16: round to nearest even, clamped to the finite range
+REQ_FINGERPRINT = "DF-MAN-5"
+REQ_REJECT = "DF-RCV-1"  # the packet is the unit of rejection, one code
+REQ_ERR: dict[ErrorCode, str] = {code: f"DF-ERR-{i}" for i, code in enumerate(ErrorCode, start=1)}
+
+# ------------------------------------------------------------------------------------------------------
+# Manifests and contexts
+# ------------------------------------------------------------------------------------------------------
+#: The vector manifest: 3 tensors (one scalar), N = 101.
+VECTOR_MANIFEST = Manifest.from_named_shapes(
+    [("layer.weight", (10, 9)), ("layer.bias", (10,)), ("scale", ())]
+)
+#: A manifest whose N = 2**32 - 1, for the largest indices (never materialised).
+LARGE_MANIFEST = Manifest.from_named_shapes([("table.weight", (65535, 65537))])
+HOP_LIMIT = 16
+
+SENDER = 0x5EED0000000000A1
+SENDER_INC = 0x00062A1B2C3D4E5F  # microseconds since the epoch style
+ORIGIN_B = 0x00000000000000B2
+ORIGIN_C = 0xC3C3C3C3C3C3C3C3
+INC_B = 1
+INC_C = 0x0000000000000777
+
+
+def context(
+    manifest: Manifest = VECTOR_MANIFEST, max_packet_size: int = DEFAULT_MAX_PACKET_SIZE
+) -> dict[str, Any]:
+    return {
+        "fingerprint": manifest.fingerprint.hex(),
+        "num_params": manifest.num_params,
+        "hop_limit": HOP_LIMIT,
+        "max_packet_size": max_packet_size,
+    }
+
+
+def manifest_json(manifest: Manifest) -> dict[str, Any]:
+    return {"tensors": [{"name": t.name, "dtype": "f32", "shape": list(t.shape)} for t in manifest.tensors]}
+
+
+# ------------------------------------------------------------------------------------------------------
+# Raw builder: any field may be absent (None) or hold any value, including ones the encoder refuses.
+# ------------------------------------------------------------------------------------------------------
+@dataclass
+class RawEntry:
+    origin: int | None = ORIGIN_B
+    incarnation: int | None = INC_B
+    seq: int | None = 1
+    hops: int | None = 0
+    indices: Sequence[int] | None = (3, 50, 100)
+    values: Sequence[float] | None = (0.5, -0.25, 2.0)  # f32
+    values16: Sequence[int] | None = None  # raw 16-bit patterns
+    unknown_field: int | None = None  # a u32 in slot 7 (a field from a future minor version)
+
+
+@dataclass
+class RawPacket:
+    version_major: int | None = 1
+    version_minor: int | None = 0
+    sender: int | None = SENDER
+    sender_incarnation: int | None = SENDER_INC
+    fingerprint: bytes | None = VECTOR_MANIFEST.fingerprint
+    encoding: int | None = 0
+    entries: list[RawEntry] | None = field(default_factory=lambda: [RawEntry()])
+    unknown_field: int | None = None  # a u32 in slot 7
+
+
+def build_raw(p: RawPacket) -> bytes:
+    b = flatbuffers.Builder(1024)
+    b.ForceDefaults(True)  # write exactly the fields that are not None, zeros included
+    entry_offsets = []
+    for e in p.entries or []:
+        idx = b.CreateNumpyVector(np.asarray(e.indices, dtype="<u4")) if e.indices is not None else None
+        val = b.CreateNumpyVector(np.asarray(e.values, dtype="<f4")) if e.values is not None else None
+        v16 = b.CreateNumpyVector(np.asarray(e.values16, dtype="<u2")) if e.values16 is not None else None
+        b.StartObject(8 if e.unknown_field is not None else 7)
+        for slot, x in ((0, e.origin), (1, e.incarnation), (2, e.seq)):
+            if x is not None:
+                b.PrependUint64Slot(slot, x, 0)
+        if e.hops is not None:
+            b.PrependUint8Slot(3, e.hops, 0)
+        for slot, off in ((4, idx), (5, val), (6, v16)):
+            if off is not None:
+                b.PrependUOffsetTRelativeSlot(slot, off, 0)
+        if e.unknown_field is not None:
+            b.PrependUint32Slot(7, e.unknown_field, 0)
+        entry_offsets.append(b.EndObject())
+    entries = None
+    if p.entries is not None:
+        b.StartVector(4, len(entry_offsets), 4)
+        for off in reversed(entry_offsets):
+            b.PrependUOffsetTRelative(off)
+        entries = b.EndVector()
+    fp = b.CreateByteVector(p.fingerprint) if p.fingerprint is not None else None
+    b.StartObject(8 if p.unknown_field is not None else 7)
+    if p.version_major is not None:
+        b.PrependUint16Slot(0, p.version_major, 0)
+    if p.version_minor is not None:
+        b.PrependUint16Slot(1, p.version_minor, 0)
+    for slot, x in ((2, p.sender), (3, p.sender_incarnation)):
+        if x is not None:
+            b.PrependUint64Slot(slot, x, 0)
+    if fp is not None:
+        b.PrependUOffsetTRelativeSlot(4, fp, 0)
+    if p.encoding is not None:
+        b.PrependUint8Slot(5, p.encoding, 0)
+    if entries is not None:
+        b.PrependUOffsetTRelativeSlot(6, entries, 0)
+    if p.unknown_field is not None:
+        b.PrependUint32Slot(7, p.unknown_field, 0)
+    b.Finish(b.EndObject(), file_identifier=FILE_IDENTIFIER)
+    return bytes(b.Output())
+
+
+# ------------------------------------------------------------------------------------------------------
+# Locating things in a valid buffer, for byte patches
+# ------------------------------------------------------------------------------------------------------
+def _u16(buf: bytes | bytearray, pos: int) -> int:
+    return int(struct.unpack_from("<H", buf, pos)[0])
+
+
+def _u32(buf: bytes | bytearray, pos: int) -> int:
+    return int(struct.unpack_from("<I", buf, pos)[0])
+
+
+def _i32(buf: bytes | bytearray, pos: int) -> int:
+    return int(struct.unpack_from("<i", buf, pos)[0])
+
+
+def root_table(buf: bytes | bytearray) -> int:
+    return _u32(buf, 0)
+
+
+def vtable_of(buf: bytes | bytearray, table: int) -> int:
+    return table - _i32(buf, table)
+
+
+def vtable_slot_pos(buf: bytes | bytearray, table: int, slot: int) -> int:
+    """Position of the u16 voffset of ``slot`` in the table's vtable (the slot must be present)."""
+    vt = vtable_of(buf, table)
+    assert 4 + 2 * slot < _u16(buf, vt), "slot not in vtable"
+    return vt + 4 + 2 * slot
+
+
+def field_pos(buf: bytes | bytearray, table: int, slot: int) -> int:
+    off = _u16(buf, vtable_slot_pos(buf, table, slot))
+    assert off != 0, "field absent"
+    return table + off
+
+
+def vector_len_pos(buf: bytes | bytearray, table: int, slot: int) -> int:
+    """Position of the u32 length of the vector in field ``slot``."""
+    p = field_pos(buf, table, slot)
+    return p + _u32(buf, p)
+
+
+def entry_table(buf: bytes | bytearray, j: int) -> int:
+    elem = vector_len_pos(buf, root_table(buf), 6) + 4 + 4 * j
+    return elem + _u32(buf, elem)
+
+
+def patched(buf: bytes, pos: int, fmt: str, value: int) -> bytes:
+    out = bytearray(buf)
+    struct.pack_into(fmt, out, pos, value)
+    return bytes(out)
+
+
+# ------------------------------------------------------------------------------------------------------
+# Vector cases
+# ------------------------------------------------------------------------------------------------------
+@dataclass
+class ValidCase:
+    name: str
+    description: str
+    requirements: list[str]
+    packet: Packet | None = None  # encoded with encode_packet
+    raw: bytes | None = None  # or given as bytes (then `expect` is the packet they must decode to)
+    expect: Packet | None = None
+    manifest: Manifest = VECTOR_MANIFEST
+
+
+@dataclass
+class InvalidCase:
+    name: str
+    description: str
+    error: ErrorCode
+    data: bytes
+    requirements: list[str] = field(default_factory=list)
+    manifest: Manifest = VECTOR_MANIFEST
+    max_packet_size: int = DEFAULT_MAX_PACKET_SIZE
+
+
+def f32(xs: Sequence[float]) -> np.ndarray[Any, np.dtype[np.float32]]:
+    return np.asarray(xs, dtype=np.float64).astype(np.float32)
+
+
+def bits_f32(*bits: int) -> np.ndarray[Any, np.dtype[np.float32]]:
+    return np.asarray(bits, dtype=np.uint32).view(np.float32)
+
+
+def u32(xs: Sequence[int] | range) -> np.ndarray[Any, np.dtype[np.uint32]]:
+    return np.asarray(list(xs), dtype=np.uint32)
+
+
+def entry(
+    origin: int, incarnation: int, seq: int, hops: int, indices: Sequence[int] | range, values: Any
+) -> Entry:
+    return Entry(origin, incarnation, seq, hops, u32(indices), np.asarray(values, dtype=np.float32))
+
+
+def packet(
+    *entries: Entry,
+    encoding: ValueEncoding = ValueEncoding.F32,
+    manifest: Manifest = VECTOR_MANIFEST,
+    sender: int = SENDER,
+    sender_incarnation: int = SENDER_INC,
+    version_minor: int = 0,
+) -> Packet:
+    return Packet(
+        sender=sender,
+        sender_incarnation=sender_incarnation,
+        fingerprint=manifest.fingerprint,
+        entries=tuple(entries),
+        encoding=encoding,
+        version_minor=version_minor,
+    )
+
+
+def base_entry() -> Entry:
+    return entry(SENDER, SENDER_INC, 7, 0, [0, 9, 42, 100], [0.125, -1.5, 3.0e-3, 7.0])
+
+
+def valid_cases() -> list[ValidCase]:
+    n = VECTOR_MANIFEST.num_params
+    f16, bf16 = ValueEncoding.F16, ValueEncoding.BF16
+    pkt, fmt = REQ_ENCODING, REQ_FORMAT
+    cases = [
+        ValidCase(
+            "single_entry_f32", "One entry of the sender's own delta, f32.", [fmt, pkt], packet(base_entry())
+        ),
+        ValidCase(
+            "single_value",
+            "One entry with a single index (the scalar tensor, the last flat index).",
+            [fmt, "DF-MAN-3"],
+            packet(entry(SENDER, SENDER_INC, 1, 0, [n - 1], [-0.75])),
+        ),
+        ValidCase(
+            "multi_origin",
+            "Own entry first, then relayed entries of two other origins.",
+            [fmt, REQ_MULTI_ORIGIN],
+            packet(
+                base_entry(),
+                entry(ORIGIN_B, INC_B, 3, 1, [1, 2, 3], [1.0, 2.0, 3.0]),
+                entry(ORIGIN_C, INC_C, 900, 5, [10, 20, 30, 40, 50], [-0.5, 0.25, -0.125, 1e-3, 1e3]),
+            ),
+        ),
+        ValidCase(
+            "relay_only",
+            "A relaying node's packet: no own entry, all entries from another origin with hops >= 1.",
+            [fmt, REQ_MULTI_ORIGIN, "DF-RLY-4"],
+            packet(entry(ORIGIN_B, INC_B, 12, 2, [5, 6], [0.5, 0.5])),
+        ),
+        ValidCase(
+            "same_origin_two_seqs",
+            "Two entries of one origin and incarnation with consecutive seqs, disjoint index ranges "
+            "(a split entry).",
+            [fmt, "DF-GEN-6"],
+            packet(
+                entry(SENDER, SENDER_INC, 41, 0, range(0, 50, 2), np.linspace(-1, 1, 25)),
+                entry(SENDER, SENDER_INC, 42, 0, range(51, 101, 2), np.linspace(1, -1, 25)),
+            ),
+        ),
+        ValidCase(
+            "same_origin_two_incarnations",
+            "Entries of one origin under two incarnations (a restarted node), same seq.",
+            [fmt, REQ_MULTI_ORIGIN],
+            packet(
+                entry(ORIGIN_C, INC_C, 1, 1, [7], [1.0]),
+                entry(ORIGIN_C, INC_C + 1, 1, 1, [7], [2.0]),
+            ),
+        ),
+        ValidCase(
+            "zero_entries",
+            "A packet with no entry is valid (a no-op).",
+            [fmt, REQ_EMPTY_PACKET],
+            packet(),
+        ),
+        ValidCase(
+            "zero_entries_f16",
+            "A packet with no entry, F16 encoding.",
+            [fmt, REQ_EMPTY_PACKET, pkt],
+            packet(encoding=f16),
+        ),
+        ValidCase(
+            "max_hops",
+            "An entry with hops == hop_limit (16) is accepted.",
+            [fmt, REQ_ERR[ErrorCode.HOP_LIMIT]],
+            packet(entry(ORIGIN_B, INC_B, 5, HOP_LIMIT, [0, 1], [1.0, -1.0])),
+        ),
+        ValidCase(
+            "all_indices",
+            "One entry covering every flat index 0..N-1.",
+            [fmt, "DF-MAN-3"],
+            packet(entry(SENDER, SENDER_INC, 2, 0, range(n), (np.arange(n) - 50) / 64.0)),
+        ),
+        ValidCase(
+            "max_u64_ids",
+            "origin, incarnation, seq, sender and sender_incarnation at 2**64 - 1.",
+            [fmt, REQ_NONZERO],
+            packet(
+                entry(2**64 - 1, 2**64 - 1, 2**64 - 1, 0, [4], [1.0]),
+                sender=2**64 - 1,
+                sender_incarnation=2**64 - 1,
+            ),
+        ),
+        ValidCase(
+            "min_ids",
+            "origin, incarnation, seq, sender and sender_incarnation all 1.",
+            [fmt, REQ_NONZERO],
+            packet(entry(1, 1, 1, 0, [0], [1.0]), sender=1, sender_incarnation=1),
+        ),
+        ValidCase(
+            "large_indices",
+            "Manifest of N = 2**32 - 1 values; indices up to N - 1 = 4294967294.",
+            [fmt, REQ_ERR[ErrorCode.INDEX_OUT_OF_RANGE]],
+            packet(
+                entry(SENDER, SENDER_INC, 3, 0, [0, 2**31, 2**32 - 3, 2**32 - 2], [1.0, 2.0, 3.0, 4.0]),
+                manifest=LARGE_MANIFEST,
+            ),
+            manifest=LARGE_MANIFEST,
+        ),
+        ValidCase(
+            "extreme_f32",
+            "Largest finite f32 magnitudes, smallest normal, 1e30 and 1e-30.",
+            [fmt, pkt],
+            packet(
+                entry(
+                    SENDER,
+                    SENDER_INC,
+                    4,
+                    0,
+                    [0, 1, 2, 3, 4, 5],
+                    np.concatenate([bits_f32(0x7F7FFFFF, 0xFF7FFFFF, 0x00800000), f32([1e30, -1e-30, 1.0])]),
+                )
+            ),
+        ),
+        ValidCase(
+            "subnormal_f32",
+            "f32 subnormals: smallest positive and negative, largest subnormal.",
+            [fmt, pkt],
+            packet(
+                entry(
+                    SENDER,
+                    SENDER_INC,
+                    5,
+                    0,
+                    [10, 11, 12, 13],
+                    bits_f32(0x00000001, 0x80000001, 0x007FFFFF, 0x00400000),
+                )
+            ),
+        ),
+        ValidCase(
+            "signed_zeros",
+            "Zero values on the wire decode as themselves: +0.0 and -0.0 (receivers do not reject them).",
+            [fmt, pkt],
+            packet(entry(ORIGIN_B, INC_B, 6, 1, [20, 21, 22], bits_f32(0x00000000, 0x80000000, 0x3F800000))),
+        ),
+        ValidCase(
+            "f16_basic",
+            "F16 encoding: values16 holds binary16 bit patterns; decoded values are exact f16 values.",
+            [fmt, pkt, REQ_QUANTIZE],
+            packet(base_entry(), entry(ORIGIN_B, INC_B, 9, 1, [1, 2, 3], [0.1, -0.2, 1 / 3]), encoding=f16),
+        ),
+        ValidCase(
+            "f16_extremes",
+            "F16: largest finite (65504), values clamped to it (1e6, -1e9), smallest normal 2**-14.",
+            [fmt, pkt, REQ_QUANTIZE],
+            packet(
+                entry(SENDER, SENDER_INC, 10, 0, [0, 1, 2, 3, 4], [65504.0, -65504.0, 1e6, -1e9, 2.0**-14]),
+                encoding=f16,
+            ),
+        ),
+        ValidCase(
+            "f16_subnormals",
+            "F16 subnormals (2**-24, 2**-20, largest subnormal) and a value rounding to -0.0.",
+            [fmt, pkt, REQ_QUANTIZE],
+            packet(
+                entry(
+                    SENDER,
+                    SENDER_INC,
+                    11,
+                    0,
+                    [30, 31, 32, 33],
+                    [2.0**-24, -(2.0**-20), 2.0**-14 - 2.0**-24, -1e-9],
+                ),
+                encoding=f16,
+            ),
+        ),
+        ValidCase(
+            "f16_rounding_ties",
+            "F16 round-to-nearest-even at ties: 1 + 2**-11 -> 1, 1 + 3 * 2**-11 -> 1 + 2**-9.",
+            [fmt, pkt, REQ_QUANTIZE],
+            packet(
+                entry(SENDER, SENDER_INC, 12, 0, [40, 41], [1 + 2.0**-11, 1 + 3 * 2.0**-11]), encoding=f16
+            ),
+        ),
+        ValidCase(
+            "bf16_basic",
+            "BF16 encoding: values16 holds the upper 16 bits of binary32 after rounding.",
+            [fmt, pkt, REQ_QUANTIZE],
+            packet(
+                base_entry(), entry(ORIGIN_C, INC_C, 2, 3, [60, 61, 62], [0.1, -0.2, 1 / 3]), encoding=bf16
+            ),
+        ),
+        ValidCase(
+            "bf16_extremes",
+            "BF16: largest finite (0x7F7F), f32 max clamped to it, smallest subnormal, 1e-30.",
+            [fmt, pkt, REQ_QUANTIZE],
+            packet(
+                entry(
+                    SENDER,
+                    SENDER_INC,
+                    13,
+                    0,
+                    [70, 71, 72, 73, 74],
+                    np.concatenate([bits_f32(0x7F7F0000, 0x7F7FFFFF, 0xFF7FFFFF, 0x00010000), f32([1e-30])]),
+                ),
+                encoding=bf16,
+            ),
+        ),
+        ValidCase(
+            "bf16_rounding_ties",
+            "BF16 round-to-nearest-even at ties: 1 + 2**-8 -> 1, 1 + 3 * 2**-8 -> 1 + 2**-6.",
+            [fmt, pkt, REQ_QUANTIZE],
+            packet(entry(SENDER, SENDER_INC, 14, 0, [80, 81], [1 + 2.0**-8, 1 + 3 * 2.0**-8]), encoding=bf16),
+        ),
+        ValidCase(
+            "version_minor_7",
+            "Receivers accept any minor version of major 1.",
+            [fmt],
+            packet(base_entry(), version_minor=7),
+        ),
+        ValidCase(
+            "many_entries",
+            "64 entries of 64 origins, 1 value each.",
+            [fmt, REQ_MULTI_ORIGIN],
+            packet(*[entry(0x1000 + k, 1 + k % 3, 1 + k, k % 4, [k], [k / 8.0 - 4.0]) for k in range(64)]),
+        ),
+    ]
+    fp = VECTOR_MANIFEST.fingerprint
+    expected_unknown = packet(entry(ORIGIN_B, INC_B, 1, 0, [3, 50, 100], [0.5, -0.25, 2.0]))
+    cases += [
+        ValidCase(
+            "unknown_fields",
+            "Packet and Entry tables with an extra field (slot 7, from a future minor version): ignored.",
+            [fmt],
+            raw=build_raw(
+                RawPacket(version_minor=1, unknown_field=0xDEADBEEF, entries=[RawEntry(unknown_field=12345)])
+            ),
+            expect=Packet(SENDER, SENDER_INC, fp, expected_unknown.entries, version_minor=1),
+        ),
+        ValidCase(
+            "defaults_omitted",
+            "hops 0, encoding F32 and version_minor 0 absent from the tables (schema defaults).",
+            [fmt],
+            raw=build_raw(RawPacket(version_minor=None, encoding=None, entries=[RawEntry(hops=None)])),
+            expect=expected_unknown,
+        ),
+        ValidCase(
+            "defaults_explicit",
+            "hops 0, encoding F32 and version_minor 0 written explicitly.",
+            [fmt],
+            raw=build_raw(RawPacket(version_minor=0, encoding=0, entries=[RawEntry(hops=0)])),
+            expect=expected_unknown,
+        ),
+    ]
+    return cases
+
+
+def invalid_cases() -> list[InvalidCase]:
+    good = encode_packet(packet(base_entry(), entry(ORIGIN_B, INC_B, 3, 1, [1, 2, 3], [1.0, 2.0, 3.0])))
+    root = root_table(good)
+    e0 = entry_table(good, 0)
+    e1 = entry_table(good, 1)
+    n = VECTOR_MANIFEST.num_params
+    M, V, U, E, L, F, R, X = (
+        ErrorCode.MALFORMED,
+        ErrorCode.UNSUPPORTED_VERSION,
+        ErrorCode.UNSUPPORTED_ENCODING,
+        ErrorCode.EMPTY_ENTRY,
+        ErrorCode.LENGTH_MISMATCH,
+        ErrorCode.FINGERPRINT_MISMATCH,
+        ErrorCode.INDEX_OUT_OF_RANGE,
+        ErrorCode.NON_FINITE,
+    )
+
+    def raw(**kw: Any) -> bytes:
+        return build_raw(RawPacket(**kw))
+
+    def raw_entry(**kw: Any) -> bytes:
+        return build_raw(RawPacket(entries=[RawEntry(**kw)]))
+
+    def raw16(enc: int, **kw: Any) -> bytes:
+        kw.setdefault("values", None)
+        return build_raw(RawPacket(encoding=enc, entries=[RawEntry(**kw)]))
+
+    cases = [
+        InvalidCase(
+            "oversize",
+            "A valid packet one byte longer than the context's max_packet_size.",
+            ErrorCode.OVERSIZE,
+            good,
+            max_packet_size=len(good) - 1,
+        ),
+        InvalidCase("empty_buffer", "Zero bytes.", ErrorCode.BAD_IDENTIFIER, b""),
+        InvalidCase(
+            "buffer_7_bytes", "Seven bytes: too short for the identifier.", ErrorCode.BAD_IDENTIFIER, good[:7]
+        ),
+        InvalidCase(
+            "bad_file_identifier",
+            "Bytes 4..8 are 'DFP2'.",
+            ErrorCode.BAD_IDENTIFIER,
+            good[:4] + b"DFP2" + good[8:],
+        ),
+        InvalidCase(
+            "snapshot_identifier",
+            "A buffer with the snapshot identifier 'DFS1'.",
+            ErrorCode.BAD_IDENTIFIER,
+            good[:4] + b"DFS1" + good[8:],
+        ),
+        InvalidCase("version_major_2", "version_major is 2.", V, raw(version_major=2)),
+        InvalidCase("version_major_0", "version_major written as 0.", V, raw(version_major=0)),
+        InvalidCase("version_major_absent", "version_major absent (default 0).", V, raw(version_major=None)),
+        InvalidCase("truncated_buffer", "A valid packet cut to half its length.", M, good[: len(good) // 2]),
+        InvalidCase("truncated_8_bytes", "Only the root offset and identifier.", M, good[:8]),
+        InvalidCase(
+            "root_offset_out_of_range",
+            "Root offset points past the end.",
+            M,
+            patched(good, 0, "<I", len(good) + 64),
+        ),
+        InvalidCase("root_offset_max", "Root offset 0xFFFFFFFF.", M, patched(good, 0, "<I", 0xFFFFFFFF)),
+        InvalidCase(
+            "vtable_out_of_range",
+            "The root table's vtable offset points past the end.",
+            M,
+            patched(good, root, "<i", root - len(good) - 64),
+        ),
+        InvalidCase(
+            "vtable_before_start",
+            "The root table's vtable offset points before the start.",
+            M,
+            patched(good, root, "<i", root + 64),
+        ),
+        InvalidCase(
+            "vtable_size_odd",
+            "The root vtable's size is odd.",
+            M,
+            patched(good, vtable_of(good, root), "<H", _u16(good, vtable_of(good, root)) + 1),
+        ),
+        InvalidCase(
+            "vtable_size_past_end",
+            "The root vtable's size runs past the end of the buffer.",
+            M,
+            patched(good, vtable_of(good, root), "<H", 0xFFFE),
+        ),
+        InvalidCase(
+            "field_offset_out_of_range",
+            "The vtable offset of Packet.sender points past the end.",
+            M,
+            patched(good, vtable_slot_pos(good, root, 2), "<H", 0xFFF0),
+        ),
+        InvalidCase(
+            "fingerprint_vector_out_of_range",
+            "The offset of the fingerprint vector points past the end.",
+            M,
+            patched(good, field_pos(good, root, 4), "<I", len(good)),
+        ),
+        InvalidCase(
+            "entries_vector_length_overflow",
+            "The entries vector claims 2**30 elements.",
+            M,
+            patched(good, vector_len_pos(good, root, 6), "<I", 1 << 30),
+        ),
+        InvalidCase(
+            "entry_offset_out_of_range",
+            "The first element of the entries vector points past the end.",
+            M,
+            patched(good, vector_len_pos(good, root, 6) + 4, "<I", len(good)),
+        ),
+        InvalidCase(
+            "indices_vector_length_overflow",
+            "The first entry's indices vector claims 0xFFFFFFFF elements.",
+            M,
+            patched(good, vector_len_pos(good, e0, 4), "<I", 0xFFFFFFFF),
+        ),
+        InvalidCase(
+            "values_vector_length_overflow",
+            "The second entry's values vector claims 2**28 elements.",
+            M,
+            patched(good, vector_len_pos(good, e1, 5), "<I", 1 << 28),
+        ),
+        InvalidCase(
+            "entry_vtable_out_of_range",
+            "The second entry's vtable offset points past the end.",
+            M,
+            patched(good, e1, "<i", e1 - len(good) - 8),
+        ),
+        InvalidCase(
+            "fingerprint_31_bytes",
+            "A 31-byte fingerprint.",
+            M,
+            raw(fingerprint=VECTOR_MANIFEST.fingerprint[:31]),
+        ),
+        InvalidCase(
+            "fingerprint_33_bytes",
+            "A 33-byte fingerprint.",
+            M,
+            raw(fingerprint=VECTOR_MANIFEST.fingerprint + b"\0"),
+        ),
+        InvalidCase("fingerprint_missing", "No fingerprint (a required field).", M, raw(fingerprint=None)),
+        InvalidCase("missing_entries_vector", "No entries vector (a required field).", M, raw(entries=None)),
+        InvalidCase(
+            "missing_indices_vector",
+            "An entry without indices (a required field).",
+            M,
+            raw_entry(indices=None),
+        ),
+        InvalidCase("sender_zero", "sender is 0 (written).", M, raw(sender=0)),
+        InvalidCase("sender_absent", "sender absent (default 0).", M, raw(sender=None)),
+        InvalidCase("sender_incarnation_zero", "sender_incarnation is 0.", M, raw(sender_incarnation=0)),
+        InvalidCase("origin_zero", "An entry's origin is 0.", M, raw_entry(origin=0)),
+        InvalidCase("incarnation_zero", "An entry's incarnation is 0.", M, raw_entry(incarnation=0)),
+        InvalidCase("seq_zero", "An entry's seq is 0.", M, raw_entry(seq=0)),
+        InvalidCase("seq_absent", "An entry's seq is absent (default 0).", M, raw_entry(seq=None)),
+        InvalidCase(
+            "seq_zero_second_entry",
+            "The second of two entries has seq 0.",
+            M,
+            build_raw(RawPacket(entries=[RawEntry(), RawEntry(origin=ORIGIN_C, seq=0)])),
+        ),
+        InvalidCase(
+            "missing_values_vector", "F32 packet, an entry without values.", M, raw_entry(values=None)
+        ),
+        InvalidCase(
+            "values16_in_f32_packet",
+            "F32 packet, an entry with values16 instead of values.",
+            M,
+            raw_entry(values=None, values16=[0x3C00, 0x3C00, 0x3C00]),
+        ),
+        InvalidCase(
+            "both_values_vectors",
+            "F32 packet, an entry with both values and values16.",
+            M,
+            raw_entry(values16=[0x3C00, 0x3C00, 0x3C00]),
+        ),
+        InvalidCase(
+            "values_in_f16_packet",
+            "F16 packet, an entry with values (f32) instead of values16.",
+            M,
+            raw16(1, values=[1.0, 2.0, 3.0]),
+        ),
+        InvalidCase("missing_values16_bf16", "BF16 packet, an entry without values16.", M, raw16(2)),
+        InvalidCase(
+            "encoding_unknown", "encoding 3, no entries.", U, build_raw(RawPacket(encoding=3, entries=[]))
+        ),
+        InvalidCase(
+            "encoding_255", "encoding 255, no entries.", U, build_raw(RawPacket(encoding=255, entries=[]))
+        ),
+        InvalidCase(
+            "fingerprint_mismatch",
+            "The fingerprint of another manifest (the large one).",
+            F,
+            encode_packet(packet(base_entry(), manifest=LARGE_MANIFEST)),
+        ),
+        InvalidCase(
+            "hop_limit_exceeded",
+            "An entry with hops = hop_limit + 1 = 17.",
+            ErrorCode.HOP_LIMIT,
+            encode_packet(packet(base_entry(), entry(ORIGIN_B, INC_B, 4, HOP_LIMIT + 1, [1], [1.0]))),
+        ),
+        InvalidCase(
+            "hop_limit_255",
+            "An entry with hops = 255.",
+            ErrorCode.HOP_LIMIT,
+            encode_packet(packet(entry(ORIGIN_B, INC_B, 4, 255, [1], [1.0]))),
+        ),
+        InvalidCase("values_length_mismatch", "3 indices, 2 values (f32).", L, raw_entry(values=[1.0, 2.0])),
+        InvalidCase(
+            "values16_length_mismatch", "3 indices, 4 values16 (bf16).", L, raw16(2, values16=[0x3F80] * 4)
+        ),
+        InvalidCase(
+            "empty_entry", "An entry with zero indices and zero values.", E, raw_entry(indices=[], values=[])
+        ),
+        InvalidCase(
+            "empty_entry_f16",
+            "F16 packet, an entry with zero indices and values16.",
+            E,
+            raw16(1, indices=[], values16=[]),
+        ),
+        InvalidCase(
+            "index_out_of_range",
+            "An index equal to N (101).",
+            R,
+            encode_packet(packet(entry(SENDER, SENDER_INC, 1, 0, [0, n], [1.0, 1.0]))),
+        ),
+        InvalidCase(
+            "index_out_of_range_u32_max",
+            "An index 0xFFFFFFFF with N = 101.",
+            R,
+            encode_packet(packet(entry(SENDER, SENDER_INC, 1, 0, [2**32 - 1], [1.0]))),
+        ),
+        InvalidCase(
+            "index_out_of_range_second_entry",
+            "The second entry's last index is N.",
+            R,
+            encode_packet(packet(base_entry(), entry(ORIGIN_B, INC_B, 2, 1, [99, n], [1.0, 1.0]))),
+        ),
+        InvalidCase(
+            "unsorted_indices",
+            "Indices 5, 3, 8.",
+            ErrorCode.UNSORTED_INDICES,
+            encode_packet(packet(entry(SENDER, SENDER_INC, 1, 0, [5, 3, 8], [1.0, 2.0, 3.0]))),
+        ),
+        InvalidCase(
+            "unsorted_indices_descending",
+            "Indices 100 down to 0 in the second entry.",
+            ErrorCode.UNSORTED_INDICES,
+            encode_packet(
+                packet(base_entry(), entry(ORIGIN_B, INC_B, 2, 1, range(100, -1, -1), np.ones(101)))
+            ),
+        ),
+        InvalidCase(
+            "duplicate_index",
+            "Indices 3, 7, 7, 9.",
+            ErrorCode.DUPLICATE_INDEX,
+            encode_packet(packet(entry(SENDER, SENDER_INC, 1, 0, [3, 7, 7, 9], [1.0, 2.0, 3.0, 4.0]))),
+        ),
+        InvalidCase(
+            "duplicate_index_zero",
+            "Indices 0, 0.",
+            ErrorCode.DUPLICATE_INDEX,
+            encode_packet(packet(entry(SENDER, SENDER_INC, 1, 0, [0, 0], [1.0, 2.0]))),
+        ),
+        InvalidCase(
+            "nan_value",
+            "A quiet NaN value (f32).",
+            X,
+            encode_packet(packet(entry(SENDER, SENDER_INC, 1, 0, [1, 2], bits_f32(0x3F800000, 0x7FC00000)))),
+        ),
+        InvalidCase(
+            "signaling_nan_value",
+            "A signalling NaN with a payload, negative sign (f32).",
+            X,
+            encode_packet(packet(entry(SENDER, SENDER_INC, 1, 0, [1], bits_f32(0xFF800001)))),
+        ),
+        InvalidCase(
+            "inf_value",
+            "+inf (f32).",
+            X,
+            encode_packet(packet(entry(SENDER, SENDER_INC, 1, 0, [1], bits_f32(0x7F800000)))),
+        ),
+        InvalidCase(
+            "neg_inf_value_second_entry",
+            "-inf in the second entry (f32).",
+            X,
+            encode_packet(
+                packet(base_entry(), entry(ORIGIN_B, INC_B, 2, 1, [4, 5], bits_f32(0, 0xFF800000)))
+            ),
+        ),
+        InvalidCase(
+            "f16_inf_value", "F16 +inf bit pattern 0x7C00.", X, raw16(1, values16=[0x3C00, 0x7C00, 0x3C00])
+        ),
+        InvalidCase(
+            "f16_nan_value", "F16 NaN bit pattern 0xFE00.", X, raw16(1, values16=[0xFE00, 0x3C00, 0x3C00])
+        ),
+        InvalidCase(
+            "bf16_inf_value", "BF16 -inf bit pattern 0xFF80.", X, raw16(2, values16=[0x3F80, 0x3F80, 0xFF80])
+        ),
+        InvalidCase(
+            "bf16_nan_value", "BF16 NaN bit pattern 0x7FC1.", X, raw16(2, values16=[0x7FC1, 0x3F80, 0x3F80])
+        ),
+    ]
+    for c in cases:
+        c.requirements = sorted({*c.requirements, REQ_REJECT, REQ_ERR[c.error]})
+    return cases
+
+
+# ------------------------------------------------------------------------------------------------------
+# Writing
+# ------------------------------------------------------------------------------------------------------
+def _dump_json(path: Path, obj: Any) -> None:
+    path.write_text(json.dumps(obj, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+
+
+def _check_decode(data: bytes, ctx: dict[str, Any]) -> tuple[Packet | None, ErrorCode | None]:
+    try:
+        p = decode_packet(data, ctx["max_packet_size"])
+        validate_packet(
+            p,
+            fingerprint=bytes.fromhex(ctx["fingerprint"]),
+            num_params=ctx["num_params"],
+            hop_limit=ctx["hop_limit"],
+        )
+    except DecodeError as exc:
+        return None, exc.code
+    return p, None
+
+
+def _quantized(p: Packet) -> Packet:
+    return Packet(
+        p.sender,
+        p.sender_incarnation,
+        p.fingerprint,
+        tuple(
+            Entry(e.origin, e.incarnation, e.seq, e.hops, e.indices, quantize(e.values, p.encoding))
+            for e in p.entries
+        ),
+        p.encoding,
+        p.version_major,
+        p.version_minor,
+    )
+
+
+def write_decode_vectors(vectors_dir: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for sub in ("valid", "invalid"):
+        d = vectors_dir / "decode" / sub
+        if d.exists():
+            shutil.rmtree(d)
+        d.mkdir(parents=True)
+    seen: set[str] = set()
+    for v in valid_cases():
+        assert v.name not in seen, v.name
+        seen.add(v.name)
+        if v.packet is not None:
+            data, want = encode_packet(v.packet), _quantized(v.packet)
+        else:
+            assert v.raw is not None and v.expect is not None
+            data, want = v.raw, v.expect
+        ctx = context(v.manifest)
+        got, err = _check_decode(data, ctx)
+        if got is None or got != want:
+            raise AssertionError(f"valid vector {v.name}: decoded to {err or got}, expected {want}")
+        rel = f"decode/valid/{v.name}"
+        (vectors_dir / f"{rel}.dfp").write_bytes(data)
+        _dump_json(
+            vectors_dir / f"{rel}.json",
+            {
+                "description": v.description,
+                "requirements": sorted(set(v.requirements)),
+                "manifest": manifest_json(v.manifest),
+                "context": ctx,
+                "packet": packet_to_json(got),
+            },
+        )
+        rows.append(
+            {
+                "id": f"decode.valid.{v.name}",
+                "kind": "decode",
+                "path": rel,
+                "requirements": sorted(set(v.requirements)),
+                "expect": "ok",
+            }
+        )
+    for c in invalid_cases():
+        assert c.name not in seen, c.name
+        seen.add(c.name)
+        ctx = context(c.manifest, c.max_packet_size)
+        _, err = _check_decode(c.data, ctx)
+        if err is not c.error:
+            raise AssertionError(f"invalid vector {c.name}: got {err}, expected {c.error}")
+        rel = f"decode/invalid/{c.name}"
+        (vectors_dir / f"{rel}.dfp").write_bytes(c.data)
+        _dump_json(
+            vectors_dir / f"{rel}.json",
+            {
+                "description": c.description,
+                "requirements": c.requirements,
+                "manifest": manifest_json(c.manifest),
+                "context": ctx,
+                "error": c.error.value,
+            },
+        )
+        rows.append(
+            {
+                "id": f"decode.invalid.{c.name}",
+                "kind": "decode",
+                "path": rel,
+                "requirements": c.requirements,
+                "expect": c.error.value,
+            }
+        )
+    return rows
+
+
+def engine_rows(vectors_dir: Path) -> list[dict[str, Any]]:
+    """Index rows of the generate/receive vectors: ``conformance/tools/engine_vectors.py`` ``build()``."""
+    if not ENGINE_VECTORS.exists():
+        return []
+    if str(TOOLS_DIR) not in sys.path:
+        sys.path.insert(0, str(TOOLS_DIR))
+    spec = importlib.util.spec_from_file_location("engine_vectors", ENGINE_VECTORS)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    build: Callable[[Path], list[dict[str, Any]]] = module.build
+    rows = list(build(vectors_dir))
+    for row in rows:
+        missing = {"id", "kind", "path", "requirements"} - set(row)
+        if missing:
+            raise ValueError(f"engine_vectors row {row.get('id')!r} lacks {sorted(missing)}")
+    return rows
+
+
+def generate(vectors_dir: Path) -> list[dict[str, Any]]:
+    """Write every vector under ``vectors_dir`` and its ``index.json``; returns the index rows."""
+    vectors_dir.mkdir(parents=True, exist_ok=True)
+    rows = write_decode_vectors(vectors_dir) + engine_rows(vectors_dir)
+    ids = [r["id"] for r in rows]
+    if len(set(ids)) != len(ids):
+        raise ValueError("duplicate vector ids")
+    _dump_json(vectors_dir / "index.json", {"version": INDEX_VERSION, "vectors": rows})
+    return rows
+
+
+def compare_trees(fresh: Path, checked_in: Path) -> list[str]:
+    """Differences between a fresh generation and the checked-in vectors (files the generator owns)."""
+    problems: list[str] = []
+    fresh_files = {p.relative_to(fresh) for p in fresh.rglob("*") if p.is_file()}
+    for rel in sorted(fresh_files):
+        other = checked_in / rel
+        if not other.is_file():
+            problems.append(f"missing: {rel}")
+        elif not filecmp.cmp(fresh / rel, other, shallow=False):
+            problems.append(f"differs: {rel}")
+    for sub in ("decode",):
+        for p in sorted((checked_in / sub).rglob("*")):
+            if p.is_file() and p.relative_to(checked_in) not in fresh_files:
+                problems.append(f"stale (not generated): {p.relative_to(checked_in)}")
+    return problems
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    ap.add_argument("--out", type=Path, default=DEFAULT_VECTORS_DIR, help="vectors directory to write")
+    ap.add_argument(
+        "--check", action="store_true", help="compare a fresh generation with --out; write nothing"
+    )
+    args = ap.parse_args(argv)
+    if args.check:
+        with tempfile.TemporaryDirectory() as tmp:
+            generate(Path(tmp))
+            problems = compare_trees(Path(tmp), args.out)
+        for p in problems:
+            print(p, file=sys.stderr)
+        print(
+            "vectors up to date" if not problems else f"{len(problems)} stale vector files", file=sys.stderr
+        )
+        return 1 if problems else 0
+    rows = generate(args.out)
+    print(f"wrote {len(rows)} vectors under {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
