@@ -61,15 +61,23 @@ INDEX_VERSION = 1
 # DF-PKT-n follow the order of brief section 4, DF-ERR-n the rows of the error table (section 5).
 # Update here (only) if spec/protocol.md numbers them differently.
 # ------------------------------------------------------------------------------------------------------
-REQ_FORMAT = "DF-PKT-1"  # schema deltafabric.fbs, identifier DFP1, version_major 1, any minor
+REQ_FORMAT = (
+    "DF-PKT-1"  # schema deltafabric.fbs, identifier DFP1, version_major 1, any minor
+)
 REQ_NONZERO = "DF-PKT-2"  # ids, incarnations, seqs are non-zero u64
 REQ_MULTI_ORIGIN = "DF-PKT-3"  # entries of several origins may share a packet
 REQ_EMPTY_PACKET = "DF-PKT-4"  # a packet with zero entries is valid
-REQ_ENCODING = "DF-PKT-5"  # encoding selects values (F32) or values16 (F16/BF16) for every entry
-REQ_QUANTIZE = "DF-GEN-4"  # F16/BF16: round to nearest even, clamped to the finite range
+REQ_ENCODING = (
+    "DF-PKT-5"  # encoding selects values (F32) or values16 (F16/BF16) for every entry
+)
+REQ_QUANTIZE = (
+    "DF-GEN-4"  # F16/BF16: round to nearest even, clamped to the finite range
+)
 REQ_FINGERPRINT = "DF-MAN-5"
 REQ_REJECT = "DF-RCV-1"  # the packet is the unit of rejection, one code
-REQ_ERR: dict[ErrorCode, str] = {code: f"DF-ERR-{i}" for i, code in enumerate(ErrorCode, start=1)}
+REQ_ERR: dict[ErrorCode, str] = {
+    code: f"DF-ERR-{i}" for i, code in enumerate(ErrorCode, start=1)
+}
 
 # ------------------------------------------------------------------------------------------------------
 # Manifests and contexts
@@ -102,7 +110,12 @@ def context(
 
 
 def manifest_json(manifest: Manifest) -> dict[str, Any]:
-    return {"tensors": [{"name": t.name, "dtype": "f32", "shape": list(t.shape)} for t in manifest.tensors]}
+    return {
+        "tensors": [
+            {"name": t.name, "dtype": "f32", "shape": list(t.shape)}
+            for t in manifest.tensors
+        ]
+    }
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -117,7 +130,9 @@ class RawEntry:
     indices: Sequence[int] | None = (3, 50, 100)
     values: Sequence[float] | None = (0.5, -0.25, 2.0)  # f32
     values16: Sequence[int] | None = None  # raw 16-bit patterns
-    unknown_field: int | None = None  # a u32 in slot 7 (a field from a future minor version)
+    unknown_field: int | None = (
+        None  # a u32 in slot 7 (a field from a future minor version)
+    )
 
 
 @dataclass
@@ -137,9 +152,21 @@ def build_raw(p: RawPacket) -> bytes:
     b.ForceDefaults(True)  # write exactly the fields that are not None, zeros included
     entry_offsets = []
     for e in p.entries or []:
-        idx = b.CreateNumpyVector(np.asarray(e.indices, dtype="<u4")) if e.indices is not None else None
-        val = b.CreateNumpyVector(np.asarray(e.values, dtype="<f4")) if e.values is not None else None
-        v16 = b.CreateNumpyVector(np.asarray(e.values16, dtype="<u2")) if e.values16 is not None else None
+        idx = (
+            b.CreateNumpyVector(np.asarray(e.indices, dtype="<u4"))
+            if e.indices is not None
+            else None
+        )
+        val = (
+            b.CreateNumpyVector(np.asarray(e.values, dtype="<f4"))
+            if e.values is not None
+            else None
+        )
+        v16 = (
+            b.CreateNumpyVector(np.asarray(e.values16, dtype="<u2"))
+            if e.values16 is not None
+            else None
+        )
         b.StartObject(8 if e.unknown_field is not None else 7)
         for slot, x in ((0, e.origin), (1, e.incarnation), (2, e.seq)):
             if x is not None:
@@ -241,7 +268,9 @@ class ValidCase:
     description: str
     requirements: list[str]
     packet: Packet | None = None  # encoded with encode_packet
-    raw: bytes | None = None  # or given as bytes (then `expect` is the packet they must decode to)
+    raw: bytes | None = (
+        None  # or given as bytes (then `expect` is the packet they must decode to)
+    )
     expect: Packet | None = None
     manifest: Manifest = VECTOR_MANIFEST
 
@@ -270,9 +299,21 @@ def u32(xs: Sequence[int] | range) -> np.ndarray[Any, np.dtype[np.uint32]]:
 
 
 def entry(
-    origin: int, incarnation: int, seq: int, hops: int, indices: Sequence[int] | range, values: Any
+    origin: int,
+    incarnation: int,
+    seq: int,
+    hops: int,
+    indices: Sequence[int] | range,
+    values: Any,
 ) -> Entry:
-    return Entry(origin, incarnation, seq, hops, u32(indices), np.asarray(values, dtype=np.float32))
+    return Entry(
+        origin,
+        incarnation,
+        seq,
+        hops,
+        u32(indices),
+        np.asarray(values, dtype=np.float32),
+    )
 
 
 def packet(
@@ -303,7 +344,10 @@ def valid_cases() -> list[ValidCase]:
     pkt, fmt = REQ_ENCODING, REQ_FORMAT
     cases = [
         ValidCase(
-            "single_entry_f32", "One entry of the sender's own delta, f32.", [fmt, pkt], packet(base_entry())
+            "single_entry_f32",
+            "One entry of the sender's own delta, f32.",
+            [fmt, pkt],
+            packet(base_entry()),
         ),
         ValidCase(
             "single_value",
@@ -318,7 +362,14 @@ def valid_cases() -> list[ValidCase]:
             packet(
                 base_entry(),
                 entry(ORIGIN_B, INC_B, 3, 1, [1, 2, 3], [1.0, 2.0, 3.0]),
-                entry(ORIGIN_C, INC_C, 900, 5, [10, 20, 30, 40, 50], [-0.5, 0.25, -0.125, 1e-3, 1e3]),
+                entry(
+                    ORIGIN_C,
+                    INC_C,
+                    900,
+                    5,
+                    [10, 20, 30, 40, 50],
+                    [-0.5, 0.25, -0.125, 1e-3, 1e3],
+                ),
             ),
         ),
         ValidCase(
@@ -333,8 +384,12 @@ def valid_cases() -> list[ValidCase]:
             "(a split entry).",
             [fmt, "DF-GEN-6"],
             packet(
-                entry(SENDER, SENDER_INC, 41, 0, range(0, 50, 2), np.linspace(-1, 1, 25)),
-                entry(SENDER, SENDER_INC, 42, 0, range(51, 101, 2), np.linspace(1, -1, 25)),
+                entry(
+                    SENDER, SENDER_INC, 41, 0, range(0, 50, 2), np.linspace(-1, 1, 25)
+                ),
+                entry(
+                    SENDER, SENDER_INC, 42, 0, range(51, 101, 2), np.linspace(1, -1, 25)
+                ),
             ),
         ),
         ValidCase(
@@ -368,7 +423,9 @@ def valid_cases() -> list[ValidCase]:
             "all_indices",
             "One entry covering every flat index 0..N-1.",
             [fmt, "DF-MAN-3"],
-            packet(entry(SENDER, SENDER_INC, 2, 0, range(n), (np.arange(n) - 50) / 64.0)),
+            packet(
+                entry(SENDER, SENDER_INC, 2, 0, range(n), (np.arange(n) - 50) / 64.0)
+            ),
         ),
         ValidCase(
             "max_u64_ids",
@@ -391,7 +448,14 @@ def valid_cases() -> list[ValidCase]:
             "Manifest of N = 2**32 - 1 values; indices up to N - 1 = 4294967294.",
             [fmt, REQ_ERR[ErrorCode.INDEX_OUT_OF_RANGE]],
             packet(
-                entry(SENDER, SENDER_INC, 3, 0, [0, 2**31, 2**32 - 3, 2**32 - 2], [1.0, 2.0, 3.0, 4.0]),
+                entry(
+                    SENDER,
+                    SENDER_INC,
+                    3,
+                    0,
+                    [0, 2**31, 2**32 - 3, 2**32 - 2],
+                    [1.0, 2.0, 3.0, 4.0],
+                ),
                 manifest=LARGE_MANIFEST,
             ),
             manifest=LARGE_MANIFEST,
@@ -407,7 +471,12 @@ def valid_cases() -> list[ValidCase]:
                     4,
                     0,
                     [0, 1, 2, 3, 4, 5],
-                    np.concatenate([bits_f32(0x7F7FFFFF, 0xFF7FFFFF, 0x00800000), f32([1e30, -1e-30, 1.0])]),
+                    np.concatenate(
+                        [
+                            bits_f32(0x7F7FFFFF, 0xFF7FFFFF, 0x00800000),
+                            f32([1e30, -1e-30, 1.0]),
+                        ]
+                    ),
                 )
             ),
         ),
@@ -430,20 +499,40 @@ def valid_cases() -> list[ValidCase]:
             "signed_zeros",
             "Zero values on the wire decode as themselves: +0.0 and -0.0 (receivers do not reject them).",
             [fmt, pkt],
-            packet(entry(ORIGIN_B, INC_B, 6, 1, [20, 21, 22], bits_f32(0x00000000, 0x80000000, 0x3F800000))),
+            packet(
+                entry(
+                    ORIGIN_B,
+                    INC_B,
+                    6,
+                    1,
+                    [20, 21, 22],
+                    bits_f32(0x00000000, 0x80000000, 0x3F800000),
+                )
+            ),
         ),
         ValidCase(
             "f16_basic",
             "F16 encoding: values16 holds binary16 bit patterns; decoded values are exact f16 values.",
             [fmt, pkt, REQ_QUANTIZE],
-            packet(base_entry(), entry(ORIGIN_B, INC_B, 9, 1, [1, 2, 3], [0.1, -0.2, 1 / 3]), encoding=f16),
+            packet(
+                base_entry(),
+                entry(ORIGIN_B, INC_B, 9, 1, [1, 2, 3], [0.1, -0.2, 1 / 3]),
+                encoding=f16,
+            ),
         ),
         ValidCase(
             "f16_extremes",
             "F16: largest finite (65504), values clamped to it (1e6, -1e9), smallest normal 2**-14.",
             [fmt, pkt, REQ_QUANTIZE],
             packet(
-                entry(SENDER, SENDER_INC, 10, 0, [0, 1, 2, 3, 4], [65504.0, -65504.0, 1e6, -1e9, 2.0**-14]),
+                entry(
+                    SENDER,
+                    SENDER_INC,
+                    10,
+                    0,
+                    [0, 1, 2, 3, 4],
+                    [65504.0, -65504.0, 1e6, -1e9, 2.0**-14],
+                ),
                 encoding=f16,
             ),
         ),
@@ -468,7 +557,15 @@ def valid_cases() -> list[ValidCase]:
             "F16 round-to-nearest-even at ties: 1 + 2**-11 -> 1, 1 + 3 * 2**-11 -> 1 + 2**-9.",
             [fmt, pkt, REQ_QUANTIZE],
             packet(
-                entry(SENDER, SENDER_INC, 12, 0, [40, 41], [1 + 2.0**-11, 1 + 3 * 2.0**-11]), encoding=f16
+                entry(
+                    SENDER,
+                    SENDER_INC,
+                    12,
+                    0,
+                    [40, 41],
+                    [1 + 2.0**-11, 1 + 3 * 2.0**-11],
+                ),
+                encoding=f16,
             ),
         ),
         ValidCase(
@@ -476,7 +573,9 @@ def valid_cases() -> list[ValidCase]:
             "BF16 encoding: values16 holds the upper 16 bits of binary32 after rounding.",
             [fmt, pkt, REQ_QUANTIZE],
             packet(
-                base_entry(), entry(ORIGIN_C, INC_C, 2, 3, [60, 61, 62], [0.1, -0.2, 1 / 3]), encoding=bf16
+                base_entry(),
+                entry(ORIGIN_C, INC_C, 2, 3, [60, 61, 62], [0.1, -0.2, 1 / 3]),
+                encoding=bf16,
             ),
         ),
         ValidCase(
@@ -490,7 +589,12 @@ def valid_cases() -> list[ValidCase]:
                     13,
                     0,
                     [70, 71, 72, 73, 74],
-                    np.concatenate([bits_f32(0x7F7F0000, 0x7F7FFFFF, 0xFF7FFFFF, 0x00010000), f32([1e-30])]),
+                    np.concatenate(
+                        [
+                            bits_f32(0x7F7F0000, 0x7F7FFFFF, 0xFF7FFFFF, 0x00010000),
+                            f32([1e-30]),
+                        ]
+                    ),
                 ),
                 encoding=bf16,
             ),
@@ -499,7 +603,12 @@ def valid_cases() -> list[ValidCase]:
             "bf16_rounding_ties",
             "BF16 round-to-nearest-even at ties: 1 + 2**-8 -> 1, 1 + 3 * 2**-8 -> 1 + 2**-6.",
             [fmt, pkt, REQ_QUANTIZE],
-            packet(entry(SENDER, SENDER_INC, 14, 0, [80, 81], [1 + 2.0**-8, 1 + 3 * 2.0**-8]), encoding=bf16),
+            packet(
+                entry(
+                    SENDER, SENDER_INC, 14, 0, [80, 81], [1 + 2.0**-8, 1 + 3 * 2.0**-8]
+                ),
+                encoding=bf16,
+            ),
         ),
         ValidCase(
             "version_minor_7",
@@ -511,33 +620,52 @@ def valid_cases() -> list[ValidCase]:
             "many_entries",
             "64 entries of 64 origins, 1 value each.",
             [fmt, REQ_MULTI_ORIGIN],
-            packet(*[entry(0x1000 + k, 1 + k % 3, 1 + k, k % 4, [k], [k / 8.0 - 4.0]) for k in range(64)]),
+            packet(
+                *[
+                    entry(0x1000 + k, 1 + k % 3, 1 + k, k % 4, [k], [k / 8.0 - 4.0])
+                    for k in range(64)
+                ]
+            ),
         ),
     ]
     fp = VECTOR_MANIFEST.fingerprint
-    expected_unknown = packet(entry(ORIGIN_B, INC_B, 1, 0, [3, 50, 100], [0.5, -0.25, 2.0]))
+    expected_unknown = packet(
+        entry(ORIGIN_B, INC_B, 1, 0, [3, 50, 100], [0.5, -0.25, 2.0])
+    )
     cases += [
         ValidCase(
             "unknown_fields",
             "Packet and Entry tables with an extra field (slot 7, from a future minor version): ignored.",
             [fmt],
             raw=build_raw(
-                RawPacket(version_minor=1, unknown_field=0xDEADBEEF, entries=[RawEntry(unknown_field=12345)])
+                RawPacket(
+                    version_minor=1,
+                    unknown_field=0xDEADBEEF,
+                    entries=[RawEntry(unknown_field=12345)],
+                )
             ),
-            expect=Packet(SENDER, SENDER_INC, fp, expected_unknown.entries, version_minor=1),
+            expect=Packet(
+                SENDER, SENDER_INC, fp, expected_unknown.entries, version_minor=1
+            ),
         ),
         ValidCase(
             "defaults_omitted",
             "hops 0, encoding F32 and version_minor 0 absent from the tables (schema defaults).",
             [fmt],
-            raw=build_raw(RawPacket(version_minor=None, encoding=None, entries=[RawEntry(hops=None)])),
+            raw=build_raw(
+                RawPacket(
+                    version_minor=None, encoding=None, entries=[RawEntry(hops=None)]
+                )
+            ),
             expect=expected_unknown,
         ),
         ValidCase(
             "defaults_explicit",
             "hops 0, encoding F32 and version_minor 0 written explicitly.",
             [fmt],
-            raw=build_raw(RawPacket(version_minor=0, encoding=0, entries=[RawEntry(hops=0)])),
+            raw=build_raw(
+                RawPacket(version_minor=0, encoding=0, entries=[RawEntry(hops=0)])
+            ),
             expect=expected_unknown,
         ),
     ]
@@ -545,7 +673,9 @@ def valid_cases() -> list[ValidCase]:
 
 
 def invalid_cases() -> list[InvalidCase]:
-    good = encode_packet(packet(base_entry(), entry(ORIGIN_B, INC_B, 3, 1, [1, 2, 3], [1.0, 2.0, 3.0])))
+    good = encode_packet(
+        packet(base_entry(), entry(ORIGIN_B, INC_B, 3, 1, [1, 2, 3], [1.0, 2.0, 3.0]))
+    )
     root = root_table(good)
     e0 = entry_table(good, 0)
     e1 = entry_table(good, 1)
@@ -581,7 +711,10 @@ def invalid_cases() -> list[InvalidCase]:
         ),
         InvalidCase("empty_buffer", "Zero bytes.", ErrorCode.BAD_IDENTIFIER, b""),
         InvalidCase(
-            "buffer_7_bytes", "Seven bytes: too short for the identifier.", ErrorCode.BAD_IDENTIFIER, good[:7]
+            "buffer_7_bytes",
+            "Seven bytes: too short for the identifier.",
+            ErrorCode.BAD_IDENTIFIER,
+            good[:7],
         ),
         InvalidCase(
             "bad_file_identifier",
@@ -596,17 +729,36 @@ def invalid_cases() -> list[InvalidCase]:
             good[:4] + b"DFS1" + good[8:],
         ),
         InvalidCase("version_major_2", "version_major is 2.", V, raw(version_major=2)),
-        InvalidCase("version_major_0", "version_major written as 0.", V, raw(version_major=0)),
-        InvalidCase("version_major_absent", "version_major absent (default 0).", V, raw(version_major=None)),
-        InvalidCase("truncated_buffer", "A valid packet cut to half its length.", M, good[: len(good) // 2]),
-        InvalidCase("truncated_8_bytes", "Only the root offset and identifier.", M, good[:8]),
+        InvalidCase(
+            "version_major_0", "version_major written as 0.", V, raw(version_major=0)
+        ),
+        InvalidCase(
+            "version_major_absent",
+            "version_major absent (default 0).",
+            V,
+            raw(version_major=None),
+        ),
+        InvalidCase(
+            "truncated_buffer",
+            "A valid packet cut to half its length.",
+            M,
+            good[: len(good) // 2],
+        ),
+        InvalidCase(
+            "truncated_8_bytes", "Only the root offset and identifier.", M, good[:8]
+        ),
         InvalidCase(
             "root_offset_out_of_range",
             "Root offset points past the end.",
             M,
             patched(good, 0, "<I", len(good) + 64),
         ),
-        InvalidCase("root_offset_max", "Root offset 0xFFFFFFFF.", M, patched(good, 0, "<I", 0xFFFFFFFF)),
+        InvalidCase(
+            "root_offset_max",
+            "Root offset 0xFFFFFFFF.",
+            M,
+            patched(good, 0, "<I", 0xFFFFFFFF),
+        ),
         InvalidCase(
             "vtable_out_of_range",
             "The root table's vtable offset points past the end.",
@@ -623,7 +775,9 @@ def invalid_cases() -> list[InvalidCase]:
             "vtable_size_odd",
             "The root vtable's size is odd.",
             M,
-            patched(good, vtable_of(good, root), "<H", _u16(good, vtable_of(good, root)) + 1),
+            patched(
+                good, vtable_of(good, root), "<H", _u16(good, vtable_of(good, root)) + 1
+            ),
         ),
         InvalidCase(
             "vtable_size_past_end",
@@ -685,8 +839,18 @@ def invalid_cases() -> list[InvalidCase]:
             M,
             raw(fingerprint=VECTOR_MANIFEST.fingerprint + b"\0"),
         ),
-        InvalidCase("fingerprint_missing", "No fingerprint (a required field).", M, raw(fingerprint=None)),
-        InvalidCase("missing_entries_vector", "No entries vector (a required field).", M, raw(entries=None)),
+        InvalidCase(
+            "fingerprint_missing",
+            "No fingerprint (a required field).",
+            M,
+            raw(fingerprint=None),
+        ),
+        InvalidCase(
+            "missing_entries_vector",
+            "No entries vector (a required field).",
+            M,
+            raw(entries=None),
+        ),
         InvalidCase(
             "missing_indices_vector",
             "An entry without indices (a required field).",
@@ -695,19 +859,39 @@ def invalid_cases() -> list[InvalidCase]:
         ),
         InvalidCase("sender_zero", "sender is 0 (written).", M, raw(sender=0)),
         InvalidCase("sender_absent", "sender absent (default 0).", M, raw(sender=None)),
-        InvalidCase("sender_incarnation_zero", "sender_incarnation is 0.", M, raw(sender_incarnation=0)),
+        InvalidCase(
+            "sender_incarnation_zero",
+            "sender_incarnation is 0.",
+            M,
+            raw(sender_incarnation=0),
+        ),
         InvalidCase("origin_zero", "An entry's origin is 0.", M, raw_entry(origin=0)),
-        InvalidCase("incarnation_zero", "An entry's incarnation is 0.", M, raw_entry(incarnation=0)),
+        InvalidCase(
+            "incarnation_zero",
+            "An entry's incarnation is 0.",
+            M,
+            raw_entry(incarnation=0),
+        ),
         InvalidCase("seq_zero", "An entry's seq is 0.", M, raw_entry(seq=0)),
-        InvalidCase("seq_absent", "An entry's seq is absent (default 0).", M, raw_entry(seq=None)),
+        InvalidCase(
+            "seq_absent",
+            "An entry's seq is absent (default 0).",
+            M,
+            raw_entry(seq=None),
+        ),
         InvalidCase(
             "seq_zero_second_entry",
             "The second of two entries has seq 0.",
             M,
-            build_raw(RawPacket(entries=[RawEntry(), RawEntry(origin=ORIGIN_C, seq=0)])),
+            build_raw(
+                RawPacket(entries=[RawEntry(), RawEntry(origin=ORIGIN_C, seq=0)])
+            ),
         ),
         InvalidCase(
-            "missing_values_vector", "F32 packet, an entry without values.", M, raw_entry(values=None)
+            "missing_values_vector",
+            "F32 packet, an entry without values.",
+            M,
+            raw_entry(values=None),
         ),
         InvalidCase(
             "values16_in_f32_packet",
@@ -727,12 +911,23 @@ def invalid_cases() -> list[InvalidCase]:
             M,
             raw16(1, values=[1.0, 2.0, 3.0]),
         ),
-        InvalidCase("missing_values16_bf16", "BF16 packet, an entry without values16.", M, raw16(2)),
         InvalidCase(
-            "encoding_unknown", "encoding 3, no entries.", U, build_raw(RawPacket(encoding=3, entries=[]))
+            "missing_values16_bf16",
+            "BF16 packet, an entry without values16.",
+            M,
+            raw16(2),
         ),
         InvalidCase(
-            "encoding_255", "encoding 255, no entries.", U, build_raw(RawPacket(encoding=255, entries=[]))
+            "encoding_unknown",
+            "encoding 3, no entries.",
+            U,
+            build_raw(RawPacket(encoding=3, entries=[])),
+        ),
+        InvalidCase(
+            "encoding_255",
+            "encoding 255, no entries.",
+            U,
+            build_raw(RawPacket(encoding=255, entries=[])),
         ),
         InvalidCase(
             "fingerprint_mismatch",
@@ -744,7 +939,11 @@ def invalid_cases() -> list[InvalidCase]:
             "hop_limit_exceeded",
             "An entry with hops = hop_limit + 1 = 17.",
             ErrorCode.HOP_LIMIT,
-            encode_packet(packet(base_entry(), entry(ORIGIN_B, INC_B, 4, HOP_LIMIT + 1, [1], [1.0]))),
+            encode_packet(
+                packet(
+                    base_entry(), entry(ORIGIN_B, INC_B, 4, HOP_LIMIT + 1, [1], [1.0])
+                )
+            ),
         ),
         InvalidCase(
             "hop_limit_255",
@@ -752,12 +951,23 @@ def invalid_cases() -> list[InvalidCase]:
             ErrorCode.HOP_LIMIT,
             encode_packet(packet(entry(ORIGIN_B, INC_B, 4, 255, [1], [1.0]))),
         ),
-        InvalidCase("values_length_mismatch", "3 indices, 2 values (f32).", L, raw_entry(values=[1.0, 2.0])),
         InvalidCase(
-            "values16_length_mismatch", "3 indices, 4 values16 (bf16).", L, raw16(2, values16=[0x3F80] * 4)
+            "values_length_mismatch",
+            "3 indices, 2 values (f32).",
+            L,
+            raw_entry(values=[1.0, 2.0]),
         ),
         InvalidCase(
-            "empty_entry", "An entry with zero indices and zero values.", E, raw_entry(indices=[], values=[])
+            "values16_length_mismatch",
+            "3 indices, 4 values16 (bf16).",
+            L,
+            raw16(2, values16=[0x3F80] * 4),
+        ),
+        InvalidCase(
+            "empty_entry",
+            "An entry with zero indices and zero values.",
+            E,
+            raw_entry(indices=[], values=[]),
         ),
         InvalidCase(
             "empty_entry_f16",
@@ -781,27 +991,38 @@ def invalid_cases() -> list[InvalidCase]:
             "index_out_of_range_second_entry",
             "The second entry's last index is N.",
             R,
-            encode_packet(packet(base_entry(), entry(ORIGIN_B, INC_B, 2, 1, [99, n], [1.0, 1.0]))),
+            encode_packet(
+                packet(base_entry(), entry(ORIGIN_B, INC_B, 2, 1, [99, n], [1.0, 1.0]))
+            ),
         ),
         InvalidCase(
             "unsorted_indices",
             "Indices 5, 3, 8.",
             ErrorCode.UNSORTED_INDICES,
-            encode_packet(packet(entry(SENDER, SENDER_INC, 1, 0, [5, 3, 8], [1.0, 2.0, 3.0]))),
+            encode_packet(
+                packet(entry(SENDER, SENDER_INC, 1, 0, [5, 3, 8], [1.0, 2.0, 3.0]))
+            ),
         ),
         InvalidCase(
             "unsorted_indices_descending",
             "Indices 100 down to 0 in the second entry.",
             ErrorCode.UNSORTED_INDICES,
             encode_packet(
-                packet(base_entry(), entry(ORIGIN_B, INC_B, 2, 1, range(100, -1, -1), np.ones(101)))
+                packet(
+                    base_entry(),
+                    entry(ORIGIN_B, INC_B, 2, 1, range(100, -1, -1), np.ones(101)),
+                )
             ),
         ),
         InvalidCase(
             "duplicate_index",
             "Indices 3, 7, 7, 9.",
             ErrorCode.DUPLICATE_INDEX,
-            encode_packet(packet(entry(SENDER, SENDER_INC, 1, 0, [3, 7, 7, 9], [1.0, 2.0, 3.0, 4.0]))),
+            encode_packet(
+                packet(
+                    entry(SENDER, SENDER_INC, 1, 0, [3, 7, 7, 9], [1.0, 2.0, 3.0, 4.0])
+                )
+            ),
         ),
         InvalidCase(
             "duplicate_index_zero",
@@ -813,39 +1034,69 @@ def invalid_cases() -> list[InvalidCase]:
             "nan_value",
             "A quiet NaN value (f32).",
             X,
-            encode_packet(packet(entry(SENDER, SENDER_INC, 1, 0, [1, 2], bits_f32(0x3F800000, 0x7FC00000)))),
+            encode_packet(
+                packet(
+                    entry(
+                        SENDER,
+                        SENDER_INC,
+                        1,
+                        0,
+                        [1, 2],
+                        bits_f32(0x3F800000, 0x7FC00000),
+                    )
+                )
+            ),
         ),
         InvalidCase(
             "signaling_nan_value",
             "A signalling NaN with a payload, negative sign (f32).",
             X,
-            encode_packet(packet(entry(SENDER, SENDER_INC, 1, 0, [1], bits_f32(0xFF800001)))),
+            encode_packet(
+                packet(entry(SENDER, SENDER_INC, 1, 0, [1], bits_f32(0xFF800001)))
+            ),
         ),
         InvalidCase(
             "inf_value",
             "+inf (f32).",
             X,
-            encode_packet(packet(entry(SENDER, SENDER_INC, 1, 0, [1], bits_f32(0x7F800000)))),
+            encode_packet(
+                packet(entry(SENDER, SENDER_INC, 1, 0, [1], bits_f32(0x7F800000)))
+            ),
         ),
         InvalidCase(
             "neg_inf_value_second_entry",
             "-inf in the second entry (f32).",
             X,
             encode_packet(
-                packet(base_entry(), entry(ORIGIN_B, INC_B, 2, 1, [4, 5], bits_f32(0, 0xFF800000)))
+                packet(
+                    base_entry(),
+                    entry(ORIGIN_B, INC_B, 2, 1, [4, 5], bits_f32(0, 0xFF800000)),
+                )
             ),
         ),
         InvalidCase(
-            "f16_inf_value", "F16 +inf bit pattern 0x7C00.", X, raw16(1, values16=[0x3C00, 0x7C00, 0x3C00])
+            "f16_inf_value",
+            "F16 +inf bit pattern 0x7C00.",
+            X,
+            raw16(1, values16=[0x3C00, 0x7C00, 0x3C00]),
         ),
         InvalidCase(
-            "f16_nan_value", "F16 NaN bit pattern 0xFE00.", X, raw16(1, values16=[0xFE00, 0x3C00, 0x3C00])
+            "f16_nan_value",
+            "F16 NaN bit pattern 0xFE00.",
+            X,
+            raw16(1, values16=[0xFE00, 0x3C00, 0x3C00]),
         ),
         InvalidCase(
-            "bf16_inf_value", "BF16 -inf bit pattern 0xFF80.", X, raw16(2, values16=[0x3F80, 0x3F80, 0xFF80])
+            "bf16_inf_value",
+            "BF16 -inf bit pattern 0xFF80.",
+            X,
+            raw16(2, values16=[0x3F80, 0x3F80, 0xFF80]),
         ),
         InvalidCase(
-            "bf16_nan_value", "BF16 NaN bit pattern 0x7FC1.", X, raw16(2, values16=[0x7FC1, 0x3F80, 0x3F80])
+            "bf16_nan_value",
+            "BF16 NaN bit pattern 0x7FC1.",
+            X,
+            raw16(2, values16=[0x7FC1, 0x3F80, 0x3F80]),
         ),
     ]
     for c in cases:
@@ -860,7 +1111,9 @@ def _dump_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=2, allow_nan=False) + "\n", encoding="utf-8")
 
 
-def _check_decode(data: bytes, ctx: dict[str, Any]) -> tuple[Packet | None, ErrorCode | None]:
+def _check_decode(
+    data: bytes, ctx: dict[str, Any]
+) -> tuple[Packet | None, ErrorCode | None]:
     try:
         p = decode_packet(data, ctx["max_packet_size"])
         validate_packet(
@@ -880,7 +1133,14 @@ def _quantized(p: Packet) -> Packet:
         p.sender_incarnation,
         p.fingerprint,
         tuple(
-            Entry(e.origin, e.incarnation, e.seq, e.hops, e.indices, quantize(e.values, p.encoding))
+            Entry(
+                e.origin,
+                e.incarnation,
+                e.seq,
+                e.hops,
+                e.indices,
+                quantize(e.values, p.encoding),
+            )
             for e in p.entries
         ),
         p.encoding,
@@ -908,7 +1168,9 @@ def write_decode_vectors(vectors_dir: Path) -> list[dict[str, Any]]:
         ctx = context(v.manifest)
         got, err = _check_decode(data, ctx)
         if got is None or got != want:
-            raise AssertionError(f"valid vector {v.name}: decoded to {err or got}, expected {want}")
+            raise AssertionError(
+                f"valid vector {v.name}: decoded to {err or got}, expected {want}"
+            )
         rel = f"decode/valid/{v.name}"
         (vectors_dir / f"{rel}.dfp").write_bytes(data)
         _dump_json(
@@ -936,7 +1198,9 @@ def write_decode_vectors(vectors_dir: Path) -> list[dict[str, Any]]:
         ctx = context(c.manifest, c.max_packet_size)
         _, err = _check_decode(c.data, ctx)
         if err is not c.error:
-            raise AssertionError(f"invalid vector {c.name}: got {err}, expected {c.error}")
+            raise AssertionError(
+                f"invalid vector {c.name}: got {err}, expected {c.error}"
+            )
         rel = f"decode/invalid/{c.name}"
         (vectors_dir / f"{rel}.dfp").write_bytes(c.data)
         _dump_json(
@@ -976,7 +1240,9 @@ def engine_rows(vectors_dir: Path) -> list[dict[str, Any]]:
     for row in rows:
         missing = {"id", "kind", "path", "requirements"} - set(row)
         if missing:
-            raise ValueError(f"engine_vectors row {row.get('id')!r} lacks {sorted(missing)}")
+            raise ValueError(
+                f"engine_vectors row {row.get('id')!r} lacks {sorted(missing)}"
+            )
     return rows
 
 
@@ -1009,10 +1275,19 @@ def compare_trees(fresh: Path, checked_in: Path) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    ap.add_argument("--out", type=Path, default=DEFAULT_VECTORS_DIR, help="vectors directory to write")
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0] if __doc__ else None
+    )
     ap.add_argument(
-        "--check", action="store_true", help="compare a fresh generation with --out; write nothing"
+        "--out",
+        type=Path,
+        default=DEFAULT_VECTORS_DIR,
+        help="vectors directory to write",
+    )
+    ap.add_argument(
+        "--check",
+        action="store_true",
+        help="compare a fresh generation with --out; write nothing",
     )
     args = ap.parse_args(argv)
     if args.check:
@@ -1022,7 +1297,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for p in problems:
             print(p, file=sys.stderr)
         print(
-            "vectors up to date" if not problems else f"{len(problems)} stale vector files", file=sys.stderr
+            "vectors up to date"
+            if not problems
+            else f"{len(problems)} stale vector files",
+            file=sys.stderr,
         )
         return 1 if problems else 0
     rows = generate(args.out)
