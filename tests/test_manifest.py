@@ -6,15 +6,20 @@ import hashlib
 
 import numpy as np
 import pytest
+from delta_fabric.manifest import Manifest, TensorSpec, validate_name
 from hypothesis import given
 from hypothesis import strategies as st
-
-from delta_fabric.manifest import Manifest, TensorSpec, validate_name
 
 
 def _mlp() -> Manifest:
     return Manifest.from_named_shapes(
-        [("fc2.weight", (2, 3)), ("fc1.weight", (3, 4)), ("fc1.bias", (3,)), ("fc2.bias", (2,)), ("scale", ())]
+        [
+            ("fc2.weight", (2, 3)),
+            ("fc1.weight", (3, 4)),
+            ("fc1.bias", (3,)),
+            ("fc2.bias", (2,)),
+            ("scale", ()),
+        ]
     )
 
 
@@ -61,7 +66,9 @@ def test_fingerprint_independent_of_input_order_but_not_of_shapes() -> None:
     assert a.fingerprint != c.fingerprint
 
 
-@pytest.mark.parametrize("bad", ["", "a\nb", "tab\there", "nul\x00", "del\x7f", "esc\x1b", "\ud800"])
+@pytest.mark.parametrize(
+    "bad", ["", "a\nb", "tab\there", "nul\x00", "del\x7f", "esc\x1b", "\ud800"]
+)
 def test_bad_names_rejected(bad: str) -> None:
     # REQ: DF-MAN-1
     with pytest.raises(ValueError):
@@ -115,7 +122,9 @@ def test_locate_splits_per_tensor(raw: list[int]) -> None:
         assert p.stop > p.start
         t = m.tensors[p.tensor]
         assert t.name == p.name
-        assert np.array_equal(p.local + m.offsets[p.tensor], flat[p.start : p.stop].astype(np.int64))
+        assert np.array_equal(
+            p.local + m.offsets[p.tensor], flat[p.start : p.stop].astype(np.int64)
+        )
         assert np.all((p.local >= 0) & (p.local < t.numel))
         covered += p.stop - p.start
     assert covered == flat.size

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from delta_fabric.errors import ErrorCode
 from delta_fabric.state import Admission, Counters, ReceiverState, ReplayWindow
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 A = Admission.ACCEPTED
 
@@ -48,7 +47,12 @@ def test_window_edges() -> None:
     assert w.check(9) is A
     assert w.check(8) is Admission.TOO_OLD
     w1 = ReplayWindow(1)
-    assert [w1.admit(s) for s in (2, 1, 2, 3)] == [A, Admission.TOO_OLD, Admission.DUPLICATE, A]
+    assert [w1.admit(s) for s in (2, 1, 2, 3)] == [
+        A,
+        Admission.TOO_OLD,
+        Admission.DUPLICATE,
+        A,
+    ]
 
 
 @given(st.lists(st.integers(1, 300), max_size=200), st.integers(1, 70))
@@ -85,7 +89,9 @@ def test_incarnation_table() -> None:
     assert s.admit(9, 100, 5) is A
     assert s.admit(9, 200, 1) is A  # a restart: accepted at once, seq restarts at 1
     assert s.admit(9, 100, 6) is A  # both incarnations are tracked
-    assert s.admit(9, 50, 1) is Admission.STALE_INCARNATION  # lower than every tracked, table full
+    assert (
+        s.admit(9, 50, 1) is Admission.STALE_INCARNATION
+    )  # lower than every tracked, table full
     assert s.admit(9, 150, 1) is A  # higher than the lowest: evicts 100
     assert s.incarnations(9) == [150, 200]
     assert s.admit(9, 100, 7) is Admission.STALE_INCARNATION  # evicted ones stay stale
@@ -101,15 +107,21 @@ def test_origin_limit_is_a_drop_not_an_eviction() -> None:
 
 
 @given(
-    st.lists(st.tuples(st.integers(2, 4), st.integers(1, 6), st.integers(1, 60)), max_size=80),
+    st.lists(
+        st.tuples(st.integers(2, 4), st.integers(1, 6), st.integers(1, 60)), max_size=80
+    ),
     st.integers(1, 40),
     st.integers(1, 3),
 )
-def test_history_round_trip(items: list[tuple[int, int, int]], window: int, max_inc: int) -> None:
+def test_history_round_trip(
+    items: list[tuple[int, int, int]], window: int, max_inc: int
+) -> None:
     s = ReceiverState(1, window=window, max_incarnations=max_inc)
     for o, i, q in items:
         s.admit(o, i, q)
-    again = ReceiverState.from_history(1, s.history(), window=window, max_incarnations=max_inc)
+    again = ReceiverState.from_history(
+        1, s.history(), window=window, max_incarnations=max_inc
+    )
     assert again.history() == s.history()
     for o in (2, 3, 4):
         assert again.incarnations(o) == s.incarnations(o)
@@ -130,7 +142,13 @@ def test_counters_json() -> None:
     c.count_drop(Admission.DUPLICATE)
     j = c.to_json()
     assert j["errors"]["MALFORMED"] == 1 and j["errors"]["OVERSIZE"] == 0
-    assert j["drops"] == {"own_origin": 0, "duplicate": 2, "too_old": 0, "stale_incarnation": 0, "origin_limit": 0}
+    assert j["drops"] == {
+        "own_origin": 0,
+        "duplicate": 2,
+        "too_old": 0,
+        "stale_incarnation": 0,
+        "origin_limit": 0,
+    }
     d = c.copy()
     d.count_error(ErrorCode.MALFORMED)
     assert c.errors[ErrorCode.MALFORMED] == 1
