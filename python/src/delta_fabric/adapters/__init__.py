@@ -1,0 +1,13 @@
+"""Framework adapters.
+
+* `delta_fabric.adapters.torch.Fabric`: a PyTorch ``nn.Module`` (import it from its module; torch is
+  imported only there);
+* `delta_fabric.adapters.numpy.NumpyFabric`: named float NumPy arrays, for any other framework.
+"""
+
+from __future__ import annotations
+
+from delta_fabric.adapters._base import Bootstrap, FabricBase, SnapshotUnavailable, default_incarnation
+from delta_fabric.adapters.numpy import NumpyFabric
+
+__all__ = ["Bootstrap", "FabricBase", "NumpyFabric", "SnapshotUnavailable", "default_incarnation"]
