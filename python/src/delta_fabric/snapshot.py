@@ -1,0 +1,585 @@
+"""Anchor snapshots for late joiners (DF-ZEN-5), sans-IO: chunk encoding, hostile-input decoding,
+verification and reassembly.
+
+A server freezes its anchor into a :class:`SnapshotSource` and answers ``chunk=<i>&chunk_size=<n>``
+with chunk ``i``: the values ``[i*n, min((i+1)*n, N))`` as a ``SnapshotChunk`` FlatBuffer
+(``schema/snapshot.fbs``, identifier ``DFS1``). Every chunk carries the manifest fingerprint, the
+snapshot id, the total N and the SHA-256 digest of the *whole* snapshot's little-endian f32 bytes.
+
+The joiner decodes each chunk with :func:`decode_chunk` (a bounds-checked reader: whatever the bytes, it
+raises nothing but :class:`SnapshotError`) and feeds it to a :class:`SnapshotAssembler`, which checks
+that every chunk belongs to the same snapshot (server, incarnation, id, fingerprint, total, digest), that
+its offset and length are the expected ones, and finally that the reassembled values hash to the digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import struct
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import NoReturn
+from urllib.parse import parse_qsl
+
+import flatbuffers
+import numpy as np
+from numpy.typing import NDArray
+
+from delta_fabric._generated.deltafabric.v1 import SnapshotChunk as _gen_chunk
+from delta_fabric.errors import DeltaFabricError
+
+__all__ = [
+    "DEFAULT_CHUNK_SIZE",
+    "FILE_IDENTIFIER",
+    "MAX_CHUNK_SIZE",
+    "ChunkRequest",
+    "SnapshotAssembler",
+    "SnapshotChunk",
+    "SnapshotError",
+    "SnapshotErrorKind",
+    "SnapshotServer",
+    "SnapshotSource",
+    "chunk_count",
+    "decode_chunk",
+    "encode_chunk",
+    "fetch_snapshot_chunks",
+    "format_chunk_params",
+    "parse_chunk_params",
+    "snapshot_digest",
+]
+
+FILE_IDENTIFIER = b"DFS1"
+VERSION_MAJOR = 1
+VERSION_MINOR = 0
+FINGERPRINT_SIZE = 32
+DIGEST_SIZE = 32
+#: Default values per chunk a joiner asks for (1 MiB of f32).
+DEFAULT_CHUNK_SIZE = 262_144
+#: Largest chunk a server answers (16 MiB of f32, the default max packet size).
+MAX_CHUNK_SIZE = 4_194_304
+_U64_MAX = (1 << 64) - 1
+
+
+class SnapshotErrorKind(str, Enum):
+    """Why a snapshot (chunk) was rejected or could not be fetched."""
+
+    BAD_IDENTIFIER = "BAD_IDENTIFIER"  #: fewer than 8 bytes or bytes 4..8 != DFS1
+    MALFORMED = "MALFORMED"  #: offsets/lengths out of bounds, required field missing, bad sizes
+    UNSUPPORTED_VERSION = "UNSUPPORTED_VERSION"  #: version_major != 1
+    FINGERPRINT_MISMATCH = "FINGERPRINT_MISMATCH"  #: not the joiner's manifest
+    INCONSISTENT = "INCONSISTENT"  #: chunk disagrees with earlier chunks (id, total, digest, server...)
+    BAD_OFFSET = "BAD_OFFSET"  #: offset / length not the ones the request implies
+    DIGEST_MISMATCH = "DIGEST_MISMATCH"  #: the reassembled values do not hash to the digest
+    BAD_REQUEST = "BAD_REQUEST"  #: server side: unparsable or out-of-range chunk parameters
+    NO_SERVER = "NO_SERVER"  #: no live peer answered / serves a snapshot
+    SERVER_ERROR = "SERVER_ERROR"  #: the server replied with an error
+    TIMEOUT = "TIMEOUT"  #: the fetch did not complete in time
+
+
+class SnapshotError(DeltaFabricError):
+    """A snapshot chunk was rejected, or a snapshot fetch failed. ``kind`` says why."""
+
+    def __init__(self, kind: SnapshotErrorKind, detail: str = "") -> None:
+        self.kind = kind
+        self.detail = detail
+        super().__init__(f"{kind.value}: {detail}" if detail else kind.value)
+
+
+def snapshot_digest(anchor: NDArray[np.float32]) -> bytes:
+    """SHA-256 of the values as little-endian f32 bytes."""
+    return hashlib.sha256(np.ascontiguousarray(anchor, dtype="<f4").tobytes()).digest()
+
+
+def _check_u64_nonzero(name: str, x: int) -> int:
+    if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or not 1 <= int(x) <= _U64_MAX:
+        raise ValueError(f"{name} must be an integer in [1, 2**64), got {x!r}")
+    return int(x)
+
+
+@dataclass(frozen=True, eq=False)
+class SnapshotSource:
+    """A frozen anchor a node serves: its incarnation, manifest fingerprint and flat f32 anchor.
+
+    The anchor is copied into a read-only little-endian array at construction, so later training steps
+    cannot change a snapshot being served. ``framework`` is reported by the info queryable.
+    """
+
+    incarnation: int
+    fingerprint: bytes
+    anchor: NDArray[np.float32]
+    framework: str = "numpy"
+    _digest: bytes = field(default=b"", init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _check_u64_nonzero("incarnation", self.incarnation)
+        fp = bytes(self.fingerprint)
+        if len(fp) != FINGERPRINT_SIZE:
+            raise ValueError(f"fingerprint must be {FINGERPRINT_SIZE} bytes, got {len(fp)}")
+        a = np.array(self.anchor, dtype="<f4", copy=True).reshape(-1)
+        if a.size < 1:
+            raise ValueError("a snapshot holds at least one value")
+        a.flags.writeable = False
+        object.__setattr__(self, "fingerprint", fp)
+        object.__setattr__(self, "anchor", a)
+        object.__setattr__(self, "_digest", snapshot_digest(a))
+
+    @property
+    def total(self) -> int:
+        return int(self.anchor.size)
+
+    @property
+    def digest(self) -> bytes:
+        """SHA-256 of the whole snapshot's little-endian f32 bytes."""
+        return self._digest
+
+
+@dataclass(frozen=True, eq=False)
+class SnapshotChunk:
+    """One decoded chunk. ``values`` is a read-only view (little-endian f32) over the chunk buffer."""
+
+    node: int
+    incarnation: int
+    fingerprint: bytes
+    snapshot_id: int
+    total: int
+    offset: int
+    digest: bytes
+    values: NDArray[np.float32]
+    version_major: int = VERSION_MAJOR
+    version_minor: int = VERSION_MINOR
+
+
+def chunk_count(total: int, chunk_size: int) -> int:
+    """Number of chunks of a ``total``-value snapshot at ``chunk_size`` values per chunk."""
+    if chunk_size < 1:
+        raise ValueError("chunk_size must be >= 1")
+    return max(1, math.ceil(total / chunk_size))
+
+
+# ------------------------------------------------------------------------------------------------------
+# Query parameters
+# ------------------------------------------------------------------------------------------------------
+
+
+def format_chunk_params(chunk: int, chunk_size: int) -> str:
+    """The selector parameters of a chunk request: ``chunk=<i>&chunk_size=<n>``."""
+    return f"chunk={int(chunk)}&chunk_size={int(chunk_size)}"
+
+
+def parse_chunk_params(
+    params: str | dict[str, str], default_chunk_size: int = DEFAULT_CHUNK_SIZE
+) -> tuple[int, int]:
+    """Parse ``chunk=<i>&chunk_size=<n>`` (server side). ``chunk`` defaults to 0 and ``chunk_size`` to
+    ``default_chunk_size`` when absent; anything else malformed or out of range raises
+    ``SnapshotError(BAD_REQUEST)``. Unknown parameters are ignored."""
+    if isinstance(params, str):
+        try:
+            pairs = dict(parse_qsl(params, keep_blank_values=True, strict_parsing=False))
+        except ValueError as exc:
+            raise SnapshotError(SnapshotErrorKind.BAD_REQUEST, f"unparsable parameters {params!r}") from exc
+    else:
+        pairs = dict(params)
+
+    def num(name: str, default: int) -> int:
+        raw = pairs.get(name)
+        if raw is None:
+            return default
+        raw = raw.strip()
+        if not raw.isdigit() or len(raw) > 20:
+            raise SnapshotError(
+                SnapshotErrorKind.BAD_REQUEST, f"{name}={raw!r} is not a non-negative integer"
+            )
+        return int(raw)
+
+    chunk = num("chunk", 0)
+    chunk_size = num("chunk_size", default_chunk_size)
+    if not 1 <= chunk_size <= MAX_CHUNK_SIZE:
+        raise SnapshotError(
+            SnapshotErrorKind.BAD_REQUEST, f"chunk_size {chunk_size} not in [1, {MAX_CHUNK_SIZE}]"
+        )
+    return chunk, chunk_size
+
+
+# ------------------------------------------------------------------------------------------------------
+# Encoding
+# ------------------------------------------------------------------------------------------------------
+
+
+def encode_chunk(source: SnapshotSource, node: int, snapshot_id: int, chunk: int, chunk_size: int) -> bytes:
+    """Chunk ``chunk`` of ``source`` at ``chunk_size`` values per chunk, as a ``SnapshotChunk`` buffer.
+
+    ``SnapshotError(BAD_REQUEST)`` when the chunk index or size is out of range.
+    """
+    if not 1 <= chunk_size <= MAX_CHUNK_SIZE:
+        raise SnapshotError(
+            SnapshotErrorKind.BAD_REQUEST, f"chunk_size {chunk_size} not in [1, {MAX_CHUNK_SIZE}]"
+        )
+    n_chunks = chunk_count(source.total, chunk_size)
+    if not 0 <= chunk < n_chunks:
+        raise SnapshotError(
+            SnapshotErrorKind.BAD_REQUEST, f"chunk {chunk} not in [0, {n_chunks}) for {source.total} values"
+        )
+    offset = chunk * chunk_size
+    values = source.anchor[offset : offset + chunk_size]
+    b = flatbuffers.Builder(4 * values.size + 256)
+    vals_off = b.CreateNumpyVector(np.ascontiguousarray(values, dtype="<f4"))
+    digest_off = b.CreateByteVector(source.digest)
+    fp_off = b.CreateByteVector(source.fingerprint)
+    _gen_chunk.SnapshotChunkStart(b)
+    _gen_chunk.SnapshotChunkAddVersionMajor(b, VERSION_MAJOR)
+    _gen_chunk.SnapshotChunkAddVersionMinor(b, VERSION_MINOR)
+    _gen_chunk.SnapshotChunkAddNode(b, _check_u64_nonzero("node", node))
+    _gen_chunk.SnapshotChunkAddIncarnation(b, source.incarnation)
+    _gen_chunk.SnapshotChunkAddFingerprint(b, fp_off)
+    _gen_chunk.SnapshotChunkAddSnapshotId(b, _check_u64_nonzero("snapshot_id", snapshot_id))
+    _gen_chunk.SnapshotChunkAddTotal(b, source.total)
+    _gen_chunk.SnapshotChunkAddOffset(b, offset)
+    _gen_chunk.SnapshotChunkAddDigest(b, digest_off)
+    _gen_chunk.SnapshotChunkAddValues(b, vals_off)
+    root = _gen_chunk.SnapshotChunkEnd(b)
+    b.Finish(root, file_identifier=FILE_IDENTIFIER)
+    return bytes(b.Output())
+
+
+# ------------------------------------------------------------------------------------------------------
+# Decoding: bounds-checked reader (Python FlatBuffers has no verifier)
+# ------------------------------------------------------------------------------------------------------
+
+_U16 = struct.Struct("<H")
+_U32 = struct.Struct("<I")
+_I32 = struct.Struct("<i")
+_U64 = struct.Struct("<Q")
+
+_S_VMAJ, _S_VMIN, _S_NODE, _S_INC, _S_FP, _S_ID, _S_TOTAL, _S_OFFSET, _S_DIGEST, _S_VALUES = range(10)
+
+
+def _malformed(detail: str) -> NoReturn:
+    raise SnapshotError(SnapshotErrorKind.MALFORMED, detail)
+
+
+class _Reader:
+    __slots__ = ("mv", "n", "pos", "vsize", "vt")
+
+    def __init__(self, mv: memoryview) -> None:
+        self.mv = mv
+        self.n = len(mv)
+        self.pos = self.vt = self.vsize = 0
+
+    def need(self, pos: int, size: int, what: str) -> None:
+        if pos < 0 or size < 0 or pos + size > self.n:
+            _malformed(f"{what}: bytes [{pos}, {pos + size}) outside the {self.n}-byte buffer")
+
+    def root(self) -> None:
+        self.need(0, 4, "root offset")
+        pos = int(_U32.unpack_from(self.mv, 0)[0])
+        self.need(pos, 4, "SnapshotChunk table")
+        vt = pos - int(_I32.unpack_from(self.mv, pos)[0])
+        self.need(vt, 4, "SnapshotChunk vtable")
+        vsize = int(_U16.unpack_from(self.mv, vt)[0])
+        if vsize < 4 or vsize & 1:
+            _malformed(f"vtable size {vsize} invalid")
+        self.need(vt, vsize, "SnapshotChunk vtable")
+        tsize = int(_U16.unpack_from(self.mv, vt + 2)[0])
+        self.need(pos, max(tsize, 4), "SnapshotChunk table")
+        self.pos, self.vt, self.vsize = pos, vt, vsize
+
+    def field(self, slot: int, size: int, what: str) -> int:
+        voff = 4 + 2 * slot
+        if voff + 2 > self.vsize:
+            return 0
+        off = int(_U16.unpack_from(self.mv, self.vt + voff)[0])
+        if off == 0:
+            return 0
+        self.need(self.pos + off, size, what)
+        return self.pos + off
+
+    def u16(self, slot: int, what: str) -> int:
+        p = self.field(slot, 2, what)
+        return 0 if p == 0 else int(_U16.unpack_from(self.mv, p)[0])
+
+    def u64(self, slot: int, what: str) -> int:
+        p = self.field(slot, 8, what)
+        return 0 if p == 0 else int(_U64.unpack_from(self.mv, p)[0])
+
+    def vector(self, slot: int, elem: int, what: str) -> tuple[int, int]:
+        p = self.field(slot, 4, what)
+        if p == 0:
+            _malformed(f"{what} (required) missing")
+        target = p + int(_U32.unpack_from(self.mv, p)[0])
+        self.need(target, 4, f"{what} length")
+        length = int(_U32.unpack_from(self.mv, target)[0])
+        self.need(target + 4, length * elem, f"{what} ({length} x {elem} bytes)")
+        return target + 4, length
+
+
+def decode_chunk(buf: bytes | bytearray | memoryview) -> SnapshotChunk:
+    """Decode and check one chunk on its own (context-free): identifier, bounds, version, required
+    fields and their sizes, non-zero node / incarnation / snapshot id, ``offset + len(values) <= total``.
+    Raises nothing but :class:`SnapshotError`."""
+    try:
+        mv = memoryview(buf).cast("B")
+    except (TypeError, ValueError) as exc:
+        raise SnapshotError(SnapshotErrorKind.MALFORMED, f"not a byte buffer: {exc}") from exc
+    if len(mv) < 8 or bytes(mv[4:8]) != FILE_IDENTIFIER:
+        raise SnapshotError(SnapshotErrorKind.BAD_IDENTIFIER, "missing file identifier DFS1")
+    r = _Reader(mv)
+    r.root()
+    vmaj = r.u16(_S_VMAJ, "version_major")
+    if vmaj != VERSION_MAJOR:
+        raise SnapshotError(SnapshotErrorKind.UNSUPPORTED_VERSION, f"version_major {vmaj}")
+    vmin = r.u16(_S_VMIN, "version_minor")
+    node = r.u64(_S_NODE, "node")
+    incarnation = r.u64(_S_INC, "incarnation")
+    fp_start, fp_len = r.vector(_S_FP, 1, "fingerprint")
+    snapshot_id = r.u64(_S_ID, "snapshot_id")
+    total = r.u64(_S_TOTAL, "total")
+    offset = r.u64(_S_OFFSET, "offset")
+    dg_start, dg_len = r.vector(_S_DIGEST, 1, "digest")
+    v_start, v_len = r.vector(_S_VALUES, 4, "values")
+    if fp_len != FINGERPRINT_SIZE:
+        _malformed(f"fingerprint has {fp_len} bytes, expected {FINGERPRINT_SIZE}")
+    if dg_len != DIGEST_SIZE:
+        _malformed(f"digest has {dg_len} bytes, expected {DIGEST_SIZE}")
+    if node == 0:
+        _malformed("node is 0")
+    if incarnation == 0:
+        _malformed("incarnation is 0")
+    if snapshot_id == 0:
+        _malformed("snapshot_id is 0")
+    if total == 0:
+        _malformed("total is 0")
+    if v_len == 0:
+        _malformed("chunk holds no value")
+    if offset >= total or v_len > total - offset:
+        _malformed(f"values [{offset}, {offset + v_len}) outside the snapshot of {total} values")
+    values = np.frombuffer(mv, dtype="<f4", count=v_len, offset=v_start)
+    values.flags.writeable = False
+    return SnapshotChunk(
+        node=node,
+        incarnation=incarnation,
+        fingerprint=bytes(mv[fp_start : fp_start + fp_len]),
+        snapshot_id=snapshot_id,
+        total=total,
+        offset=offset,
+        digest=bytes(mv[dg_start : dg_start + dg_len]),
+        values=values,
+        version_major=vmaj,
+        version_minor=vmin,
+    )
+
+
+# ------------------------------------------------------------------------------------------------------
+# Reassembly
+# ------------------------------------------------------------------------------------------------------
+
+
+class SnapshotAssembler:
+    """Reassemble the chunks of one snapshot requested at ``chunk_size`` values per chunk.
+
+    ``add(i, chunk)`` checks chunk ``i`` against the joiner's fingerprint and the first chunk (node,
+    incarnation, snapshot id, total, digest), its offset (``i * chunk_size``) and its length (``chunk_size``
+    except the last). ``max_values`` bounds the total a hostile server can make the joiner allocate.
+    ``finish()`` checks completeness and the digest and returns the anchor (a fresh, writable f32 array).
+    """
+
+    def __init__(
+        self,
+        fingerprint: bytes,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        *,
+        expected_total: int | None = None,
+        expected_node: int | None = None,
+        max_values: int = 1 << 31,
+    ) -> None:
+        if chunk_size < 1:
+            raise ValueError("chunk_size must be >= 1")
+        self.fingerprint = bytes(fingerprint)
+        self.chunk_size = chunk_size
+        self.expected_total = expected_total
+        self.expected_node = expected_node
+        self.max_values = max_values
+        self.first: SnapshotChunk | None = None
+        self._buf: NDArray[np.float32] | None = None
+        self._have: set[int] = set()
+        self.started = time.monotonic()
+
+    @property
+    def num_chunks(self) -> int | None:
+        """Number of chunks, known after the first accepted chunk."""
+        return None if self.first is None else chunk_count(self.first.total, self.chunk_size)
+
+    @property
+    def missing(self) -> list[int]:
+        n = self.num_chunks
+        return [0] if n is None else [i for i in range(n) if i not in self._have]
+
+    @property
+    def complete(self) -> bool:
+        return self.first is not None and not self.missing
+
+    def add(self, index: int, chunk: SnapshotChunk) -> None:
+        bad = SnapshotErrorKind
+        if chunk.fingerprint != self.fingerprint:
+            raise SnapshotError(
+                bad.FINGERPRINT_MISMATCH,
+                f"chunk fingerprint {chunk.fingerprint.hex()} != local {self.fingerprint.hex()}",
+            )
+        if self.first is None:
+            if self.expected_node is not None and chunk.node != self.expected_node:
+                raise SnapshotError(
+                    bad.INCONSISTENT, f"chunk from node {chunk.node:016x}, asked {self.expected_node:016x}"
+                )
+            if self.expected_total is not None and chunk.total != self.expected_total:
+                raise SnapshotError(
+                    bad.INCONSISTENT, f"total {chunk.total} != expected {self.expected_total}"
+                )
+            if chunk.total > self.max_values:
+                raise SnapshotError(bad.MALFORMED, f"total {chunk.total} > limit {self.max_values}")
+        else:
+            f = self.first
+            for name, mine, theirs in (
+                ("node", f.node, chunk.node),
+                ("incarnation", f.incarnation, chunk.incarnation),
+                ("snapshot_id", f.snapshot_id, chunk.snapshot_id),
+                ("total", f.total, chunk.total),
+                ("digest", f.digest, chunk.digest),
+            ):
+                if mine != theirs:
+                    raise SnapshotError(bad.INCONSISTENT, f"{name} changed between chunks")
+        n_chunks = chunk_count(chunk.total, self.chunk_size)
+        if not 0 <= index < n_chunks:
+            raise SnapshotError(bad.BAD_OFFSET, f"chunk index {index} not in [0, {n_chunks})")
+        want_off = index * self.chunk_size
+        want_len = min(self.chunk_size, chunk.total - want_off)
+        if chunk.offset != want_off or chunk.values.size != want_len:
+            raise SnapshotError(
+                bad.BAD_OFFSET,
+                f"chunk {index}: values [{chunk.offset}, {chunk.offset + chunk.values.size}), "
+                f"expected [{want_off}, {want_off + want_len})",
+            )
+        if self.first is None:
+            self.first = chunk
+            self._buf = np.empty(chunk.total, dtype=np.float32)
+        assert self._buf is not None
+        self._buf[want_off : want_off + want_len] = chunk.values
+        self._have.add(index)
+
+    def finish(self) -> tuple[NDArray[np.float32], SnapshotChunk]:
+        """The verified anchor and the first chunk's header (node, incarnation...)."""
+        if self.first is None or self._buf is None:
+            raise SnapshotError(SnapshotErrorKind.MALFORMED, "no chunk received")
+        if self.missing:
+            raise SnapshotError(SnapshotErrorKind.MALFORMED, f"chunks {self.missing[:8]} missing")
+        got = snapshot_digest(self._buf)
+        if got != self.first.digest:
+            raise SnapshotError(
+                SnapshotErrorKind.DIGEST_MISMATCH,
+                f"values hash to {got.hex()}, chunks announce {self.first.digest.hex()}",
+            )
+        return self._buf, self.first
+
+
+# ------------------------------------------------------------------------------------------------------
+# Server-side state (sans-IO): which frozen snapshot answers which request
+# ------------------------------------------------------------------------------------------------------
+
+
+class SnapshotServer:
+    """Answers chunk requests of one node from frozen snapshots.
+
+    A request for chunk 0 freezes a new snapshot (calls ``provider``) unless the latest one is younger
+    than ``reuse_s`` seconds (so joiners arriving together share one snapshot); requests for later chunks
+    are answered from the latest snapshot. A joiner whose chunks then disagree (snapshot id changed)
+    restarts from chunk 0. Thread-safe.
+    """
+
+    def __init__(self, node: int, provider: Callable[[], SnapshotSource], *, reuse_s: float = 1.0) -> None:
+        self.node = _check_u64_nonzero("node", node)
+        self.provider = provider
+        self.reuse_s = reuse_s
+        self._lock = threading.Lock()
+        self._latest: tuple[int, float, SnapshotSource] | None = None
+        self._next_id = 1
+
+    def current(self, *, fresh: bool) -> tuple[int, SnapshotSource]:
+        with self._lock:
+            now = time.monotonic()
+            if self._latest is None or (fresh and now - self._latest[1] >= self.reuse_s):
+                src = self.provider()
+                if not isinstance(src, SnapshotSource):
+                    raise TypeError(f"snapshot provider returned {type(src).__name__}, not SnapshotSource")
+                self._latest = (self._next_id, now, src)
+                self._next_id += 1
+            sid, _, src = self._latest
+            return sid, src
+
+    def answer(self, params: str | dict[str, str]) -> bytes:
+        """The chunk buffer for selector parameters ``chunk=<i>&chunk_size=<n>``; ``SnapshotError``
+        (BAD_REQUEST) for bad parameters."""
+        chunk, chunk_size = parse_chunk_params(params)
+        sid, src = self.current(fresh=chunk == 0)
+        return encode_chunk(src, self.node, sid, chunk, chunk_size)
+
+    def info(self) -> dict[str, object]:
+        """The info queryable's JSON object: ``{node, incarnation, fingerprint, framework, N}``
+        (node as 16 hex digits, fingerprint as 64 hex digits), from the latest snapshot."""
+        _, src = self.current(fresh=True)
+        return {
+            "node": f"{self.node:016x}",
+            "incarnation": src.incarnation,
+            "fingerprint": src.fingerprint.hex(),
+            "framework": src.framework,
+            "N": src.total,
+        }
+
+
+# ------------------------------------------------------------------------------------------------------
+# Client-side fetch loop (IO injected as a callable)
+# ------------------------------------------------------------------------------------------------------
+
+#: ``request(chunk, chunk_size, timeout_s) -> chunk bytes``; raises SnapshotError (TIMEOUT, SERVER_ERROR,
+#: NO_SERVER) when no reply comes.
+ChunkRequest = Callable[[int, int, float], bytes]
+
+
+def fetch_snapshot_chunks(
+    request: ChunkRequest,
+    fingerprint: bytes,
+    timeout: float,
+    *,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    expected_node: int | None = None,
+    max_restarts: int = 4,
+) -> tuple[NDArray[np.float32], SnapshotChunk]:
+    """Fetch, verify and reassemble one snapshot chunk by chunk within ``timeout`` seconds.
+
+    Restarts from chunk 0 (at most ``max_restarts`` times) when the server switches snapshots mid-way
+    (snapshot id / incarnation change); every other fault is raised as a typed :class:`SnapshotError`.
+    """
+    deadline = time.monotonic() + timeout
+    restarts = 0
+    while True:
+        asm = SnapshotAssembler(fingerprint, chunk_size, expected_node=expected_node)
+        try:
+            while not asm.complete:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise SnapshotError(
+                        SnapshotErrorKind.TIMEOUT, f"snapshot not complete after {timeout:.3g}s"
+                    )
+                i = asm.missing[0]
+                asm.add(i, decode_chunk(request(i, chunk_size, left)))
+            return asm.finish()
+        except SnapshotError as exc:
+            if (
+                exc.kind is SnapshotErrorKind.INCONSISTENT
+                and asm.first is not None
+                and restarts < max_restarts
+            ):
+                restarts += 1
+                continue
+            raise

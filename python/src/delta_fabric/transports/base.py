@@ -1,0 +1,238 @@
+"""The transport contract every DeltaFabric network binding fulfils, and the pieces they share.
+
+A transport moves opaque packet bytes (already encoded by :mod:`delta_fabric.wire`) between the nodes of
+one cluster, tracks which peers are alive, and serves / fetches anchor snapshots for late joiners. It
+never decodes packets: the sans-IO :class:`~delta_fabric.engine.Engine` does.
+
+Receive path: packets land in a bounded, thread-safe :class:`PacketQueue` (filled from the network
+thread, never blocking it) and the training loop takes them with :meth:`Transport.drain`, which never
+blocks either.
+
+Overflow policy (both bounds, packets and bytes): **drop the oldest** queued packets until the new one
+fits, and count them in :attr:`TransportStats.dropped_packets` / ``dropped_bytes``. Rationale: the
+receive callback must never block (blocking it would stall the network thread and, through congestion
+control BLOCK, the *senders'* training steps), and every delta is additive, so no packet is worth more
+than another; dropping the oldest keeps the queue's content the most recent traffic, which is also what
+the replay window (DF-RCV-3) favours. A single packet larger than the byte bound is still accepted when
+the queue is empty, so the bound never makes a packet undeliverable.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from delta_fabric.errors import DeltaFabricError
+from delta_fabric.snapshot import SnapshotSource
+
+__all__ = [
+    "DEFAULT_QUEUE_BYTES",
+    "DEFAULT_QUEUE_CAPACITY",
+    "PacketQueue",
+    "PeerTimeoutError",
+    "SnapshotProvider",
+    "Transport",
+    "TransportClosedError",
+    "TransportError",
+    "TransportStats",
+    "check_node_id",
+    "node_hex",
+]
+
+#: Default bound on queued packets per transport.
+DEFAULT_QUEUE_CAPACITY = 1024
+#: Default bound on queued bytes per transport (16 maximum-size packets).
+DEFAULT_QUEUE_BYTES = 256 * 1024 * 1024
+
+_U64_MAX = (1 << 64) - 1
+
+#: What :meth:`Transport.serve_snapshot` takes: called on the network thread for each snapshot request
+#: (at chunk 0; later chunks of the same request reuse the same snapshot), must be thread-safe.
+SnapshotProvider = Callable[[], SnapshotSource]
+
+
+class TransportError(DeltaFabricError):
+    """A transport operation failed (not a protocol rejection)."""
+
+
+class TransportClosedError(TransportError):
+    """The transport was used after :meth:`Transport.close`."""
+
+
+class PeerTimeoutError(TransportError, TimeoutError):
+    """:meth:`Transport.wait_for_peers` ran out of time.
+
+    ``present``: the live peers at the deadline; ``needed``: how many were awaited; ``missing``: the ids
+    known to be expected but absent (the configured neighbours, or the ``expected`` argument), empty when
+    the transport cannot know who should be there; ``missing_count``: how many more peers were needed.
+    """
+
+    def __init__(self, needed: int, present: frozenset[int], missing: frozenset[int], timeout: float) -> None:
+        self.needed = needed
+        self.present = present
+        self.missing = missing
+        self.timeout = timeout
+        self.missing_count = max(0, needed - len(present))
+        who = ", ".join(node_hex(m) for m in sorted(missing)) if missing else "unknown ids"
+        have = ", ".join(node_hex(p) for p in sorted(present)) or "none"
+        super().__init__(
+            f"waited {timeout:.3g}s for {needed} peer(s), {len(present)} present ({have}); "
+            f"missing {self.missing_count}: {who}"
+        )
+
+
+def check_node_id(node_id: int) -> int:
+    """A node id must be an integer in ``[1, 2**64)`` (brief section 7)."""
+    if isinstance(node_id, bool) or not isinstance(node_id, (int, np.integer)):
+        raise TypeError(f"node id must be an int, got {type(node_id).__name__}")
+    if not 1 <= int(node_id) <= _U64_MAX:
+        raise ValueError(f"node id must be in [1, 2**64), got {node_id}")
+    return int(node_id)
+
+
+def node_hex(node_id: int) -> str:
+    """The node id as 16 lowercase hex digits, as in the key expressions (DF-ZEN)."""
+    return f"{check_node_id(node_id):016x}"
+
+
+@dataclass(frozen=True)
+class TransportStats:
+    """Counters of one transport (a consistent copy; the live counters keep moving)."""
+
+    published_packets: int = 0
+    published_bytes: int = 0
+    received_packets: int = 0
+    received_bytes: int = 0
+    dropped_packets: int = 0
+    dropped_bytes: int = 0
+    queued_packets: int = 0
+    queued_bytes: int = 0
+
+
+class PacketQueue:
+    """Bounded FIFO of received packets, safe to fill from any thread; :meth:`push` never blocks for
+    longer than a deque append under a lock. Overflow: drop the oldest (see the module docstring)."""
+
+    def __init__(self, capacity: int = DEFAULT_QUEUE_CAPACITY, max_bytes: int = DEFAULT_QUEUE_BYTES) -> None:
+        if capacity < 1:
+            raise ValueError(f"queue capacity must be >= 1, got {capacity}")
+        if max_bytes < 1:
+            raise ValueError(f"queue byte bound must be >= 1, got {max_bytes}")
+        self.capacity = capacity
+        self.max_bytes = max_bytes
+        self._q: deque[bytes] = deque()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self._nonempty = threading.Condition(self._lock)
+        self.received_packets = 0
+        self.received_bytes = 0
+        self.dropped_packets = 0
+        self.dropped_bytes = 0
+
+    def push(self, packet: bytes) -> None:
+        n = len(packet)
+        with self._lock:
+            self.received_packets += 1
+            self.received_bytes += n
+            while self._q and (len(self._q) >= self.capacity or self._bytes + n > self.max_bytes):
+                old = self._q.popleft()
+                self._bytes -= len(old)
+                self.dropped_packets += 1
+                self.dropped_bytes += len(old)
+            self._q.append(packet)
+            self._bytes += n
+            self._nonempty.notify_all()
+
+    def drain(self, max_packets: int | None = None) -> list[bytes]:
+        if max_packets is not None and max_packets < 0:
+            raise ValueError("max_packets must be >= 0")
+        with self._lock:
+            if max_packets is None or max_packets >= len(self._q):
+                out = list(self._q)
+                self._q.clear()
+                self._bytes = 0
+                return out
+            out = [self._q.popleft() for _ in range(max_packets)]
+            self._bytes -= sum(len(p) for p in out)
+            return out
+
+    def wait_nonempty(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds until a packet is queued (for tests and demos, not the step)."""
+        with self._nonempty:
+            return self._nonempty.wait_for(lambda: bool(self._q), timeout=max(0.0, timeout))
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._q)
+
+    def counters(self) -> tuple[int, int, int, int, int, int]:
+        with self._lock:
+            return (
+                self.received_packets,
+                self.received_bytes,
+                self.dropped_packets,
+                self.dropped_bytes,
+                len(self._q),
+                self._bytes,
+            )
+
+
+@runtime_checkable
+class Transport(Protocol):
+    """What the engine loop needs from a network binding (memory hub, Zenoh, ...)."""
+
+    @property
+    def node_id(self) -> int:
+        """This node's id (non-zero u64)."""
+        ...
+
+    def publish(self, packet: bytes) -> None:
+        """Send one encoded packet to the node's subscribers (reliable; may block under congestion)."""
+        ...
+
+    def drain(self, max_packets: int | None = None) -> list[bytes]:
+        """Non-blocking: the queued packets in arrival order (at most ``max_packets``)."""
+        ...
+
+    def wait_for_packets(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds until a packet is queued; True if one is (tests, demos)."""
+        ...
+
+    def peers(self) -> frozenset[int]:
+        """Node ids of the live peers (this node excluded)."""
+        ...
+
+    def wait_for_peers(
+        self, n: int, timeout: float, *, expected: Collection[int] | None = None
+    ) -> frozenset[int]:
+        """Block until at least ``n`` peers are live (all of ``expected`` when given, which then must
+        hold at least ``n`` ids); returns the live set. Raises :class:`PeerTimeoutError` on timeout."""
+        ...
+
+    def serve_snapshot(self, provider: SnapshotProvider) -> None:
+        """Answer snapshot (and info) queries of joiners with what ``provider`` returns (replaces any
+        previous provider)."""
+        ...
+
+    def fetch_snapshot(
+        self, peer: int | None, fingerprint: bytes, timeout: float = 30.0
+    ) -> tuple[NDArray[np.float32], int]:
+        """Fetch a verified anchor snapshot from ``peer`` (None: any live peer serving one) as
+        ``(anchor, incarnation of the server)``. Raises
+        :class:`~delta_fabric.snapshot.SnapshotError` (typed) on any fault or timeout."""
+        ...
+
+    @property
+    def stats(self) -> TransportStats:
+        """A copy of the counters."""
+        ...
+
+    def close(self) -> None:
+        """Release everything; idempotent. Peers see this node disappear."""
+        ...
