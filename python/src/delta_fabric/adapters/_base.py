@@ -197,6 +197,12 @@ class FabricBase:
             return 0
         return self._process(packets, sync)
 
+    def poll(self) -> int:
+        """Receive, apply and relay what is pending without generating (e.g. while idle or winding
+        down); does not count as a step. Returns the number of packets published."""
+        packets = self.transport.drain(self.max_drain)
+        return self._process(packets, False) if packets else 0
+
     def sync_now(self) -> int:
         """Receive what is pending and generate now, regardless of the step count."""
         return self._process(self.transport.drain(self.max_drain), True)

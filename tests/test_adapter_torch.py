@@ -1,0 +1,375 @@
+"""The PyTorch adapter over the in-process memory transport."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from delta_fabric.adapters import SnapshotUnavailable
+from delta_fabric.adapters.torch import Fabric, module_manifest, module_tensors
+from delta_fabric.config import SyncConfig
+from delta_fabric.manifest import Manifest
+from delta_fabric.state import Admission
+from delta_fabric.transports.memory import MemoryHub, MemoryTransport
+from delta_fabric.wire import decode_packet
+from torch import nn
+from torch.nn import functional as F
+
+
+class Net(nn.Module):
+    """The demo's CNN layout (small enough for unit tests)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 4, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(4)
+        self.fc1 = nn.Linear(64, 8)
+        self.fc2 = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+def make_net(seed: int = 0) -> Net:
+    torch.manual_seed(seed)
+    return Net()
+
+
+def flat(fabric: Fabric) -> np.ndarray:
+    return fabric.active_vector()
+
+
+CFG = SyncConfig(ratio=0.1, sync_interval=5)
+
+
+def test_manifest_names_and_order() -> None:
+    # REQ: DF-MAN-2
+    # REQ: DF-MAN-4
+    net = make_net()
+    m = module_manifest(net, include_buffers=False)
+    assert m.names == (
+        "bn1.bias",
+        "bn1.weight",
+        "conv1.bias",
+        "conv1.weight",
+        "fc1.bias",
+        "fc1.weight",
+        "fc2.bias",
+        "fc2.weight",
+    )
+    assert m.num_params == sum(p.numel() for p in net.parameters())
+    mb = module_manifest(net, include_buffers=True)
+    assert "bn1.running_mean" in mb and "bn1.running_var" in mb
+    assert "bn1.num_batches_tracked" not in mb  # integer buffers never
+    assert list(mb.names) == sorted(mb.names)
+    assert set(mb.names) <= set(net.state_dict())
+    expected = Manifest.from_named_shapes(
+        {k: tuple(v.shape) for k, v in net.state_dict().items() if k in mb}
+    )
+    assert mb.fingerprint == expected.fingerprint
+    assert mb.spec("fc1.weight").shape == (8, 64)  # PyTorch [out, in]
+
+
+def test_fabric_uses_config_include_buffers_and_flat_layout() -> None:
+    # REQ: DF-MAN-3
+    hub = MemoryHub()
+    net = make_net()
+    fab = Fabric(
+        net,
+        hub.transport(1),
+        SyncConfig(include_buffers=True),
+        node_id=1,
+        incarnation=1,
+    )
+    assert "bn1.running_var" in fab.manifest
+    v = flat(fab)
+    sd = net.state_dict()
+    for name in fab.manifest.names:
+        off = fab.manifest.offset(name)
+        n = sd[name].numel()
+        np.testing.assert_array_equal(v[off : off + n], sd[name].reshape(-1).numpy())
+    assert np.array_equal(
+        fab.engine.anchor, v
+    )  # the anchor starts as the module's weights
+
+
+def test_tied_weights_rejected() -> None:
+    net = nn.Sequential(nn.Linear(3, 3, bias=False), nn.Linear(3, 3, bias=False))
+    net[1].weight = net[0].weight
+    # state_dict holds both names for one tensor
+    with pytest.raises(ValueError, match="tied"):
+        module_tensors(net, False)
+
+
+def test_sparse_apply_in_place_touches_only_received_elements() -> None:
+    # REQ: DF-RCV-7
+    hub = MemoryHub()
+    a_net, b_net = make_net(), make_net()
+    a = Fabric(a_net, hub.transport(1), CFG, node_id=1, incarnation=1)
+    b = Fabric(b_net, hub.transport(2), CFG, node_id=2, incarnation=1)
+    ptrs = {n: t.data_ptr() for n, t in b.tensors.items()}
+    objs = {n: id(t) for n, t in b.tensors.items()}
+    before = flat(b)
+    with torch.no_grad():
+        a_net.fc1.weight[3, 7] += 0.5
+        a_net.conv1.weight[0, 0, 1, 1] -= 0.25
+        a_net.bn1.bias[2] += 1.0
+    assert a.sync_now() == 1
+    own = a.stats()["own_values_sent"]
+    assert own == 3  # only non-zero deltas are sent (k = ceil(0.1 N) is larger)
+    b.step()
+    after = flat(b)
+    changed = np.flatnonzero(after != before)
+    m = b.manifest
+    want = sorted(
+        [
+            m.offset("fc1.weight") + 3 * 64 + 7,
+            m.offset("conv1.weight") + 4,
+            m.offset("bn1.bias") + 2,
+        ]
+    )
+    assert changed.tolist() == want
+    np.testing.assert_array_equal(after, flat(a))
+    np.testing.assert_array_equal(
+        b.engine.anchor, after
+    )  # anchor and active moved together
+    assert {
+        n: t.data_ptr() for n, t in b.tensors.items()
+    } == ptrs  # in place, same storage
+    assert {n: id(t) for n, t in b.tensors.items()} == objs
+    assert b.stats()["values_received_applied"] == 3
+
+
+def test_idle_step_is_constant_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step without sync and without traffic gathers nothing, receives nothing, copies nothing."""
+    hub = MemoryHub()
+    net = make_net()
+    fab = Fabric(
+        net, hub.transport(1), SyncConfig(sync_interval=10), node_id=1, incarnation=1
+    )
+    hub.transport(2)  # a silent peer
+
+    def boom(*_a: object, **_k: object) -> None:
+        raise AssertionError("O(N) work on an idle step")
+
+    monkeypatch.setattr(fab, "_gather", boom)
+    monkeypatch.setattr(fab.engine, "receive", boom)
+    monkeypatch.setattr(fab.engine, "generate", boom)
+    monkeypatch.setattr(torch, "cat", boom)
+    monkeypatch.setattr(fab.module, "state_dict", boom)
+    for _ in range(9):
+        assert fab.step() == 0
+    assert fab.steps == 9
+    assert fab.stats()["syncs"] == 0
+
+
+def test_sync_step_gathers_once_and_publishes() -> None:
+    hub = MemoryHub()
+    net = make_net()
+    fab = Fabric(
+        net,
+        hub.transport(1),
+        SyncConfig(sync_interval=3, ratio=0.05),
+        node_id=1,
+        incarnation=1,
+    )
+    peer = hub.transport(2)
+    g0 = fab.gathers  # the initial anchor
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    x = torch.randn(4, 1, 8, 8)
+    for step in range(1, 7):
+        opt.zero_grad()
+        net(x).square().mean().backward()
+        opt.step()
+        published = fab.step()
+        assert published == (1 if step % 3 == 0 else 0)
+    assert fab.gathers - g0 == 2
+    st = fab.stats()
+    pkts = peer.drain()
+    assert st["packets_sent"] == len(pkts) == 2
+    assert (
+        st["bytes_sent"]
+        == sum(len(p) for p in pkts)
+        == fab.transport.stats.published_bytes
+    )
+    k = SyncConfig(ratio=0.05).num_selected(fab.num_params)
+    assert st["own_values_sent"] == 2 * k
+
+
+def hub_last(hub: MemoryHub, node: int) -> bytes:
+    """The last packet ``node`` published, read back through a tap transport's queue."""
+    return TAPS[node].drain()[-1]
+
+
+TAPS: dict[int, MemoryTransport] = {}
+
+
+def test_ring_relay_alpha_one_every_node_applies_each_delta_once() -> None:
+    # REQ: DF-RCV-2
+    # REQ: DF-RLY-4
+    hub = MemoryHub()
+    ids = [1, 2, 3, 4]
+    ring = {i: [ids[(k - 1) % 4], ids[(k + 1) % 4]] for k, i in enumerate(ids)}
+    nets = {i: make_net() for i in ids}
+    TAPS.clear()
+    TAPS.update({i: hub.transport(100 + i, neighbours=[i]) for i in ids})
+    fabs = {
+        i: Fabric(
+            nets[i], hub.transport(i, neighbours=ring[i]), CFG, node_id=i, incarnation=7
+        )
+        for i in ids
+    }
+    init = flat(fabs[1])
+    gen = torch.Generator().manual_seed(1)
+    total = np.zeros_like(init)
+    for i in ids:
+        with torch.no_grad():
+            for p in nets[i].parameters():
+                p.add_(torch.randn(p.shape, generator=gen) * 0.01)
+        fabs[i].sync_now()
+        own = [e for e in decode_packet(hub_last(hub, i)).entries if e.origin == i]
+        assert len(own) == 1
+        total[own[0].indices] += own[
+            0
+        ].values  # what node i sent (its anchor took it: error feedback)
+    for _ in range(6):
+        for i in ids:
+            fabs[i].poll()
+    for i in ids:
+        # anchor = init + every origin's sent delta once (own via error feedback, others received)
+        np.testing.assert_allclose(
+            fabs[i].engine.anchor, init + total, rtol=0, atol=1e-6
+        )
+        st = fabs[i].stats()
+        assert st["receive"]["drops"][Admission.OWN_ORIGIN.value] > 0
+        assert (
+            int(st["accepted_by_hops"].get("1", 0)) >= 1
+        )  # the far node arrives via one relay
+
+
+def test_bootstrap_join_loads_snapshot_and_new_incarnation_is_accepted() -> None:
+    # REQ: DF-RCV-4
+    hub = MemoryHub()
+    a_net = make_net(0)
+    a = Fabric(a_net, hub.transport(1), CFG, node_id=1, incarnation=5)
+    with torch.no_grad():
+        for p in a_net.parameters():
+            p.mul_(1.5)
+    a.sync_now()
+    b_net = make_net(123)  # different weights: the snapshot must replace them
+    b = Fabric.join(b_net, hub.transport(2), CFG, node_id=2, timeout=5.0)
+    assert b.bootstrapped and b.stats()["bootstrapped"]
+    np.testing.assert_array_equal(flat(b), a.engine.anchor)
+    np.testing.assert_array_equal(b.engine.anchor, a.engine.anchor)
+    assert b.incarnation > 5
+    a.poll()
+    with torch.no_grad():
+        b_net.fc2.bias.add_(1.0)
+    b.sync_now()
+    a.step()
+    assert a.stats()["receive"]["entries_accepted"] == 1
+    assert a.stats()["values_received_applied"] == 3
+
+
+def test_bootstrap_required_without_peer_fails_and_auto_falls_back() -> None:
+    hub = MemoryHub()
+    with pytest.raises(SnapshotUnavailable):
+        Fabric(
+            make_net(),
+            hub.transport(1),
+            CFG,
+            node_id=1,
+            bootstrap=True,
+            bootstrap_timeout=0.2,
+        )
+    net = make_net(3)
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    fab = Fabric(
+        net, hub.transport(2), CFG, node_id=2, bootstrap="auto", bootstrap_timeout=0.2
+    )
+    assert not fab.bootstrapped
+    for k, v in net.state_dict().items():
+        assert torch.equal(v, before[k])
+
+
+def test_restart_same_node_id_deltas_accepted_at_once() -> None:
+    # REQ: DF-RCV-4
+    hub = MemoryHub()
+    a = Fabric(make_net(), hub.transport(1), CFG, node_id=1, incarnation=10)
+    b_net = make_net()
+    tb = hub.transport(2)
+    b = Fabric(b_net, tb, CFG, node_id=2, incarnation=10)
+    for _ in range(3):  # b sends seqs 1..3
+        with torch.no_grad():
+            b_net.fc2.bias.add_(0.1)
+        b.sync_now()
+        a.step()
+    tb.close()
+    b2_net = make_net(9)
+    b2 = Fabric.join(
+        b2_net, hub.transport(2), CFG, node_id=2, timeout=5.0
+    )  # seq restarts at 1
+    with torch.no_grad():
+        b2_net.fc2.weight.add_(0.2)
+    b2.sync_now()
+    before = a.stats()["receive"]["entries_accepted"]
+    a.step()
+    assert a.stats()["receive"]["entries_accepted"] == before + 1
+
+
+def test_non_contiguous_parameter_is_updated_correctly() -> None:
+    hub = MemoryHub()
+    a_net, b_net = make_net(), make_net()
+    b_net.fc1.weight = nn.Parameter(
+        b_net.fc1.weight.detach().t().contiguous().t()
+    )  # strides (1, 8)
+    assert not b_net.fc1.weight.is_contiguous()
+    a = Fabric(a_net, hub.transport(1), CFG, node_id=1, incarnation=1)
+    b = Fabric(b_net, hub.transport(2), CFG, node_id=2, incarnation=1)
+    with torch.no_grad():
+        a_net.fc1.weight[5, 33] += 3.0
+    a.sync_now()
+    b.step()
+    assert float(b_net.fc1.weight[5, 33].detach()) == float(
+        a_net.fc1.weight[5, 33].detach()
+    )
+    np.testing.assert_array_equal(flat(a), flat(b))
+
+
+def test_double_precision_module() -> None:
+    hub = MemoryHub()
+    a_net, b_net = make_net().double(), make_net().double()
+    a = Fabric(a_net, hub.transport(1), CFG, node_id=1, incarnation=1)
+    b = Fabric(b_net, hub.transport(2), CFG, node_id=2, incarnation=1)
+    with torch.no_grad():
+        a_net.fc1.bias[0] += 0.5
+    a.sync_now()
+    b.step()
+    assert b_net.fc1.bias.dtype == torch.float64
+    assert float(
+        b_net.fc1.bias[0].detach() - make_net().double().fc1.bias[0].detach()
+    ) == pytest.approx(0.5)
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device on this machine"
+)
+def test_cuda_module_same_code_path() -> None:
+    hub = MemoryHub()
+    dev = torch.device("cuda")
+    a_net, b_net = make_net().to(dev), make_net().to(dev)
+    a = Fabric(a_net, hub.transport(1), CFG, node_id=1, incarnation=1)
+    b = Fabric(b_net, hub.transport(2), CFG, node_id=2, incarnation=1)
+    ptr = b_net.fc1.weight.data_ptr()
+    before = flat(b)
+    with torch.no_grad():
+        a_net.fc1.weight[1, 2] += 0.75
+    a.sync_now()
+    b.step()
+    after = flat(b)
+    assert np.flatnonzero(after != before).tolist() == [
+        b.manifest.offset("fc1.weight") + 64 + 2
+    ]
+    assert b_net.fc1.weight.is_cuda and b_net.fc1.weight.data_ptr() == ptr
+    np.testing.assert_array_equal(after, flat(a))
