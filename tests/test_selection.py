@@ -163,3 +163,15 @@ def test_selector_checks_arguments() -> None:
         sel.select(np.zeros(4, dtype=np.float32), 0)
     with pytest.raises(ValueError):
         Selector(0)
+
+
+def test_group_max_with_several_candidates_in_one_group() -> None:
+    # REQ: DF-GEN-3
+    # Groups are strided columns (i, i + G, ...): here every candidate lies in group 0, so fewer than k
+    # group maxima are nonzero, yet there are more than k candidates.
+    d = np.zeros(1000, dtype=np.float32)
+    d[[0, 4, 8, 12]] = [1.0, 3.0, 2.0, 3.0]
+    sel = Selector(d.size, sample_min_n=0)
+    assert sel.select(d, 3).tolist() == [4, 8, 12]
+    assert sel._by_group_max(2).tolist() == [4, 12]  # on the |d| the last select computed
+    assert sel.select(d, 3, fast=True).tolist() == [4, 8, 12]

@@ -122,8 +122,9 @@ class Selector:
         else:
             if expected < _MIN_SAMPLE_RANK / 2:
                 return None
-            # aim below the k-th largest: about four standard deviations of the sample count, plus 10 %
-            rank = math.ceil(1.1 * expected + 4.0 * math.sqrt(expected) + 2.0)
+            # aim below the k-th largest by 4.5 standard deviations of the sample count (a miss, rare
+            # on any data and handled exactly by the group-max path, costs time, never correctness)
+            rank = math.ceil(expected + 4.5 * math.sqrt(expected) + 2.0)
         rank = min(rank, ms)
         t = float(np.partition(sample, ms - rank)[ms - rank])  # the rank-th largest of the sample
         if t == 0.0:
@@ -162,9 +163,10 @@ class Selector:
             pool = np.concatenate((pool, a[m:]))
         np.nan_to_num(pool, copy=False, nan=0.0, posinf=np.inf)
         t = float(np.partition(pool, pool.shape[0] - k)[pool.shape[0] - k])
-        if t == 0.0:
-            return self._all_candidates()
-        sel = self._candidates_at_least(t)
+        if t == 0.0:  # fewer than k nonzero groups; a group may still hold several candidates
+            sel = np.flatnonzero(np.greater(a, 0.0, out=self._mask))
+        else:
+            sel = self._candidates_at_least(t)
         self.last_path = "group-max"
         return _trim(sel, a[sel], k)
 
