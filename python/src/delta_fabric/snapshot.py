@@ -19,11 +19,10 @@ import math
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import NoReturn
-from urllib.parse import parse_qsl
 
 import flatbuffers
 import numpy as np
@@ -34,6 +33,7 @@ from delta_fabric.errors import DeltaFabricError
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
+    "DEFAULT_MAX_PACKET_SIZE",
     "FILE_IDENTIFIER",
     "MAX_CHUNK_SIZE",
     "ChunkRequest",
@@ -47,7 +47,9 @@ __all__ = [
     "decode_chunk",
     "encode_chunk",
     "fetch_snapshot_chunks",
+    "fetch_snapshot_from",
     "format_chunk_params",
+    "max_chunk_size",
     "parse_chunk_params",
     "snapshot_digest",
 ]
@@ -59,8 +61,10 @@ FINGERPRINT_SIZE = 32
 DIGEST_SIZE = 32
 #: Default values per chunk a joiner asks for (1 MiB of f32).
 DEFAULT_CHUNK_SIZE = 262_144
-#: Largest chunk a server answers (16 MiB of f32, the default max packet size).
-MAX_CHUNK_SIZE = 4_194_304
+#: Default ``max_packet_size`` (DF-PAR), which bounds the chunk size a server answers.
+DEFAULT_MAX_PACKET_SIZE = 16_777_216
+#: Largest chunk a server with the default ``max_packet_size`` answers (DF-ZEN-5: ``4*c + 1024 <= M``).
+MAX_CHUNK_SIZE = (DEFAULT_MAX_PACKET_SIZE - 1024) // 4
 _U64_MAX = (1 << 64) - 1
 
 
@@ -73,6 +77,7 @@ class SnapshotErrorKind(str, Enum):
     FINGERPRINT_MISMATCH = "FINGERPRINT_MISMATCH"  #: not the joiner's manifest
     INCONSISTENT = "INCONSISTENT"  #: chunk disagrees with earlier chunks (id, total, digest, server...)
     BAD_OFFSET = "BAD_OFFSET"  #: offset / length not the ones the request implies
+    NON_FINITE = "NON_FINITE"  #: a value is NaN or infinite
     DIGEST_MISMATCH = "DIGEST_MISMATCH"  #: the reassembled values do not hash to the digest
     BAD_REQUEST = "BAD_REQUEST"  #: server side: unparsable or out-of-range chunk parameters
     NO_SERVER = "NO_SERVER"  #: no live peer answered / serves a snapshot
@@ -165,42 +170,58 @@ def chunk_count(total: int, chunk_size: int) -> int:
 # ------------------------------------------------------------------------------------------------------
 
 
-def format_chunk_params(chunk: int, chunk_size: int) -> str:
-    """The selector parameters of a chunk request: ``chunk=<i>&chunk_size=<n>``."""
-    return f"chunk={int(chunk)}&chunk_size={int(chunk_size)}"
+def max_chunk_size(max_packet_size: int = DEFAULT_MAX_PACKET_SIZE) -> int:
+    """Largest ``chunk_size`` a server answers (DF-ZEN-5: ``4 * c + 1024 <= max_packet_size``)."""
+    return max(0, (max_packet_size - 1024) // 4)
+
+
+def format_chunk_params(chunk: int, chunk_size: int, separator: str = "&") -> str:
+    """The selector parameters of a chunk request: ``chunk=<i>&chunk_size=<n>`` (DF-ZEN-5's form).
+
+    Zenoh's own parameter syntax separates pairs with ``;``; pass ``separator=";"`` for servers that
+    parse the parameters with Zenoh's ``Parameters`` (see :func:`parse_chunk_params`)."""
+    if separator not in ("&", ";"):
+        raise ValueError("separator must be '&' or ';'")
+    return f"chunk={int(chunk)}{separator}chunk_size={int(chunk_size)}"
 
 
 def parse_chunk_params(
-    params: str | dict[str, str], default_chunk_size: int = DEFAULT_CHUNK_SIZE
+    params: str | Mapping[str, str],
+    *,
+    max_packet_size: int = DEFAULT_MAX_PACKET_SIZE,
 ) -> tuple[int, int]:
-    """Parse ``chunk=<i>&chunk_size=<n>`` (server side). ``chunk`` defaults to 0 and ``chunk_size`` to
-    ``default_chunk_size`` when absent; anything else malformed or out of range raises
-    ``SnapshotError(BAD_REQUEST)``. Unknown parameters are ignored."""
+    """Parse the chunk request parameters (server side) -> ``(chunk, chunk_size)``.
+
+    Accepts the spec's ``chunk=<i>&chunk_size=<c>`` and Zenoh's native ``chunk=<i>;chunk_size=<c>``
+    (pairs split on ``&`` and ``;``; unknown keys ignored). Both parameters are required decimal
+    integers with ``1 <= c`` and ``4 * c + 1024 <= max_packet_size``; anything else raises
+    ``SnapshotError(BAD_REQUEST)``. The chunk index range is checked by :func:`encode_chunk`."""
     if isinstance(params, str):
-        try:
-            pairs = dict(parse_qsl(params, keep_blank_values=True, strict_parsing=False))
-        except ValueError as exc:
-            raise SnapshotError(SnapshotErrorKind.BAD_REQUEST, f"unparsable parameters {params!r}") from exc
+        pairs: dict[str, str] = {}
+        for part in params.replace(";", "&").split("&"):
+            if not part:
+                continue
+            key, _, value = part.partition("=")
+            pairs.setdefault(key.strip(), value)
     else:
         pairs = dict(params)
 
-    def num(name: str, default: int) -> int:
+    def num(name: str) -> int:
         raw = pairs.get(name)
         if raw is None:
-            return default
+            raise SnapshotError(SnapshotErrorKind.BAD_REQUEST, f"parameter {name} missing")
         raw = raw.strip()
-        if not raw.isdigit() or len(raw) > 20:
+        if not raw.isascii() or not raw.isdigit() or len(raw) > 20:
             raise SnapshotError(
-                SnapshotErrorKind.BAD_REQUEST, f"{name}={raw!r} is not a non-negative integer"
+                SnapshotErrorKind.BAD_REQUEST, f"{name}={raw[:40]!r} is not a non-negative decimal integer"
             )
         return int(raw)
 
-    chunk = num("chunk", 0)
-    chunk_size = num("chunk_size", default_chunk_size)
-    if not 1 <= chunk_size <= MAX_CHUNK_SIZE:
-        raise SnapshotError(
-            SnapshotErrorKind.BAD_REQUEST, f"chunk_size {chunk_size} not in [1, {MAX_CHUNK_SIZE}]"
-        )
+    chunk = num("chunk")
+    chunk_size = num("chunk_size")
+    limit = max_chunk_size(max_packet_size)
+    if not 1 <= chunk_size <= limit:
+        raise SnapshotError(SnapshotErrorKind.BAD_REQUEST, f"chunk_size {chunk_size} not in [1, {limit}]")
     return chunk, chunk_size
 
 
@@ -209,15 +230,22 @@ def parse_chunk_params(
 # ------------------------------------------------------------------------------------------------------
 
 
-def encode_chunk(source: SnapshotSource, node: int, snapshot_id: int, chunk: int, chunk_size: int) -> bytes:
+def encode_chunk(
+    source: SnapshotSource,
+    node: int,
+    snapshot_id: int,
+    chunk: int,
+    chunk_size: int,
+    *,
+    max_packet_size: int = DEFAULT_MAX_PACKET_SIZE,
+) -> bytes:
     """Chunk ``chunk`` of ``source`` at ``chunk_size`` values per chunk, as a ``SnapshotChunk`` buffer.
 
-    ``SnapshotError(BAD_REQUEST)`` when the chunk index or size is out of range.
+    ``SnapshotError(BAD_REQUEST)`` when the chunk index or size is out of range (DF-ZEN-5).
     """
-    if not 1 <= chunk_size <= MAX_CHUNK_SIZE:
-        raise SnapshotError(
-            SnapshotErrorKind.BAD_REQUEST, f"chunk_size {chunk_size} not in [1, {MAX_CHUNK_SIZE}]"
-        )
+    limit = max_chunk_size(max_packet_size)
+    if not 1 <= chunk_size <= limit:
+        raise SnapshotError(SnapshotErrorKind.BAD_REQUEST, f"chunk_size {chunk_size} not in [1, {limit}]")
     n_chunks = chunk_count(source.total, chunk_size)
     if not 0 <= chunk < n_chunks:
         raise SnapshotError(
@@ -461,6 +489,9 @@ class SnapshotAssembler:
                 f"chunk {index}: values [{chunk.offset}, {chunk.offset + chunk.values.size}), "
                 f"expected [{want_off}, {want_off + want_len})",
             )
+        if not bool(np.isfinite(chunk.values).all()):
+            bad_at = int(np.flatnonzero(~np.isfinite(chunk.values))[0])
+            raise SnapshotError(bad.NON_FINITE, f"chunk {index}: value {want_off + bad_at} is not finite")
         if self.first is None:
             self.first = chunk
             self._buf = np.empty(chunk.total, dtype=np.float32)
@@ -489,48 +520,68 @@ class SnapshotAssembler:
 
 
 class SnapshotServer:
-    """Answers chunk requests of one node from frozen snapshots.
+    """Answers the chunk and info requests of one node from captured snapshots (DF-ZEN-5, -6, -11).
 
-    A request for chunk 0 freezes a new snapshot (calls ``provider``) unless the latest one is younger
-    than ``reuse_s`` seconds (so joiners arriving together share one snapshot); requests for later chunks
-    are answered from the latest snapshot. A joiner whose chunks then disagree (snapshot id changed)
-    restarts from chunk 0. Thread-safe.
+    ``provider`` captures the node's state (a copy, taken between two steps) as a
+    :class:`SnapshotSource`. A request for chunk 0 is answered from the latest capture when it is younger
+    than ``reuse_s`` (10 s: concurrent joiners share one snapshot), otherwise from a new capture with a new
+    ``snapshot_id``; requests for later chunks are answered from the latest capture, which is kept while
+    it is queried (released after ``keep_s`` = 60 s without a query). A joiner whose chunks disagree
+    (snapshot id changed by another joiner's chunk 0 after 10 s) restarts from chunk 0. Thread-safe.
     """
 
-    def __init__(self, node: int, provider: Callable[[], SnapshotSource], *, reuse_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        node: int,
+        provider: Callable[[], SnapshotSource],
+        *,
+        reuse_s: float = 10.0,
+        keep_s: float = 60.0,
+        max_packet_size: int = DEFAULT_MAX_PACKET_SIZE,
+    ) -> None:
         self.node = _check_u64_nonzero("node", node)
         self.provider = provider
         self.reuse_s = reuse_s
+        self.keep_s = keep_s
+        self.max_packet_size = max_packet_size
         self._lock = threading.Lock()
-        self._latest: tuple[int, float, SnapshotSource] | None = None
+        # (snapshot id, capture time, last query time, source)
+        self._latest: tuple[int, float, float, SnapshotSource] | None = None
         self._next_id = 1
 
     def current(self, *, fresh: bool) -> tuple[int, SnapshotSource]:
+        """The snapshot that answers a request; ``fresh``: a chunk-0 (or info) request."""
         with self._lock:
             now = time.monotonic()
-            if self._latest is None or (fresh and now - self._latest[1] >= self.reuse_s):
+            latest = self._latest
+            stale = (
+                latest is None or now - latest[2] > self.keep_s or (fresh and now - latest[1] >= self.reuse_s)
+            )
+            if stale:
                 src = self.provider()
                 if not isinstance(src, SnapshotSource):
                     raise TypeError(f"snapshot provider returned {type(src).__name__}, not SnapshotSource")
-                self._latest = (self._next_id, now, src)
+                latest = (self._next_id, now, now, src)
                 self._next_id += 1
-            sid, _, src = self._latest
+            assert latest is not None
+            sid, captured, _, src = latest
+            self._latest = (sid, captured, now, src)
             return sid, src
 
-    def answer(self, params: str | dict[str, str]) -> bytes:
-        """The chunk buffer for selector parameters ``chunk=<i>&chunk_size=<n>``; ``SnapshotError``
-        (BAD_REQUEST) for bad parameters."""
-        chunk, chunk_size = parse_chunk_params(params)
+    def answer(self, params: str | Mapping[str, str]) -> bytes:
+        """The chunk buffer answering selector parameters ``chunk=<i>&chunk_size=<c>``;
+        ``SnapshotError(BAD_REQUEST)`` for bad parameters or a chunk index out of range."""
+        chunk, chunk_size = parse_chunk_params(params, max_packet_size=self.max_packet_size)
         sid, src = self.current(fresh=chunk == 0)
-        return encode_chunk(src, self.node, sid, chunk, chunk_size)
+        return encode_chunk(src, self.node, sid, chunk, chunk_size, max_packet_size=self.max_packet_size)
 
     def info(self) -> dict[str, object]:
-        """The info queryable's JSON object: ``{node, incarnation, fingerprint, framework, N}``
-        (node as 16 hex digits, fingerprint as 64 hex digits), from the latest snapshot."""
+        """The info queryable's JSON object (DF-ZEN-6): ``node`` and ``incarnation`` as 16 lowercase hex
+        digits, ``fingerprint`` as 64, ``framework``, ``N``."""
         _, src = self.current(fresh=True)
         return {
             "node": f"{self.node:016x}",
-            "incarnation": src.incarnation,
+            "incarnation": f"{src.incarnation:016x}",
             "fingerprint": src.fingerprint.hex(),
             "framework": src.framework,
             "N": src.total,
@@ -553,17 +604,21 @@ def fetch_snapshot_chunks(
     *,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     expected_node: int | None = None,
+    expected_total: int | None = None,
     max_restarts: int = 4,
 ) -> tuple[NDArray[np.float32], SnapshotChunk]:
-    """Fetch, verify and reassemble one snapshot chunk by chunk within ``timeout`` seconds.
+    """Fetch, verify (DF-ZEN-12) and reassemble one snapshot, chunk by chunk, within ``timeout`` seconds.
 
     Restarts from chunk 0 (at most ``max_restarts`` times) when the server switches snapshots mid-way
     (snapshot id / incarnation change); every other fault is raised as a typed :class:`SnapshotError`.
+    Returns the anchor and the first chunk (its ``node``, ``incarnation``, ``snapshot_id``...).
     """
     deadline = time.monotonic() + timeout
     restarts = 0
     while True:
-        asm = SnapshotAssembler(fingerprint, chunk_size, expected_node=expected_node)
+        asm = SnapshotAssembler(
+            fingerprint, chunk_size, expected_node=expected_node, expected_total=expected_total
+        )
         try:
             while not asm.complete:
                 left = deadline - time.monotonic()
@@ -583,3 +638,49 @@ def fetch_snapshot_chunks(
                 restarts += 1
                 continue
             raise
+
+
+def fetch_snapshot_from(
+    request_for: Callable[[int], ChunkRequest],
+    candidates: Callable[[], Sequence[int]],
+    fingerprint: bytes,
+    timeout: float,
+    *,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    num_params: int | None = None,
+    attempts: int = 3,
+    backoff_s: float = 0.2,
+) -> tuple[NDArray[np.float32], SnapshotChunk]:
+    """Try the servers ``candidates()`` in order, ``attempts`` rounds with exponential back-off between
+    rounds (DF-ZEN-12: a failed snapshot is discarded and retried, from the same or another node), all
+    within ``timeout`` seconds. Raises the last :class:`SnapshotError` (``NO_SERVER`` when there never
+    was a candidate, ``TIMEOUT`` when time ran out before any answer)."""
+    if attempts < 1:
+        raise ValueError("attempts must be >= 1")
+    deadline = time.monotonic() + timeout
+    last: SnapshotError | None = None
+    for attempt in range(attempts):
+        servers = list(candidates())
+        if not servers and last is None:
+            last = SnapshotError(SnapshotErrorKind.NO_SERVER, "no live peer serves a snapshot")
+        for server in servers:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                return fetch_snapshot_chunks(
+                    request_for(server),
+                    fingerprint,
+                    left,
+                    chunk_size=chunk_size,
+                    expected_node=server,
+                    expected_total=num_params,
+                )
+            except SnapshotError as exc:
+                last = exc
+        left = deadline - time.monotonic()
+        if attempt + 1 < attempts and left > 0:
+            time.sleep(min(backoff_s * (2**attempt), left))
+    if last is None:
+        raise SnapshotError(SnapshotErrorKind.TIMEOUT, f"no snapshot within {timeout:.3g}s")
+    raise last

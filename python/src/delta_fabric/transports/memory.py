@@ -29,10 +29,11 @@ from numpy.typing import NDArray
 
 from delta_fabric.snapshot import (
     DEFAULT_CHUNK_SIZE,
+    ChunkRequest,
     SnapshotError,
     SnapshotErrorKind,
     SnapshotServer,
-    fetch_snapshot_chunks,
+    fetch_snapshot_from,
 )
 from delta_fabric.transports.base import (
     DEFAULT_QUEUE_BYTES,
@@ -247,33 +248,30 @@ class MemoryTransport:
         timeout: float = 30.0,
         *,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
+        num_params: int | None = None,
+        attempts: int = 3,
     ) -> tuple[NDArray[np.float32], int]:
+        """See :meth:`Transport.fetch_snapshot`; ``num_params``: the joiner's N (checked against
+        ``total``); ``attempts``: rounds over the candidate servers, with back-off (DF-ZEN-12)."""
         self._check_open()
-        candidates = [check_node_id(peer)] if peer is not None else sorted(self.peers())
-        if not candidates:
-            raise SnapshotError(SnapshotErrorKind.NO_SERVER, "no live peer to fetch a snapshot from")
-        deadline = time.monotonic() + timeout
-        last: SnapshotError | None = None
-        for server in candidates:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
+        target = None if peer is None else check_node_id(peer)
 
-            def request(chunk: int, size: int, _left: float, server: int = server) -> bytes:
-                return self._hub._query(server, chunk, size)
+        def candidates() -> list[int]:
+            return [target] if target is not None else sorted(self.peers())
 
-            try:
-                anchor, first = fetch_snapshot_chunks(
-                    request, fingerprint, left, chunk_size=chunk_size, expected_node=server
-                )
-                return anchor, first.incarnation
-            except SnapshotError as exc:
-                if peer is not None:
-                    raise
-                last = exc
-        if last is None:
-            raise SnapshotError(SnapshotErrorKind.TIMEOUT, f"no snapshot within {timeout:.3g}s")
-        raise last
+        def request_for(server: int) -> ChunkRequest:
+            return lambda chunk, size, _left: self._hub._query(server, chunk, size)
+
+        anchor, first = fetch_snapshot_from(
+            request_for,
+            candidates,
+            fingerprint,
+            timeout,
+            chunk_size=chunk_size,
+            num_params=num_params,
+            attempts=attempts,
+        )
+        return anchor, first.incarnation
 
     @property
     def stats(self) -> TransportStats:
