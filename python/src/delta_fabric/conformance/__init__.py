@@ -1,0 +1,159 @@
+"""The conformance suite runner (``delta-fabric conformance run --output DIR``).
+
+Reads ``interop/implementations.json``, starts every driver (``conformance/driver-protocol.md``), runs the
+vectors of ``conformance/vectors/index.json``, the encode producer x consumer matrix and the live
+scenarios of ``conformance/scenarios/``, and writes ``DIR/results.json`` and ``DIR/matrix.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from delta_fabric.conformance.client import REPO_ROOT
+
+    sub = parser.add_subparsers(dest="action", required=True)
+    p = sub.add_parser("run", help="run the suite against the registered implementations")
+    p.add_argument("--output", type=Path, required=True, help="directory for results.json, matrix.md, logs")
+    p.add_argument(
+        "--impl",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run only this implementation (repeatable; default: all registered)",
+    )
+    p.add_argument(
+        "--enforce-recommended",
+        action="store_true",
+        help="an unexpected RECOMMENDED failure fails the run too",
+    )
+    p.add_argument("--registry", type=Path, default=REPO_ROOT / "interop" / "implementations.json")
+    p.add_argument("--vectors", type=Path, default=REPO_ROOT / "conformance" / "vectors")
+    p.add_argument("--scenarios", type=Path, default=REPO_ROOT / "conformance" / "scenarios")
+    p.add_argument("--expected-failures", type=Path, default=REPO_ROOT / "conformance" / "expected-failures")
+    p.add_argument("--spec", type=Path, default=REPO_ROOT / "spec" / "protocol.md")
+    p.add_argument(
+        "--tests",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="run only tests whose id matches (fnmatch, repeatable)",
+    )
+    p.add_argument(
+        "--scenario",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run only this live scenario (repeatable)",
+    )
+    p.add_argument("--no-live", action="store_true", help="skip the live Zenoh scenarios")
+    p.add_argument("-v", "--verbose", action="store_true", help="print every test result")
+    c = sub.add_parser("coverage", help="print requirement coverage of vectors and scenarios vs the spec")
+    c.add_argument("--vectors", type=Path, default=REPO_ROOT / "conformance" / "vectors")
+    c.add_argument("--scenarios", type=Path, default=REPO_ROOT / "conformance" / "scenarios")
+    c.add_argument("--spec", type=Path, default=REPO_ROOT / "spec" / "protocol.md")
+
+
+def _citations(vectors: Path, scenarios: Path) -> list[tuple[str, list[str]]]:
+    from delta_fabric.conformance.live import load_scenarios
+
+    out: list[tuple[str, list[str]]] = []
+    index = vectors / "index.json"
+    if index.is_file():
+        with open(index, encoding="utf-8") as f:
+            for row in json.load(f)["vectors"]:
+                out.append((str(row["id"]), list(row.get("requirements", []))))
+    for sc in load_scenarios(scenarios):
+        out.append((f"live.{sc['id']}", list(sc.get("requirements", []))))
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from delta_fabric.conformance.report import compute_coverage
+
+    if args.action == "coverage":
+        cov = compute_coverage(args.spec, _citations(args.vectors, args.scenarios))
+        print(json.dumps(cov.to_json(), indent=1))
+        print(f"coverage: {cov.figure()}", file=sys.stderr)
+        return 0
+    return run_suite(args)
+
+
+def run_suite(args: argparse.Namespace) -> int:
+    from delta_fabric.conformance.registry import load_registry
+    from delta_fabric.conformance.report import compute_coverage, write_outputs
+    from delta_fabric.conformance.runner import Options, Runner
+
+    impls = load_registry(args.registry)
+    if args.impl:
+        unknown = sorted(set(args.impl) - {i.name for i in impls})
+        if unknown:
+            print(f"conformance: unknown implementation(s) {unknown}", file=sys.stderr)
+            return 2
+        impls = [i for i in impls if i.name in args.impl]
+    opts = Options(
+        output=args.output,
+        impls=list(args.impl),
+        registry=args.registry,
+        vectors=args.vectors,
+        scenarios=args.scenarios,
+        expected_failures=args.expected_failures,
+        spec=args.spec,
+        tests=list(args.tests),
+        scenario_names=list(args.scenario),
+        live=not args.no_live,
+        enforce_recommended=args.enforce_recommended,
+        verbose=args.verbose,
+    )
+    t0 = time.time()
+    runner = Runner(impls, opts)
+    results = runner.run()
+    coverage = compute_coverage(args.spec, _citations(args.vectors, args.scenarios))
+    header: dict[str, Any] = {
+        "version": 1,
+        "suite": "deltafabric-conformance",
+        "driver_protocol": "1.0",
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0)),
+        "duration_s": round(time.time() - t0, 2),
+        "implementations": [
+            {
+                "name": r.name,
+                "registered_framework": r.impl.framework,
+                "command": list(r.impl.command),
+                **(r.hello or {"hello": None}),
+                "restarts": r.restarts,
+                "abandoned": r.abandoned,
+            }
+            for r in runner.runs
+        ],
+    }
+    # strict expected-failure lists: patterns that named no test at all are reported (not fatal: a
+    # pattern may name tests of a --tests/--impl subset that did not run)
+    stale = {n: sorted(set(x.patterns) - x.used) for n, x in runner.xfail.items() if set(x.patterns) - x.used}
+    header["expected_failure_patterns_unused"] = stale
+    counts = write_outputs(
+        args.output, results, [i.name for i in impls], runner.encode_matrix, coverage, header
+    )
+    for r in results:
+        if r.verdict in ("unexpected_failure", "unexpected_pass"):
+            print(f"  {r.verdict.upper()}: {r.id} [{', '.join(r.impls)}] {r.message[:300]}", file=sys.stderr)
+        elif r.verdict == "warning":
+            print(f"  warning: {r.id} [{', '.join(r.impls)}] {r.message[:300]}", file=sys.stderr)
+    print(
+        f"conformance: {counts['passed']} passed, {counts['failed']} failed, "
+        f"{counts['unsupported']} unsupported"
+    )
+    print(
+        f"  {counts['expected_failures']} expected failures, {counts['unexpected_failures']} unexpected "
+        f"failures, {counts['unexpected_passes']} unexpected passes; coverage: {coverage.figure()}; "
+        f"results: {args.output / 'results.json'}, {args.output / 'matrix.md'}"
+    )
+    return 1 if counts["unexpected_failures"] or counts["unexpected_passes"] else 0

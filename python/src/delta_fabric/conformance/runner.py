@@ -1,0 +1,472 @@
+"""The conformance runner: drives every registered implementation through the vectors, the encode
+producer x consumer matrix and the live scenarios, and judges every answer itself."""
+
+from __future__ import annotations
+
+import base64
+import fnmatch
+import json
+import secrets
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from delta_fabric.conformance.client import REPO_ROOT, DriverClient, ProtocolViolation, Reply
+from delta_fabric.conformance.compare import diff_json
+from delta_fabric.conformance.registry import ExpectedFailures, Implementation
+
+__all__ = ["Options", "Runner", "TestResult", "level_prefix"]
+
+MAX_RESTARTS = 3
+HELLO_TIMEOUT = 120.0
+CALL_TIMEOUT = 30.0
+PASSED, FAILED, UNSUPPORTED = "passed", "failed", "unsupported"
+#: Commands every registered implementation must answer (an `unsupported` answer fails the test).
+REQUIRED_COMMANDS = frozenset({"hello", "decode", "stop"})
+PROTOCOL_RULES = {
+    "framing": "Required.protocol.framing.stdout_json_lines",
+    "schema": "Required.protocol.framing.schema_valid",
+    "seq_echo": "Required.protocol.framing.seq_echo",
+    "timeout": "Required.protocol.lifecycle.responsive",
+    "exited": "Required.protocol.lifecycle.no_crash",
+}
+
+
+def level_prefix(level: str) -> str:
+    lv = level.upper()
+    if lv not in ("REQUIRED", "RECOMMENDED"):
+        raise ValueError(f"unknown level {level!r}")
+    return "Required" if lv == "REQUIRED" else "Recommended"
+
+
+@dataclass
+class TestResult:
+    id: str
+    level: str  # REQUIRED | RECOMMENDED
+    impls: tuple[str, ...]
+    result: str  # passed | failed | unsupported
+    message: str = ""
+    requirements: list[str] = field(default_factory=list)
+    expected_failure: str | None = None  # the expected-failures pattern naming this test
+    verdict: str = ""  # ok | expected_failure | unexpected_failure | unexpected_pass | warning
+    duration_s: float = 0.0
+    category: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "level": self.level,
+            "impls": list(self.impls),
+            "result": self.result,
+            "verdict": self.verdict,
+            "message": self.message,
+            "requirements": self.requirements,
+            "expected_failure": self.expected_failure,
+            "duration_s": round(self.duration_s, 4),
+            "category": self.category,
+        }
+
+
+@dataclass
+class Options:
+    output: Path
+    impls: list[str] = field(default_factory=list)
+    registry: Path = REPO_ROOT / "interop" / "implementations.json"
+    vectors: Path = REPO_ROOT / "conformance" / "vectors"
+    scenarios: Path = REPO_ROOT / "conformance" / "scenarios"
+    expected_failures: Path = REPO_ROOT / "conformance" / "expected-failures"
+    spec: Path = REPO_ROOT / "spec" / "protocol.md"
+    tests: list[str] = field(default_factory=list)  # fnmatch patterns; empty = all
+    scenario_names: list[str] = field(default_factory=list)  # empty = all
+    live: bool = True
+    enforce_recommended: bool = False
+    verbose: bool = False
+
+
+class ImplRun:
+    """One implementation's long-lived driver (vectors and encode) and its protocol record."""
+
+    def __init__(self, impl: Implementation, log_dir: Path) -> None:
+        self.impl = impl
+        self.client = DriverClient(impl.name, impl.argv(), log_dir / f"{impl.name}.stderr.log")
+        self.hello: dict[str, Any] | None = None
+        self.caps: set[str] = set()
+        self.restarts = 0
+        self.abandoned: str | None = None
+        self.violations: dict[str, list[str]] = {}
+
+    @property
+    def name(self) -> str:
+        return self.impl.name
+
+    @property
+    def framework(self) -> str:
+        return str(self.hello["framework"]) if self.hello else self.impl.framework
+
+    def record(self, v: ProtocolViolation, context: str) -> None:
+        self.violations.setdefault(v.rule, []).append(f"{context}: {v}")
+
+    def start(self) -> str | None:
+        """Start the driver and shake hands; returns a failure message or None."""
+        self.client.start()
+        try:
+            r = self.client.request(
+                {"cmd": "hello", "versions": [1], "spec_version": "1.0"}, timeout=HELLO_TIMEOUT
+            )
+        except ProtocolViolation as v:
+            self.record(v, "hello")
+            return str(v)
+        if r.kind != "ok":
+            return f"hello answered {r.kind}: {r.body}"
+        if r.body["name"] != self.impl.name:
+            return f"hello name {r.body['name']!r} != registry name {self.impl.name!r}"
+        self.hello = r.body
+        self.caps = set(r.body["capabilities"])
+        return None
+
+    def restart(self) -> bool:
+        """After a protocol violation: start again, unless the restart budget is spent."""
+        if self.abandoned is not None:
+            return False
+        if self.restarts >= MAX_RESTARTS:
+            self.abandoned = f"driver abandoned after {MAX_RESTARTS} restarts"
+            self.client.kill()
+            return False
+        self.restarts += 1
+        problem = self.start()
+        if problem is not None:
+            self.abandoned = f"driver failed to restart: {problem}"
+            self.client.kill()
+            return False
+        return True
+
+    def call(self, args: Mapping[str, Any], context: str, timeout: float = CALL_TIMEOUT) -> Reply | str:
+        """A checked request; a string is the failure message (protocol violation, dead driver)."""
+        if self.abandoned is not None:
+            return self.abandoned
+        if not self.client.alive and not self.restart():
+            return self.abandoned or "driver not running"
+        try:
+            return self.client.request(args, timeout=timeout)
+        except ProtocolViolation as v:
+            self.record(v, context)
+            self.restart()
+            return f"protocol violation: {v}"
+
+
+class Runner:
+    def __init__(self, impls: list[Implementation], opts: Options) -> None:
+        self.opts = opts
+        self.log_dir = opts.output / "logs"
+        self.runs = [ImplRun(i, self.log_dir) for i in impls]
+        self.results: list[TestResult] = []
+        self.xfail = {i.name: ExpectedFailures.load(opts.expected_failures / f"{i.name}.txt") for i in impls}
+        # producer -> consumer -> {passed, failed}
+        self.encode_matrix: dict[str, dict[str, dict[str, int]]] = {}
+        self.decode_passed: dict[tuple[str, str], bool] = {}  # (impl, vector id) -> passed
+        self.log: Callable[[str], None] = print if opts.verbose else (lambda _m: None)
+
+    # results ----------------------------------------------------------------------------------------
+    def wanted(self, test_id: str) -> bool:
+        return not self.opts.tests or any(fnmatch.fnmatchcase(test_id, p) for p in self.opts.tests)
+
+    def add(
+        self,
+        test_id: str,
+        level: str,
+        impls: Iterable[str],
+        result: str,
+        message: str = "",
+        requirements: Iterable[str] = (),
+        duration: float = 0.0,
+        category: str = "",
+    ) -> TestResult:
+        names = tuple(impls)
+        pattern = None
+        for n in names:
+            xf = self.xfail.get(n)
+            if xf is not None:
+                pattern = xf.match(test_id)
+                if pattern is not None:
+                    break
+        required = level == "REQUIRED" or self.opts.enforce_recommended
+        if result == FAILED:
+            verdict = "expected_failure" if pattern else ("unexpected_failure" if required else "warning")
+        elif result == PASSED:
+            verdict = "unexpected_pass" if pattern else "ok"
+        else:
+            verdict = "ok"
+        r = TestResult(
+            test_id,
+            level,
+            names,
+            result,
+            message,
+            sorted(set(requirements)),
+            pattern,
+            verdict,
+            duration,
+            category or test_id.split(".")[1],
+        )
+        self.results.append(r)
+        self.log(f"{result:11s} {test_id} [{', '.join(names)}] {message}")
+        return r
+
+    # the run ----------------------------------------------------------------------------------------
+    def run(self) -> list[TestResult]:
+        for run in self.runs:
+            self.handshake(run)
+        live = [r for r in self.runs if r.hello is not None]
+        index = self.load_index()
+        for row in index:
+            self.run_vector(row, live)
+        for row in index:
+            valid = row["kind"] == "decode-valid" or (
+                row["kind"] == "decode" and row.get("expect", "ok") == "ok"
+            )
+            if valid:
+                self.run_encode(row, live)
+        if self.opts.live:
+            from delta_fabric.conformance.live import run_scenarios
+
+            run_scenarios(self, live)
+        for run in self.runs:
+            self.finish(run)
+        return self.results
+
+    def handshake(self, run: ImplRun) -> None:
+        t0 = time.monotonic()
+        problem = run.start()
+        reqs: list[str] = []
+        self.add(
+            "Required.protocol.hello.handshake",
+            "REQUIRED",
+            [run.name],
+            FAILED if problem else PASSED,
+            problem or "",
+            reqs,
+            time.monotonic() - t0,
+        )
+        if problem is not None:
+            run.abandoned = f"no hello: {problem}"
+            run.client.kill()
+            return
+        declared, said = set(run.impl.capabilities), run.caps
+        match = declared == said and run.framework == run.impl.framework
+        self.add(
+            "Required.protocol.hello.registry_match",
+            "REQUIRED",
+            [run.name],
+            PASSED if match else FAILED,
+            ""
+            if match
+            else f"registry: {sorted(declared)} / {run.impl.framework}; "
+            f"hello: {sorted(said)} / {run.framework}",
+        )
+        bogus = f"x-conformance-{secrets.token_hex(4)}"
+        r = run.call({"cmd": bogus, "payload": {"probe": True}}, "unknown command")
+        if isinstance(r, str):
+            self.add("Required.protocol.unknown_command.unsupported", "REQUIRED", [run.name], FAILED, r)
+        else:
+            ok = r.kind == "unsupported"
+            self.add(
+                "Required.protocol.unknown_command.unsupported",
+                "REQUIRED",
+                [run.name],
+                PASSED if ok else FAILED,
+                "" if ok else f"answered {r.kind} to unknown command {bogus!r}",
+            )
+
+    def finish(self, run: ImplRun) -> None:
+        if run.hello is not None and run.abandoned is None:
+            ok = run.client.stop()
+            self.add(
+                "Required.protocol.lifecycle.stop",
+                "REQUIRED",
+                [run.name],
+                PASSED if ok else FAILED,
+                "" if ok else "stop not answered ok, or the driver did not exit 0 within 5 s",
+            )
+        else:
+            run.client.kill()
+        if run.hello is None and run.abandoned and not run.violations:
+            return
+        for rule, test_id in PROTOCOL_RULES.items():
+            seen = run.violations.get(rule, [])
+            msg = "; ".join(seen[:3]) + (f" (+{len(seen) - 3} more)" if len(seen) > 3 else "")
+            self.add(test_id, "REQUIRED", [run.name], FAILED if seen else PASSED, msg)
+
+    # vectors ----------------------------------------------------------------------------------------
+    def load_index(self) -> list[dict[str, Any]]:
+        path = self.opts.vectors / "index.json"
+        with open(path, encoding="utf-8") as f:
+            d = json.load(f)
+        if d.get("version") != 1:
+            raise ValueError(f"{path}: unsupported index version {d.get('version')!r}")
+        rows: list[dict[str, Any]] = d["vectors"]
+        return rows
+
+    def vector_files(self, row: Mapping[str, Any]) -> tuple[dict[str, Any], Path]:
+        base = self.opts.vectors / str(row["path"])
+        path = base / "case.json" if base.is_dir() else base.with_name(base.name + ".json")
+        with open(path, encoding="utf-8") as f:
+            data: dict[str, Any] = json.load(f)
+        return data, base
+
+    def run_vector(self, row: Mapping[str, Any], runs: list[ImplRun]) -> None:
+        kind = str(row["kind"])
+        if kind in ("decode-valid", "decode-invalid"):  # spelling of spec Appendix B.1
+            kind = "decode"
+        level = str(row.get("level", "REQUIRED")).upper()
+        test_id = f"{level_prefix(level)}.{row['id']}"
+        if not self.wanted(test_id):
+            return
+        data, base = self.vector_files(row)
+        reqs = list(row.get("requirements", []))
+        for run in runs:
+            t0 = time.monotonic()
+            if kind == "decode":
+                result, msg = self.judge_decode(run, row, data, base)
+            elif kind in ("generate", "receive"):
+                result, msg = self.judge_engine(run, kind, row, data, base)
+            else:
+                result, msg = UNSUPPORTED, f"unknown vector kind {kind!r}"
+            if kind == "decode":
+                self.decode_passed[(run.name, str(row["id"]))] = result == PASSED
+            self.add(test_id, level, [run.name], result, msg, reqs, time.monotonic() - t0, kind)
+
+    def _reply_verdict(self, run: ImplRun, cmd: str, r: Reply | str) -> tuple[str, str] | None:
+        """Common verdicts: failures, skips and unsupported answers (None: look at the answer)."""
+        if isinstance(r, str):
+            return FAILED, r
+        if r.kind == "errored":
+            return FAILED, f"errored: {r.body.get('message', '')}"
+        if r.kind == "skipped":
+            return UNSUPPORTED, f"skipped: {r.body.get('reason', '')}"
+        if r.kind == "unsupported":
+            if cmd in REQUIRED_COMMANDS or cmd in run.caps:
+                return FAILED, f"answered unsupported to {cmd}, a required or declared command"
+            return UNSUPPORTED, f"{cmd} unsupported"
+        return None
+
+    def judge_decode(
+        self, run: ImplRun, row: Mapping[str, Any], data: Mapping[str, Any], base: Path
+    ) -> tuple[str, str]:
+        if "decode" not in run.caps:
+            return FAILED, "decode capability missing (decode is required)"
+        packet = base.with_name(base.name + ".dfp").read_bytes()
+        r = run.call(
+            {"cmd": "decode", "packet": base64.b64encode(packet).decode(), "context": data["context"]},
+            f"decode {row['id']}",
+        )
+        v = self._reply_verdict(run, "decode", r)
+        if v is not None:
+            return v
+        assert isinstance(r, Reply)
+        if "error" in data:
+            want = data["error"]
+            if r.kind == "rejected":
+                got = r.body["code"]
+                return (PASSED, "") if got == want else (FAILED, f"rejected with {got}, expected {want}")
+            return FAILED, f"accepted an invalid packet (expected {want})"
+        if r.kind == "rejected":
+            return FAILED, f"rejected a valid packet: {r.body['code']} {r.body.get('message', '')}"
+        d = diff_json(data["packet"], r.body["packet"])
+        return (PASSED, "") if d is None else (FAILED, f"decoded packet differs: {d}")
+
+    def judge_engine(
+        self, run: ImplRun, kind: str, row: Mapping[str, Any], data: Mapping[str, Any], base: Path
+    ) -> tuple[str, str]:
+        needed = kind
+        if kind == "generate" and (bool(data.get("fast")) or data.get("mode") == "fast"):
+            needed = "generate.fast"
+        if needed not in run.caps:
+            return UNSUPPORTED, f"capability {needed} not declared"
+        vector = {k: v for k, v in data.items() if k not in ("expected", "description", "requirements")}
+        args: dict[str, Any] = {"cmd": kind, "vector": vector}
+        if kind == "receive":
+            folder = base if base.is_dir() else base.parent
+            args["packets"] = [
+                base64.b64encode((folder / str(p)).read_bytes()).decode() for p in data.get("packets", [])
+            ]
+        r = run.call(args, f"{kind} {row['id']}")
+        v = self._reply_verdict(run, kind, r)
+        if v is not None:
+            return v
+        assert isinstance(r, Reply)
+        if r.kind == "rejected":
+            return FAILED, f"{kind} answered rejected ({r.body['code']}); results are expected"
+        expected = data.get("expected", {})
+        from delta_fabric.conformance.engine_checks import check_engine_result
+
+        problem = check_engine_result(kind, data, expected, r.body)
+        return (PASSED, "") if problem is None else (FAILED, problem)
+
+    # encode: producer x consumer -------------------------------------------------------------------
+    def run_encode(self, row: Mapping[str, Any], runs: list[ImplRun]) -> None:
+        level = str(row.get("level", "REQUIRED")).upper()
+        vid = str(row["id"])
+        test_id = f"{level_prefix(level)}.encode.{vid.split('.', 1)[1]}"
+        if not self.wanted(test_id):
+            return
+        data, _base = self.vector_files(row)
+        reqs = list(row.get("requirements", []))
+        consumers = [c for c in runs if "decode" in c.caps and self.decode_passed.get((c.name, vid), False)]
+        for prod in runs:
+            t0 = time.monotonic()
+            if "encode" not in prod.caps:
+                self.add(test_id, level, [prod.name], UNSUPPORTED, "encode not declared", reqs, 0.0, "encode")
+                continue
+            r = prod.call({"cmd": "encode", "packet": data["packet"]}, f"encode {vid}")
+            v = self._reply_verdict(prod, "encode", r)
+            if v is not None:
+                self.add(test_id, level, [prod.name], v[0], v[1], reqs, time.monotonic() - t0, "encode")
+                continue
+            assert isinstance(r, Reply)
+            if r.kind != "ok":
+                self.add(test_id, level, [prod.name], FAILED, f"encode answered {r.kind}", reqs)
+                continue
+            if not consumers:
+                self.add(
+                    test_id,
+                    level,
+                    [prod.name],
+                    UNSUPPORTED,
+                    "no decoder passed this vector's decode test",
+                    reqs,
+                    time.monotonic() - t0,
+                    "encode",
+                )
+                continue
+            problems = []
+            for cons in consumers:
+                got = cons.call(
+                    {"cmd": "decode", "packet": r.body["packet"], "context": data["context"]},
+                    f"decode of {prod.name}'s encoding of {vid}",
+                )
+                cell = self.encode_matrix.setdefault(prod.name, {}).setdefault(
+                    cons.name, {"passed": 0, "failed": 0}
+                )
+                if isinstance(got, str):
+                    problem: str | None = got
+                elif got.kind == "rejected":
+                    problem = f"rejected: {got.body['code']} {got.body.get('message', '')}"
+                elif got.kind != "ok":
+                    problem = f"answered {got.kind}"
+                else:
+                    problem = diff_json(data["packet"], got.body["packet"])
+                cell["failed" if problem else "passed"] += 1
+                if problem:
+                    problems.append(f"{cons.name} reads it differently: {problem}")
+            self.add(
+                test_id,
+                level,
+                [prod.name],
+                FAILED if problems else PASSED,
+                "; ".join(problems),
+                reqs,
+                time.monotonic() - t0,
+                "encode",
+            )
