@@ -6,12 +6,12 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from delta_fabric.wire import ValueEncoding
+from delta_fabric.wire import PACKET_OVERHEAD_BOUND, ValueEncoding, encoded_size_bound
 
 __all__ = ["MIN_MAX_PACKET_SIZE", "SyncConfig"]
 
-#: Smallest accepted ``max_packet_size``: enough for the packet header, one entry header and a few values.
-MIN_MAX_PACKET_SIZE = 512
+#: Smallest accepted ``max_packet_size``: a packet with one entry of one value (by the wire's size bound).
+MIN_MAX_PACKET_SIZE = PACKET_OVERHEAD_BOUND + encoded_size_bound(1)
 #: ``Entry.hops`` is a ubyte on the wire.
 _MAX_HOPS = 255
 #: Largest replay window accepted (bits per (origin, incarnation)); keeps the receiver state bounded.
@@ -40,7 +40,7 @@ class SyncConfig:
     """Parameters of DF-PAR with the brief's defaults.
 
     ``alpha`` in (0, 1]; ``ratio`` in (0, 1]; ``relay_threshold`` >= 0; ``hop_limit`` in [0, 255];
-    ``max_packet_size`` >= 512; ``replay_window`` in [1, 2**20]; ``max_incarnations`` >= 1.
+    ``max_packet_size`` >= `MIN_MAX_PACKET_SIZE`; ``replay_window`` in [1, 2**20]; ``max_incarnations`` >= 1.
     ``encoding`` is the send encoding (own and relayed entries); ``include_buffers`` selects floating
     buffers into the manifest (DF-MAN-4).
     """
