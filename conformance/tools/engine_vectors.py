@@ -68,7 +68,10 @@ RLY = [f"DF-RLY-{i}" for i in range(1, 5)]
 
 def f32_bits(a: NDArray[np.float32]) -> list[str]:
     """Bit patterns of f32 values as 8 lowercase hex digits each."""
-    return [f"{int(b):08x}" for b in np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)]
+    return [
+        f"{int(b):08x}"
+        for b in np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+    ]
 
 
 def f32_from_bits(bits: Sequence[str]) -> NDArray[np.float32]:
@@ -114,7 +117,9 @@ def _pattern(mul: int, mod: int, off: int, div: float) -> NDArray[np.float32]:
 
 def _config_json(cfg: SyncConfig) -> dict[str, Any]:
     d = cfg.to_json()
-    d.pop("include_buffers")  # the manifest is given: buffers are not a receive/generate concern
+    d.pop(
+        "include_buffers"
+    )  # the manifest is given: buffers are not a receive/generate concern
     return d
 
 
@@ -132,7 +137,9 @@ class GenCase:
     anchor: NDArray[np.float32]
     config: SyncConfig
     seq_start: int = 1
-    exact_split: bool = True  # False: the split points depend on the implementation's size accounting
+    exact_split: bool = (
+        True  # False: the split points depend on the implementation's size accounting
+    )
 
 
 def _brute_force(d: NDArray[np.float32], k: int) -> list[int]:
@@ -164,7 +171,34 @@ def generate_cases() -> list[GenCase]:
             "zeros_and_k_above_candidates",
             "Only 5 nonzero deltas (one is -0.0 - 0.0 = -0.0) with k = 12: zeros are never sent.",
             ["DF-GEN-1", "DF-GEN-3"],
-            _f32([0, -0.0, 3, 0, 0, -1.25, 0, 0, 0.001, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, -4, 0, 0]),
+            _f32(
+                [
+                    0,
+                    -0.0,
+                    3,
+                    0,
+                    0,
+                    -1.25,
+                    0,
+                    0,
+                    0.001,
+                    0,
+                    0,
+                    0,
+                    0,
+                    7,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    -4,
+                    0,
+                    0,
+                ]
+            ),
             np.zeros(N, dtype=np.float32),
             SyncConfig(ratio=0.5),
         ),
@@ -200,7 +234,12 @@ def generate_cases() -> list[GenCase]:
             "residual stays (error feedback is anchor += sent value, not anchor = active).",
             ["DF-GEN-1", "DF-GEN-5"],
             _f32([0.1 * (i + 1) for i in range(N)]),
-            _f32([1e8 if i % 4 == 0 else 0.1 * (i + 1) - 0.25 * (i % 4) for i in range(N)]),
+            _f32(
+                [
+                    1e8 if i % 4 == 0 else 0.1 * (i + 1) - 0.25 * (i % 4)
+                    for i in range(N)
+                ]
+            ),
             SyncConfig(ratio=0.5),
         ),
         GenCase(
@@ -208,7 +247,10 @@ def generate_cases() -> list[GenCase]:
             "F16 send encoding: sent values are rounded to binary16 (nearest even, clamped to 65504); the "
             "anchor moves by the decoded f16 value, the rounding error stays in active - anchor.",
             ["DF-GEN-4", "DF-GEN-5"],
-            _f32([1e5, -7e4, 1 / 3, -0.1, 1 + 2**-11, 1 + 3 * 2**-11, 2**-20, 3.14159] * 3),
+            _f32(
+                [1e5, -7e4, 1 / 3, -0.1, 1 + 2**-11, 1 + 3 * 2**-11, 2**-20, 3.14159]
+                * 3
+            ),
             np.zeros(N, dtype=np.float32),
             SyncConfig(ratio=0.5, encoding=F16),
         ),
@@ -217,7 +259,19 @@ def generate_cases() -> list[GenCase]:
             "BF16 send encoding: round to nearest even on the upper 16 bits, clamped to the finite "
             "range; the anchor moves by the decoded value.",
             ["DF-GEN-4", "DF-GEN-5"],
-            _f32([3.4028235e38, -1 / 3, 0.1, 1 + 2**-8, 1 + 3 * 2**-8, -1e-30, 65504, 2.5] * 3),
+            _f32(
+                [
+                    3.4028235e38,
+                    -1 / 3,
+                    0.1,
+                    1 + 2**-8,
+                    1 + 3 * 2**-8,
+                    -1e-30,
+                    65504,
+                    2.5,
+                ]
+                * 3
+            ),
             _f32([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0] * 3),
             SyncConfig(ratio=0.5, encoding=BF16),
         ),
@@ -250,12 +304,18 @@ def _write_generate(vectors_dir: Path, case: GenCase) -> dict[str, Any]:
     sent_idx = [int(i) for e in entries for i in e.indices]
     assert sent_idx == want, (case.name, sent_idx, want)
     sent = quantize(d[want], case.config.encoding)
-    got_vals = np.concatenate([e.values for e in entries]) if entries else np.empty(0, np.float32)
+    got_vals = (
+        np.concatenate([e.values for e in entries])
+        if entries
+        else np.empty(0, np.float32)
+    )
     assert f32_bits(got_vals) == f32_bits(sent), case.name
     new_anchor = case.anchor.copy()
     new_anchor[want] = new_anchor[want] + sent
     assert f32_bits(eng.anchor) == f32_bits(new_anchor), case.name
-    assert [e.seq for e in entries] == list(range(case.seq_start, case.seq_start + len(entries)))
+    assert [e.seq for e in entries] == list(
+        range(case.seq_start, case.seq_start + len(entries))
+    )
     packets = eng.pack(entries, [])
     assert all(len(p) <= case.config.max_packet_size for p in packets)
     if case.exact_split:
@@ -311,20 +371,37 @@ class RecvCase:
     packets: list[bytes]
     config: SyncConfig = field(default_factory=SyncConfig)
     history: list[tuple[int, int, int]] = field(default_factory=list)
-    active: NDArray[np.float32] = field(default_factory=lambda: _pattern(7, 13, 6, 16.0))
-    anchor: NDArray[np.float32] = field(default_factory=lambda: _pattern(5, 11, 5, 32.0))
+    active: NDArray[np.float32] = field(
+        default_factory=lambda: _pattern(7, 13, 6, 16.0)
+    )
+    anchor: NDArray[np.float32] = field(
+        default_factory=lambda: _pattern(5, 11, 5, 32.0)
+    )
 
 
-def ent(origin: int, inc: int, seq: int, hops: int, idx: Sequence[int], vals: Sequence[float]) -> Entry:
+def ent(
+    origin: int,
+    inc: int,
+    seq: int,
+    hops: int,
+    idx: Sequence[int],
+    vals: Sequence[float],
+) -> Entry:
     return Entry(origin, inc, seq, hops, np.array(idx, dtype=np.uint32), _f32(vals))
 
 
-def pkt(*entries: Entry, sender: int = B, enc: ValueEncoding = F32, fp: bytes = FP) -> bytes:
-    return encode_packet(Packet(sender, B_INC if sender == B else C_INC, fp, tuple(entries), enc))
+def pkt(
+    *entries: Entry, sender: int = B, enc: ValueEncoding = F32, fp: bytes = FP
+) -> bytes:
+    return encode_packet(
+        Packet(sender, B_INC if sender == B else C_INC, fp, tuple(entries), enc)
+    )
 
 
 def receive_cases() -> list[RecvCase]:
-    other_fp = Manifest.from_named_shapes({"fc.bias": (4,), "fc.weight": (5, 4)}).fingerprint
+    other_fp = Manifest.from_named_shapes(
+        {"fc.bias": (4,), "fc.weight": (5, 4)}
+    ).fingerprint
     return [
         RecvCase(
             "plain_apply",
@@ -366,7 +443,12 @@ def receive_cases() -> list[RecvCase]:
             "An entry of the node's own origin relayed back (hops 3) is dropped: never applied, never "
             "relayed; the other entry of the packet is processed.",
             ["DF-RCV-2"],
-            [pkt(ent(NODE, NODE_INC, 1, 3, [0, 1], [5.0, 5.0]), ent(B, B_INC, 2, 0, [2], [1.0]))],
+            [
+                pkt(
+                    ent(NODE, NODE_INC, 1, 3, [0, 1], [5.0, 5.0]),
+                    ent(B, B_INC, 2, 0, [2], [1.0]),
+                )
+            ],
         ),
         RecvCase(
             "duplicate",
@@ -380,7 +462,10 @@ def receive_cases() -> list[RecvCase]:
             "Window 8, highest seq 10 (9 missing): seq 9 (bit clear) and seq 3 (10 - 8 < 3) are late "
             "arrivals, accepted.",
             ["DF-RCV-3"],
-            [pkt(ent(B, B_INC, 9, 0, [0], [1.0])), pkt(ent(B, B_INC, 3, 0, [1], [2.0]))],
+            [
+                pkt(ent(B, B_INC, 9, 0, [0], [1.0])),
+                pkt(ent(B, B_INC, 3, 0, [1], [2.0])),
+            ],
             config=SyncConfig(replay_window=8),
             history=[(B, B_INC, 8), (B, B_INC, 10)],
         ),
@@ -404,7 +489,12 @@ def receive_cases() -> list[RecvCase]:
             "max_incarnations 2, B's incarnations 0x...0100 and 0x...0200 tracked: an entry of a lower "
             "incarnation is dropped as stale; a higher one evicts the lowest and is accepted.",
             ["DF-RCV-4"],
-            [pkt(ent(B, B_INC - 1, 5, 0, [0], [1.0]), ent(B, B_INC + 0x300, 1, 0, [1], [1.0]))],
+            [
+                pkt(
+                    ent(B, B_INC - 1, 5, 0, [0], [1.0]),
+                    ent(B, B_INC + 0x300, 1, 0, [1], [1.0]),
+                )
+            ],
             config=SyncConfig(max_incarnations=2),
             history=[(B, B_INC, 1), (B, B_INC + 0x100, 1)],
         ),
@@ -435,7 +525,10 @@ def receive_cases() -> list[RecvCase]:
             "and both relayed, in acceptance order; the repeat is a duplicate.",
             ["DF-RCV-3", "DF-RCV-6", "DF-RLY-3"],
             [
-                pkt(ent(B, B_INC, 7, 0, [0, 1], [1.0, 2.0]), ent(B, B_INC, 8, 0, [1, 2], [4.0, 8.0])),
+                pkt(
+                    ent(B, B_INC, 7, 0, [0, 1], [1.0, 2.0]),
+                    ent(B, B_INC, 8, 0, [1, 2], [4.0, 8.0]),
+                ),
                 pkt(ent(B, B_INC, 7, 1, [0, 1], [1.0, 2.0]), sender=C),
             ],
         ),
@@ -446,7 +539,10 @@ def receive_cases() -> list[RecvCase]:
             "window, so packet 1 with B seq 1 is accepted.",
             ["DF-RCV-1"],
             [
-                pkt(ent(B, B_INC, 1, 0, [0], [9.0]), ent(B, B_INC, 2, 0, [3, 24], [1.0, 1.0])),
+                pkt(
+                    ent(B, B_INC, 1, 0, [0], [9.0]),
+                    ent(B, B_INC, 2, 0, [3, 24], [1.0, 1.0]),
+                ),
                 pkt(ent(B, B_INC, 1, 0, [0], [1.0])),
             ],
         ),
@@ -455,7 +551,10 @@ def receive_cases() -> list[RecvCase]:
             "A packet for another manifest (fc.weight [5, 4]) is rejected with FINGERPRINT_MISMATCH and "
             "changes nothing; the packet after it is processed.",
             ["DF-RCV-1", "DF-MAN-5"],
-            [pkt(ent(B, B_INC, 1, 0, [0], [9.0]), fp=other_fp), pkt(ent(C, C_INC, 1, 0, [1], [1.0]), sender=C)],
+            [
+                pkt(ent(B, B_INC, 1, 0, [0], [9.0]), fp=other_fp),
+                pkt(ent(C, C_INC, 1, 0, [1], [1.0]), sender=C),
+            ],
         ),
         RecvCase(
             "hop_limit_rejects_packet",
@@ -484,7 +583,10 @@ def receive_cases() -> list[RecvCase]:
             "The same entry twice in one step (two senders): the second is a duplicate against the "
             "window as updated by the first.",
             ["DF-RCV-3"],
-            [pkt(ent(D, D_INC, 5, 1, [10], [2.0])), pkt(ent(D, D_INC, 5, 1, [10], [2.0]), sender=C)],
+            [
+                pkt(ent(D, D_INC, 5, 1, [10], [2.0])),
+                pkt(ent(D, D_INC, 5, 1, [10], [2.0]), sender=C),
+            ],
         ),
     ]
 
@@ -497,7 +599,10 @@ def _counters_json(eng: Engine) -> dict[str, Any]:
         "entries_accepted": c["entries_accepted"],
         "entries_relayed": c["entries_relayed"],
         "errors": c["errors"],
-        "drops": {r: c["drops"][r] for r in ("own_origin", "duplicate", "too_old", "stale_incarnation")},
+        "drops": {
+            r: c["drops"][r]
+            for r in ("own_origin", "duplicate", "too_old", "stale_incarnation")
+        },
     }
 
 
@@ -524,16 +629,24 @@ def _write_receive(vectors_dir: Path, case: RecvCase) -> dict[str, Any]:
         for e, verdict in zip(p.entries, res.entry_outcomes[p_i], strict=True):
             if verdict is Admission.ACCEPTED:
                 for i, v in zip(e.indices.tolist(), e.values, strict=True):
-                    agg[i] = np.float32(agg.get(i, np.float32(0.0)) + np.float32(alpha * v))
+                    agg[i] = np.float32(
+                        agg.get(i, np.float32(0.0)) + np.float32(alpha * v)
+                    )
     assert sorted(agg) == res.indices.tolist(), case.name
-    assert f32_bits(_f32([agg[i] for i in sorted(agg)])) == f32_bits(res.values), case.name
+    assert f32_bits(_f32([agg[i] for i in sorted(agg)])) == f32_bits(res.values), (
+        case.name
+    )
     want_active = case.active.copy()
     want_anchor = case.anchor.copy()
     for i, v in agg.items():
         want_active[i] = np.float32(want_active[i] + v)
         want_anchor[i] = np.float32(want_anchor[i] + v)
-    assert f32_bits(active) == f32_bits(want_active) and f32_bits(eng.anchor) == f32_bits(want_anchor)
-    assert len(relay_packets) <= 1  # small cases: packing is not what these vectors check
+    assert f32_bits(active) == f32_bits(want_active) and f32_bits(
+        eng.anchor
+    ) == f32_bits(want_anchor)
+    assert (
+        len(relay_packets) <= 1
+    )  # small cases: packing is not what these vectors check
 
     d = vectors_dir / "receive" / case.name
     if d.exists():
@@ -605,6 +718,10 @@ def build(vectors_dir: Path) -> list[dict[str, Any]]:
 if __name__ == "__main__":
     import sys
 
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "vectors"
+    out = (
+        Path(sys.argv[1])
+        if len(sys.argv) > 1
+        else Path(__file__).resolve().parents[1] / "vectors"
+    )
     for row in build(out):
         print(row["id"], row["expect"])
