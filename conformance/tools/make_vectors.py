@@ -1234,6 +1234,9 @@ def engine_rows(vectors_dir: Path) -> list[dict[str, Any]]:
     spec = importlib.util.spec_from_file_location("engine_vectors", ENGINE_VECTORS)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules["engine_vectors"] = (
+        module  # dataclasses and pickling look modules up by name
+    )
     spec.loader.exec_module(module)
     build: Callable[[Path], list[dict[str, Any]]] = module.build
     rows = list(build(vectors_dir))

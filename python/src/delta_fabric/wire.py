@@ -38,6 +38,7 @@ from typing import Any, NoReturn
 
 import flatbuffers
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 from numpy.typing import NDArray
 
 from delta_fabric._generated.deltafabric.v1 import Entry as _gen_entry
@@ -404,20 +405,126 @@ class _Reader:
         return start, length
 
 
-@dataclass
-class _RawEntry:
-    origin: int
-    incarnation: int
-    seq: int
-    hops: int
-    indices: tuple[int, int]  # (start, count)
-    values: tuple[int, int] | None
-    values16: tuple[int, int] | None
-
-
 def _readonly(a: NDArray[Any]) -> NDArray[Any]:
     a.flags.writeable = False
     return a
+
+
+class _EntryTables:
+    """Vectorised bounds-checked reads of the same field of every Entry table of a packet.
+
+    ``table`` holds the absolute positions of the tables (already checked); each read gathers from
+    read-only sliding-window views of the buffer, only at positions checked to lie inside it.
+    """
+
+    __slots__ = ("a8", "n", "table", "vsize", "vt", "w2", "w4", "w8")
+
+    def __init__(self, a8: NDArray[np.uint8], elems: NDArray[np.int64]) -> None:
+        self.a8 = a8
+        self.n = n = int(a8.size)
+        self.w2 = sliding_window_view(a8, 2)
+        self.w4 = sliding_window_view(a8, 4)
+        self.w8 = sliding_window_view(a8, 8)
+        # elems: positions of the uoffsets in the entries vector (inside the buffer: checked by the caller)
+        table = elems + self.u32(elems)
+        self.fail_where(table + 4 > n, "table out of bounds")
+        vt = table - self.w4[table].view("<i4")[:, 0].astype(np.int64)
+        self.fail_where((vt < 0) | (vt + 4 > n), "vtable out of bounds")
+        vsize = self.w2[vt].view("<u2")[:, 0].astype(np.int64)
+        self.fail_where((vsize < 4) | ((vsize & 1) == 1) | (vt + vsize > n), "vtable size invalid")
+        self.table, self.vt, self.vsize = table, vt, vsize
+
+    @staticmethod
+    def fail_where(bad: NDArray[np.bool_], what: str) -> None:
+        if bool(bad.any()):
+            _malformed(f"entries[{int(np.argmax(bad))}]: {what}")
+
+    def u32(self, pos: NDArray[np.int64]) -> NDArray[np.int64]:
+        return self.w4[pos].view("<u4")[:, 0].astype(np.int64)
+
+    def field(self, slot: int, size: int, name: str) -> tuple[NDArray[np.bool_], NDArray[np.int64]]:
+        """(present, absolute position) of field ``slot``; present fields checked to hold ``size`` bytes."""
+        voff = 4 + 2 * slot
+        has = self.vsize >= voff + 2
+        off = np.zeros(self.table.size, dtype=np.int64)
+        off[has] = self.w2[self.vt[has] + voff].view("<u2")[:, 0]
+        present = off != 0
+        pos = self.table + off
+        self.fail_where(present & (pos + size > self.n), f"{name} out of bounds")
+        return present, pos
+
+    def scalar(self, slot: int, size: int, name: str) -> NDArray[np.uint64]:
+        """A scalar field (default 0 when absent)."""
+        present, pos = self.field(slot, size, name)
+        out = np.zeros(self.table.size, dtype=np.uint64)
+        at = pos[present]
+        if size == 1:
+            out[present] = self.a8[at]
+        elif size == 8:
+            out[present] = self.w8[at].view("<u8")[:, 0]
+        else:
+            raise AssertionError(size)
+        return out
+
+    def vector(
+        self, slot: int, elem_size: int, name: str
+    ) -> tuple[NDArray[np.bool_], NDArray[np.int64], NDArray[np.int64]]:
+        """(present, start of the elements, element count) of a vector field."""
+        present, pos = self.field(slot, 4, name)
+        target = np.zeros(self.table.size, dtype=np.int64)
+        target[present] = pos[present] + self.u32(pos[present])
+        self.fail_where(present & (target + 4 > self.n), f"{name} length out of bounds")
+        count = np.zeros(self.table.size, dtype=np.int64)
+        count[present] = self.u32(target[present])
+        start = target + 4
+        self.fail_where(present & (start + count * elem_size > self.n), f"{name} data out of bounds")
+        return present, start, count
+
+
+def _first_bad_pair(ok: NDArray[np.bool_], counts: NDArray[np.int64]) -> int:
+    """Entry index of the first False in ``ok``, the pairwise checks of concatenated entries."""
+    pair = int(np.argmin(ok))
+    return int(np.searchsorted(np.cumsum(counts), pair + 1, side="right"))
+
+
+def _check_order(idx_all: NDArray[np.uint32], counts: NDArray[np.int64]) -> None:
+    """UNSORTED_INDICES, then DUPLICATE_INDEX, over the concatenated indices of all entries."""
+    if idx_all.size < 2:
+        return
+    lo, hi = idx_all[:-1], idx_all[1:]
+    ok = hi > lo
+    if counts.size > 1:  # pairs that straddle two entries are not checked
+        ok[np.cumsum(counts)[:-1] - 1] = True
+    if bool(ok.all()):
+        return
+    unsorted = hi < lo
+    if counts.size > 1:
+        unsorted[np.cumsum(counts)[:-1] - 1] = False
+    if bool(unsorted.any()):
+        j = _first_bad_pair(~unsorted, counts)
+        raise DecodeError(ErrorCode.UNSORTED_INDICES, f"entries[{j}]: indices not ascending")
+    j = _first_bad_pair(ok, counts)
+    raise DecodeError(ErrorCode.DUPLICATE_INDEX, f"entries[{j}]: duplicate index")
+
+
+def _trusted_entry(
+    origin: int,
+    incarnation: int,
+    seq: int,
+    hops: int,
+    indices: NDArray[np.uint32],
+    values: NDArray[np.float32],
+) -> Entry:
+    """An Entry from checked decoder output, without the coercions of ``__init__`` (hot path)."""
+    e = object.__new__(Entry)
+    e.__dict__.update(
+        origin=origin, incarnation=incarnation, seq=seq, hops=hops, indices=indices, values=values
+    )
+    return e
+
+
+def _all_finite(values: NDArray[np.float32]) -> bool:
+    return bool(np.isfinite(values).all())
 
 
 def _decode(mv: memoryview, max_packet_size: int) -> Packet:
@@ -448,100 +555,93 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
         _malformed("sender is 0")
     if sender_incarnation == 0:
         _malformed("sender_incarnation is 0")
+    fingerprint = bytes(mv[fp[0] : fp[0] + FINGERPRINT_SIZE])
 
-    raw: list[_RawEntry] = []
     start, count = entries_vec
-    for j in range(count):
-        elem = start + 4 * j
-        what = f"entries[{j}]"
-        et = r.table(elem + _U32.unpack_from(mv, elem)[0], what)
-        origin = r.u64(et, _E_ORIGIN, f"{what}.origin")
-        incarnation = r.u64(et, _E_INCARNATION, f"{what}.incarnation")
-        seq = r.u64(et, _E_SEQ, f"{what}.seq")
-        hops = r.u8(et, _E_HOPS, f"{what}.hops")
-        indices = r.vector(et, _E_INDICES, 4, f"{what}.indices")
-        values = r.vector(et, _E_VALUES, 4, f"{what}.values")
-        values16 = r.vector(et, _E_VALUES16, 2, f"{what}.values16")
-        if indices is None:
-            _malformed(f"{what}.indices (required) missing")
-        if origin == 0:
-            _malformed(f"{what}.origin is 0")
-        if incarnation == 0:
-            _malformed(f"{what}.incarnation is 0")
-        if seq == 0:
-            _malformed(f"{what}.seq is 0")
-        raw.append(_RawEntry(origin, incarnation, seq, hops, indices, values, values16))
+    if count == 0:
+        if encoding_raw not in (0, 1, 2):
+            raise DecodeError(ErrorCode.UNSUPPORTED_ENCODING, f"encoding {encoding_raw}")
+        return Packet(
+            sender,
+            sender_incarnation,
+            fingerprint,
+            (),
+            ValueEncoding(encoding_raw),
+            version_major,
+            version_minor,
+        )
+
+    # Every Entry table at once (MALFORMED checks).
+    a8: NDArray[np.uint8] = np.frombuffer(mv, dtype=np.uint8)
+    a8.flags.writeable = False
+    t = _EntryTables(a8, start + 4 * np.arange(count, dtype=np.int64))
+    origin = t.scalar(_E_ORIGIN, 8, "origin")
+    incarnation = t.scalar(_E_INCARNATION, 8, "incarnation")
+    seq = t.scalar(_E_SEQ, 8, "seq")
+    hops = t.scalar(_E_HOPS, 1, "hops")
+    idx_present, idx_start, idx_count = t.vector(_E_INDICES, 4, "indices")
+    v32_present, v32_start, v32_count = t.vector(_E_VALUES, 4, "values")
+    v16_present, v16_start, v16_count = t.vector(_E_VALUES16, 2, "values16")
+    t.fail_where(~idx_present, "indices (required) missing")
+    t.fail_where(origin == 0, "origin is 0")
+    t.fail_where(incarnation == 0, "incarnation is 0")
+    t.fail_where(seq == 0, "seq is 0")
 
     if encoding_raw not in (0, 1, 2):
         raise DecodeError(ErrorCode.UNSUPPORTED_ENCODING, f"encoding {encoding_raw}")
     encoding = ValueEncoding(encoding_raw)
     wide = encoding is ValueEncoding.F32
-    for j, e in enumerate(raw):
-        present, absent = (e.values, e.values16) if wide else (e.values16, e.values)
-        if present is None or absent is not None:
-            want, other = ("values", "values16") if wide else ("values16", "values")
-            _malformed(f"entries[{j}]: {encoding.name} packet needs {want} and no {other}")
+    if wide:
+        t.fail_where(~v32_present | v16_present, "F32 packet needs values and no values16")
+        val_start, val_count = v32_start, v32_count
+    else:
+        t.fail_where(~v16_present | v32_present, f"{encoding.name} packet needs values16 and no values")
+        val_start, val_count = v16_start, v16_count
 
-    for j, e in enumerate(raw):
-        v = e.values if wide else e.values16
-        assert v is not None
-        if v[1] != e.indices[1]:
-            raise DecodeError(
-                ErrorCode.LENGTH_MISMATCH, f"entries[{j}]: {v[1]} values for {e.indices[1]} indices"
-            )
-    for j, e in enumerate(raw):
-        if e.indices[1] == 0:
-            raise DecodeError(ErrorCode.EMPTY_ENTRY, f"entries[{j}] has no index")
+    bad = val_count != idx_count
+    if bool(bad.any()):
+        j = int(np.argmax(bad))
+        raise DecodeError(
+            ErrorCode.LENGTH_MISMATCH, f"entries[{j}]: {val_count[j]} values for {idx_count[j]} indices"
+        )
+    empty = idx_count == 0
+    if bool(empty.any()):
+        raise DecodeError(ErrorCode.EMPTY_ENTRY, f"entries[{int(np.argmax(empty))}] has no index")
 
-    idx_arrays: list[NDArray[np.uint32]] = []
-    val_arrays: list[NDArray[np.float32]] = []
-    for e in raw:
-        istart, icount = e.indices
-        idx_arrays.append(_readonly(np.frombuffer(mv, dtype="<u4", count=icount, offset=istart)))
-        if wide:
-            assert e.values is not None
-            vstart, vcount = e.values
-            val_arrays.append(_readonly(np.frombuffer(mv, dtype="<f4", count=vcount, offset=vstart)))
-        else:
-            assert e.values16 is not None
-            vstart, vcount = e.values16
-            bits = np.frombuffer(mv, dtype="<u2", count=vcount, offset=vstart)
-            dec = _from_f16_bits(bits) if encoding is ValueEncoding.F16 else _from_bf16_bits(bits)
-            val_arrays.append(_readonly(dec))
-
-    unsorted_at: int | None = None
-    duplicate_at: int | None = None
-    for j, idx in enumerate(idx_arrays):
-        if idx.size < 2:
-            continue
-        lo, hi = idx[:-1], idx[1:]
-        if bool(np.all(hi > lo)):
-            continue
-        if unsorted_at is None and bool(np.any(hi < lo)):
-            unsorted_at = j
-        if duplicate_at is None and bool(np.any(hi == lo)):
-            duplicate_at = j
-    if unsorted_at is not None:
-        raise DecodeError(ErrorCode.UNSORTED_INDICES, f"entries[{unsorted_at}]: indices not ascending")
-    if duplicate_at is not None:
-        raise DecodeError(ErrorCode.DUPLICATE_INDEX, f"entries[{duplicate_at}]: duplicate index")
-    for j, vals in enumerate(val_arrays):
-        if not bool(np.isfinite(vals).all()):
-            raise DecodeError(ErrorCode.NON_FINITE, f"entries[{j}]: NaN or infinite value")
+    # Per-entry views: zero-copy for indices and F32 values (read-only, since a8 is).
+    counts = idx_count.tolist()
+    idx_views = [a8[s : s + 4 * c].view("<u4") for s, c in zip(idx_start.tolist(), counts, strict=True)]
+    idx_all = idx_views[0] if count == 1 else np.concatenate(idx_views)
+    _check_order(idx_all, idx_count)
+    val_views: list[NDArray[np.float32]]
+    if wide:
+        val_views = [a8[s : s + 4 * c].view("<f4") for s, c in zip(val_start.tolist(), counts, strict=True)]
+        val_all = val_views[0] if count == 1 else np.concatenate(val_views)
+    else:
+        bits = [a8[s : s + 2 * c].view("<u2") for s, c in zip(val_start.tolist(), counts, strict=True)]
+        bits_all = bits[0] if count == 1 else np.concatenate(bits)
+        val_all = _readonly(
+            _from_f16_bits(bits_all) if encoding is ValueEncoding.F16 else _from_bf16_bits(bits_all)
+        )
+        val_views = [val_all] if count == 1 else np.split(val_all, np.cumsum(idx_count)[:-1])
+    if not _all_finite(val_all):
+        pos = int(np.argmax(~np.isfinite(val_all)))
+        j = int(np.searchsorted(np.cumsum(idx_count), pos, side="right"))
+        raise DecodeError(ErrorCode.NON_FINITE, f"entries[{j}]: NaN or infinite value")
 
     entries = tuple(
-        Entry(e.origin, e.incarnation, e.seq, e.hops, idx, vals)
-        for e, idx, vals in zip(raw, idx_arrays, val_arrays, strict=True)
+        _trusted_entry(o, i, q, h, iv, vv)
+        for o, i, q, h, iv, vv in zip(
+            origin.tolist(),
+            incarnation.tolist(),
+            seq.tolist(),
+            hops.tolist(),
+            idx_views,
+            val_views,
+            strict=True,
+        )
     )
-    return Packet(
-        sender=sender,
-        sender_incarnation=sender_incarnation,
-        fingerprint=bytes(mv[fp[0] : fp[0] + FINGERPRINT_SIZE]),
-        entries=entries,
-        encoding=encoding,
-        version_major=version_major,
-        version_minor=version_minor,
-    )
+    return Packet(sender, sender_incarnation, fingerprint, entries, encoding, version_major, version_minor)
 
 
 def decode_packet(
@@ -577,12 +677,17 @@ def validate_packet(packet: Packet, *, fingerprint: bytes, num_params: int, hop_
     for j, e in enumerate(packet.entries):
         if e.hops > hop_limit:
             raise DecodeError(ErrorCode.HOP_LIMIT, f"entries[{j}]: hops {e.hops} > hop_limit {hop_limit}")
-    for j, e in enumerate(packet.entries):
-        if e.indices.size and int(e.indices.max()) >= num_params:
-            raise DecodeError(
-                ErrorCode.INDEX_OUT_OF_RANGE,
-                f"entries[{j}]: index {int(e.indices.max())} >= num_params {num_params}",
-            )
+    nonempty = [e.indices for e in packet.entries if e.indices.size]
+    if not nonempty:
+        return
+    top = int((nonempty[0] if len(nonempty) == 1 else np.concatenate(nonempty)).max())
+    if top >= num_params:
+        for j, e in enumerate(packet.entries):
+            if e.indices.size and int(e.indices.max()) >= num_params:
+                raise DecodeError(
+                    ErrorCode.INDEX_OUT_OF_RANGE,
+                    f"entries[{j}]: index {int(e.indices.max())} >= num_params {num_params}",
+                )
 
 
 # --------------------------------------------------------------------------------------------------------
