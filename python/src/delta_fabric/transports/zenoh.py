@@ -240,6 +240,15 @@ class ZenohTransport:
                 self._session.declare_subscriber(k, self._on_sample, allowed_origin=zenoh.Locality.REMOTE)
                 for k in keys
             ]
+            # Queryables before the liveliness token: a peer that sees the token can query them.
+            self._queryables = [
+                self._session.declare_queryable(
+                    snapshot_key(self._ns, self._node_id), self._on_snapshot_query, complete=True
+                ),
+                self._session.declare_queryable(
+                    info_key(self._ns, self._node_id), self._on_info_query, complete=True
+                ),
+            ]
             liveliness = self._session.liveliness()
             self._alive_sub = liveliness.declare_subscriber(
                 f"{self._ns}/v1/alive/*", self._on_alive, history=True
@@ -353,17 +362,11 @@ class ZenohTransport:
                 self._peers_changed.wait(left)
 
     def serve_snapshot(self, provider: SnapshotProvider) -> None:
+        """Answer snapshot and info queries with what ``provider`` captures (DF-ZEN-5, DF-ZEN-6). The
+        queryables exist from construction on (answering with an error until a provider is set), so a
+        peer that sees this node's liveliness token can already query them."""
         self._check_open()
         self._server = SnapshotServer(self._node_id, provider, max_packet_size=self.options.max_packet_size)
-        if not self._queryables:
-            self._queryables = [
-                self._session.declare_queryable(
-                    snapshot_key(self._ns, self._node_id), self._on_snapshot_query, complete=True
-                ),
-                self._session.declare_queryable(
-                    info_key(self._ns, self._node_id), self._on_info_query, complete=True
-                ),
-            ]
 
     def info(self, peer: int | None = None, timeout: float = 2.0) -> dict[int, dict[str, Any]]:
         """Query the info queryables of ``peer`` (None: every node serving one) -> ``{node: info}``."""
