@@ -43,6 +43,7 @@ __all__ = [
 MANIFEST = Manifest.from_named_shapes({"fc.bias": (4,), "fc.weight": (4, 5)})  # N = 24
 N = MANIFEST.num_params
 FP = MANIFEST.fingerprint
+WIDE_MANIFEST = Manifest.from_named_shapes({"fc.weight": (10, 10)})  # N = 100
 
 NODE = 0x0A0A_0000_0000_0001
 NODE_INC = 0x0006_0000_0000_0001
@@ -137,9 +138,9 @@ class GenCase:
     anchor: NDArray[np.float32]
     config: SyncConfig
     seq_start: int = 1
-    exact_split: bool = (
-        True  # False: the split points depend on the implementation's size accounting
-    )
+    # False: the split points depend on the implementation's size accounting
+    exact_split: bool = True
+    manifest: Manifest = MANIFEST
 
 
 def _brute_force(d: NDArray[np.float32], k: int) -> list[int]:
@@ -213,12 +214,12 @@ def generate_cases() -> list[GenCase]:
         ),
         GenCase(
             "ratio_product_binary64",
-            "N * ratio evaluated in binary64: 24 * 0.1 = 2.4000000000000004 -> k = 3; "
-            "ratio 1e-9 clamps k to 1 in the companion vector.",
+            "N = 100, ratio 0.07: N * ratio in binary64 is 7.000000000000001, so k = 8.",
             ["DF-GEN-2", "DF-GEN-3"],
-            _pattern(5, 17, 8, 3.0),
-            np.zeros(N, dtype=np.float32),
-            SyncConfig(ratio=0.1),
+            _f32([((i * 37) % 101 - 50) / 7.0 for i in range(100)]),
+            np.zeros(100, dtype=np.float32),
+            SyncConfig(ratio=0.07),
+            manifest=WIDE_MANIFEST,
         ),
         GenCase(
             "k_clamped_to_one",
@@ -293,9 +294,9 @@ def generate_cases() -> list[GenCase]:
 
 
 def _write_generate(vectors_dir: Path, case: GenCase) -> dict[str, Any]:
-    eng = Engine(MANIFEST, case.config, NODE, NODE_INC, anchor=case.anchor)
+    eng = Engine(case.manifest, case.config, NODE, NODE_INC, anchor=case.anchor)
     eng.next_seq = case.seq_start
-    k = case.config.num_selected(N)
+    k = case.config.num_selected(case.manifest.num_params)
     active = case.active.copy()
     entries = eng.generate(active)
     # independent cross-check of the engine's result
@@ -329,7 +330,7 @@ def _write_generate(vectors_dir: Path, case: GenCase) -> dict[str, Any]:
         {
             "description": case.description,
             "requirements": sorted(set(case.requirements)),
-            "manifest": MANIFEST.to_json(),
+            "manifest": case.manifest.to_json(),
             "config": _config_json(case.config),
             "node": {"id": hex16(NODE), "incarnation": hex16(NODE_INC)},
             "seq_start": case.seq_start,

@@ -110,5 +110,8 @@ class SyncConfig:
         kwargs = dict(d)
         if "encoding" in kwargs:
             enc = kwargs["encoding"]
-            kwargs["encoding"] = ValueEncoding[enc] if isinstance(enc, str) else ValueEncoding(enc)
+            try:
+                kwargs["encoding"] = ValueEncoding[enc] if isinstance(enc, str) else ValueEncoding(enc)
+            except (KeyError, ValueError):
+                raise ValueError(f"unknown encoding {enc!r}") from None
         return cls(**kwargs)

@@ -1,0 +1,93 @@
+"""SyncConfig: the brief's defaults (DF-PAR) and validation."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from delta_fabric.config import MIN_MAX_PACKET_SIZE, SyncConfig
+from delta_fabric.wire import ValueEncoding
+from hypothesis import given
+from hypothesis import strategies as st
+
+
+def test_defaults_are_the_briefs() -> None:
+    c = SyncConfig()
+    assert (c.alpha, c.ratio, c.sync_interval, c.relay_threshold) == (
+        1.0,
+        0.05,
+        10,
+        1e-6,
+    )
+    assert (c.hop_limit, c.max_packet_size, c.replay_window, c.max_incarnations) == (
+        16,
+        16_777_216,
+        1024,
+        4,
+    )
+    assert c.encoding is ValueEncoding.F32 and c.include_buffers is False
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"alpha": 0.0},
+        {"alpha": 1.5},
+        {"alpha": math.nan},
+        {"ratio": 0.0},
+        {"ratio": 1.01},
+        {"ratio": math.inf},
+        {"relay_threshold": -1e-9},
+        {"sync_interval": 0},
+        {"hop_limit": 256},
+        {"hop_limit": -1},
+        {"max_packet_size": MIN_MAX_PACKET_SIZE - 1},
+        {"replay_window": 0},
+        {"max_incarnations": 0},
+        {"encoding": 3},
+    ],
+)
+def test_bad_values_raise_value_error(kw: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        SyncConfig(**kw)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"sync_interval": 1.5},
+        {"hop_limit": True},
+        {"alpha": "1"},
+        {"include_buffers": 1},
+    ],
+)
+def test_bad_types_raise_type_error(kw: dict[str, Any]) -> None:
+    with pytest.raises(TypeError):
+        SyncConfig(**kw)
+
+
+def test_json_round_trip_and_normalisation() -> None:
+    c = SyncConfig(alpha=1, encoding=1, hop_limit=3)  # type: ignore[arg-type]
+    assert isinstance(c.alpha, float) and c.encoding is ValueEncoding.F16
+    d = c.to_json()
+    assert d["encoding"] == "F16"
+    assert SyncConfig.from_json(d) == c
+    with pytest.raises(ValueError):
+        SyncConfig.from_json({"bogus": 1})
+    with pytest.raises(ValueError):
+        SyncConfig.from_json({"encoding": "F64"})
+
+
+@given(st.integers(1, 2**40), st.floats(1e-12, 1.0))
+def test_num_selected(n: int, ratio: float) -> None:
+    # REQ: DF-GEN-2
+    k = SyncConfig(ratio=ratio).num_selected(n)
+    assert 1 <= k <= n
+    assert k == min(max(math.ceil(n * ratio), 1), n)
+
+
+def test_num_selected_uses_binary64_product() -> None:
+    # REQ: DF-GEN-2
+    assert 100 * 0.07 == 7.000000000000001
+    assert SyncConfig(ratio=0.07).num_selected(100) == 8  # not 7: the product rounds up
