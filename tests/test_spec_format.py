@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
+from delta_fabric.manifest import Manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "spec" / "protocol.md"
@@ -97,7 +99,7 @@ def defined_ids(text: str) -> list[str]:
 
 
 def appendix(text: str, title: str) -> str:
-    m = re.search(r"^## Appendix " + re.escape(title) + r".*?(?=^## |\Z)", text, re.S | re.M)
+    m = re.search(r"^## Appendix " + re.escape(title) + r".*?(?=^## |\Z)", text, re.DOTALL | re.MULTILINE)
     assert m, f"Appendix {title} not found"
     return m.group(0)
 
@@ -114,9 +116,9 @@ def test_header_block() -> None:
     text = spec_text()
     assert text.startswith("# DeltaFabric Protocol, Version ")
     for field in ("Version", "Status", "Date", "Editors"):
-        assert re.search(rf"^\| {field} \| .+ \|$", text, re.M), f"header field {field} missing"
-    assert re.search(r"^\| Date \| 2026-11-29 \|$", text, re.M)
-    assert re.search(r"^\| Editors \| DeltaFabric maintainers \|$", text, re.M)
+        assert re.search(rf"^\| {field} \| .+ \|$", text, re.MULTILINE), f"header field {field} missing"
+    assert re.search(r"^\| Date \| 2026-11-29 \|$", text, re.MULTILINE)
+    assert re.search(r"^\| Editors \| DeltaFabric maintainers \|$", text, re.MULTILINE)
 
 
 def test_ids_well_formed_and_unique() -> None:
@@ -184,7 +186,7 @@ def test_every_normative_table_has_an_example() -> None:
 def _spec_version() -> str:
     text = spec_text()
     title = re.match(r"# DeltaFabric Protocol, Version (\d+\.\d+)\s*$", text.splitlines()[0])
-    row = re.search(r"^\| Version \| (\d+\.\d+) \|$", text, re.M)
+    row = re.search(r"^\| Version \| (\d+\.\d+) \|$", text, re.MULTILINE)
     assert title and row
     assert title.group(1) == row.group(1)
     return row.group(1)
@@ -193,18 +195,18 @@ def _spec_version() -> str:
 def test_version_matches_readme_and_changelog() -> None:
     version = _spec_version()
     readme = README.read_text(encoding="utf-8")
-    m = re.search(r"^Current version: \*\*(\d+\.\d+)\*\*", readme, re.M)
+    m = re.search(r"^Current version: \*\*(\d+\.\d+)\*\*", readme, re.MULTILINE)
     assert m, "spec/README.md must contain a line 'Current version: **X.Y**'"
     assert m.group(1) == version
     changelog = CHANGELOG.read_text(encoding="utf-8")
-    first = re.search(r"^## \[?(\d+\.\d+)\]?", changelog, re.M)
+    first = re.search(r"^## \[?(\d+\.\d+)\]?", changelog, re.MULTILINE)
     assert first and first.group(1) == version, "newest spec/CHANGELOG.md entry must be the spec version"
 
 
 def test_error_table_matches_error_code_enum() -> None:
     errors = pytest.importorskip("delta_fabric.errors")
     text = spec_text()
-    section = re.search(r"^### 7\.2 Error codes$(.*?)(?=^#{2,3} )", text, re.S | re.M)
+    section = re.search(r"^### 7\.2 Error codes$(.*?)(?=^#{2,3} )", text, re.DOTALL | re.MULTILINE)
     assert section, "Section 7.2 Error codes not found"
     codes = []
     for kind, row in blocks(section.group(1)):
@@ -220,8 +222,296 @@ def test_error_table_matches_error_code_enum() -> None:
 
 def test_section_references_exist() -> None:
     text = spec_text()
-    numbers = set(re.findall(r"^#{2,3} (\d+(?:\.\d+)?)\.? ", text, re.M))
+    numbers = set(re.findall(r"^#{2,3} (\d+(?:\.\d+)?)\.? ", text, re.MULTILINE))
     numbers |= {n.split(".")[0] for n in numbers}
     refs = set(re.findall(r"\bSections? (\d+(?:\.\d+)?)", text))
     refs |= set(re.findall(r"\bSections \d+(?:\.\d+)?(?:,| and| to) (\d+(?:\.\d+)?)", text))
     assert refs - numbers == set(), f"references to missing sections: {sorted(refs - numbers)}"
+
+
+# ------------------------------------------------------------------ the worked examples are correct
+# Every number of the spec's examples is recomputed here with the reference implementation, so that the
+# examples can neither drift from the normative text nor from the code.
+
+
+def section(number: str) -> str:
+    """The text of section ``number`` (e.g. ``"5.9"``) up to the next heading of the same or a higher level."""
+    text = spec_text()
+    level = "##" if "." not in number else "###"
+    m = re.search(
+        rf"^{level} {re.escape(number)}\.? .*?(?=^#{{2,{len(level)}}} |\Z)", text, re.DOTALL | re.MULTILINE
+    )
+    assert m, f"section {number} not found"
+    return m.group(0)
+
+
+def table_rows(text: str) -> list[list[str]]:
+    """The cells of every table body row of ``text`` (header and separator rows dropped)."""
+    rows = []
+    lines = [ln.strip() for ln in text.splitlines()]
+    for i, ln in enumerate(lines):
+        if not ln.startswith("|") or set(ln) <= set("|-: "):
+            continue
+        if i + 1 < len(lines) and lines[i + 1].startswith("|") and set(lines[i + 1]) <= set("|-: "):
+            continue  # header row
+        rows.append([c.strip() for c in ln.strip("|").split("|")])
+    return rows
+
+
+def bits(x: Any) -> str:
+    import numpy as np
+
+    return format(int(np.float32(x).view(np.uint32)), "08x")
+
+
+def test_parameter_defaults_match_the_reference_configuration() -> None:
+    # REQ: DF-PAR-1, DF-PAR-2, DF-PAR-3, DF-PAR-4, DF-PAR-5, DF-PAR-6, DF-PAR-7, DF-PAR-8, DF-PAR-9
+    # REQ: DF-PAR-10, DF-PAR-11
+    from delta_fabric.config import SyncConfig
+
+    cfg = SyncConfig()
+    rows = [r for r in table_rows(section("3")) if r[0].startswith("**[DF-PAR-")]
+    assert len(rows) == 10
+    for row in rows:
+        name = row[1].strip("`")
+        default = re.match(r"`([^`]+)`", row[4])
+        assert default, row
+        actual = getattr(cfg, name)
+        if name == "encoding":
+            assert actual.name == default.group(1)
+        elif isinstance(actual, bool):
+            assert str(actual).lower() == default.group(1)
+        else:
+            assert actual == type(actual)(float(default.group(1))), name
+
+
+def test_parameter_ranges_are_enforced_as_specified() -> None:
+    # REQ: DF-PAR-11
+    from delta_fabric.config import SyncConfig
+
+    rows = [r for r in table_rows(section("3")) if r[0].startswith("**[DF-PAR-")]
+    checked = 0
+    for row in rows:
+        name = row[1].strip("`")
+        rng = re.search(r"`(?:(-?[\d.]+) (<=|<) )?(\w+ )?(<=|>=) ?([\d.e-]+)`", row[3])
+        if rng is None:
+            continue
+        lo, lo_op, _, op, hi = rng.groups()
+        kind = float if row[3].startswith("binary64") else int
+        eps = 1e-9 if kind is float else 1
+        if op == ">=":  # "`>= x`": lower bound only
+            lo, lo_op, hi = hi, "<=", None
+        good: list[float] = []
+        bad: list[float] = []
+        if lo is not None:
+            lo_v = kind(float(lo))
+            (good if lo_op == "<=" else bad).append(lo_v)
+            bad.append(lo_v - eps)
+        if hi is not None:
+            hi_v = kind(float(hi))
+            good.append(hi_v)
+            bad.append(hi_v + eps)
+        for v in good:
+            ok: dict[str, Any] = {name: v}
+            SyncConfig(**ok)
+        for v in bad:
+            wrong: dict[str, Any] = {name: v}
+            with pytest.raises((ValueError, TypeError)):
+                SyncConfig(**wrong)
+        checked += 1
+    assert checked == 8  # every numeric parameter has a range in the table
+
+
+def test_k_examples() -> None:
+    # REQ: DF-GEN-2
+    from delta_fabric.config import SyncConfig
+
+    found = re.findall(r"`N = (\d+), ratio = ([\d.]+)`: [^k]*?`k = (\d+)`", section("5.2"))
+    assert len(found) >= 4
+    for n, ratio, k in found:
+        assert SyncConfig(ratio=float(ratio)).num_selected(int(n)) == int(k)
+
+
+def test_fingerprint_examples() -> None:
+    # REQ: DF-MAN-2, DF-MAN-5
+    import hashlib
+
+    from delta_fabric.manifest import Manifest
+
+    sec = section("4.4")
+    block = re.search(r"```\n(deltafabric-manifest/1.*?)```", sec, re.DOTALL)
+    assert block
+    canonical = block.group(1).replace("\n", "").replace("\\t", "\t").replace("\\n", "\n")
+    digests = re.findall(r"`?([0-9a-f]{64})`?", sec)
+    assert hashlib.sha256(canonical.encode()).hexdigest() == digests[0]
+    assert f"({len(canonical.encode())} bytes" in sec
+    shapes: list[tuple[str, tuple[int, ...]]] = [
+        ("fc.weight", (2, 3)),
+        ("fc.bias", (2,)),
+        ("bn.weight", (2,)),
+        ("bn.bias", (2,)),
+    ]
+    buffers: list[tuple[str, tuple[int, ...]]] = [("bn.running_mean", (2,)), ("bn.running_var", (2,))]
+    assert Manifest.from_named_shapes(shapes).canonical_text() == canonical
+    assert Manifest.from_named_shapes(shapes).fingerprint.hex() == digests[0]
+    assert Manifest.from_named_shapes(shapes + buffers).fingerprint.hex() == digests[1]
+    scalar: list[tuple[str, tuple[int, ...]]] = [("temperature", ())]
+    assert Manifest.from_named_shapes(shapes + scalar).fingerprint.hex() == digests[2]
+
+
+def _example_manifest() -> Manifest:
+
+    return Manifest.from_named_shapes(
+        [("fc.weight", (2, 3)), ("fc.bias", (2,)), ("bn.weight", (2,)), ("bn.bias", (2,))]
+    )
+
+
+def test_generation_example() -> None:
+    # REQ: DF-GEN-1, DF-GEN-3, DF-GEN-4, DF-GEN-5, DF-GEN-6
+    import numpy as np
+    from delta_fabric.config import SyncConfig
+    from delta_fabric.engine import Engine
+
+    rows = [r for r in table_rows(section("5.9")) if r[0].isdigit()]
+    assert len(rows) == 12
+    active = np.array([float(r[1]) for r in rows], dtype=np.float32)
+    anchor = np.array([float(r[2]) for r in rows], dtype=np.float32)
+    d = active - anchor
+    assert [bits(x) for x in d] == [r[4].strip("`") for r in rows]
+    eng = Engine(_example_manifest(), SyncConfig(ratio=0.25), 0x0A, 0x00066169085C7000, anchor)
+    (entry,) = eng.generate(active)
+    text = section("5.9")
+    m = re.search(r"indices = \[([\d, ]+)\], values = \[([-\d., ]+)\]", text)
+    assert m
+    assert entry.seq == 1 and entry.hops == 0
+    assert entry.indices.tolist() == [int(x) for x in m.group(1).split(",")]
+    assert entry.values.tolist() == [float(x) for x in m.group(2).split(",")]
+    updates = re.findall(r"`anchor\[(\d+)\] =\s+([-\d.]+)`", text)
+    assert len(updates) == 3
+    for i, v in updates:
+        assert eng.anchor[int(i)] == np.float32(float(v))
+
+
+def test_encoding_examples() -> None:
+    # REQ: DF-GEN-4
+    import numpy as np
+    from delta_fabric.wire import ValueEncoding, quantize
+
+    rows = table_rows(section("5.4"))
+    assert len(rows) == 5
+    for row in rows:
+        m32 = re.search(r"`([0-9a-f]{8})`", row[0])
+        m16 = re.match(r"`([0-9a-f]{4})`", row[1])
+        mbf = re.match(r"`([0-9a-f]{4})`", row[2])
+        assert m32 and m16 and mbf, row
+        x = np.array([int(m32.group(1), 16)], dtype=np.uint32).view(np.float32)
+        want16 = np.array([int(m16.group(1), 16)], dtype=np.uint16).view(np.float16).astype(np.float32)
+        wantbf = np.array([int(mbf.group(1), 16) << 16], dtype=np.uint32).view(np.float32)
+        assert bits(quantize(x, ValueEncoding.F16)[0]) == bits(want16[0])
+        assert bits(quantize(x, ValueEncoding.BF16)[0]) == bits(wantbf[0])
+
+
+def test_packet_example_hex_dump_decodes_to_its_json() -> None:
+    # REQ: DF-PKT-1, DF-PKT-3, DF-PKT-7
+    import json
+
+    from delta_fabric.wire import decode_packet, packet_to_json
+
+    sec = section("6.6")
+    dump = re.search(r"is (\d+) bytes:\n\n```\n(.*?)```", sec, re.DOTALL)
+    assert dump
+    raw = bytes.fromhex("".join(line[6:] for line in dump.group(2).splitlines()))
+    assert len(raw) == int(dump.group(1))
+    want = json.loads(re.search(r"```json\n(.*?)```", sec, re.DOTALL).group(1))  # type: ignore[union-attr]
+    assert packet_to_json(decode_packet(raw)) == want
+
+
+def test_replay_window_trace() -> None:
+    # REQ: DF-RCV-3, DF-RCV-4, DF-RCV-12
+    from delta_fabric.state import ReceiverState
+
+    state = ReceiverState(0x99, window=4, max_incarnations=2)
+    rows = [r for r in table_rows(section("7.4")) if r[0].isdigit()]
+    assert len(rows) == 11
+    for row in rows:
+        got = state.admit(0x01, int(row[1]), int(row[2]))
+        reason = re.match(r"dropped, `(\w+)`", row[3])
+        assert str(got) == (reason.group(1) if reason else "accepted"), row
+
+
+def test_receive_and_relay_examples() -> None:
+    # REQ: DF-RCV-1, DF-RCV-2, DF-RCV-5, DF-RCV-6, DF-RCV-7, DF-RCV-10, DF-RLY-1, DF-RLY-3, DF-RLY-5
+    import numpy as np
+    from delta_fabric.config import SyncConfig
+    from delta_fabric.engine import Engine
+    from delta_fabric.wire import (
+        Entry,
+        Packet,
+        ValueEncoding,
+        decode_packet,
+        encode_packet,
+    )
+
+    f = np.float32
+    m = _example_manifest()
+    a, b, x, d = 0x0A, 0x0B, 0x0C, 0x0D
+    ia, ib, ix = 0x00066169085C7000, 0x0006616908A8BB40, 0x0006616A4A39E600
+
+    def entry(o: int, inc: int, seq: int, hops: int, idx: list[int], val: list[float]) -> Entry:
+        return Entry(o, inc, seq, hops, np.array(idx, dtype=np.uint32), np.array(val, dtype=f))
+
+    def packet(sender: int, inc: int, *entries: Entry) -> bytes:
+        return encode_packet(Packet(sender, inc, m.fingerprint, tuple(entries), ValueEncoding.F32))
+
+    p1 = packet(a, ia, entry(a, ia, 1, 0, [3, 7, 10], [-0.5, 0.5, -1.0]), entry(b, ib, 4, 1, [7, 11], [0.25, 1.5e-6]))
+    p2 = packet(b, ib, entry(b, ib, 4, 0, [7, 11], [0.5, 3e-6]), entry(x, ix, 2, 1, [0], [0.25]))
+    p3 = packet(d, ix, entry(d, ix, 1, 0, [0], [1.0]), entry(d, ix, 2, 0, [12], [1.0]))
+    before = np.array([0, 0, 1, 1, 0.1, -0.2, 0.5, -0.25, 0.75, -1, 0.125, 0.3], dtype=f)
+    anchor = before.copy()
+    anchor[11] = f(0.25)
+    eng = Engine(m, SyncConfig(alpha=0.5), x, ix, anchor)
+    for seq in (1, 2, 3):
+        eng.state.admit(b, ib, seq)
+    active = before.copy()
+    res, _ = eng.step(active, [p1, p2, p3], sync=False)
+
+    rows = [r for r in table_rows(section("7.8")) if r[0].isdigit()]
+    assert len(rows) == 4
+    for row in rows:
+        i = int(row[0])
+        assert bits(res.values[res.indices.tolist().index(i)]) == bits(float(row[1].split()[0]))
+        for col, buf in ((4, active), (5, eng.anchor)):
+            want = re.search(r"`([0-9a-f]{8})`", row[col])
+            assert bits(buf[i]) == (want.group(1) if want else bits(float(row[col])))
+    counters = eng.counters.to_json()
+    named = re.findall(r"`([\w.]+)` (\d+)", section("7.8").split("Counters:")[1])
+    assert len(named) == 7
+    for name, n in named:
+        group, _, key = name.partition(".")
+        assert (counters[group][key] if key else counters[group]) == int(n), name
+
+    relay = [(e.origin, e.seq, e.hops, e.indices.tolist(), e.values.tolist()) for e in res.relay]
+    assert relay == [(a, 1, 1, [3, 7, 10], [-0.25, 0.25, -0.5]), (b, 4, 2, [7], [0.125])]
+    own = [entry(x, ix, 3, 0, [0, 11], [0.25, -0.125])]
+    sizes = {}
+    for limit in (16777216, 500):
+        eng.config = SyncConfig(alpha=0.5, max_packet_size=limit)
+        out = eng.pack(own, res.relay)
+        sizes[limit] = [[(e.origin, e.seq) for e in decode_packet(p).entries] for p in out]
+        assert all(decode_packet(p).sender == x for p in out)
+    assert sizes[16777216] == [[(x, 3), (a, 1), (b, 4)]]
+    assert sizes[500] == [[(x, 3), (a, 1)], [(b, 4)]]
+
+
+def test_snapshot_digest_example() -> None:
+    # REQ: DF-ZEN-11
+    import numpy as np
+    from delta_fabric.snapshot import snapshot_digest
+
+    sec = section("9.5")
+    values = re.search(r"little-endian\s+f32 values `([^`]+)`", sec)
+    digest = re.search(r"the digest is\s+`([0-9a-f]{64})`", sec)
+    assert values and digest
+    anchor = np.array([float(v) for v in values.group(1).split(",")], dtype=np.float32)
+    assert anchor.size == 12
+    assert snapshot_digest(anchor).hex() == digest.group(1)

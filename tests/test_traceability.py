@@ -167,9 +167,9 @@ def report() -> str:
     covered = sorted(musts & cites.keys(), key=_key)
     uncovered = sorted(musts - cites.keys(), key=_key)
     excused, _ = read_uncovered()
+    pct = 100.0 * len(covered) / max(len(musts), 1)
     lines = [
-        f"MUST-level requirements covered: {len(covered)}/{len(musts)}"
-        f" ({100.0 * len(covered) / max(len(musts), 1):.1f} %)",
+        f"MUST-level requirements covered: {len(covered)}/{len(musts)} ({pct:.1f} %)",
         f"all requirement ids cited: {len(reqs.keys() & cites.keys())}/{len(reqs)}",
         f"uncovered MUST ids ({len(uncovered)}): " + (" ".join(uncovered) or "none"),
         "uncovered and not excused: " + (" ".join(u for u in uncovered if u not in excused) or "none"),
