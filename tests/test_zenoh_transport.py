@@ -207,7 +207,9 @@ def test_config_file_is_used_as_is(tmp_path: Path) -> None:
     opts = ZenohOptions(
         node_id=1, namespace=NS, config_file=cfg, listen=[ep(ignored_port)]
     )
-    assert json.loads(opts.build_config().get_json("listen/endpoints")) == [ep(file_port)]
+    assert json.loads(opts.build_config().get_json("listen/endpoints")) == [
+        ep(file_port)
+    ]
     with ZenohTransport(opts) as a:
         assert port_is_open(file_port)
         assert not port_is_open(ignored_port)
@@ -509,9 +511,9 @@ def _alive(session: zenoh.Session) -> set[int]:
 
 
 def _fake_server(
-    session: zenoh.Session, node: int, mangle: Callable[[int, bytes], bytes]
+    session: zenoh.Session, node: int, mangle: list[Callable[[int, bytes], bytes]]
 ) -> zenoh.Queryable:
-    """A raw Zenoh queryable serving a snapshot whose chunks pass through ``mangle``."""
+    """A raw Zenoh queryable serving a snapshot whose chunks pass through ``mangle[0]`` (swappable)."""
     src = SnapshotSource(3, FP, np.linspace(-1, 1, 100, dtype=np.float32))
     key = snapshot_key(NS, node)
 
@@ -522,23 +524,24 @@ def _fake_server(
             if part
         )
         i, size = int(params["chunk"]), int(params["chunk_size"])
-        q.reply(key, mangle(i, encode_chunk(src, node, 1, i, size)))
+        q.reply(key, mangle[0](i, encode_chunk(src, node, 1, i, size)))
 
-    queryable = session.declare_queryable(key, on_query)
-    return queryable
-
-
-def _fake_node_session(cluster: Cluster, node: int) -> tuple[zenoh.Session, zenoh.LivelinessToken]:
-    session = zenoh.open(raw_config([ep(free_port())], [ep(cluster.ports[0])]))
-    return session, session.liveliness().declare_token(alive_key(NS, node))
+    return session.declare_queryable(key, on_query)
 
 
 def test_corrupted_chunk_is_rejected_with_a_typed_error(cluster: Cluster) -> None:
     # REQ: DF-ZEN-12
     joiner = cluster.add(2)
-    session, token = _fake_node_session(cluster, 0xBAD)
+    session = zenoh.open(raw_config([ep(free_port())], [ep(cluster.ports[0])]))
+    mangle: list[Callable[[int, bytes], bytes]] = [lambda i, buf: buf]
+    queryable = _fake_server(session, 0xBAD, mangle)
+    token = session.liveliness().declare_token(
+        alive_key(NS, 0xBAD)
+    )  # after the queryable
     try:
         joiner.wait_for_peers(1, WAIT, expected=[0xBAD])
+        anchor, inc = joiner.fetch_snapshot(0xBAD, FP, WAIT, chunk_size=30, attempts=1)
+        assert inc == 3 and anchor.size == 100  # the honest server is accepted
 
         def flip(i: int, buf: bytes) -> bytes:
             if i != 1:
@@ -547,21 +550,8 @@ def test_corrupted_chunk_is_rejected_with_a_typed_error(cluster: Cluster) -> Non
             b[-5] ^= 0x40  # inside the last value of the values vector
             return bytes(b)
 
-        q1 = _fake_server(session, 0xBAD, flip)
-        time.sleep(0.1)  # let the declaration reach the joiner
-        with pytest.raises(SnapshotError) as ei:
-            joiner.fetch_snapshot(0xBAD, FP, WAIT, chunk_size=30, attempts=1)
-        assert ei.value.kind is SnapshotErrorKind.DIGEST_MISMATCH
-        q1.undeclare()
-
         def truncate(i: int, buf: bytes) -> bytes:
             return buf[: len(buf) // 2] if i == 2 else buf
-
-        q2 = _fake_server(session, 0xBAD, truncate)
-        with pytest.raises(SnapshotError) as ei:
-            joiner.fetch_snapshot(0xBAD, FP, WAIT, chunk_size=30, attempts=1)
-        assert ei.value.kind is SnapshotErrorKind.MALFORMED
-        q2.undeclare()
 
         def wrong_offset(i: int, buf: bytes) -> bytes:
             if i != 1:
@@ -572,20 +562,25 @@ def test_corrupted_chunk_is_rejected_with_a_typed_error(cluster: Cluster) -> Non
                 src, c.node, c.snapshot_id, 2, 30
             )  # chunk 2 answered for chunk 1
 
-        q3 = _fake_server(session, 0xBAD, wrong_offset)
-        with pytest.raises(SnapshotError) as ei:
-            joiner.fetch_snapshot(0xBAD, FP, WAIT, chunk_size=30, attempts=1)
-        assert ei.value.kind is SnapshotErrorKind.BAD_OFFSET
-        q3.undeclare()
+        def other_fingerprint(i: int, buf: bytes) -> bytes:
+            src = SnapshotSource(
+                3, bytes(32), np.linspace(-1, 1, 100, dtype=np.float32)
+            )
+            return encode_chunk(src, 0xBAD, 1, i, 30)
 
-        q4 = _fake_server(
-            session, 0xBAD, lambda i, buf: buf
-        )  # and an honest one is accepted
-        anchor, inc = joiner.fetch_snapshot(0xBAD, FP, WAIT, chunk_size=30, attempts=1)
-        assert inc == 3 and anchor.size == 100
-        q4.undeclare()
+        for fault, kind in (
+            (flip, SnapshotErrorKind.DIGEST_MISMATCH),
+            (truncate, SnapshotErrorKind.MALFORMED),
+            (wrong_offset, SnapshotErrorKind.BAD_OFFSET),
+            (other_fingerprint, SnapshotErrorKind.FINGERPRINT_MISMATCH),
+        ):
+            mangle[0] = fault
+            with pytest.raises(SnapshotError) as ei:
+                joiner.fetch_snapshot(0xBAD, FP, WAIT, chunk_size=30, attempts=2)
+            assert ei.value.kind is kind, fault.__name__
     finally:
         token.undeclare()
+        queryable.undeclare()
         session.close()
 
 

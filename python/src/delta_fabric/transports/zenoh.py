@@ -431,7 +431,7 @@ class ZenohTransport:
             raise SnapshotError(SnapshotErrorKind.SERVER_ERROR, f"node {node_hex(server)}: {error}")
         raise SnapshotError(
             SnapshotErrorKind.NO_SERVER,
-            f"no snapshot reply from node {node_hex(server)} within {timeout:.3g}s",
+            f"no snapshot queryable of node {node_hex(server)} answered (or none within {timeout:.3g}s)",
         )
 
     def fetch_snapshot(
