@@ -58,6 +58,13 @@ def main() -> None:
                 lambda k=k, f=fast: sel.select(d, k, fast=f),
                 note=note,
             )
+    k_small = math.ceil(n * 0.0001)  # too few for the sample: the group-max path
+    sel.select(d, k_small)
+    measure(
+        "exact k=0.01%",
+        lambda: sel.select(d, k_small),
+        note=f"path={sel.last_path}",
+    )
     k1 = math.ceil(n * 0.01)
     measure(
         "np.argpartition k=1%", lambda: np.argpartition(np.abs(d), n - k1), repeat=3

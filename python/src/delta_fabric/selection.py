@@ -25,6 +25,7 @@ from numpy.typing import NDArray
 __all__ = ["Selector", "reference_select"]
 
 _MIN_SAMPLE = 65_536
+_MAX_SAMPLE = 1 << 18  # beyond this a strided sample costs more than the group-max path
 _SMALL_N = 1 << 17  # below this the sample buys nothing: use the reference path directly
 _MIN_SAMPLE_RANK = 64  # sample ranks below this are too noisy to aim with
 
@@ -110,7 +111,7 @@ class Selector:
     def _by_sample(self, k: int, fast: bool) -> NDArray[np.int64] | None:
         n, a = self.n, self._abs
         q = k / n
-        ms = min(max(n // 4, 1), max(_MIN_SAMPLE, math.ceil(4 * _MIN_SAMPLE_RANK / q)))
+        ms = min(max(n // 4, 1), _MAX_SAMPLE, max(_MIN_SAMPLE, math.ceil(4 * _MIN_SAMPLE_RANK / q)))
         stride = n // ms
         sample = a[::stride][:ms].copy()  # deterministic strided sample
         ms = sample.shape[0]
