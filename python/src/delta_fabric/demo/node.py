@@ -1,0 +1,283 @@
+"""One demo node: ``python -m delta_fabric.demo.node ...`` (PyTorch). The Rust ``df-node`` takes the same
+command line and speaks the same line protocol, so the demo can mix frameworks in one cluster.
+
+Command line (all nodes of a run get the same values except identity and endpoints)::
+
+    --index I --node-id HEX16 --data DIR --init FILE --steps S --batch B --lr LR --momentum M
+    --seed SEED --sync on|off --alpha A --ratio R --sync-interval K [--include-buffers]
+    --namespace NS --listen tcp/127.0.0.1:P [--connect EP]... [--neighbours HEX16,HEX16,...]
+    --eval-every E [--wait-peers SECONDS] [--linger SECONDS]
+
+``--data DIR`` holds the partition files (see `delta_fabric.demo.data`), ``--init FILE`` the initial
+canonical weights (raw little-endian f32, canonical order, with BatchNorm running statistics when
+``--include-buffers``). Batches: uniform sampling with replacement from the node's partition with a
+NumPy generator seeded ``seed * 1000 + index``.
+
+Protocol on stdout, one JSON object per line:
+
+* ``{"event": "ready", "index", "node", "framework", "num_params", "fingerprint"}`` once the transport
+  is up and the neighbours are seen (or ``--wait-peers`` ran out);
+* ``{"event": "progress", "index", "step", "accuracy" (null between evaluations), "bytes_sent"}``
+  at least every 10 steps and at every evaluation (every ``--eval-every`` steps);
+* ``{"event": "finished", "index", "step"}`` after the last step; the node then keeps receiving and
+  relaying (no generation) until a line ``stop`` arrives on stdin, stdin closes, or ``--linger`` s pass;
+* ``{"event": "done", "index", "accuracy", "per_class", "curve": [[step, acc], ...], "stats": {...}}``
+  after a final evaluation. Then the node exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+
+def add_node_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--index", type=int, required=True)
+    p.add_argument("--node-id", required=True, help="16 hex digits")
+    p.add_argument("--data", type=Path, required=True)
+    p.add_argument("--init", type=Path, required=True)
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--lr", type=float, required=True)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--sync", choices=("on", "off"), default="on")
+    p.add_argument("--alpha", type=float, default=1.0)
+    p.add_argument("--ratio", type=float, default=0.05)
+    p.add_argument("--sync-interval", type=int, default=10)
+    p.add_argument("--include-buffers", action="store_true")
+    p.add_argument("--namespace", default="deltafabric/demo")
+    p.add_argument("--listen", default=None)
+    p.add_argument("--connect", action="append", default=[])
+    p.add_argument("--neighbours", default="", help="comma-separated node ids (hex); empty: every node")
+    p.add_argument("--eval-every", type=int, default=50)
+    p.add_argument("--wait-peers", type=float, default=30.0)
+    p.add_argument("--linger", type=float, default=30.0)
+
+
+class Channel(Protocol):
+    """How a node talks to the demo parent: JSON events out, a stop signal in."""
+
+    def emit(self, obj: dict[str, Any]) -> None: ...
+
+    def stop_requested(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for the stop signal; True once it came."""
+        ...
+
+
+class StdioChannel:
+    """Events as JSON lines on stdout; ``stop`` (or EOF) on stdin (the df-node contract)."""
+
+    def __init__(self) -> None:
+        self._stop = _stop_watcher()
+
+    def emit(self, obj: dict[str, Any]) -> None:
+        sys.stdout.write(json.dumps(obj) + "\n")
+        sys.stdout.flush()
+
+    def stop_requested(self, timeout: float) -> bool:
+        return self._stop.wait(timeout)
+
+
+class PipeChannel:
+    """Events as JSON text over a multiprocessing connection; stop via a multiprocessing event."""
+
+    def __init__(self, conn: Connection, stop: Any) -> None:
+        self._conn = conn
+        self._stop = stop
+
+    def emit(self, obj: dict[str, Any]) -> None:
+        self._conn.send_bytes(json.dumps(obj).encode())
+
+    def stop_requested(self, timeout: float) -> bool:
+        return bool(self._stop.wait(timeout))
+
+
+def child_entry(argv: list[str], conn: Connection, stop: Any, log_path: str) -> None:
+    """Entry point of a node started by the demo through a multiprocessing (forkserver) context."""
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
+    try:
+        rc = run_node(parse_args(argv), PipeChannel(conn, stop))
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        raise
+    finally:
+        conn.close()
+    if rc:
+        raise SystemExit(rc)
+
+
+def _stop_watcher() -> threading.Event:
+    """Set when stdin says ``stop`` or closes."""
+    ev = threading.Event()
+
+    def watch() -> None:
+        try:
+            for line in sys.stdin:
+                if line.strip() == "stop":
+                    break
+        finally:
+            ev.set()
+
+    threading.Thread(target=watch, daemon=True).start()
+    return ev
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m delta_fabric.demo.node", description=__doc__)
+    add_node_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_node(parse_args(argv), StdioChannel())
+
+
+def run_node(args: argparse.Namespace, channel: Channel) -> int:
+    """Train one node (see the module docstring); reports through ``channel``."""
+    import torch
+    from torch.nn import functional as F
+
+    from delta_fabric.adapters.torch import Fabric, module_manifest
+    from delta_fabric.config import SyncConfig
+    from delta_fabric.demo.data import read_partition
+    from delta_fabric.demo.model import DigitsCNN, load_canonical
+
+    torch.set_num_threads(1)
+    _emit = channel.emit
+    train, test, _meta = read_partition(args.data)
+    model = DigitsCNN()
+    load_canonical(model, args.include_buffers, args.init)
+    node_id = int(args.node_id, 16)
+    cfg = SyncConfig(
+        alpha=args.alpha,
+        ratio=args.ratio,
+        sync_interval=args.sync_interval,
+        include_buffers=args.include_buffers,
+    )
+    manifest = module_manifest(model, args.include_buffers)
+    fabric: Fabric | None = None
+    transport: Any = None
+    if args.sync == "on":
+        from delta_fabric.transports.base import PeerTimeoutError
+        from delta_fabric.transports.zenoh import ZenohOptions, ZenohTransport
+
+        neighbours = [int(h, 16) for h in args.neighbours.split(",") if h]
+        transport = ZenohTransport(
+            ZenohOptions(
+                node_id=node_id,
+                namespace=args.namespace,
+                listen=[args.listen] if args.listen else [],
+                connect=list(args.connect),
+                neighbours=neighbours or None,
+            )
+        )
+        fabric = Fabric(model, transport, cfg, node_id=node_id)
+        if neighbours:
+            try:
+                transport.wait_for_peers(len(neighbours), args.wait_peers, expected=neighbours)
+            except PeerTimeoutError as exc:
+                print(f"node {args.index}: {exc}; starting anyway", file=sys.stderr)
+    _emit(
+        {
+            "event": "ready",
+            "index": args.index,
+            "node": f"{node_id:016x}",
+            "framework": "torch",
+            "num_params": manifest.num_params,
+            "fingerprint": manifest.fingerprint.hex(),
+        }
+    )
+
+    xtr = torch.from_numpy(train.x)
+    ytr = torch.from_numpy(train.y.astype(np.int64))
+    xte = torch.from_numpy(test.x)
+    yte = torch.from_numpy(test.y.astype(np.int64))
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+    rng = np.random.default_rng(args.seed * 1000 + args.index)
+
+    def evaluate() -> tuple[float, list[float | None]]:
+        model.eval()
+        with torch.no_grad():
+            pred = model(xte).argmax(1)
+        model.train()
+        per_class: list[float | None] = []
+        for c in range(10):
+            mask = yte == c
+            n = int(mask.sum())
+            per_class.append(float((pred[mask] == c).float().mean()) if n else None)
+        return float((pred == yte).float().mean()), per_class
+
+    curve: list[list[float]] = []
+    acc0, _ = evaluate()
+    curve.append([0, acc0])
+    model.train()
+    t0 = time.monotonic()
+    for step in range(1, args.steps + 1):
+        sel = torch.from_numpy(rng.integers(0, ytr.numel(), size=args.batch))
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(xtr[sel]), ytr[sel])
+        loss.backward()  # type: ignore[no-untyped-call]
+        opt.step()
+        if fabric is not None:
+            fabric.step()
+        acc: float | None = None
+        if step % args.eval_every == 0 or step == args.steps:
+            acc, _ = evaluate()
+            curve.append([step, acc])
+        if acc is not None or step % 10 == 0:
+            _emit(
+                {
+                    "event": "progress",
+                    "index": args.index,
+                    "step": step,
+                    "accuracy": acc,
+                    "bytes_sent": fabric.bytes_sent if fabric is not None else 0,
+                }
+            )
+    train_s = time.monotonic() - t0
+    if fabric is not None:
+        fabric.sync_now()  # the last residual above the top-k goes out too
+    _emit({"event": "finished", "index": args.index, "step": args.steps})
+    deadline = time.monotonic() + args.linger
+    while time.monotonic() < deadline:
+        if fabric is not None:
+            fabric.poll()
+        if channel.stop_requested(0.01):
+            break
+    if fabric is not None:
+        fabric.poll()
+    acc, per_class = evaluate()
+    stats: dict[str, Any] = fabric.stats() if fabric is not None else {"bytes_sent": 0}
+    stats["train_s"] = train_s
+    _emit(
+        {
+            "event": "done",
+            "index": args.index,
+            "accuracy": acc,
+            "per_class": per_class,
+            "curve": curve,
+            "stats": stats,
+        }
+    )
+    if transport is not None:
+        transport.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,638 @@
+"""`delta-fabric demo`: a local DeltaFabric cluster on loopback Zenoh, trained on label-skewed digits.
+
+Three runs in one invocation (each node is a separate process, see `delta_fabric.demo.node`):
+
+1. ``sync``: the cluster (default 3 nodes, ring) with DeltaFabric sync;
+2. ``nosync``: the same nodes, same data and settings, no sync (flag ``--skip-nosync``);
+3. ``baseline``: one node on all the training data (flag ``--skip-baseline``).
+
+Writes ``accuracy.png`` and ``summary.json`` to ``--output``; ``--json`` prints the summary on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import queue
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+__all__ = ["add_arguments", "run"]
+
+FRAMEWORKS = ("torch", "burn")
+DEFAULT_STEPS = 1200
+BASE_LR = 0.05
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--nodes", type=int, default=None, help="cluster size (default 3, or len(--frameworks))")
+    p.add_argument("--topology", choices=("ring", "all"), default="ring")
+    p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="local steps per node")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--partition", choices=("skewed", "iid"), default="skewed")
+    p.add_argument("--output", type=Path, default=Path("demo-out"))
+    p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    p.add_argument(
+        "--frameworks",
+        default=None,
+        help="comma-separated framework per node, e.g. torch,torch,burn (default: torch everywhere)",
+    )
+    p.add_argument("--burn-bin", default=None, help="path of the df-node binary (default: PATH)")
+    p.add_argument("--alpha", type=float, default=1.0)
+    p.add_argument("--ratio", type=float, default=0.05)
+    p.add_argument("--sync-interval", type=int, default=10)
+    p.add_argument("--lr", type=float, default=None, help=f"local learning rate (default {BASE_LR}/nodes)")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--no-buffers", action="store_true", help="do not sync BatchNorm running statistics")
+    p.add_argument("--eval-every", type=int, default=50)
+    p.add_argument("--skip-nosync", action="store_true", help="skip the sync-off run")
+    p.add_argument("--skip-baseline", action="store_true", help="skip the single-node baseline")
+    p.add_argument("--no-plot", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument(
+        "--launcher",
+        choices=("forkserver", "subprocess"),
+        default="forkserver" if sys.platform.startswith("linux") else "subprocess",
+        help="how PyTorch nodes start: forked from a server that imported torch once, or "
+        "`python -m delta_fabric.demo.node` each",
+    )
+    p.add_argument("--timeout", type=float, default=600.0, help="give up on a run after this many s")
+
+
+# ----------------------------------------------------------------------------------------------------
+@dataclass
+class NodeSpec:
+    run: str
+    index: int
+    framework: str
+    node_id: int
+    data_dir: Path
+    lr: float
+    sync: bool
+    listen: str | None = None
+    connect: list[str] = field(default_factory=list)
+    neighbours: list[int] = field(default_factory=list)
+    classes: list[int] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        cls = _classes_label(self.classes)
+        return f"{self.run} n{self.index} [{self.framework}] {cls}"
+
+
+def _classes_label(classes: list[int]) -> str:
+    if not classes:
+        return ""
+    if classes == list(range(classes[0], classes[-1] + 1)) and len(classes) > 1:
+        return f"{classes[0]}-{classes[-1]}"
+    return ",".join(map(str, classes))
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free TCP ports on 127.0.0.1 (bound then released; the OS does not reuse them soon)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def topology(n: int, kind: str) -> tuple[list[list[int]], list[list[int]]]:
+    """(connect targets, neighbours) per node index. Ring: i connects to i+1; all: i connects to every
+    j < i. Neighbours: whose packets a node receives (ring: i-1 and i+1; all: everyone else)."""
+    connects: list[list[int]] = [[] for _ in range(n)]
+    neigh: list[list[int]] = [[] for _ in range(n)]
+    if n == 1:
+        return connects, neigh
+    if kind == "all" or n <= 3:
+        for i in range(n):
+            connects[i] = list(range(i))
+            neigh[i] = [j for j in range(n) if j != i]
+        if kind == "all" or n == 2:
+            return connects, neigh
+    for i in range(n):
+        connects[i] = [(i + 1) % n]
+        neigh[i] = sorted({(i - 1) % n, (i + 1) % n} - {i})
+    return connects, neigh
+
+
+def _node_command(spec: NodeSpec, args: argparse.Namespace, common: dict[str, Any]) -> list[str]:
+    argv = [
+        "--index", str(spec.index),
+        "--node-id", f"{spec.node_id:016x}",
+        "--data", str(spec.data_dir),
+        "--init", str(common["init"]),
+        "--steps", str(common["steps"]),
+        "--batch", str(args.batch),
+        "--lr", repr(spec.lr),
+        "--momentum", repr(args.momentum),
+        "--seed", str(args.seed),
+        "--sync", "on" if spec.sync else "off",
+        "--alpha", repr(args.alpha),
+        "--ratio", repr(args.ratio),
+        "--sync-interval", str(args.sync_interval),
+        "--namespace", common["namespace"],
+        "--eval-every", str(args.eval_every),
+    ]  # fmt: skip
+    if common["include_buffers"]:
+        argv.append("--include-buffers")
+    if spec.listen:
+        argv += ["--listen", spec.listen]
+    for c in spec.connect:
+        argv += ["--connect", c]
+    if spec.neighbours:
+        argv += ["--neighbours", ",".join(f"{x:016x}" for x in spec.neighbours)]
+    if spec.framework == "burn":
+        return [common["burn_bin"], *argv]
+    return [sys.executable, "-m", "delta_fabric.demo.node", *argv]
+
+
+class _Child:
+    """A node process started as ``df-node`` / ``python -m delta_fabric.demo.node`` (stdio protocol)."""
+
+    def __init__(self, spec: NodeSpec, cmd: list[str], log: Path, events: queue.Queue[Any]) -> None:
+        self.spec = spec
+        self.log_file: IO[bytes] = open(log, "wb")
+        env = dict(os.environ)
+        env.setdefault("OMP_NUM_THREADS", "1")
+        env.setdefault("MKL_NUM_THREADS", "1")
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log_file,
+            env=env,
+            text=True,
+            bufsize=1,
+        )
+        self.done: dict[str, Any] | None = None
+        self.ready: dict[str, Any] | None = None
+        self.finished = False
+        self.stopped = False
+        self.last_step = 0
+        self._events = events
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _deliver(self, line: str) -> None:
+        line = line.strip()
+        if not line.startswith("{"):
+            return
+        try:
+            msg = json.loads(line)
+        except json.JSONDecodeError:
+            return
+        self._events.put((self, msg))
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._deliver(line)
+        self._events.put((self, {"event": "eof"}))
+
+    def wait(self) -> int:
+        return self.proc.wait()
+
+    def stop(self) -> None:
+        if self.stopped or self.proc.stdin is None:
+            return
+        self.stopped = True
+        with contextlib.suppress(OSError, ValueError):
+            self.proc.stdin.write("stop\n")
+            self.proc.stdin.flush()
+            self.proc.stdin.close()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self._reader.join(timeout=5)
+        self.log_file.close()
+
+
+class _ForkChild(_Child):
+    """A PyTorch node forked from a forkserver that imported torch once (saves seconds per node)."""
+
+    def __init__(
+        self, spec: NodeSpec, argv: list[str], log: Path, events: queue.Queue[Any], ctx: Any
+    ) -> None:
+        from delta_fabric.demo.node import child_entry
+
+        self.spec = spec
+        self.done = None
+        self.ready = None
+        self.finished = False
+        self.stopped = False
+        self.last_step = 0
+        self._events = events
+        self._conn, child_conn = ctx.Pipe(duplex=False)
+        self._stop_ev = ctx.Event()
+        self.fproc = ctx.Process(
+            target=child_entry, args=(argv, child_conn, self._stop_ev, str(log)), daemon=True
+        )
+        self.fproc.start()
+        child_conn.close()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = self._conn.recv_bytes()
+            except (EOFError, OSError):
+                break
+            self._deliver(data.decode())
+        self._events.put((self, {"event": "eof"}))
+
+    def wait(self) -> int:
+        self.fproc.join()
+        return int(self.fproc.exitcode or 0)
+
+    def stop(self) -> None:
+        self.stopped = True
+        self._stop_ev.set()
+
+    def close(self) -> None:
+        self.fproc.join(timeout=10)
+        if self.fproc.is_alive():
+            self.fproc.kill()
+            self.fproc.join()
+        self._reader.join(timeout=5)
+        self._conn.close()
+
+
+_FORK_CTX: Any = None
+
+
+def _fork_context() -> Any:
+    """A forkserver context whose server pre-imports torch and the node code (once per demo)."""
+    global _FORK_CTX
+    if _FORK_CTX is None:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(["torch", "delta_fabric.demo.node", "delta_fabric.adapters.torch"])
+        _FORK_CTX = ctx
+    return _FORK_CTX
+
+
+def _run_phase(
+    runs: dict[str, list[NodeSpec]],
+    args: argparse.Namespace,
+    common: dict[str, Any],
+    logs: Path,
+) -> dict[str, dict[str, Any]]:
+    """Start every node of ``runs`` at once, follow their progress, stop each run when all its nodes
+    finished; returns per run: node results and wall time."""
+    from tqdm import tqdm
+
+    events: queue.Queue[Any] = queue.Queue()
+    children: list[_Child] = []
+    bars: dict[int, Any] = {}
+    t0 = time.monotonic()
+    finished_at: dict[str, float] = {}
+    try:
+        for run_name, specs in runs.items():
+            for spec in specs:
+                cmd = _node_command(spec, args, common)
+                log = logs / f"{run_name}-node{spec.index}.log"
+                if spec.framework == "torch" and args.launcher == "forkserver":
+                    children.append(_ForkChild(spec, cmd[3:], log, events, _fork_context()))
+                else:
+                    children.append(_Child(spec, cmd, log, events))
+        for pos, ch in enumerate(children):
+            bars[id(ch)] = tqdm(
+                total=common["steps"],
+                desc=ch.spec.label,
+                position=pos,
+                leave=True,
+                disable=args.no_progress or None,
+                file=sys.stderr,
+                unit="step",
+                dynamic_ncols=True,
+            )
+        deadline = t0 + args.timeout
+        pending = len(children)
+        while pending:
+            timeout = deadline - time.monotonic()
+            if timeout <= 0:
+                raise TimeoutError(f"demo nodes did not finish within {args.timeout:.0f}s (logs: {logs})")
+            try:
+                ch, msg = events.get(timeout=min(timeout, 1.0))
+            except queue.Empty:
+                continue
+            ev = msg.get("event")
+            bar = bars[id(ch)]
+            if ev == "ready":
+                ch.ready = msg
+            elif ev == "progress":
+                step = int(msg["step"])
+                bar.update(step - ch.last_step)
+                ch.last_step = step
+                if msg.get("accuracy") is not None:
+                    bar.set_postfix(acc=f"{msg['accuracy']:.3f}", refresh=False)
+            elif ev == "finished":
+                ch.finished = True
+                run_name = ch.spec.run
+                if all(c.finished for c in children if c.spec.run == run_name):
+                    finished_at[run_name] = time.monotonic()
+                    time.sleep(0.3)  # let the last deltas arrive and be relayed
+                    for c in children:
+                        if c.spec.run == run_name:
+                            c.stop()
+            elif ev == "done":
+                ch.done = msg
+                bar.set_postfix(acc=f"{msg['accuracy']:.3f}")
+            elif ev == "eof":
+                pending -= 1
+                rc = ch.wait()
+                if ch.done is None:
+                    raise RuntimeError(
+                        f"node {ch.spec.label} exited with {rc} before reporting "
+                        f"(log: {logs / f'{ch.spec.run}-node{ch.spec.index}.log'})"
+                    )
+    finally:
+        for bar in bars.values():
+            bar.close()
+        for ch in children:
+            ch.stop()
+            ch.close()
+    out: dict[str, dict[str, Any]] = {}
+    for run_name, specs in runs.items():
+        nodes = []
+        for ch in children:
+            if ch.spec.run != run_name:
+                continue
+            assert ch.done is not None
+            stats = ch.done.get("stats", {})
+            nodes.append(
+                {
+                    "index": ch.spec.index,
+                    "node": f"{ch.spec.node_id:016x}",
+                    "framework": ch.spec.framework,
+                    "classes": ch.spec.classes,
+                    "accuracy": ch.done["accuracy"],
+                    "per_class": ch.done.get("per_class"),
+                    "curve": ch.done.get("curve", []),
+                    "bytes_sent": int(stats.get("bytes_sent", 0)),
+                    "num_params": (ch.ready or {}).get("num_params"),
+                    "fingerprint": (ch.ready or {}).get("fingerprint"),
+                    "stats": stats,
+                }
+            )
+        nodes.sort(key=lambda d: d["index"])
+        accs = [d["accuracy"] for d in nodes]
+        out[run_name] = {
+            "nodes": nodes,
+            "min_accuracy": min(accs),
+            "max_accuracy": max(accs),
+            "wall_s": round(finished_at.get(run_name, time.monotonic()) - t0, 2),
+            "node_count": len(specs),
+        }
+    return out
+
+
+def _plot(results: dict[str, dict[str, Any]], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [
+        ("sync", "DeltaFabric sync"),
+        ("nosync", "same nodes, no sync"),
+        ("baseline", "one node, all data"),
+    ]
+    present = [(k, t) for k, t in names if k in results]
+    fig, axes = plt.subplots(1, len(present), figsize=(5.2 * len(present), 4.2), sharey=True, squeeze=False)
+    for ax, (key, label) in zip(axes[0], present, strict=True):
+        for node in results[key]["nodes"]:
+            curve = np.asarray(node["curve"], dtype=float)
+            if curve.size == 0:
+                continue
+            cls = _classes_label(node["classes"])
+            ax.plot(curve[:, 0], curve[:, 1], label=f"node {node['index']} ({node['framework']}; {cls})")
+        ax.set_title(label)
+        ax.set_xlabel("local step")
+        ax.grid(alpha=0.3)
+        ax.set_ylim(0, 1)
+        ax.legend(loc="lower right", fontsize=8)
+    axes[0][0].set_ylabel("test accuracy (all ten classes)")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _human(summary: dict[str, Any]) -> str:
+    lines = [
+        f"DeltaFabric demo: {summary['nodes']} nodes, {summary['topology']}, "
+        f"{summary['partition']} partition, "
+        f"{summary['steps']} steps, N = {summary['num_params']} values, wall {summary['wall_s']:.1f}s",
+    ]
+    for key, label in (("sync", "sync on "), ("nosync", "sync off"), ("baseline", "baseline")):
+        r = summary["runs"].get(key)
+        if r is None:
+            continue
+        accs = ", ".join(
+            f"n{n['index']}({n['framework']}, {_classes_label(n['classes'])}): {n['accuracy']:.3f}"
+            for n in r["nodes"]
+        )
+        lines.append(f"  {label}: {accs}")
+    b = summary["bytes"]
+    if b:
+        lines.append(
+            f"  bytes sent {b['sent']:,} vs dense fp32 every step {b['dense_fp32']:,}: "
+            f"{b['compression']:.1f}x fewer"
+        )
+    dw = summary["done_when"]
+    lines.append(
+        f"  every node >= 0.90: {dw['all_nodes_ge_0.90']}; compression >= 30x: {dw['compression_ge_30x']}"
+    )
+    if summary.get("plot"):
+        lines.append(f"  plot: {summary['plot']}")
+    lines.append(f"  summary: {summary['summary_path']}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    t_start = time.monotonic()
+    frameworks: list[str]
+    if args.frameworks:
+        frameworks = [f.strip() for f in args.frameworks.split(",") if f.strip()]
+        bad = [f for f in frameworks if f not in FRAMEWORKS]
+        if bad:
+            print(f"demo: unknown framework(s) {bad}; choose from {FRAMEWORKS}", file=sys.stderr)
+            return 2
+        if args.nodes is not None and args.nodes != len(frameworks):
+            print("demo: --nodes disagrees with the length of --frameworks", file=sys.stderr)
+            return 2
+    else:
+        frameworks = ["torch"] * (args.nodes if args.nodes is not None else 3)
+    n = len(frameworks)
+    if n < 1 or args.steps < 1:
+        print("demo: need at least one node and one step", file=sys.stderr)
+        return 2
+    burn_bin = None
+    if "burn" in frameworks:
+        burn_bin = args.burn_bin or shutil.which("df-node")
+        if not burn_bin or not Path(burn_bin).exists():
+            print(
+                "demo: a burn node was asked for but the df-node binary was not found "
+                "(build interop/ and put df-node on PATH, or pass --burn-bin)",
+                file=sys.stderr,
+            )
+            return 2
+
+    from delta_fabric.demo.data import load_split, partition, write_partition
+    from delta_fabric.demo.model import init_model, save_canonical
+
+    out: Path = args.output
+    out.mkdir(parents=True, exist_ok=True)
+    work = out / "data"
+    logs = out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    include_buffers = not args.no_buffers
+
+    digits = load_split(args.seed)
+    parts = partition(digits.train, n, args.partition, args.seed)
+    for i, p in enumerate(parts):
+        write_partition(work / f"node{i}", p, digits.test)
+    write_partition(work / "full", digits.train, digits.test)
+    model = init_model(args.seed)
+    init_path = work / "init.f32"
+    manifest = save_canonical(model, include_buffers, init_path)
+    (work / "manifest.json").write_text(json.dumps(manifest.to_json(), indent=1) + "\n")
+
+    lr = args.lr if args.lr is not None else BASE_LR / n
+    common: dict[str, Any] = {
+        "init": init_path.resolve(),
+        "steps": args.steps,
+        "include_buffers": include_buffers,
+        "burn_bin": burn_bin,
+        "namespace": f"deltafabric/demo-{os.getpid()}-{int(time.time())}",
+    }
+    base_id = 0xDF00_0000_0000_0000
+    ports = free_ports(n)
+    connects, neigh = topology(n, args.topology)
+    ids = [base_id | (0x100 + i + 1) for i in range(n)]
+    sync_specs = [
+        NodeSpec(
+            run="sync",
+            index=i,
+            framework=frameworks[i],
+            node_id=ids[i],
+            data_dir=(work / f"node{i}").resolve(),
+            lr=lr,
+            sync=True,
+            listen=f"tcp/127.0.0.1:{ports[i]}",
+            connect=[f"tcp/127.0.0.1:{ports[j]}" for j in connects[i]],
+            neighbours=[ids[j] for j in neigh[i]],
+            classes=sorted(int(c) for c in np.unique(parts[i].y)),
+        )
+        for i in range(n)
+    ]
+    results: dict[str, dict[str, Any]] = {}
+    results.update(_run_phase({"sync": sync_specs}, args, common, logs))
+    second: dict[str, list[NodeSpec]] = {}
+    if not args.skip_nosync:
+        second["nosync"] = [
+            NodeSpec(
+                run="nosync",
+                index=i,
+                framework=frameworks[i],
+                node_id=base_id | (0x200 + i + 1),
+                data_dir=(work / f"node{i}").resolve(),
+                lr=lr,
+                sync=False,
+                classes=sync_specs[i].classes,
+            )
+            for i in range(n)
+        ]
+    if not args.skip_baseline:
+        second["baseline"] = [
+            NodeSpec(
+                run="baseline",
+                index=0,
+                framework="torch",
+                node_id=base_id | 0x301,
+                data_dir=(work / "full").resolve(),
+                lr=args.lr if args.lr is not None else BASE_LR,
+                sync=False,
+                classes=list(range(10)),
+            )
+        ]
+    if second:
+        results.update(_run_phase(second, args, common, logs))
+
+    sent = sum(node["bytes_sent"] for node in results["sync"]["nodes"])
+    dense = n * args.steps * manifest.num_params * 4
+    compression = dense / sent if sent else float("inf")
+    wall = time.monotonic() - t_start
+    summary: dict[str, Any] = {
+        "nodes": n,
+        "frameworks": frameworks,
+        "topology": args.topology,
+        "partition": args.partition,
+        "steps": args.steps,
+        "seed": args.seed,
+        "num_params": manifest.num_params,
+        "fingerprint": manifest.fingerprint.hex(),
+        "include_buffers": include_buffers,
+        "config": {
+            "alpha": args.alpha,
+            "ratio": args.ratio,
+            "sync_interval": args.sync_interval,
+            "lr": lr,
+            "momentum": args.momentum,
+            "batch": args.batch,
+        },
+        "runs": results,
+        "bytes": {
+            "sent": sent,
+            "dense_fp32": dense,
+            "compression": compression if sent else None,
+        },
+        "accuracy": {key: [node["accuracy"] for node in r["nodes"]] for key, r in results.items()},
+        "done_when": {
+            "all_nodes_ge_0.90": bool(results["sync"]["min_accuracy"] >= 0.90),
+            "compression_ge_30x": bool(sent and compression >= 30.0),
+        },
+        "wall_s": round(wall, 2),
+        "cpu_count": os.cpu_count(),
+        "plot": None,
+        "summary_path": str(out / "summary.json"),
+    }
+    if not args.no_plot:
+        plot = out / "accuracy.png"
+        _plot(
+            results,
+            plot,
+            f"DeltaFabric demo: {n} nodes ({args.topology}, {args.partition}), "
+            f"{compression:.0f}x fewer bytes than dense fp32",
+        )
+        summary["plot"] = str(plot)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    if args.json:
+        print(_human(summary), file=sys.stderr)
+        print(json.dumps(summary))
+    else:
+        print(_human(summary))
+    return 0
