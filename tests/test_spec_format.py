@@ -149,6 +149,27 @@ def test_appendix_a_lists_exactly_the_defined_ids() -> None:
     assert len(listed) == len(set(listed))
 
 
+def test_appendix_a_levels_match_the_requirements() -> None:
+    text = spec_text()
+    bodies: dict[str, str] = {}
+    for kind, body in blocks(text.replace(appendix(text, "A"), "")):
+        lead = first_cell(body) if kind == "row" else LIST_MARK.sub("", body)
+        m = DEF_RE.match(lead)
+        if m and kind != "heading":
+            bodies[m.group(1)] = body
+
+    def level(body: str) -> str:
+        for name, pattern in (("MUST", r"\b(MUST|REQUIRED|SHALL)\b"), ("SHOULD", r"\b(SHOULD|RECOMMENDED)\b")):
+            if re.search(pattern, body):
+                return name
+        return "MAY"
+
+    rows = [r for k, r in blocks(appendix(text, "A")) if k == "row" and WELL_FORMED.fullmatch(first_cell(r))]
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[-1] == level(bodies[cells[0]]), cells
+
+
 def test_normative_statements_carry_ids() -> None:
     missing = []
     text = spec_text()
