@@ -296,6 +296,25 @@ def test_quantize_is_idempotent_and_f32_identity(
         assert once.view(np.uint32).tolist() == v.view(np.uint32).tolist()
 
 
+def test_every_finite_16_bit_pattern_round_trips() -> None:
+    # REQ: DF-PKT-5
+    # REQ: DF-GEN-4
+    bits = np.arange(1 << 16, dtype=np.uint32)
+    f16 = bits.astype(np.uint16).view(np.float16)
+    for enc, values in (
+        (ValueEncoding.F16, f16[np.isfinite(f16)].astype(np.float32)),
+        (ValueEncoding.BF16, (bits << 16).view(np.float32)[(bits & 0x7F80) != 0x7F80]),
+    ):
+        assert (
+            values.size == (1 << 16) - 2048
+            if enc is ValueEncoding.F16
+            else (1 << 16) - 512
+        )
+        p = Packet(1, 1, FP, (Entry(1, 1, 1, 0, np.arange(values.size), values),), enc)
+        got = decode_packet(encode_packet(p)).entries[0].values
+        assert got.view(np.uint32).tolist() == values.view(np.uint32).tolist()
+
+
 def test_quantize_ties_and_clamps() -> None:
     # REQ: DF-GEN-4
     f16 = quantize(

@@ -38,7 +38,7 @@ from typing import Any, NoReturn
 
 import flatbuffers
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
+from numpy.lib.stride_tricks import as_strided
 from numpy.typing import NDArray
 
 from delta_fabric._generated.deltafabric.v1 import Entry as _gen_entry
@@ -218,8 +218,16 @@ def _to_bf16_bits(values: NDArray[np.float32]) -> NDArray[np.uint16]:
     return np.where(nan, nan_bits, out).astype(np.uint16)
 
 
+_F16_TABLE: NDArray[np.float32] | None = None
+
+
 def _from_f16_bits(bits: NDArray[np.uint16]) -> NDArray[np.float32]:
-    return bits.view("<f2").astype(np.float32)
+    # A 65536-entry table (256 KiB, built once) is about twice as fast as NumPy's f16 -> f32 cast.
+    global _F16_TABLE
+    if _F16_TABLE is None:
+        _F16_TABLE = np.arange(1 << 16, dtype=np.uint16).view("<f2").astype(np.float32)
+    out: NDArray[np.float32] = _F16_TABLE.take(bits)
+    return out
 
 
 def _from_bf16_bits(bits: NDArray[np.uint16]) -> NDArray[np.float32]:
@@ -410,6 +418,12 @@ def _readonly(a: NDArray[Any]) -> NDArray[Any]:
     return a
 
 
+def _windows(a8: NDArray[np.uint8], k: int) -> NDArray[np.uint8]:
+    """Read-only (n - k + 1, k) view: row p holds bytes p..p+k (``sliding_window_view``, minus its
+    per-call overhead). The caller guarantees n >= 8."""
+    return as_strided(a8, shape=(a8.size - k + 1, k), strides=(a8.strides[0],) * 2, writeable=False)
+
+
 class _EntryTables:
     """Vectorised bounds-checked reads of the same field of every Entry table of a packet.
 
@@ -422,9 +436,7 @@ class _EntryTables:
     def __init__(self, a8: NDArray[np.uint8], elems: NDArray[np.int64]) -> None:
         self.a8 = a8
         self.n = n = int(a8.size)
-        self.w2 = sliding_window_view(a8, 2)
-        self.w4 = sliding_window_view(a8, 4)
-        self.w8 = sliding_window_view(a8, 8)
+        self.w2, self.w4, self.w8 = _windows(a8, 2), _windows(a8, 4), _windows(a8, 8)
         # elems: positions of the uoffsets in the entries vector (inside the buffer: checked by the caller)
         table = elems + self.u32(elems)
         self.fail_where(table + 4 > n, "table out of bounds")
