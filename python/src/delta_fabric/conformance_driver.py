@@ -13,6 +13,7 @@ to plant faults in fake drivers).
 from __future__ import annotations
 
 import base64
+import importlib.util
 import json
 import sys
 import traceback
@@ -71,17 +72,11 @@ class Driver:
 
     # commands --------------------------------------------------------------------------------------
     def framework(self) -> str:
-        try:
-            import torch  # noqa: F401
-        except ImportError:
-            return "numpy"
-        return "torch"
+        return "torch" if importlib.util.find_spec("torch") is not None else "numpy"
 
     def capabilities(self) -> list[str]:
         caps = ["decode", "encode", "generate", "generate.fast", "receive", "encoding.f16", "encoding.bf16"]
-        try:
-            import zenoh  # noqa: F401
-        except ImportError:
+        if importlib.util.find_spec("zenoh") is None:
             return caps
         caps += ["peer", "peer.snapshot"]
         if self.framework() == "torch":

@@ -1,15 +1,45 @@
-"""Live scenarios over real Zenoh (``conformance/scenarios/*.json``)."""
+"""Live scenarios over real Zenoh (``conformance/scenarios/*.json``, format in ``interop/README.md``).
+
+A scenario names nodes with roles ``A`` and ``B``; it runs once per ordered pair of implementations
+(``A`` x ``B``, different implementations when two or more support the scenario, else the one with
+itself). Every node is its own driver process. The runner picks free loopback ports, joins the nodes one
+by one (each connects to every node joined before it: multicast and gossip scouting off, ``tcp/127.0.0.1``
+endpoints only), waits for their liveliness tokens, then sends the scenario's phases: one ``peer`` request
+per node and phase, all nodes of a phase concurrently. It finally collects a ``report`` of every node and
+judges the scenario's checks itself.
+"""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import itertools
 import json
+import secrets
+import socket
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from delta_fabric.conformance.client import DriverClient, ProtocolViolation
+from delta_fabric.conformance.compare import f32_bits
 
 if TYPE_CHECKING:
     from delta_fabric.conformance.runner import ImplRun, Runner
 
-__all__ = ["load_scenarios", "run_scenarios"]
+__all__ = ["ScenarioError", "free_ports", "load_scenarios", "run_scenarios"]
+
+ROLES = ("A", "B")
+INCARNATION_BASE = 1_700_000_000_000_000  # microseconds since the epoch of a fixed date (DF-RCV-4 style)
+INCARNATION_STEP = 1_000_000
+
+
+class ScenarioError(Exception):
+    """The scenario cannot go on (a node failed or answered something other than ok)."""
 
 
 def load_scenarios(folder: Path) -> list[dict[str, Any]]:
@@ -22,5 +52,524 @@ def load_scenarios(folder: Path) -> list[dict[str, Any]]:
     return out
 
 
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free TCP ports on 127.0.0.1 (bound together, then released)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def node_id_for(scenario: str, name: str) -> int:
+    """A deterministic non-zero node id per scenario and node name."""
+    h = int.from_bytes(hashlib.sha256(f"{scenario}/{name}".encode()).digest()[:8], "big")
+    return h or 1
+
+
+@dataclass
+class Node:
+    name: str
+    role: str
+    impl: ImplRun
+    client: DriverClient
+    node_id: int
+    port: int
+    subscribe: list[str]
+    late: bool
+    incarnations: list[int] = field(default_factory=list)
+    joined: bool = False
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def hex(self) -> str:
+        return f"{self.node_id:016x}"
+
+    @property
+    def endpoint(self) -> str:
+        return f"tcp/127.0.0.1:{self.port}"
+
+
+class ScenarioRun:
+    """One scenario with one assignment of implementations to roles."""
+
+    def __init__(
+        self, runner: Runner, sc: Mapping[str, Any], roles: Mapping[str, ImplRun], tag: str, work: Path
+    ) -> None:
+        from delta_fabric.conformance.peer import model_manifest
+
+        self.runner = runner
+        self.sc = sc
+        self.tag = tag
+        self.work = work
+        self.namespace = f"deltafabric/conformance/{sc['id']}/{secrets.token_hex(4)}"
+        self.manifest = model_manifest(sc["model"])
+        specs = sc["nodes"]
+        ports = free_ports(len(specs))
+        self.nodes: dict[str, Node] = {}
+        for i, spec in enumerate(specs):
+            name = str(spec["name"])
+            impl = roles[str(spec["role"])]
+            client = DriverClient(
+                impl.name, impl.impl.argv(), work / "logs" / f"{name}.{impl.name}.stderr.log"
+            )
+            node = Node(
+                name,
+                str(spec["role"]),
+                impl,
+                client,
+                node_id_for(str(sc["id"]), name),
+                ports[i],
+                [str(s) for s in spec.get("subscribe", ["*"])],
+                bool(spec.get("late", False)),
+                [INCARNATION_BASE + i + 1],
+            )
+            self.nodes[name] = node
+        self.data: dict[str, Any] = {}
+        self.timeout = float(sc.get("timeout_s", 60.0))
+
+    # plumbing ---------------------------------------------------------------------------------------
+    def start(self) -> None:
+        for n in self.nodes.values():
+            n.client.start()
+            r = n.client.request({"cmd": "hello", "versions": [1], "spec_version": "1.0"}, timeout=120.0)
+            if r.kind != "ok":
+                raise ScenarioError(f"{n.name} ({n.impl.name}): hello answered {r.kind}")
+
+    def stop(self) -> None:
+        for n in self.nodes.values():
+            if n.client.alive:
+                n.client.stop()
+            n.client.kill()
+
+    def phase(self, scripts: Mapping[str, list[dict[str, Any]]], timeout: float) -> None:
+        """Send one peer request per node (concurrently) and collect every answer."""
+        pending = []
+        for name, script in scripts.items():
+            if not script:
+                continue
+            n = self.nodes[name]
+            try:
+                seq = n.client.send(
+                    {
+                        "cmd": "peer",
+                        "session": f"{self.sc['id']}/{name}",
+                        "timeout_s": timeout,
+                        "script": script,
+                    }
+                )
+            except ProtocolViolation as v:
+                n.impl.record(v, f"live {self.sc['id']}")
+                raise ScenarioError(f"{name} ({n.impl.name}): {v}") from None
+            pending.append((n, seq, script))
+        problems = []
+        for n, seq, script in pending:
+            try:
+                r = n.client.receive(seq, timeout + 30.0, "peer")
+            except ProtocolViolation as v:
+                n.impl.record(v, f"live {self.sc['id']}")
+                problems.append(f"{n.name} ({n.impl.name}): {v}")
+                continue
+            if r.kind != "ok":
+                problems.append(
+                    f"{n.name} ({n.impl.name}): peer answered {r.kind}: {json.dumps(r.body)[:300]}"
+                )
+                continue
+            events = r.body["events"]
+            if len(events) != len(script):
+                problems.append(f"{n.name}: {len(events)} events for {len(script)} instructions")
+            for ins, ev in zip(script, events, strict=False):
+                if ins["op"] == "wait_alive" and set(ev.get("alive", [])) < set(ins.get("nodes", [])):
+                    problems.append(f"{n.name}: peers not alive: {ev.get('alive')}")
+                if ev.get("op") != ins["op"]:
+                    problems.append(f"{n.name}: event {ev.get('op')!r} for instruction {ins['op']!r}")
+                want = not bool(ins.get("expect_timeout", False))
+                if ins["op"] == "wait" and ev.get("satisfied") is not want:
+                    problems.append(
+                        f"{n.name}: wait {json.dumps(ins.get('until'))[:200]} -> {ev.get('satisfied')}"
+                    )
+            n.events.extend(events)
+        if problems:
+            raise ScenarioError("; ".join(problems))
+
+    # instruction translation ------------------------------------------------------------------------
+    def _ref(self, value: Any, key: str) -> Any:
+        """Node names -> hex ids in the members that name nodes; ``name#k`` -> k-th incarnation."""
+        if isinstance(value, str):
+            if key in ("incarnation", "sender_incarnation") and "#" in value:
+                name, _, k = value.partition("#")
+                return f"{self.nodes[name].incarnations[int(k)]:016x}"
+            if key in ("origin", "from", "sender") and value in self.nodes:
+                return self.nodes[value].hex
+        return value
+
+    def _translate(self, obj: Any, key: str = "") -> Any:
+        if isinstance(obj, dict):
+            return {k: self._translate(v, k) for k, v in obj.items()}
+        if isinstance(obj, list):
+            if key == "nodes":
+                return [self.nodes[x].hex if isinstance(x, str) and x in self.nodes else x for x in obj]
+            return [self._translate(x, key) for x in obj]
+        return self._ref(obj, key)
+
+    def _join_args(self, n: Node) -> dict[str, Any]:
+        earlier = [m for m in self.nodes.values() if m.joined and m is not n]
+        init = dict(self.sc.get("init", {"kind": "zeros"}))
+        init.update(self.sc.get("node_init", {}).get(n.name, {}))
+        if init["kind"] == "snapshot":
+            init["from"] = self.nodes[init["from"]].hex
+        elif init["kind"] == "weights" and "b64" not in init:
+            init["b64"] = self.initial_weights()
+        return {
+            "op": "join",
+            "node_id": n.hex,
+            "incarnation": f"{n.incarnations[-1]:016x}",
+            "namespace": self.namespace,
+            "listen": [n.endpoint],
+            "connect": [m.endpoint for m in earlier],
+            "subscribe": ["*"] if n.subscribe == ["*"] else [self.nodes[s].hex for s in n.subscribe],
+            "model": self.sc["model"],
+            "config": self.sc.get("config", {}),
+            "init": init,
+            "seed": int(self.sc.get("seed", 0)),
+        }
+
+    def initial_weights(self) -> str:
+        """Deterministic initial weights (identical on every node): uniform(-1/sqrt(fan_in), ...)."""
+        rng = np.random.default_rng(int(self.sc.get("seed", 0)))
+        parts = []
+        for t in self.manifest.tensors:
+            fan_in = t.shape[1] if len(t.shape) == 2 else max(1, self.fan_in_of_bias(t.name))
+            b = 1.0 / np.sqrt(fan_in)
+            parts.append(rng.uniform(-b, b, size=t.numel).astype(np.float32))
+        return base64.b64encode(np.concatenate(parts).astype("<f4").tobytes()).decode("ascii")
+
+    def fan_in_of_bias(self, name: str) -> int:
+        w = name.rsplit(".", 1)[0] + ".weight"
+        for t in self.manifest.tensors:
+            if t.name == w and len(t.shape) == 2:
+                return int(t.shape[1])
+        return 1
+
+    def instruction(self, n: Node, ins: Mapping[str, Any]) -> dict[str, Any]:
+        op = ins["op"]
+        if op == "join":
+            n.joined = True
+            return self._join_args(n)
+        out = self._translate(dict(ins))
+        if op == "wait_alive" and "nodes" not in ins:
+            out["nodes"] = [m.hex for m in self.nodes.values() if m.joined and m is not n]
+        elif op == "restart":
+            n.incarnations.append(n.incarnations[-1] + INCARNATION_STEP)
+            out["incarnation"] = f"{n.incarnations[-1]:016x}"
+            out["connect"] = [m.endpoint for m in self.nodes.values() if m.joined and m is not n]
+        elif op == "inject":
+            pk = []
+            for ref in ins.get("vectors", []):
+                pk.append(base64.b64encode((self.runner.opts.vectors / f"{ref}.dfp").read_bytes()).decode())
+            out = {"op": "inject", "packets": pk + list(ins.get("packets", []))}
+        elif op == "send":
+            out["packets"] = [self._packet(n, p) for p in out["packets"]]
+        elif op in ("train", "evaluate") and isinstance(ins.get("data"), str):
+            out["data"] = self.data_files(n, str(ins["data"]))
+        return dict(out)
+
+    def _packet(self, n: Node, p: Mapping[str, Any]) -> dict[str, Any]:
+        inc = f"{n.incarnations[-1]:016x}"
+        entries = [{"origin": n.hex, "incarnation": inc, "hops": 0, **e} for e in p.get("entries", [])]
+        return {
+            "version_major": 1,
+            "version_minor": 0,
+            "sender": n.hex,
+            "sender_incarnation": inc,
+            "fingerprint": self.manifest.fingerprint.hex(),
+            "encoding": "F32",
+            **p,
+            "entries": entries,
+        }
+
+    def data_files(self, n: Node, which: str) -> dict[str, Any]:
+        from delta_fabric.conformance.digits import write_shards
+
+        if not self.data:
+            trainers = [m.name for m in self.nodes.values()]
+            self.data = write_shards(self.work / "data", trainers, self.sc.get("data", {}))
+        key = "test" if which == "test" else n.name
+        return dict(self.data[key])
+
+    # the run ----------------------------------------------------------------------------------------
+    def run(self) -> dict[str, dict[str, Any]]:
+        """Run every phase; returns the final report of each node by name."""
+        self.start()
+        for n in self.nodes.values():
+            if not n.late:
+                self.phase({n.name: [self.instruction(n, {"op": "join"})]}, self.timeout)
+        early = [n for n in self.nodes.values() if not n.late]
+        if len(early) > 1:
+            self.phase(
+                {n.name: [self.instruction(n, {"op": "wait_alive", "timeout_s": 30})] for n in early},
+                self.timeout,
+            )
+        for ph in self.sc.get("phases", []):
+            scripts: dict[str, list[dict[str, Any]]] = {}
+            for key, instrs in ph.items():
+                targets = [n for n in self.nodes.values() if n.joined] if key == "*" else [self.nodes[key]]
+                for n in targets:
+                    scripts.setdefault(n.name, []).extend(self.instruction(n, i) for i in instrs)
+            self.phase(scripts, float(ph.get("timeout_s", self.timeout)))
+        reports: dict[str, dict[str, Any]] = {}
+        final: dict[str, list[dict[str, Any]]] = {
+            n.name: [{"op": "report", "weights": True}, {"op": "leave"}]
+            for n in self.nodes.values()
+            if n.joined
+        }
+        self.phase(final, self.timeout)
+        for n in self.nodes.values():
+            reps = [e for e in n.events if e.get("op") == "report"]
+            if reps:
+                reports[n.name] = reps[-1]
+        return reports
+
+
+# checks ---------------------------------------------------------------------------------------------
+
+
+def _weights(rep: Mapping[str, Any], which: str = "active") -> np.ndarray[Any, np.dtype[np.float32]]:
+    return np.frombuffer(base64.b64decode(rep[f"{which}_b64"]), dtype="<f4").astype(np.float32)
+
+
+def _names(run: ScenarioRun, spec: Any) -> list[str]:
+    if spec in (None, "*"):
+        return [n for n in run.nodes if run.nodes[n].joined or n in run.nodes]
+    return [spec] if isinstance(spec, str) else list(spec)
+
+
+def judge(
+    run: ScenarioRun, reports: Mapping[str, Mapping[str, Any]], baseline: Mapping[str, Any] | None
+) -> list[str]:
+    """Every failed check of the scenario, as messages."""
+    problems: list[str] = []
+    for chk in run.sc.get("checks", []):
+        kind = chk["check"]
+        for name in _names(run, chk.get("node", chk.get("nodes"))) if kind != "same_weights" else [None]:
+            rep = reports.get(name) if name is not None else None
+            if name is not None and rep is None:
+                problems.append(f"{kind}: no report from {name}")
+                continue
+            msg = _check_one(run, chk, name, rep, reports, baseline)
+            if msg:
+                problems.append(f"{kind}{'[' + name + ']' if name else ''}: {msg}")
+    return problems
+
+
+def _accepted_key(run: ScenarioRun, want: Mapping[str, Any], got: Mapping[str, Any]) -> bool:
+    for k, v in want.items():
+        exp = run._ref(v, k)
+        if got.get(k) != exp:
+            return False
+    return True
+
+
+def _check_one(
+    run: ScenarioRun,
+    chk: Mapping[str, Any],
+    name: str | None,
+    rep: Mapping[str, Any] | None,
+    reports: Mapping[str, Mapping[str, Any]],
+    baseline: Mapping[str, Any] | None,
+) -> str | None:
+    kind = chk["check"]
+    if kind == "accepted":
+        assert rep is not None
+        got = list(rep["accepted"])
+        if "exactly" in chk:
+            want = list(chk["exactly"])
+            if len(want) != len(got):
+                return f"accepted {len(got)} entries, expected {len(want)}: {got}"
+            remaining = list(got)
+            for w in want:
+                hit = next((g for g in remaining if _accepted_key(run, w, g)), None)
+                if hit is None:
+                    return f"no accepted entry matches {w}; accepted {got}"
+                remaining.remove(hit)
+        for w in chk.get("includes", []):
+            if not any(_accepted_key(run, w, g) for g in got):
+                return f"no accepted entry matches {w}; accepted {got}"
+        return None
+    if kind == "counter":
+        assert rep is not None
+        v: Any = rep["counters"]
+        for part in str(chk["path"]).split("."):
+            v = v.get(part, 0) if isinstance(v, dict) else 0
+        if "eq" in chk and v != chk["eq"]:
+            return f"{chk['path']} = {v}, expected {chk['eq']}"
+        if "min" in chk and v < chk["min"]:
+            return f"{chk['path']} = {v}, expected >= {chk['min']}"
+        return None
+    if kind == "weights":
+        assert rep is not None
+        w = _weights(rep, chk.get("which", "active"))
+        expect = np.zeros_like(w)
+        for i, x in chk["values"].items():
+            expect[int(i)] = np.float32(x)
+        bad = np.flatnonzero(w.view(np.uint32) != expect.view(np.uint32))
+        if bad.size:
+            j = int(bad[0])
+            wj = float(w[j])
+            return (
+                f"{bad.size} weights differ; [{j}] = {wj!r} (f32 {f32_bits(wj):08x}), "
+                f"expected {float(expect[j])!r}"
+            )
+        return None
+    if kind == "same_weights":
+        which = chk.get("which", "active")
+        names = _names(run, chk.get("nodes"))
+        shas = {n: reports[n][f"{which}_sha256"] for n in names if n in reports}
+        if len(set(shas.values())) != 1 or len(shas) != len(names):
+            return f"{which} weights differ: {shas}"
+        return None
+    if kind == "same_as":
+        assert rep is not None and name is not None
+        other = reports.get(str(chk["other"]))
+        if other is None:
+            return f"no report from {chk['other']}"
+        if "report" in chk:  # the k-th report of each node instead of the final one
+            k = int(chk["report"])
+            mine = [e for e in run.nodes[name].events if e.get("op") == "report"]
+            theirs = [e for e in run.nodes[str(chk["other"])].events if e.get("op") == "report"]
+            if len(mine) <= k or len(theirs) <= k:
+                return f"report {k} missing"
+            rep, other = mine[k], theirs[k]
+        a = rep[f"{chk.get('which', 'active')}_sha256"]
+        b = other[f"{chk.get('other_which', 'anchor')}_sha256"]
+        return (
+            None
+            if a == b
+            else f"{name} {chk.get('which', 'active')} != {chk['other']} {chk.get('other_which', 'anchor')}"
+        )
+    if kind == "weights_close":  # DF-NUM-1
+        tol = float(chk.get("rel_tol", 5e-2))
+        names = _names(run, chk.get("nodes"))
+        ws = {n: _weights(reports[n]) for n in names if n in reports}
+        assert rep is not None and name is not None
+        w = ws[name]
+        for peer_name, v in ws.items():
+            if peer_name <= name:
+                continue
+            diff = float(np.max(np.abs(w.astype(np.float64) - v)))
+            scale = max(float(np.max(np.abs(w))), float(np.max(np.abs(v))))
+            if diff > tol * scale:
+                return f"max |w_{name} - w_{peer_name}| = {diff:.4g} > {tol} * {scale:.4g}"
+        return None
+    if kind == "accuracy":
+        evs = [e for e in run.nodes[str(name)].events if e.get("op") == "evaluate"]
+        if not evs:
+            return "no evaluate event"
+        acc = float(evs[-1]["accuracy"])
+        if acc < float(chk["min"]):
+            return f"accuracy {acc:.4f} < {chk['min']}"
+        if baseline is not None and "max_drop_vs_baseline" in chk:
+            ref = float(baseline["mean_accuracy"])
+            if acc < ref - float(chk["max_drop_vs_baseline"]):
+                return f"accuracy {acc:.4f} more than {chk['max_drop_vs_baseline']} below baseline {ref:.4f}"
+        return None
+    return f"unknown check {kind!r}"
+
+
+def _pairs(sc: Mapping[str, Any], runs: Sequence[ImplRun]) -> list[tuple[ImplRun, ImplRun]]:
+    need = set(sc.get("capabilities", ["peer"]))
+    able = [r for r in runs if need <= r.caps and r.abandoned is None]
+    if len(able) >= 2:
+        return [(a, b) for a, b in itertools.permutations(able, 2)]
+    return [(a, a) for a in able]
+
+
+def _test_id(sc: Mapping[str, Any], a: ImplRun, b: ImplRun, runs: Sequence[ImplRun]) -> str:
+    from delta_fabric.conformance.runner import level_prefix
+
+    fws = [r.framework for r in runs]
+    same_fw = len(set(fws)) != len(fws)
+    left, right = (a.name, b.name) if same_fw else (a.framework, b.framework)
+    return f"{level_prefix(str(sc.get('level', 'REQUIRED')))}.live.{left}_x_{right}.{sc['id']}"
+
+
 def run_scenarios(runner: Runner, runs: list[ImplRun]) -> None:
-    pass
+    from delta_fabric.conformance.runner import FAILED, PASSED, UNSUPPORTED
+
+    for sc in load_scenarios(runner.opts.scenarios):
+        if runner.opts.scenario_names and sc["id"] not in runner.opts.scenario_names:
+            continue
+        level = str(sc.get("level", "REQUIRED")).upper()
+        pairs = _pairs(sc, runs)
+        if not pairs:
+            for r in runs:
+                tid = _test_id(sc, r, r, runs)
+                if runner.wanted(tid):
+                    runner.add(
+                        tid,
+                        level,
+                        [r.name],
+                        UNSUPPORTED,
+                        f"capabilities {sc.get('capabilities', ['peer'])} not declared",
+                        sc.get("requirements", []),
+                        0.0,
+                        "live",
+                    )
+            continue
+        baseline: dict[str, Any] | None = None
+        for a, b in pairs:
+            tid = _test_id(sc, a, b, runs)
+            if not runner.wanted(tid):
+                continue
+            if baseline is None and "baseline" in sc:
+                baseline = _baseline(runner, sc, runs)
+            t0 = time.monotonic()
+            tag = f"{a.name}_x_{b.name}"
+            work = runner.opts.output / "live" / str(sc["id"]) / tag
+            run = ScenarioRun(runner, sc, {"A": a, "B": b}, tag, work)
+            try:
+                reports = run.run()
+                problems = judge(run, reports, baseline)
+            except ScenarioError as exc:
+                problems = [str(exc)]
+            except Exception as exc:  # runner-side failure while driving the scenario
+                problems = [f"{type(exc).__name__}: {exc}"]
+            finally:
+                run.stop()
+            (work / "events.json").parent.mkdir(parents=True, exist_ok=True)
+            (work / "events.json").write_text(
+                json.dumps({n.name: n.events for n in run.nodes.values()}, indent=1), encoding="utf-8"
+            )
+            runner.add(
+                tid,
+                level,
+                [a.name, b.name],
+                FAILED if problems else PASSED,
+                "; ".join(problems)[:2000],
+                sc.get("requirements", []),
+                time.monotonic() - t0,
+                "live",
+            )
+
+
+def _baseline(runner: Runner, sc: Mapping[str, Any], runs: Sequence[ImplRun]) -> dict[str, Any] | None:
+    """Run the scenario with every role on the baseline framework's implementation (e.g. all PyTorch)."""
+    fw = sc["baseline"]["framework"]
+    ref = next((r for r in runs if r.framework == fw), None)
+    if ref is None:
+        return None
+    work = runner.opts.output / "live" / str(sc["id"]) / f"baseline_{ref.name}"
+    run = ScenarioRun(runner, sc, {"A": ref, "B": ref}, "baseline", work)
+    try:
+        run.run()
+    except ScenarioError:
+        return None
+    finally:
+        run.stop()
+    accs = [float(e["accuracy"]) for n in run.nodes.values() for e in n.events if e.get("op") == "evaluate"]
+    return {"mean_accuracy": float(np.mean(accs)) if accs else 0.0}
