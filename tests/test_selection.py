@@ -173,5 +173,6 @@ def test_group_max_with_several_candidates_in_one_group() -> None:
     d[[0, 4, 8, 12]] = [1.0, 3.0, 2.0, 3.0]
     sel = Selector(d.size, sample_min_n=0)
     assert sel.select(d, 3).tolist() == [4, 8, 12]
-    assert sel._by_group_max(2).tolist() == [4, 12]  # on the |d| the last select computed
+    # _by_group_max works on the |d| the last select computed
+    assert sel._by_group_max(2).tolist() == [4, 12]
     assert sel.select(d, 3, fast=True).tolist() == [4, 8, 12]
