@@ -1,0 +1,581 @@
+//! The sync engine: generation (DF-GEN), receive processing (DF-RCV) and relay packing (DF-RLY).
+//!
+//! The engine owns the anchor; the caller owns the active weights and applies
+//! [`ReceiveResult::apply_to`] to them. All arithmetic is f32 in the order the brief fixes, so the
+//! results are bit-identical to the Python reference.
+
+use std::fmt;
+
+use serde_json::{Value, json};
+
+use crate::codec::{
+    Encoding, OwnedEntry, OwnedPacket, PACKET_OVERHEAD_BOUND, decode_packet, encode_packet,
+    entry_size_bound, validate_packet,
+};
+use crate::error::ErrorCode;
+use crate::manifest::Manifest;
+use crate::selection::{Selector, num_selected};
+use crate::window::{Admission, DEFAULT_MAX_ORIGINS, ReceiverState};
+
+/// Protocol parameters (brief section 1, DF-PAR) plus the send encoding.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Damping per hop (DF-RCV-5), used as `alpha as f32`.
+    pub alpha: f64,
+    /// Selection ratio r (DF-GEN-2).
+    pub ratio: f64,
+    /// Local steps between two generations (used by the node, not the engine).
+    pub sync_interval: u32,
+    /// Damped values with `|u| < threshold` are not relayed (compared in f32).
+    pub relay_threshold: f64,
+    /// Maximum `Entry.hops`.
+    pub hop_limit: u8,
+    /// Maximum packet size in bytes.
+    pub max_packet_size: usize,
+    /// Replay window width W.
+    pub replay_window: u64,
+    /// Incarnations tracked per origin.
+    pub max_incarnations: usize,
+    /// Origins tracked (receiver bound, not in the brief).
+    pub max_origins: usize,
+    /// Send encoding of own and relayed entries.
+    pub encoding: Encoding,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            alpha: 1.0,
+            ratio: 0.05,
+            sync_interval: 10,
+            relay_threshold: 1e-6,
+            hop_limit: 16,
+            max_packet_size: crate::codec::DEFAULT_MAX_PACKET_SIZE,
+            replay_window: 1024,
+            max_incarnations: 4,
+            max_origins: DEFAULT_MAX_ORIGINS,
+            encoding: Encoding::F32,
+        }
+    }
+}
+
+impl Config {
+    /// Reads the keys present in a JSON object (Python `SyncConfig.to_json` shape); others keep
+    /// their defaults. Unknown keys are ignored.
+    pub fn from_json(v: &Value) -> Result<Config, String> {
+        let mut c = Config::default();
+        let f = |k: &str| v.get(k).and_then(Value::as_f64);
+        let u = |k: &str| v.get(k).and_then(Value::as_u64);
+        if let Some(x) = f("alpha") {
+            c.alpha = x;
+        }
+        if let Some(x) = f("ratio") {
+            c.ratio = x;
+        }
+        if let Some(x) = f("relay_threshold") {
+            c.relay_threshold = x;
+        }
+        if let Some(x) = u("sync_interval") {
+            c.sync_interval = u32::try_from(x).map_err(|_| "sync_interval too large")?;
+        }
+        if let Some(x) = u("hop_limit") {
+            c.hop_limit = u8::try_from(x).map_err(|_| "hop_limit > 255")?;
+        }
+        if let Some(x) = u("max_packet_size") {
+            c.max_packet_size = usize::try_from(x).map_err(|_| "max_packet_size too large")?;
+        }
+        if let Some(x) = u("replay_window") {
+            c.replay_window = x;
+        }
+        if let Some(x) = u("max_incarnations") {
+            c.max_incarnations = usize::try_from(x).map_err(|_| "max_incarnations too large")?;
+        }
+        if let Some(x) = u("max_origins") {
+            c.max_origins = usize::try_from(x).map_err(|_| "max_origins too large")?;
+        }
+        match v.get("encoding") {
+            None => {}
+            Some(Value::String(s)) => {
+                c.encoding = Encoding::from_name(s).ok_or_else(|| format!("bad encoding {s}"))?
+            }
+            Some(Value::Number(n)) => {
+                c.encoding = n
+                    .as_u64()
+                    .and_then(|x| u8::try_from(x).ok())
+                    .and_then(Encoding::from_u8)
+                    .ok_or("bad encoding")?
+            }
+            Some(_) => return Err("bad encoding".into()),
+        }
+        Ok(c)
+    }
+
+    /// Largest number of values one generated entry may carry so that a packet holding it alone
+    /// stays within `max_packet_size` (by the size bounds of [`crate::codec`]).
+    pub fn max_values_per_entry(&self) -> usize {
+        let room = self
+            .max_packet_size
+            .saturating_sub(PACKET_OVERHEAD_BOUND + entry_size_bound(0));
+        (room / 8).max(1)
+    }
+}
+
+/// Engine errors (misuse by the caller, never caused by received bytes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EngineError {
+    /// A buffer does not have N values.
+    WrongLength {
+        /// N.
+        expected: usize,
+        /// What was passed.
+        got: usize,
+    },
+    /// The delta holds a selected value that is not finite after encoding (nothing was sent and
+    /// no state changed).
+    NonFinite {
+        /// Flat index of the first such value.
+        index: u32,
+    },
+    /// Invalid construction parameter.
+    Invalid(String),
+}
+
+impl fmt::Display for EngineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EngineError::WrongLength { expected, got } => {
+                write!(f, "buffer has {got} values, expected {expected}")
+            }
+            EngineError::NonFinite { index } => write!(f, "non-finite delta at index {index}"),
+            EngineError::Invalid(s) => f.write_str(s),
+        }
+    }
+}
+
+impl std::error::Error for EngineError {}
+
+/// Receiver counters: rejected packets per code, dropped entries per reason, acceptances.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Packets given to `receive`.
+    pub packets_received: u64,
+    /// Packets that passed decode and validate.
+    pub packets_accepted: u64,
+    /// Packets rejected (sum of `errors`).
+    pub packets_rejected: u64,
+    /// Entries accepted by the replay window.
+    pub entries_accepted: u64,
+    /// Relay entries produced.
+    pub entries_relayed: u64,
+    /// Indices of the aggregates applied.
+    pub values_applied: u64,
+    /// Rejections per code, in [`ErrorCode::ALL`] order.
+    pub errors: [u64; 13],
+    /// Drops per reason, in [`Admission::DROPS`] order.
+    pub drops: [u64; 5],
+}
+
+impl Counters {
+    fn count_error(&mut self, c: ErrorCode) {
+        if let Some(p) = ErrorCode::ALL.iter().position(|x| *x == c) {
+            self.errors[p] += 1;
+        }
+    }
+    fn count_drop(&mut self, a: Admission) {
+        if let Some(p) = Admission::DROPS.iter().position(|x| *x == a) {
+            self.drops[p] += 1;
+        }
+    }
+    /// Rejections of one code.
+    pub fn error(&self, c: ErrorCode) -> u64 {
+        ErrorCode::ALL
+            .iter()
+            .position(|x| *x == c)
+            .map_or(0, |p| self.errors[p])
+    }
+    /// Drops of one reason.
+    pub fn drop_count(&self, a: Admission) -> u64 {
+        Admission::DROPS
+            .iter()
+            .position(|x| *x == a)
+            .map_or(0, |p| self.drops[p])
+    }
+    /// Flat JSON, every code and reason present (same shape as the Python reference).
+    pub fn to_json(&self) -> Value {
+        let errors: serde_json::Map<String, Value> = ErrorCode::ALL
+            .iter()
+            .zip(self.errors)
+            .map(|(c, n)| (c.as_str().to_string(), json!(n)))
+            .collect();
+        let drops: serde_json::Map<String, Value> = Admission::DROPS
+            .iter()
+            .zip(self.drops)
+            .map(|(a, n)| (a.as_str().to_string(), json!(n)))
+            .collect();
+        json!({
+            "packets_received": self.packets_received,
+            "packets_accepted": self.packets_accepted,
+            "packets_rejected": self.packets_rejected,
+            "entries_accepted": self.entries_accepted,
+            "entries_relayed": self.entries_relayed,
+            "values_applied": self.values_applied,
+            "errors": errors,
+            "drops": drops,
+        })
+    }
+}
+
+/// What happened to one received packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Decoded and validated (its entries may still have been dropped one by one).
+    Ok,
+    /// Rejected as a whole with this code; no state changed.
+    Rejected(ErrorCode),
+}
+
+/// The result of one receive step.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReceiveResult {
+    /// Aggregate indices, ascending.
+    pub indices: Vec<u32>,
+    /// Aggregate values (DF-RCV-6), already applied to the anchor.
+    pub values: Vec<f32>,
+    /// Relay entries in acceptance order (DF-RLY), values = damped values passing the threshold.
+    pub relay: Vec<OwnedEntry>,
+    /// One outcome per packet, in order.
+    pub outcomes: Vec<Outcome>,
+    /// What this step added to the counters.
+    pub counters: Counters,
+}
+
+impl ReceiveResult {
+    /// DF-RCV-7 on the caller's active weights: `active[i] = fl32(active[i] + agg[i])`.
+    pub fn apply_to(&self, active: &mut [f32]) {
+        for (&i, &v) in self.indices.iter().zip(&self.values) {
+            if let Some(a) = active.get_mut(i as usize) {
+                *a += v;
+            }
+        }
+    }
+}
+
+/// The protocol state of one node.
+#[derive(Debug)]
+pub struct Engine {
+    manifest: Manifest,
+    config: Config,
+    node_id: u64,
+    incarnation: u64,
+    anchor: Vec<f32>,
+    next_seq: u64,
+    state: ReceiverState,
+    counters: Counters,
+    selector: Selector,
+    d: Vec<f32>,
+    sel: Vec<u32>,
+    agg: Vec<f32>,
+    touched: Vec<bool>,
+    touched_list: Vec<u32>,
+}
+
+impl Engine {
+    /// A node with this manifest, config, id, incarnation and initial anchor (N values).
+    pub fn new(
+        manifest: Manifest,
+        config: Config,
+        node_id: u64,
+        incarnation: u64,
+        anchor: Vec<f32>,
+    ) -> Result<Engine, EngineError> {
+        let n = usize::try_from(manifest.num_params())
+            .map_err(|_| EngineError::Invalid("N does not fit in usize".into()))?;
+        if n == 0 {
+            return Err(EngineError::Invalid("manifest has no values".into()));
+        }
+        if anchor.len() != n {
+            return Err(EngineError::WrongLength {
+                expected: n,
+                got: anchor.len(),
+            });
+        }
+        if node_id == 0 || incarnation == 0 {
+            return Err(EngineError::Invalid(
+                "node id and incarnation must be non-zero".into(),
+            ));
+        }
+        if !(config.ratio > 0.0 && config.ratio <= 1.0) {
+            return Err(EngineError::Invalid("ratio must be in (0, 1]".into()));
+        }
+        let state = ReceiverState::new(
+            node_id,
+            config.replay_window,
+            config.max_incarnations,
+            config.max_origins,
+        );
+        Ok(Engine {
+            manifest,
+            config,
+            node_id,
+            incarnation,
+            anchor,
+            next_seq: 1,
+            state,
+            counters: Counters::default(),
+            selector: Selector::new(),
+            d: Vec::new(),
+            sel: Vec::new(),
+            agg: Vec::new(),
+            touched: Vec::new(),
+            touched_list: Vec::new(),
+        })
+    }
+
+    /// N.
+    pub fn num_params(&self) -> usize {
+        self.anchor.len()
+    }
+    /// The manifest.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+    /// The config.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+    /// Own node id.
+    pub fn node_id(&self) -> u64 {
+        self.node_id
+    }
+    /// Own incarnation.
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+    /// The anchor (last synchronised state).
+    pub fn anchor(&self) -> &[f32] {
+        &self.anchor
+    }
+    /// Replaces the anchor (e.g. from a snapshot).
+    pub fn set_anchor(&mut self, anchor: &[f32]) -> Result<(), EngineError> {
+        if anchor.len() != self.anchor.len() {
+            return Err(EngineError::WrongLength {
+                expected: self.anchor.len(),
+                got: anchor.len(),
+            });
+        }
+        self.anchor.copy_from_slice(anchor);
+        Ok(())
+    }
+    /// The seq the next generated entry will carry.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+    /// Sets the next seq (>= 1).
+    pub fn set_next_seq(&mut self, seq: u64) {
+        self.next_seq = seq.max(1);
+    }
+    /// Cumulative counters.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+    /// Replay windows and incarnation tables.
+    pub fn receiver_state(&self) -> &ReceiverState {
+        &self.state
+    }
+    /// Mutable receiver state (to restore a window history).
+    pub fn receiver_state_mut(&mut self) -> &mut ReceiverState {
+        &mut self.state
+    }
+    /// How the last selection was resolved.
+    pub fn last_selection_path(&self) -> crate::selection::Path {
+        self.selector.last_path
+    }
+
+    /// One generation (DF-GEN-1..8): selects from `active - anchor`, updates the anchor by the
+    /// decoded sent values (error feedback) and returns the entries (consecutive seqs, split so
+    /// that each fits a packet alone). Empty when no candidate exists (no seq consumed).
+    pub fn generate(&mut self, active: &[f32], fast: bool) -> Result<Vec<OwnedEntry>, EngineError> {
+        let n = self.anchor.len();
+        if active.len() != n {
+            return Err(EngineError::WrongLength {
+                expected: n,
+                got: active.len(),
+            });
+        }
+        self.d.clear();
+        self.d
+            .extend(active.iter().zip(&self.anchor).map(|(&a, &b)| a - b));
+        let k = num_selected(n, self.config.ratio);
+        self.selector.select(&self.d, k, fast, &mut self.sel);
+        if self.sel.is_empty() {
+            return Ok(Vec::new());
+        }
+        let enc = self.config.encoding;
+        let mut values = Vec::with_capacity(self.sel.len());
+        for &i in &self.sel {
+            let v = enc.quantize(self.d[i as usize]);
+            if !v.is_finite() {
+                return Err(EngineError::NonFinite { index: i });
+            }
+            values.push(v);
+        }
+        for (&i, &v) in self.sel.iter().zip(&values) {
+            let a = &mut self.anchor[i as usize];
+            *a += v;
+        }
+        let per = self.config.max_values_per_entry();
+        let mut out = Vec::with_capacity(self.sel.len().div_ceil(per));
+        for (ci, cv) in self.sel.chunks(per).zip(values.chunks(per)) {
+            out.push(OwnedEntry {
+                origin: self.node_id,
+                incarnation: self.incarnation,
+                seq: self.next_seq,
+                hops: 0,
+                indices: ci.to_vec(),
+                values: cv.to_vec(),
+            });
+            self.next_seq += 1;
+        }
+        Ok(out)
+    }
+
+    /// One receive step over `packets` in arrival order (DF-RCV-1..7, DF-RLY): every packet is
+    /// decoded and validated before any state changes; accepted entries pass the replay window
+    /// and incarnation table; their damped values are summed into one aggregate, applied once to
+    /// the anchor (the caller applies the result to its active weights).
+    pub fn receive(&mut self, packets: &[&[u8]]) -> ReceiveResult {
+        let n = self.anchor.len();
+        if self.agg.len() != n {
+            self.agg = vec![0.0; n];
+            self.touched = vec![false; n];
+        }
+        let alpha = self.config.alpha as f32;
+        let threshold = self.config.relay_threshold as f32;
+        let fp = self.manifest.fingerprint();
+        let mut res = ReceiveResult::default();
+        let c = &mut res.counters;
+        self.touched_list.clear();
+        let mut u: Vec<f32> = Vec::new();
+        for buf in packets {
+            c.packets_received += 1;
+            let pkt = match decode_packet(buf, self.config.max_packet_size).and_then(|p| {
+                validate_packet(&p, &fp, n as u64, self.config.hop_limit).map(|()| p)
+            }) {
+                Ok(p) => p,
+                Err(e) => {
+                    c.packets_rejected += 1;
+                    c.count_error(e.code);
+                    res.outcomes.push(Outcome::Rejected(e.code));
+                    continue;
+                }
+            };
+            c.packets_accepted += 1;
+            res.outcomes.push(Outcome::Ok);
+            for e in &pkt.entries {
+                let a = self.state.admit(e.origin, e.incarnation, e.seq);
+                if a != Admission::Accepted {
+                    c.count_drop(a);
+                    continue;
+                }
+                c.entries_accepted += 1;
+                u.clear();
+                u.extend(e.values.iter().map(|&v| alpha * v));
+                for (&i, &x) in e.indices.iter().zip(&u) {
+                    let iu = i as usize;
+                    if self.touched[iu] {
+                        self.agg[iu] += x;
+                    } else {
+                        self.touched[iu] = true;
+                        self.agg[iu] = 0.0f32 + x;
+                        self.touched_list.push(i);
+                    }
+                }
+                if e.hops < self.config.hop_limit {
+                    let mut r = OwnedEntry {
+                        origin: e.origin,
+                        incarnation: e.incarnation,
+                        seq: e.seq,
+                        hops: e.hops + 1,
+                        indices: Vec::new(),
+                        values: Vec::new(),
+                    };
+                    for (&i, &x) in e.indices.iter().zip(&u) {
+                        if x.abs() >= threshold {
+                            r.indices.push(i);
+                            r.values.push(x);
+                        }
+                    }
+                    if !r.indices.is_empty() {
+                        c.entries_relayed += 1;
+                        res.relay.push(r);
+                    }
+                }
+            }
+        }
+        self.touched_list.sort_unstable();
+        res.indices.reserve(self.touched_list.len());
+        res.values.reserve(self.touched_list.len());
+        for &i in &self.touched_list {
+            let iu = i as usize;
+            let v = self.agg[iu];
+            self.touched[iu] = false;
+            self.anchor[iu] += v;
+            res.indices.push(i);
+            res.values.push(v);
+        }
+        res.counters.values_applied += res.indices.len() as u64;
+        let c = &res.counters;
+        let t = &mut self.counters;
+        t.packets_received += c.packets_received;
+        t.packets_accepted += c.packets_accepted;
+        t.packets_rejected += c.packets_rejected;
+        t.entries_accepted += c.entries_accepted;
+        t.entries_relayed += c.entries_relayed;
+        t.values_applied += c.values_applied;
+        for (a, b) in t.errors.iter_mut().zip(c.errors) {
+            *a += b;
+        }
+        for (a, b) in t.drops.iter_mut().zip(c.drops) {
+            *a += b;
+        }
+        res
+    }
+
+    /// Packs own entries (first) then relay entries, in order, into as few packets as the greedy
+    /// rule allows (DF-RLY-3): a new packet starts when adding the next entry would exceed
+    /// `max_packet_size` by the size bounds. Sender = this node (DF-RLY-4); send encoding applied.
+    pub fn pack(&self, own: &[OwnedEntry], relay: &[OwnedEntry]) -> Vec<Vec<u8>> {
+        self.pack_packets(own, relay)
+            .iter()
+            .map(encode_packet)
+            .collect()
+    }
+
+    /// [`Engine::pack`] before serialisation.
+    pub fn pack_packets(&self, own: &[OwnedEntry], relay: &[OwnedEntry]) -> Vec<OwnedPacket> {
+        let mut out = Vec::new();
+        let new_packet = || {
+            OwnedPacket::new(
+                self.node_id,
+                self.incarnation,
+                self.manifest.fingerprint(),
+                self.config.encoding,
+            )
+        };
+        let mut cur = new_packet();
+        let mut size = PACKET_OVERHEAD_BOUND;
+        for e in own.iter().chain(relay) {
+            let b = entry_size_bound(e.indices.len());
+            if !cur.entries.is_empty() && size + b > self.config.max_packet_size {
+                out.push(std::mem::replace(&mut cur, new_packet()));
+                size = PACKET_OVERHEAD_BOUND;
+            }
+            size += b;
+            cur.entries.push(e.clone());
+        }
+        if !cur.entries.is_empty() {
+            out.push(cur);
+        }
+        out
+    }
+}

@@ -1,0 +1,114 @@
+//! Rejection codes (brief section 5, DF-ERR).
+
+use std::fmt;
+
+/// Why a packet was rejected. Exactly the codes of the brief's table, in its order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ErrorCode {
+    /// `len(bytes) > max_packet_size`.
+    Oversize,
+    /// Fewer than 8 bytes, or bytes 4..8 are not `DFP1`.
+    BadIdentifier,
+    /// Structure out of bounds, required field missing, zero id, wrong values vector, ...
+    Malformed,
+    /// `version_major != 1`.
+    UnsupportedVersion,
+    /// Encoding not in {F32, F16, BF16}.
+    UnsupportedEncoding,
+    /// Fingerprint differs from the local manifest's.
+    FingerprintMismatch,
+    /// An entry with `hops > hop_limit`.
+    HopLimit,
+    /// An entry whose values count differs from its indices count.
+    LengthMismatch,
+    /// An entry with no index.
+    EmptyEntry,
+    /// An index `>= N`.
+    IndexOutOfRange,
+    /// Indices not ascending.
+    UnsortedIndices,
+    /// Two equal consecutive indices.
+    DuplicateIndex,
+    /// A decoded value is NaN or infinite.
+    NonFinite,
+}
+
+impl ErrorCode {
+    /// Every code, in the brief's table order.
+    pub const ALL: [ErrorCode; 13] = [
+        ErrorCode::Oversize,
+        ErrorCode::BadIdentifier,
+        ErrorCode::Malformed,
+        ErrorCode::UnsupportedVersion,
+        ErrorCode::UnsupportedEncoding,
+        ErrorCode::FingerprintMismatch,
+        ErrorCode::HopLimit,
+        ErrorCode::LengthMismatch,
+        ErrorCode::EmptyEntry,
+        ErrorCode::IndexOutOfRange,
+        ErrorCode::UnsortedIndices,
+        ErrorCode::DuplicateIndex,
+        ErrorCode::NonFinite,
+    ];
+
+    /// The code as written in the brief, e.g. `"MALFORMED"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::Oversize => "OVERSIZE",
+            ErrorCode::BadIdentifier => "BAD_IDENTIFIER",
+            ErrorCode::Malformed => "MALFORMED",
+            ErrorCode::UnsupportedVersion => "UNSUPPORTED_VERSION",
+            ErrorCode::UnsupportedEncoding => "UNSUPPORTED_ENCODING",
+            ErrorCode::FingerprintMismatch => "FINGERPRINT_MISMATCH",
+            ErrorCode::HopLimit => "HOP_LIMIT",
+            ErrorCode::LengthMismatch => "LENGTH_MISMATCH",
+            ErrorCode::EmptyEntry => "EMPTY_ENTRY",
+            ErrorCode::IndexOutOfRange => "INDEX_OUT_OF_RANGE",
+            ErrorCode::UnsortedIndices => "UNSORTED_INDICES",
+            ErrorCode::DuplicateIndex => "DUPLICATE_INDEX",
+            ErrorCode::NonFinite => "NON_FINITE",
+        }
+    }
+
+    /// Parses the brief's spelling (inverse of [`ErrorCode::as_str`]).
+    pub fn parse(s: &str) -> Option<ErrorCode> {
+        ErrorCode::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A rejected packet: the code and a human-readable detail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodeError {
+    /// The brief's code.
+    pub code: ErrorCode,
+    /// What exactly was wrong (free text, for logs).
+    pub detail: String,
+}
+
+impl DecodeError {
+    /// A new error.
+    pub fn new(code: ErrorCode, detail: impl Into<String>) -> Self {
+        DecodeError {
+            code,
+            detail: detail.into(),
+        }
+    }
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.detail.is_empty() {
+            f.write_str(self.code.as_str())
+        } else {
+            write!(f, "{}: {}", self.code, self.detail)
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {}

@@ -1,0 +1,167 @@
+//! Manifests, canonical order and fingerprint (brief section 2, DF-MAN).
+
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+/// Header line of the fingerprinted text (DF-MAN-5).
+pub const MANIFEST_HEADER: &str = "deltafabric-manifest/1\n";
+
+/// One tensor of a manifest: canonical name and shape (dtype is always f32 in v1).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TensorSpec {
+    /// Canonical (PyTorch `state_dict`) name.
+    pub name: String,
+    /// Shape, row-major; empty for a scalar.
+    pub shape: Vec<u64>,
+}
+
+impl TensorSpec {
+    /// A new spec.
+    pub fn new(name: impl Into<String>, shape: &[u64]) -> Self {
+        TensorSpec {
+            name: name.into(),
+            shape: shape.to_vec(),
+        }
+    }
+    /// Element count (1 for a scalar).
+    pub fn numel(&self) -> u64 {
+        self.shape.iter().product()
+    }
+    /// The line of this tensor in the fingerprinted text (DF-MAN-5).
+    pub fn line(&self) -> String {
+        let dims: Vec<String> = self.shape.iter().map(u64::to_string).collect();
+        format!("{}\tf32\t{}\n", self.name, dims.join(","))
+    }
+}
+
+/// A validated manifest in canonical order with its flat layout and fingerprint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Manifest {
+    tensors: Vec<TensorSpec>,
+    offsets: Vec<u64>,
+    fingerprint: [u8; 32],
+}
+
+impl Manifest {
+    /// Validates names (DF-MAN-1: non-empty, unique, no control characters), sorts by the UTF-8
+    /// bytes of the name (DF-MAN-2), lays out (DF-MAN-3) and fingerprints (DF-MAN-5).
+    pub fn new(tensors: impl IntoIterator<Item = TensorSpec>) -> Result<Manifest, String> {
+        let mut tensors: Vec<TensorSpec> = tensors.into_iter().collect();
+        for t in &tensors {
+            if t.name.is_empty() {
+                return Err("empty tensor name".into());
+            }
+            if t.name.chars().any(|c| (c as u32) < 0x20 || c as u32 == 0x7f) {
+                return Err(format!("tensor name {:?} has a control character", t.name));
+            }
+        }
+        tensors.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
+        if let Some(w) = tensors.windows(2).find(|w| w[0].name == w[1].name) {
+            return Err(format!("duplicate tensor name {:?}", w[0].name));
+        }
+        let mut offsets = Vec::with_capacity(tensors.len() + 1);
+        let mut acc: u64 = 0;
+        offsets.push(0);
+        for t in &tensors {
+            acc = acc
+                .checked_add(t.numel())
+                .ok_or("manifest size overflows u64")?;
+            offsets.push(acc);
+        }
+        if acc > 1 << 32 {
+            return Err(format!("manifest has {acc} values, more than 2**32"));
+        }
+        let mut text = String::from(MANIFEST_HEADER);
+        for t in &tensors {
+            text.push_str(&t.line());
+        }
+        let fingerprint: [u8; 32] = Sha256::digest(text.as_bytes()).into();
+        Ok(Manifest {
+            tensors,
+            offsets,
+            fingerprint,
+        })
+    }
+
+    /// Tensors in canonical order.
+    pub fn tensors(&self) -> &[TensorSpec] {
+        &self.tensors
+    }
+    /// Start offset of each tensor, followed by N.
+    pub fn offsets(&self) -> &[u64] {
+        &self.offsets
+    }
+    /// N, the total element count.
+    pub fn num_params(&self) -> u64 {
+        self.offsets.last().copied().unwrap_or(0)
+    }
+    /// The 32-byte fingerprint.
+    pub fn fingerprint(&self) -> [u8; 32] {
+        self.fingerprint
+    }
+    /// The text hashed into the fingerprint.
+    pub fn canonical_text(&self) -> String {
+        let mut text = String::from(MANIFEST_HEADER);
+        for t in &self.tensors {
+            text.push_str(&t.line());
+        }
+        text
+    }
+    /// Offset of a tensor by name.
+    pub fn offset_of(&self, name: &str) -> Option<u64> {
+        self.tensors
+            .iter()
+            .position(|t| t.name == name)
+            .map(|i| self.offsets[i])
+    }
+
+    /// The manifest JSON (`{"version":1,"tensors":[{name,dtype,shape}],"num_params","fingerprint"}`).
+    pub fn to_json(&self) -> Value {
+        json!({
+            "version": 1,
+            "tensors": self.tensors.iter().map(|t| json!({"name": t.name, "dtype": "f32", "shape": t.shape})).collect::<Vec<_>>(),
+            "num_params": self.num_params(),
+            "fingerprint": hex::encode(self.fingerprint),
+        })
+    }
+
+    /// Parses [`Manifest::to_json`] output, checking `fingerprint` / `num_params` when present.
+    pub fn from_json(v: &Value) -> Result<Manifest, String> {
+        let ts = v
+            .get("tensors")
+            .and_then(Value::as_array)
+            .ok_or("manifest: tensors missing")?;
+        let mut specs = Vec::with_capacity(ts.len());
+        for t in ts {
+            let name = t
+                .get("name")
+                .and_then(Value::as_str)
+                .ok_or("manifest: tensor name missing")?;
+            if let Some(d) = t.get("dtype")
+                && d.as_str() != Some("f32")
+            {
+                return Err(format!("{name}: dtype must be f32"));
+            }
+            let shape = t
+                .get("shape")
+                .and_then(Value::as_array)
+                .ok_or("manifest: shape missing")?
+                .iter()
+                .map(|d| d.as_u64().ok_or("manifest: bad dim"))
+                .collect::<Result<Vec<u64>, _>>()?;
+            specs.push(TensorSpec::new(name, &shape));
+        }
+        let m = Manifest::new(specs)?;
+        if let Some(fp) = v.get("fingerprint").and_then(Value::as_str)
+            && fp != hex::encode(m.fingerprint)
+        {
+            return Err("manifest fingerprint does not match its tensors".into());
+        }
+        if let Some(n) = v.get("num_params").and_then(Value::as_u64)
+            && n != m.num_params()
+        {
+            return Err("manifest num_params does not match its tensors".into());
+        }
+        Ok(m)
+    }
+}

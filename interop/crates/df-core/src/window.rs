@@ -1,0 +1,230 @@
+//! Replay windows (DF-RCV-3) and incarnation tables (DF-RCV-4).
+
+use std::collections::HashMap;
+
+/// What the receiver does with one entry of an accepted packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Admission {
+    /// Applied (and relayed when the relay rules allow).
+    Accepted,
+    /// DF-RCV-2: the entry is this node's own.
+    OwnOrigin,
+    /// DF-RCV-3: seq already seen inside the window.
+    Duplicate,
+    /// DF-RCV-3: seq at or below `H - W`.
+    TooOld,
+    /// DF-RCV-4: incarnation lower than every tracked one on a full table.
+    StaleIncarnation,
+    /// Receiver bound on tracked origins (not in the brief; same as the Python reference).
+    OriginLimit,
+}
+
+impl Admission {
+    /// Drop reasons in counter order.
+    pub const DROPS: [Admission; 5] = [
+        Admission::OwnOrigin,
+        Admission::Duplicate,
+        Admission::TooOld,
+        Admission::StaleIncarnation,
+        Admission::OriginLimit,
+    ];
+    /// Counter name, e.g. `"own_origin"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Admission::Accepted => "accepted",
+            Admission::OwnOrigin => "own_origin",
+            Admission::Duplicate => "duplicate",
+            Admission::TooOld => "too_old",
+            Admission::StaleIncarnation => "stale_incarnation",
+            Admission::OriginLimit => "origin_limit",
+        }
+    }
+}
+
+/// Sliding window over the seqs of one (origin, incarnation): highest seq H and a W-bit bitmap
+/// (seq s is stored at bit `s mod W`; valid for `H - W < s <= H`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayWindow {
+    width: u64,
+    highest: u64,
+    bits: Vec<u64>,
+}
+
+impl ReplayWindow {
+    /// An empty window of width W >= 1 (H = 0).
+    pub fn new(width: u64) -> Self {
+        let width = width.max(1);
+        ReplayWindow {
+            width,
+            highest: 0,
+            bits: vec![0; width.div_ceil(64) as usize],
+        }
+    }
+    /// H (0 before the first seq).
+    pub fn highest(&self) -> u64 {
+        self.highest
+    }
+    /// W.
+    pub fn width(&self) -> u64 {
+        self.width
+    }
+    fn bit(&self, s: u64) -> bool {
+        let p = s % self.width;
+        (self.bits[(p / 64) as usize] >> (p % 64)) & 1 == 1
+    }
+    fn set(&mut self, s: u64, v: bool) {
+        let p = s % self.width;
+        let w = &mut self.bits[(p / 64) as usize];
+        if v {
+            *w |= 1 << (p % 64);
+        } else {
+            *w &= !(1 << (p % 64));
+        }
+    }
+    /// The verdict for `seq` (>= 1) without changing the window.
+    pub fn check(&self, seq: u64) -> Admission {
+        let h = self.highest;
+        if seq > h {
+            Admission::Accepted
+        } else if h >= self.width && seq <= h - self.width {
+            Admission::TooOld
+        } else if self.bit(seq) {
+            Admission::Duplicate
+        } else {
+            Admission::Accepted
+        }
+    }
+    /// Checks `seq` and records it when accepted.
+    pub fn admit(&mut self, seq: u64) -> Admission {
+        let v = self.check(seq);
+        if v == Admission::Accepted {
+            if seq > self.highest {
+                let shift = seq - self.highest;
+                if shift >= self.width {
+                    self.bits.iter_mut().for_each(|w| *w = 0);
+                } else {
+                    for s in self.highest + 1..seq {
+                        self.set(s, false);
+                    }
+                }
+                self.highest = seq;
+            }
+            self.set(seq, true);
+        }
+        v
+    }
+    /// Accepted seqs still inside the window, ascending.
+    pub fn seen(&self) -> Vec<u64> {
+        let h = self.highest;
+        let lo = h.saturating_sub(self.width - 1).max(1);
+        (lo..=h).filter(|&s| h > 0 && self.bit(s)).collect()
+    }
+}
+
+/// Per-origin incarnation tables, each incarnation with its replay window (DF-RCV-2..4).
+#[derive(Debug, Clone)]
+pub struct ReceiverState {
+    own_id: u64,
+    window: u64,
+    max_incarnations: usize,
+    max_origins: usize,
+    origins: HashMap<u64, Vec<(u64, ReplayWindow)>>,
+}
+
+/// Default bound on tracked origins (same as the Python reference).
+pub const DEFAULT_MAX_ORIGINS: usize = 4096;
+
+impl ReceiverState {
+    /// A fresh state.
+    pub fn new(own_id: u64, window: u64, max_incarnations: usize, max_origins: usize) -> Self {
+        ReceiverState {
+            own_id,
+            window: window.max(1),
+            max_incarnations: max_incarnations.max(1),
+            max_origins: max_origins.max(1),
+            origins: HashMap::new(),
+        }
+    }
+
+    fn verdict(&self, origin: u64, inc: u64, seq: u64) -> (Admission, Option<u64>) {
+        if origin == self.own_id {
+            return (Admission::OwnOrigin, None);
+        }
+        let Some(table) = self.origins.get(&origin) else {
+            if self.origins.len() >= self.max_origins {
+                return (Admission::OriginLimit, None);
+            }
+            return (Admission::Accepted, None);
+        };
+        if let Some((_, w)) = table.iter().find(|(i, _)| *i == inc) {
+            return (w.check(seq), None);
+        }
+        if table.len() < self.max_incarnations {
+            return (Admission::Accepted, None);
+        }
+        let lowest = table.iter().map(|(i, _)| *i).min().unwrap_or(0);
+        if inc > lowest {
+            (Admission::Accepted, Some(lowest))
+        } else {
+            (Admission::StaleIncarnation, None)
+        }
+    }
+
+    /// The verdict for an entry without changing state.
+    pub fn check(&self, origin: u64, inc: u64, seq: u64) -> Admission {
+        self.verdict(origin, inc, seq).0
+    }
+
+    /// Checks an entry and records it when accepted.
+    pub fn admit(&mut self, origin: u64, inc: u64, seq: u64) -> Admission {
+        let (v, evict) = self.verdict(origin, inc, seq);
+        if v == Admission::Accepted {
+            let width = self.window;
+            let table = self.origins.entry(origin).or_default();
+            if let Some(e) = evict {
+                table.retain(|(i, _)| *i != e);
+            }
+            let pos = match table.iter().position(|(i, _)| *i == inc) {
+                Some(p) => p,
+                None => {
+                    table.push((inc, ReplayWindow::new(width)));
+                    table.len() - 1
+                }
+            };
+            table[pos].1.admit(seq);
+        }
+        v
+    }
+
+    /// Tracked incarnations of `origin`, ascending.
+    pub fn incarnations(&self, origin: u64) -> Vec<u64> {
+        let mut v: Vec<u64> = self
+            .origins
+            .get(&origin)
+            .map(|t| t.iter().map(|(i, _)| *i).collect())
+            .unwrap_or_default();
+        v.sort_unstable();
+        v
+    }
+
+    /// The window of (origin, incarnation), if tracked.
+    pub fn window_of(&self, origin: u64, inc: u64) -> Option<&ReplayWindow> {
+        self.origins
+            .get(&origin)?
+            .iter()
+            .find(|(i, _)| *i == inc)
+            .map(|(_, w)| w)
+    }
+
+    /// `(origin, incarnation, seq)` of every accepted seq still in a window, sorted.
+    pub fn history(&self) -> Vec<(u64, u64, u64)> {
+        let mut out = Vec::new();
+        for (&o, t) in &self.origins {
+            for (i, w) in t {
+                out.extend(w.seen().into_iter().map(|s| (o, *i, s)));
+            }
+        }
+        out.sort_unstable();
+        out
+    }
+}
