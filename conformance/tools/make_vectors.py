@@ -57,27 +57,98 @@ ENGINE_VECTORS = TOOLS_DIR / "engine_vectors.py"
 INDEX_VERSION = 1
 
 # ------------------------------------------------------------------------------------------------------
-# Requirement ids cited by the decode vectors. DF-PKT and DF-ERR carry no numbers in the design brief:
-# DF-PKT-n follow the order of brief section 4, DF-ERR-n the rows of the error table (section 5).
-# Update here (only) if spec/protocol.md numbers them differently.
+# Requirement ids (spec/protocol.md) cited by the decode vectors.
 # ------------------------------------------------------------------------------------------------------
 REQ_FORMAT = (
-    "DF-PKT-1"  # schema deltafabric.fbs, identifier DFP1, version_major 1, any minor
+    "DF-PKT-1"  # FlatBuffers of the schema, identifier DFP1, version_major 1, any minor
 )
 REQ_NONZERO = "DF-PKT-2"  # ids, incarnations, seqs are non-zero u64
 REQ_MULTI_ORIGIN = "DF-PKT-3"  # entries of several origins may share a packet
 REQ_EMPTY_PACKET = "DF-PKT-4"  # a packet with zero entries is valid
 REQ_ENCODING = (
-    "DF-PKT-5"  # encoding selects values (F32) or values16 (F16/BF16) for every entry
+    "DF-PKT-5"  # values (F32) or values16 (F16/BF16), as many as indices, finite
 )
+REQ_VERIFIABLE = "DF-PKT-6"  # buffers satisfy the FlatBuffers verifier rules (aligned)
+REQ_NOT_CANONICAL = "DF-PKT-7"  # explicit or omitted defaults, vtable sharing...
+REQ_FINGERPRINT_FIELD = "DF-PKT-8"  # 32-byte fingerprint
+REQ_HOPS = "DF-PKT-9"
+REQ_INDICES = "DF-PKT-10"  # non-empty, strictly increasing, < N
+REQ_BY_ENCODING = {
+    ValueEncoding.F32: "DF-PKT-12",
+    ValueEncoding.F16: "DF-PKT-13",
+    ValueEncoding.BF16: "DF-PKT-14",
+}
 REQ_QUANTIZE = (
     "DF-GEN-4"  # F16/BF16: round to nearest even, clamped to the finite range
 )
 REQ_FINGERPRINT = "DF-MAN-5"
 REQ_REJECT = "DF-RCV-1"  # the packet is the unit of rejection, one code
+REQ_TWO_PARTS = "DF-RCV-8"  # decode (context-free) then validate (context)
+REQ_MINOR = (
+    "DF-VER-2"  # every minor accepted, unknown fields ignored, other majors rejected
+)
+REQ_EVOLUTION = "DF-VER-3"  # minors add fields at the end / unknown encodings rejected
+REQ_IDENTIFIER_STABLE = (
+    "DF-VER-5"  # DFP1 in every version: other majors are UNSUPPORTED_VERSION
+)
+REQ_HOSTILE = "DF-SEC-1"  # every offset and length checked before use
 REQ_ERR: dict[ErrorCode, str] = {
     code: f"DF-ERR-{i}" for i, code in enumerate(ErrorCode, start=1)
 }
+#: Ids every invalid vector of a code exercises, besides DF-RCV-1 and its DF-ERR id.
+REQ_BY_CODE: dict[ErrorCode, list[str]] = {
+    ErrorCode.OVERSIZE: [REQ_HOSTILE],
+    ErrorCode.BAD_IDENTIFIER: [REQ_FORMAT],
+    ErrorCode.MALFORMED: [],
+    ErrorCode.UNSUPPORTED_VERSION: [REQ_FORMAT, REQ_MINOR],
+    ErrorCode.UNSUPPORTED_ENCODING: [REQ_EVOLUTION],
+    ErrorCode.FINGERPRINT_MISMATCH: [
+        REQ_FINGERPRINT_FIELD,
+        REQ_FINGERPRINT,
+        REQ_TWO_PARTS,
+    ],
+    ErrorCode.HOP_LIMIT: [REQ_HOPS, REQ_TWO_PARTS],
+    ErrorCode.LENGTH_MISMATCH: [REQ_ENCODING],
+    ErrorCode.EMPTY_ENTRY: [REQ_INDICES],
+    ErrorCode.INDEX_OUT_OF_RANGE: [REQ_INDICES, REQ_TWO_PARTS],
+    ErrorCode.UNSORTED_INDICES: [REQ_INDICES],
+    ErrorCode.DUPLICATE_INDEX: [REQ_INDICES],
+    ErrorCode.NON_FINITE: [REQ_ENCODING],
+}
+
+
+def invalid_requirements(name: str, code: ErrorCode) -> list[str]:
+    """The requirement ids of the invalid vector ``name`` (one fault, reported as ``code``)."""
+    req = {REQ_REJECT, REQ_ERR[code], *REQ_BY_CODE[code]}
+    if name.startswith("f16_") or "_f16" in name:
+        req.add(REQ_BY_ENCODING[ValueEncoding.F16])
+    if name.startswith("bf16_") or "_bf16" in name:
+        req.add(REQ_BY_ENCODING[ValueEncoding.BF16])
+    if code is ErrorCode.MALFORMED:
+        if name.startswith("fingerprint_"):
+            req.add(REQ_FINGERPRINT_FIELD)
+        elif name.startswith(("sender", "origin", "incarnation", "seq")):
+            req.add(REQ_NONZERO)
+        elif "values" in name:
+            req.add(REQ_ENCODING)
+        elif name == "missing_indices_vector":
+            req.add(REQ_INDICES)
+        else:  # offsets, lengths, vtables, truncation, required tables
+            req.add(REQ_HOSTILE)
+    if name in ("snapshot_identifier", "version_major_2"):
+        req.add(REQ_IDENTIFIER_STABLE)
+    return sorted(req)
+
+
+def valid_requirements(
+    name: str, listed: Sequence[str], encoding: ValueEncoding
+) -> list[str]:
+    """The requirement ids of the valid vector ``name``: its own, plus the format ones every valid one
+    exercises."""
+    return sorted(
+        {*listed, REQ_FORMAT, REQ_VERIFIABLE, REQ_TWO_PARTS, REQ_BY_ENCODING[encoding]}
+    )
+
 
 # ------------------------------------------------------------------------------------------------------
 # Manifests and contexts
@@ -669,6 +740,22 @@ def valid_cases() -> list[ValidCase]:
             expect=expected_unknown,
         ),
     ]
+    extra = {
+        "single_value": [REQ_INDICES],
+        "all_indices": [REQ_INDICES],
+        "large_indices": [REQ_INDICES],
+        "max_hops": [REQ_HOPS],
+        "relay_only": [REQ_HOPS],
+        "unknown_fields": [REQ_MINOR, REQ_EVOLUTION],
+        "version_minor_7": [REQ_MINOR],
+        "defaults_omitted": [REQ_NOT_CANONICAL],
+        "defaults_explicit": [REQ_NOT_CANONICAL],
+        "signed_zeros": [REQ_ENCODING],
+        "extreme_f32": [REQ_ENCODING],
+        "subnormal_f32": [REQ_ENCODING],
+    }
+    for c in cases:
+        c.requirements = [*c.requirements, *extra.get(c.name, [])]
     return cases
 
 
@@ -1100,7 +1187,7 @@ def invalid_cases() -> list[InvalidCase]:
         ),
     ]
     for c in cases:
-        c.requirements = sorted({*c.requirements, REQ_REJECT, REQ_ERR[c.error]})
+        c.requirements = invalid_requirements(c.name, c.error)
     return cases
 
 
@@ -1172,12 +1259,13 @@ def write_decode_vectors(vectors_dir: Path) -> list[dict[str, Any]]:
                 f"valid vector {v.name}: decoded to {err or got}, expected {want}"
             )
         rel = f"decode/valid/{v.name}"
+        reqs = valid_requirements(v.name, v.requirements, got.encoding)
         (vectors_dir / f"{rel}.dfp").write_bytes(data)
         _dump_json(
             vectors_dir / f"{rel}.json",
             {
                 "description": v.description,
-                "requirements": sorted(set(v.requirements)),
+                "requirements": reqs,
                 "manifest": manifest_json(v.manifest),
                 "context": ctx,
                 "packet": packet_to_json(got),
@@ -1188,7 +1276,7 @@ def write_decode_vectors(vectors_dir: Path) -> list[dict[str, Any]]:
                 "id": f"decode.valid.{v.name}",
                 "kind": "decode",
                 "path": rel,
-                "requirements": sorted(set(v.requirements)),
+                "requirements": reqs,
                 "expect": "ok",
             }
         )
