@@ -99,6 +99,4 @@ def test_join_from_snapshot() -> None:
     assert b.bootstrapped and b.incarnation > 3
     np.testing.assert_array_equal(b.active_vector(), a.engine.anchor)
     with pytest.raises(SnapshotUnavailable):
-        NumpyFabric.join(
-            arrays(), MemoryHub().transport(9), CFG, node_id=9, timeout=0.2
-        )
+        NumpyFabric.join(arrays(), MemoryHub().transport(9), CFG, node_id=9, timeout=0.2)

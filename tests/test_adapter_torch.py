@@ -89,9 +89,7 @@ def test_fabric_uses_config_include_buffers_and_flat_layout() -> None:
         off = fab.manifest.offset(name)
         n = sd[name].numel()
         np.testing.assert_array_equal(v[off : off + n], sd[name].reshape(-1).numpy())
-    assert np.array_equal(
-        fab.engine.anchor, v
-    )  # the anchor starts as the module's weights
+    assert np.array_equal(fab.engine.anchor, v)  # the anchor starts as the module's weights
 
 
 def test_tied_weights_rejected() -> None:
@@ -131,12 +129,8 @@ def test_sparse_apply_in_place_touches_only_received_elements() -> None:
     )
     assert changed.tolist() == want
     np.testing.assert_array_equal(after, flat(a))
-    np.testing.assert_array_equal(
-        b.engine.anchor, after
-    )  # anchor and active moved together
-    assert {
-        n: t.data_ptr() for n, t in b.tensors.items()
-    } == ptrs  # in place, same storage
+    np.testing.assert_array_equal(b.engine.anchor, after)  # anchor and active moved together
+    assert {n: t.data_ptr() for n, t in b.tensors.items()} == ptrs  # in place, same storage
     assert {n: id(t) for n, t in b.tensors.items()} == objs
     assert b.stats()["values_received_applied"] == 3
 
@@ -145,9 +139,7 @@ def test_idle_step_is_constant_work(monkeypatch: pytest.MonkeyPatch) -> None:
     """A step without sync and without traffic gathers nothing, receives nothing, copies nothing."""
     hub = MemoryHub()
     net = make_net()
-    fab = Fabric(
-        net, hub.transport(1), SyncConfig(sync_interval=10), node_id=1, incarnation=1
-    )
+    fab = Fabric(net, hub.transport(1), SyncConfig(sync_interval=10), node_id=1, incarnation=1)
     hub.transport(2)  # a silent peer
 
     def boom(*_a: object, **_k: object) -> None:
@@ -188,11 +180,7 @@ def test_sync_step_gathers_once_and_publishes() -> None:
     st = fab.stats()
     pkts = peer.drain()
     assert st["packets_sent"] == len(pkts) == 2
-    assert (
-        st["bytes_sent"]
-        == sum(len(p) for p in pkts)
-        == fab.transport.stats.published_bytes
-    )
+    assert st["bytes_sent"] == sum(len(p) for p in pkts) == fab.transport.stats.published_bytes
     k = SyncConfig(ratio=0.05).num_selected(fab.num_params)
     assert st["own_values_sent"] == 2 * k
 
@@ -215,9 +203,7 @@ def test_ring_relay_alpha_one_every_node_applies_each_delta_once() -> None:
     TAPS.clear()
     TAPS.update({i: hub.transport(100 + i, neighbours=[i]) for i in ids})
     fabs = {
-        i: Fabric(
-            nets[i], hub.transport(i, neighbours=ring[i]), CFG, node_id=i, incarnation=7
-        )
+        i: Fabric(nets[i], hub.transport(i, neighbours=ring[i]), CFG, node_id=i, incarnation=7)
         for i in ids
     }
     init = flat(fabs[1])
@@ -238,14 +224,10 @@ def test_ring_relay_alpha_one_every_node_applies_each_delta_once() -> None:
             fabs[i].poll()
     for i in ids:
         # anchor = init + every origin's sent delta once (own via error feedback, others received)
-        np.testing.assert_allclose(
-            fabs[i].engine.anchor, init + total, rtol=0, atol=1e-6
-        )
+        np.testing.assert_allclose(fabs[i].engine.anchor, init + total, rtol=0, atol=1e-6)
         st = fabs[i].stats()
         assert st["receive"]["drops"][Admission.OWN_ORIGIN.value] > 0
-        assert (
-            int(st["accepted_by_hops"].get("1", 0)) >= 1
-        )  # the far node arrives via one relay
+        assert int(st["accepted_by_hops"].get("1", 0)) >= 1  # the far node arrives via one relay
 
 
 def test_bootstrap_join_loads_snapshot_and_new_incarnation_is_accepted() -> None:
@@ -285,9 +267,7 @@ def test_bootstrap_required_without_peer_fails_and_auto_falls_back() -> None:
         )
     net = make_net(3)
     before = {k: v.clone() for k, v in net.state_dict().items()}
-    fab = Fabric(
-        net, hub.transport(2), CFG, node_id=2, bootstrap="auto", bootstrap_timeout=0.2
-    )
+    fab = Fabric(net, hub.transport(2), CFG, node_id=2, bootstrap="auto", bootstrap_timeout=0.2)
     assert not fab.bootstrapped
     for k, v in net.state_dict().items():
         assert torch.equal(v, before[k])
@@ -307,9 +287,7 @@ def test_restart_same_node_id_deltas_accepted_at_once() -> None:
         a.step()
     tb.close()
     b2_net = make_net(9)
-    b2 = Fabric.join(
-        b2_net, hub.transport(2), CFG, node_id=2, timeout=5.0
-    )  # seq restarts at 1
+    b2 = Fabric.join(b2_net, hub.transport(2), CFG, node_id=2, timeout=5.0)  # seq restarts at 1
     with torch.no_grad():
         b2_net.fc2.weight.add_(0.2)
     b2.sync_now()
@@ -331,9 +309,7 @@ def test_non_contiguous_parameter_is_updated_correctly() -> None:
         a_net.fc1.weight[5, 33] += 3.0
     a.sync_now()
     b.step()
-    assert float(b_net.fc1.weight[5, 33].detach()) == float(
-        a_net.fc1.weight[5, 33].detach()
-    )
+    assert float(b_net.fc1.weight[5, 33].detach()) == float(a_net.fc1.weight[5, 33].detach())
     np.testing.assert_array_equal(flat(a), flat(b))
 
 
@@ -352,9 +328,7 @@ def test_double_precision_module() -> None:
     ) == pytest.approx(0.5)
 
 
-@pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="no CUDA device on this machine"
-)
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
 def test_cuda_module_same_code_path() -> None:
     hub = MemoryHub()
     dev = torch.device("cuda")
@@ -368,8 +342,6 @@ def test_cuda_module_same_code_path() -> None:
     a.sync_now()
     b.step()
     after = flat(b)
-    assert np.flatnonzero(after != before).tolist() == [
-        b.manifest.offset("fc1.weight") + 64 + 2
-    ]
+    assert np.flatnonzero(after != before).tolist() == [b.manifest.offset("fc1.weight") + 64 + 2]
     assert b_net.fc1.weight.is_cuda and b_net.fc1.weight.data_ptr() == ptr
     np.testing.assert_array_equal(after, flat(a))

@@ -7,7 +7,12 @@
 
 from __future__ import annotations
 
-from delta_fabric.adapters._base import Bootstrap, FabricBase, SnapshotUnavailable, default_incarnation
+from delta_fabric.adapters._base import (
+    Bootstrap,
+    FabricBase,
+    SnapshotUnavailable,
+    default_incarnation,
+)
 from delta_fabric.adapters.numpy import NumpyFabric
 
 __all__ = ["Bootstrap", "FabricBase", "NumpyFabric", "SnapshotUnavailable", "default_incarnation"]

@@ -94,7 +94,7 @@ class FabricBase:
         self._lock = threading.Lock()  # guards the anchor against a concurrent snapshot request
         self._closed = False
 
-    # ------------------------------------------------------------------------------------------------
+    # ----------------------------------------------------------------------------------------------
     # hooks for subclasses
     def _gather(self) -> NDArray[np.float32]:
         raise NotImplementedError
@@ -105,8 +105,10 @@ class FabricBase:
     def _load(self, flat: NDArray[np.float32]) -> None:
         raise NotImplementedError
 
-    # ------------------------------------------------------------------------------------------------
-    def _init_engine(self, manifest: Manifest, bootstrap: Bootstrap, bootstrap_timeout: float) -> None:
+    # ----------------------------------------------------------------------------------------------
+    def _init_engine(
+        self, manifest: Manifest, bootstrap: Bootstrap, bootstrap_timeout: float
+    ) -> None:
         """Create the engine with anchor = current weights, or = a peer's snapshot (bootstrap)."""
         self.manifest = manifest
         snapshot: Snapshot | None = None
@@ -117,7 +119,9 @@ class FabricBase:
             incarnation = default_incarnation()
         if snapshot is not None:
             self._load(snapshot.anchor)  # active = anchor = snapshot (DF-ZEN-5)
-            self.engine = Engine.from_snapshot(manifest, self.config, self.node_id, incarnation, snapshot)
+            self.engine = Engine.from_snapshot(
+                manifest, self.config, self.node_id, incarnation, snapshot
+            )
             self.bootstrapped = True
         else:
             self.engine = Engine(manifest, self.config, self.node_id, incarnation, self._gather())
@@ -136,7 +140,9 @@ class FabricBase:
             except (SnapshotError, TimeoutError, OSError) as exc:
                 last = exc
             else:
-                snap = Snapshot(self.manifest.fingerprint, np.asarray(anchor, dtype=np.float32).copy())
+                snap = Snapshot(
+                    self.manifest.fingerprint, np.asarray(anchor, dtype=np.float32).copy()
+                )
                 if self._snapshot_ok(snap):
                     return snap
                 last = ValueError("snapshot of the wrong size or with a non-finite value")
@@ -144,7 +150,9 @@ class FabricBase:
                 break
             time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
         if required:
-            raise SnapshotUnavailable(f"no valid snapshot from a live peer within {timeout:.1f}s: {last}")
+            raise SnapshotUnavailable(
+                f"no valid snapshot from a live peer within {timeout:.1f}s: {last}"
+            )
         return None
 
     def _snapshot_ok(self, snap: Snapshot) -> bool:
@@ -156,7 +164,7 @@ class FabricBase:
             and bool(np.isfinite(a).all())
         )
 
-    # ------------------------------------------------------------------------------------------------
+    # ----------------------------------------------------------------------------------------------
     @property
     def incarnation(self) -> int:
         return self.engine.incarnation
@@ -178,7 +186,10 @@ class FabricBase:
         """The provider given to ``transport.serve_snapshot`` (runs on the network thread)."""
         with self._lock:  # SnapshotSource copies the anchor: a consistent state between two steps
             src = SnapshotSource(
-                self.engine.incarnation, self.manifest.fingerprint, self.engine.anchor, self.framework
+                self.engine.incarnation,
+                self.manifest.fingerprint,
+                self.engine.anchor,
+                self.framework,
             )
         self.snapshots_served += 1
         return src

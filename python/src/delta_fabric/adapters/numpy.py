@@ -1,9 +1,10 @@
 """NumPy adapter: keep named float NumPy arrays in sync (a generic binding for any framework).
 
 The arrays are the active weights and are updated in place: pass arrays that share memory with your
-framework's tensors (e.g. ``tensor.numpy()`` on CPU, JAX/TF host buffers you copy back) or copy them in
-and out around `NumpyFabric.step`. Every array must be a writable floating array (f16, f32, f64, ...);
-values travel as f32 (DF-MAN). Canonical names are the mapping's keys (they must follow DF-MAN-1).
+framework's tensors (e.g. ``tensor.numpy()`` on CPU, JAX/TF host buffers you copy back) or copy them
+in and out around `NumpyFabric.step`. Every array must be a writable floating array (f16, f32, f64,
+...); values travel as f32 (DF-MAN). Canonical names are the mapping's keys (they must follow
+DF-MAN-1).
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ __all__ = ["NumpyFabric"]
 class NumpyFabric(FabricBase):
     """A DeltaFabric node over named float NumPy arrays (updated in place).
 
-    Same behaviour as the PyTorch `delta_fabric.adapters.torch.Fabric`: call `step` after every local
-    update; ``bootstrap`` / `join` load a live peer's snapshot into the arrays.
+    Same behaviour as the PyTorch `delta_fabric.adapters.torch.Fabric`: call `step` after every
+    local update; ``bootstrap`` / `join` load a live peer's snapshot into the arrays.
     """
 
     def __init__(

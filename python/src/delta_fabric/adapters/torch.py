@@ -9,10 +9,10 @@ Usage::
         fabric.step()
 
 The manifest (DF-MAN) is built from ``state_dict`` keys: every floating parameter, plus floating
-buffers (BatchNorm running statistics) when ``include_buffers``; integer buffers never. The anchor is
-the engine's flat f32 NumPy buffer; the active weights are the module's own tensors, which are updated
-in place (only the received elements, ``index_add_`` under ``torch.no_grad()``) on CPU or CUDA alike.
-Nothing is copied on a step with no sync and no traffic.
+buffers (BatchNorm running statistics) when ``include_buffers``; integer buffers never. The anchor
+is the engine's flat f32 NumPy buffer; the active weights are the module's own tensors, which are
+updated in place (only the received elements, ``index_add_`` under ``torch.no_grad()``) on CPU or
+CUDA alike. Nothing is copied on a step with no sync and no traffic.
 """
 
 from __future__ import annotations
@@ -33,17 +33,23 @@ __all__ = ["Fabric", "module_manifest", "module_tensors"]
 def module_tensors(module: nn.Module, include_buffers: bool) -> dict[str, torch.Tensor]:
     """The tensors a node synchronises, by canonical name (``state_dict`` key), in canonical order.
 
-    Floating parameters always; floating persistent buffers only with ``include_buffers``; integer
-    buffers (``num_batches_tracked``) never (DF-MAN-4). Tied parameters (one tensor under two names)
-    are rejected: each would receive every delta twice.
+    Every parameter, whatever its ``requires_grad``; floating persistent buffers only with
+    ``include_buffers``; integer buffers (``num_batches_tracked``) never (DF-MAN-4). Refused
+    (``ValueError``, DF-MAN-12): tied parameters (one tensor under two names, each would receive
+    every delta twice) and parameters with a dtype that has no f32 view (complex).
     """
     params = {id(p) for p in module.parameters()}
     chosen: dict[str, torch.Tensor] = {}
     seen: dict[int, str] = {}
     for name, t in module.state_dict(keep_vars=True).items():
+        is_param = isinstance(t, nn.Parameter) or id(t) in params
+        if is_param and (t.is_complex() or not t.is_floating_point()):
+            # DF-MAN-12: no canonical f32 view of this parameter; refuse rather than guess
+            raise ValueError(
+                f"parameter {name!r} has dtype {t.dtype}, which protocol v1 cannot carry"
+            )
         if not t.is_floating_point():
             continue
-        is_param = isinstance(t, nn.Parameter) or id(t) in params
         if not is_param and not include_buffers:
             continue
         key = id(t)
@@ -63,11 +69,11 @@ def module_manifest(module: nn.Module, include_buffers: bool = False) -> Manifes
 class Fabric(FabricBase):
     """A DeltaFabric node around a PyTorch module (see the module docstring).
 
-    ``include_buffers`` defaults to ``config.include_buffers``. ``incarnation`` defaults to microseconds
-    since the epoch. ``bootstrap``: ``True`` fetches the anchor snapshot of a live peer (required;
-    `SnapshotUnavailable` after ``bootstrap_timeout``), ``"auto"`` fetches one when a peer answers in
-    time and else starts from the module's current weights, ``False`` never fetches. The fabric serves
-    snapshots of its anchor through the transport when the transport supports it.
+    ``include_buffers`` defaults to ``config.include_buffers``. ``incarnation`` defaults to
+    microseconds since the epoch. ``bootstrap``: ``True`` fetches the anchor snapshot of a live peer
+    (required; `SnapshotUnavailable` after ``bootstrap_timeout``), ``"auto"`` fetches one when a
+    peer answers in time and else starts from the module's current weights, ``False`` never fetches.
+    The fabric serves snapshots of its anchor through the transport when the transport supports it.
     """
 
     def __init__(
@@ -95,12 +101,13 @@ class Fabric(FabricBase):
             framework="torch",
         )
         self.module = module
-        self.include_buffers = cfg.include_buffers if include_buffers is None else bool(include_buffers)
+        self.include_buffers = (
+            cfg.include_buffers if include_buffers is None else bool(include_buffers)
+        )
         named = module_tensors(module, self.include_buffers)
         manifest = Manifest(TensorSpec(n, tuple(t.shape)) for n, t in named.items())
         self._tensors: list[torch.Tensor] = [named[n] for n in manifest.names]
         self._offsets = np.asarray(manifest.offsets, dtype=np.int64)
-        self._contiguous = [t.is_contiguous() for t in self._tensors]
         self.gathers = 0
         self._init_engine(manifest, bootstrap, bootstrap_timeout)
 
@@ -117,7 +124,8 @@ class Fabric(FabricBase):
         timeout: float = 10.0,
         fast_selection: bool = False,
     ) -> Fabric:
-        """Late join or restart: load a live peer's snapshot into ``module`` and start a fresh incarnation."""
+        """Late join or restart: load a live peer's snapshot into ``module`` and start a fresh
+        incarnation."""
         return cls(
             module,
             transport,
@@ -135,9 +143,10 @@ class Fabric(FabricBase):
         """The synchronised tensors by canonical name (the live objects)."""
         return dict(zip(self.manifest.names, self._tensors, strict=True))
 
-    # ------------------------------------------------------------------------------------------------
+    # ----------------------------------------------------------------------------------------------
     def _gather(self) -> NDArray[np.float32]:
-        """The active vector: one ``torch.cat`` of the flattened detached tensors, moved to CPU once."""
+        """The active vector: one ``torch.cat`` of the flattened detached tensors, moved to CPU
+        once."""
         self.gathers += 1
         with torch.no_grad():
             flat = torch.cat([t.detach().reshape(-1).to(torch.float32) for t in self._tensors])
@@ -154,16 +163,18 @@ class Fabric(FabricBase):
                     continue
                 t = self._tensors[ti]
                 local = indices[a:b].astype(np.int64) - self._offsets[ti]
-                vals = torch.from_numpy(np.ascontiguousarray(values[a:b])).to(
-                    device=t.device, dtype=t.dtype, non_blocking=False
-                )
-                if self._contiguous[ti] and t.is_contiguous():
+                vals = torch.from_numpy(np.ascontiguousarray(values[a:b])).to(device=t.device)
+                if t.dtype == torch.float32 and t.is_contiguous():
                     idx = torch.from_numpy(local).to(t.device)
-                    t.data.view(-1).index_add_(0, idx, vals)
-                else:  # any strides: row-major element index -> multi-index
-                    coords = np.unravel_index(local, tuple(t.shape))
-                    idx_t = tuple(torch.from_numpy(np.ascontiguousarray(c)).to(t.device) for c in coords)
-                    t.data.index_put_(idx_t, vals, accumulate=True)
+                    t.data.view(-1).index_add_(0, idx, vals)  # fl32(active + agg), DF-RCV-7
+                    continue
+                # other dtypes or strides: read as f32, add in f32, write back rounded (DF-MAN-4)
+                coords = np.unravel_index(local, tuple(t.shape))
+                idx_t = tuple(
+                    torch.from_numpy(np.ascontiguousarray(c)).to(t.device) for c in coords
+                )
+                cur = t.data[idx_t].to(torch.float32)
+                t.data[idx_t] = (cur + vals).to(t.dtype)
 
     def _load(self, flat: NDArray[np.float32]) -> None:
         """Overwrite every synchronised tensor from a flat canonical vector (bootstrap)."""
@@ -175,4 +186,5 @@ class Fabric(FabricBase):
 
     def active_vector(self) -> NDArray[np.float32]:
         """The current active weights as a flat canonical f32 vector (a copy)."""
-        return self._gather().copy()
+        out: NDArray[np.float32] = np.array(self._gather(), dtype=np.float32)
+        return out

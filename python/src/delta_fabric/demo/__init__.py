@@ -1,4 +1,5 @@
-"""`delta-fabric demo`: a local DeltaFabric cluster on loopback Zenoh trained on label-skewed digits.
+"""`delta-fabric demo`: a local DeltaFabric cluster on loopback Zenoh trained on label-skewed
+digits.
 
 The CLI dispatcher calls `add_arguments` and `run`; see `delta_fabric.demo.runner`. Each node is a
 process (`delta_fabric.demo.node`, or the Rust ``df-node`` with the same command line).

@@ -1,8 +1,8 @@
 """The demo's data: scikit-learn's bundled digits (no download), a 360-image test set on all ten
 classes, per-node training partitions, and the file format handed to every node process.
 
-Files in a partition directory (all little-endian): ``train_x.f32`` f32 ``[n_train, 1, 8, 8]`` holding
-``pixel / 16``; ``train_y.u8``; ``test_x.f32``, ``test_y.u8`` likewise; ``meta.json``
+Files in a partition directory (all little-endian): ``train_x.f32`` f32 ``[n_train, 1, 8, 8]``
+holding ``pixel / 16``; ``train_y.u8``; ``test_x.f32``, ``test_y.u8`` likewise; ``meta.json``
 ``{"n_train", "n_test", "classes"}`` (``classes``: the labels present in the training part).
 """
 
@@ -45,8 +45,8 @@ def load_split(seed: int) -> Digits:
 
 
 def class_groups(n_nodes: int, n_classes: int = 10) -> list[list[int]]:
-    """Label-skewed class sets: 3 nodes -> 0-3 / 4-6 / 7-9. More nodes than classes: node i gets class
-    ``i % 10`` (the samples of a class shared by several nodes are split between them)."""
+    """Label-skewed class sets: 3 nodes -> 0-3 / 4-6 / 7-9. More nodes than classes: node i gets
+    class ``i % 10`` (the samples of a class shared by several nodes are split between them)."""
     if n_nodes <= n_classes:
         return [list(map(int, g)) for g in np.array_split(np.arange(n_classes), n_nodes)]
     return [[i % n_classes] for i in range(n_nodes)]

@@ -35,7 +35,8 @@ class DigitsCNN(nn.Module):
 
 
 def init_model(seed: int) -> DigitsCNN:
-    """The initial model every node starts from (``torch.manual_seed(seed)`` then PyTorch's init)."""
+    """The initial model every node starts from (``torch.manual_seed(seed)`` then PyTorch's
+    init)."""
     gen_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     model = DigitsCNN()
@@ -53,7 +54,8 @@ def canonical_vector(model: nn.Module, include_buffers: bool) -> NDArray[np.floa
 
 
 def save_canonical(model: nn.Module, include_buffers: bool, path: Path) -> Manifest:
-    """Write the canonical weights as raw little-endian f32 to ``path`` (and return the manifest)."""
+    """Write the canonical weights as raw little-endian f32 to ``path`` (and return the
+    manifest)."""
     path.write_bytes(canonical_vector(model, include_buffers).astype("<f4").tobytes())
     return module_manifest(model, include_buffers)
 

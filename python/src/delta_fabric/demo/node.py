@@ -1,5 +1,5 @@
-"""One demo node: ``python -m delta_fabric.demo.node ...`` (PyTorch). The Rust ``df-node`` takes the same
-command line and speaks the same line protocol, so the demo can mix frameworks in one cluster.
+"""One demo node: ``python -m delta_fabric.demo.node ...`` (PyTorch). The Rust ``df-node`` takes the
+same command line and speaks the same line protocol, so the demo can mix frameworks in one cluster.
 
 Command line (all nodes of a run get the same values except identity and endpoints)::
 
@@ -15,14 +15,15 @@ NumPy generator seeded ``seed * 1000 + index``.
 
 Protocol on stdout, one JSON object per line:
 
-* ``{"event": "ready", "index", "node", "framework", "num_params", "fingerprint"}`` once the transport
-  is up and the neighbours are seen (or ``--wait-peers`` ran out);
+* ``{"event": "ready", "index", "node", "framework", "num_params", "fingerprint"}`` once the
+  transport is up and the neighbours are seen (or ``--wait-peers`` ran out);
 * ``{"event": "progress", "index", "step", "accuracy" (null between evaluations), "bytes_sent"}``
   at least every 10 steps and at every evaluation (every ``--eval-every`` steps);
 * ``{"event": "finished", "index", "step"}`` after the last step; the node then keeps receiving and
-  relaying (no generation) until a line ``stop`` arrives on stdin, stdin closes, or ``--linger`` s pass;
-* ``{"event": "done", "index", "accuracy", "per_class", "curve": [[step, acc], ...], "stats": {...}}``
-  after a final evaluation. Then the node exits 0.
+  relaying (no generation) until a line ``stop`` arrives on stdin, stdin closes, or ``--linger`` s
+  pass;
+* ``{"event": "done", "index", "accuracy", "per_class", "curve": [[step, acc], ...], "stats":
+  {...}}`` after a final evaluation. Then the node exits 0.
 """
 
 from __future__ import annotations
@@ -58,7 +59,9 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--namespace", default="deltafabric/demo")
     p.add_argument("--listen", default=None)
     p.add_argument("--connect", action="append", default=[])
-    p.add_argument("--neighbours", default="", help="comma-separated node ids (hex); empty: every node")
+    p.add_argument(
+        "--neighbours", default="", help="comma-separated node ids (hex); empty: every node"
+    )
     p.add_argument("--eval-every", type=int, default=50)
     p.add_argument("--wait-peers", type=float, default=30.0)
     p.add_argument("--linger", type=float, default=30.0)
@@ -149,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_node(args: argparse.Namespace, channel: Channel) -> int:
     """Train one node (see the module docstring); reports through ``channel``."""
+    t_entry = time.monotonic()
     import torch
     from torch.nn import functional as F
 
@@ -172,6 +176,7 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
     manifest = module_manifest(model, args.include_buffers)
     fabric: Fabric | None = None
     transport: Any = None
+    wait_peers_s = 0.0
     if args.sync == "on":
         from delta_fabric.transports.base import PeerTimeoutError
         from delta_fabric.transports.zenoh import ZenohOptions, ZenohTransport
@@ -187,11 +192,13 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
             )
         )
         fabric = Fabric(model, transport, cfg, node_id=node_id)
+        t_wait = time.monotonic()
         if neighbours:
             try:
                 transport.wait_for_peers(len(neighbours), args.wait_peers, expected=neighbours)
             except PeerTimeoutError as exc:
                 print(f"node {args.index}: {exc}; starting anyway", file=sys.stderr)
+        wait_peers_s = time.monotonic() - t_wait
     _emit(
         {
             "event": "ready",
@@ -200,9 +207,12 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
             "framework": "torch",
             "num_params": manifest.num_params,
             "fingerprint": manifest.fingerprint.hex(),
+            "startup_s": round(time.monotonic() - t_entry, 3),
+            "wait_peers_s": round(wait_peers_s, 3),
         }
     )
 
+    t_ready = time.monotonic()
     xtr = torch.from_numpy(train.x)
     ytr = torch.from_numpy(train.y.astype(np.int64))
     xte = torch.from_numpy(test.x)
@@ -263,7 +273,9 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
         fabric.poll()
     acc, per_class = evaluate()
     stats: dict[str, Any] = fabric.stats() if fabric is not None else {"bytes_sent": 0}
-    stats["train_s"] = train_s
+    stats["train_s"] = round(train_s, 3)
+    stats["startup_s"] = round(t_ready - t_entry, 3)
+    stats["wait_peers_s"] = round(wait_peers_s, 3)
     _emit(
         {
             "event": "done",

@@ -1,4 +1,5 @@
-"""`delta-fabric demo`: a local DeltaFabric cluster on loopback Zenoh, trained on label-skewed digits.
+"""`delta-fabric demo`: a local DeltaFabric cluster on loopback Zenoh, trained on label-skewed
+digits.
 
 Three runs in one invocation (each node is a separate process, see `delta_fabric.demo.node`):
 
@@ -6,7 +7,8 @@ Three runs in one invocation (each node is a separate process, see `delta_fabric
 2. ``nosync``: the same nodes, same data and settings, no sync (flag ``--skip-nosync``);
 3. ``baseline``: one node on all the training data (flag ``--skip-baseline``).
 
-Writes ``accuracy.png`` and ``summary.json`` to ``--output``; ``--json`` prints the summary on stdout.
+Writes ``accuracy.png`` and ``summary.json`` to ``--output``; ``--json`` prints the summary on
+stdout.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ BASE_LR = 0.05
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--nodes", type=int, default=None, help="cluster size (default 3, or len(--frameworks))")
+    p.add_argument(
+        "--nodes", type=int, default=None, help="cluster size (default 3, or len(--frameworks))"
+    )
     p.add_argument("--topology", choices=("ring", "all"), default="ring")
     p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="local steps per node")
     p.add_argument("--seed", type=int, default=0)
@@ -46,16 +50,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--frameworks",
         default=None,
-        help="comma-separated framework per node, e.g. torch,torch,burn (default: torch everywhere)",
+        help="framework per node, comma-separated, e.g. torch,torch,burn (default: all torch)",
     )
     p.add_argument("--burn-bin", default=None, help="path of the df-node binary (default: PATH)")
     p.add_argument("--alpha", type=float, default=1.0)
     p.add_argument("--ratio", type=float, default=0.05)
     p.add_argument("--sync-interval", type=int, default=10)
-    p.add_argument("--lr", type=float, default=None, help=f"local learning rate (default {BASE_LR}/nodes)")
+    p.add_argument(
+        "--lr", type=float, default=None, help=f"local learning rate (default {BASE_LR}/nodes)"
+    )
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--momentum", type=float, default=0.9)
-    p.add_argument("--no-buffers", action="store_true", help="do not sync BatchNorm running statistics")
+    p.add_argument(
+        "--no-buffers", action="store_true", help="do not sync BatchNorm running statistics"
+    )
     p.add_argument("--eval-every", type=int, default=50)
     p.add_argument("--skip-nosync", action="store_true", help="skip the sync-off run")
     p.add_argument("--skip-baseline", action="store_true", help="skip the single-node baseline")
@@ -68,10 +76,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="how PyTorch nodes start: forked from a server that imported torch once, or "
         "`python -m delta_fabric.demo.node` each",
     )
-    p.add_argument("--timeout", type=float, default=600.0, help="give up on a run after this many s")
+    p.add_argument(
+        "--timeout", type=float, default=600.0, help="give up on a run after this many s"
+    )
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 @dataclass
 class NodeSpec:
     run: str
@@ -101,7 +111,8 @@ def _classes_label(classes: list[int]) -> str:
 
 
 def free_ports(n: int) -> list[int]:
-    """``n`` distinct free TCP ports on 127.0.0.1 (bound then released; the OS does not reuse them soon)."""
+    """``n`` distinct free TCP ports on 127.0.0.1 (bound then released; the OS does not reuse them
+    soon)."""
     socks = []
     try:
         for _ in range(n):
@@ -115,8 +126,9 @@ def free_ports(n: int) -> list[int]:
 
 
 def topology(n: int, kind: str) -> tuple[list[list[int]], list[list[int]]]:
-    """(connect targets, neighbours) per node index. Ring: i connects to i+1; all: i connects to every
-    j < i. Neighbours: whose packets a node receives (ring: i-1 and i+1; all: everyone else)."""
+    """(connect targets, neighbours) per node index. Ring: i connects to i+1; all: i connects to
+    every j < i. Neighbours: whose packets a node receives (ring: i-1 and i+1; all: everyone
+    else)."""
     connects: list[list[int]] = [[] for _ in range(n)]
     neigh: list[list[int]] = [[] for _ in range(n)]
     if n == 1:
@@ -165,7 +177,8 @@ def _node_command(spec: NodeSpec, args: argparse.Namespace, common: dict[str, An
 
 
 class _Child:
-    """A node process started as ``df-node`` / ``python -m delta_fabric.demo.node`` (stdio protocol)."""
+    """A node process started as ``df-node`` / ``python -m delta_fabric.demo.node`` (stdio
+    protocol)."""
 
     def __init__(self, spec: NodeSpec, cmd: list[str], log: Path, events: queue.Queue[Any]) -> None:
         self.spec = spec
@@ -288,7 +301,9 @@ def _fork_context() -> Any:
         import multiprocessing as mp
 
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(["torch", "delta_fabric.demo.node", "delta_fabric.adapters.torch"])
+        ctx.set_forkserver_preload(
+            ["torch", "delta_fabric.demo.node", "delta_fabric.adapters.torch"]
+        )
         _FORK_CTX = ctx
     return _FORK_CTX
 
@@ -333,7 +348,9 @@ def _run_phase(
         while pending:
             timeout = deadline - time.monotonic()
             if timeout <= 0:
-                raise TimeoutError(f"demo nodes did not finish within {args.timeout:.0f}s (logs: {logs})")
+                raise TimeoutError(
+                    f"demo nodes did not finish within {args.timeout:.0f}s (logs: {logs})"
+                )
             try:
                 ch, msg = events.get(timeout=min(timeout, 1.0))
             except queue.Empty:
@@ -421,14 +438,18 @@ def _plot(results: dict[str, dict[str, Any]], path: Path, title: str) -> None:
         ("baseline", "one node, all data"),
     ]
     present = [(k, t) for k, t in names if k in results]
-    fig, axes = plt.subplots(1, len(present), figsize=(5.2 * len(present), 4.2), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(present), figsize=(5.2 * len(present), 4.2), sharey=True, squeeze=False
+    )
     for ax, (key, label) in zip(axes[0], present, strict=True):
         for node in results[key]["nodes"]:
             curve = np.asarray(node["curve"], dtype=float)
             if curve.size == 0:
                 continue
             cls = _classes_label(node["classes"])
-            ax.plot(curve[:, 0], curve[:, 1], label=f"node {node['index']} ({node['framework']}; {cls})")
+            ax.plot(
+                curve[:, 0], curve[:, 1], label=f"node {node['index']} ({node['framework']}; {cls})"
+            )
         ax.set_title(label)
         ax.set_xlabel("local step")
         ax.grid(alpha=0.3)
@@ -445,7 +466,8 @@ def _human(summary: dict[str, Any]) -> str:
     lines = [
         f"DeltaFabric demo: {summary['nodes']} nodes, {summary['topology']}, "
         f"{summary['partition']} partition, "
-        f"{summary['steps']} steps, N = {summary['num_params']} values, wall {summary['wall_s']:.1f}s",
+        f"{summary['steps']} steps, N = {summary['num_params']} values, "
+        f"wall {summary['wall_s']:.1f}s",
     ]
     for key, label in (("sync", "sync on "), ("nosync", "sync off"), ("baseline", "baseline")):
         r = summary["runs"].get(key)
@@ -464,7 +486,8 @@ def _human(summary: dict[str, Any]) -> str:
         )
     dw = summary["done_when"]
     lines.append(
-        f"  every node >= 0.90: {dw['all_nodes_ge_0.90']}; compression >= 30x: {dw['compression_ge_30x']}"
+        f"  every node >= 0.90: {dw['all_nodes_ge_0.90']}; "
+        f"compression >= 30x: {dw['compression_ge_30x']}"
     )
     if summary.get("plot"):
         lines.append(f"  plot: {summary['plot']}")
