@@ -3,11 +3,11 @@
 
 Usage: .venv/bin/python bench/bench_decode.py [--values N] [--repeat R]
 
-The headline case is one f32 packet carrying 1,000,000 (index, value) pairs in one entry (about 8 MB).
-Other rows show the cost per entry (many small entries) and of the 16-bit encodings (which decode into new
-f32 arrays). Reported: best-of-R wall time, GB/s over the packet's bytes, and the ratio to one memcpy of
-the same number of bytes (np.copyto between two preallocated buffers, and a bytes() copy), measured in the
-same run. Prints only; asserts nothing about timings.
+The headline case is one f32 packet carrying 1,000,000 (index, value) pairs in one entry (about 8
+MB). Other rows show the cost per entry (many small entries) and of the 16-bit encodings (which
+decode into new f32 arrays). Reported: best-of-R wall time, GB/s over the packet's bytes, and the
+ratio to one memcpy of the same number of bytes (np.copyto between two preallocated buffers, and a
+bytes() copy), measured in the same run. Prints only; asserts nothing about timings.
 """
 
 from __future__ import annotations
@@ -46,20 +46,13 @@ def make_packet(total: int, entries: int, encoding: ValueEncoding) -> tuple[byte
     idx = np.sort(rng.choice(num_params, size=total, replace=False)).astype(np.uint32)
     vals = rng.standard_normal(total).astype(np.float32)
     chunks = np.array_split(np.arange(total), entries)
-    es = tuple(
-        Entry(0x1000 + k, 1, k + 1, k % 4, idx[c], vals[c])
-        for k, c in enumerate(chunks)
-    )
+    es = tuple(Entry(0x1000 + k, 1, k + 1, k % 4, idx[c], vals[c]) for k, c in enumerate(chunks))
     return encode_packet(Packet(1, 1, FP, es, encoding)), num_params
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0] if __doc__ else None
-    )
-    ap.add_argument(
-        "--values", type=int, default=1_000_000, help="(index, value) pairs per packet"
-    )
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    ap.add_argument("--values", type=int, default=1_000_000, help="(index, value) pairs per packet")
     ap.add_argument("--repeat", type=int, default=20)
     args = ap.parse_args()
     n = args.values
@@ -72,7 +65,8 @@ def main() -> None:
         (f"bf16, 1 entry x {n}", 1, ValueEncoding.BF16),
     ]
     print(
-        f"{'case':<28} {'bytes':>10} {'decode+validate':>16} {'GB/s':>7} {'x np.copyto':>12} {'x bytes copy':>13}"
+        f"{'case':<28} {'bytes':>10} {'decode+validate':>16} {'GB/s':>7} "
+        f"{'x np.copyto':>12} {'x bytes copy':>13}"
     )
     for name, entries, enc in cases:
         buf, num_params = make_packet(n, entries, enc)

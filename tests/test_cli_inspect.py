@@ -1,4 +1,4 @@
-"""`delta-fabric inspect` on the decode vectors: in-process for all, as a subprocess for a handful."""
+"""`delta-fabric inspect` on the decode vectors: in-process for all, as a subprocess for some."""
 
 from __future__ import annotations
 
@@ -60,14 +60,10 @@ def test_context_may_be_a_plain_context_object(
     ctx = _meta({"path": "decode/invalid/hop_limit_exceeded"})["context"]
     plain = tmp_path / "ctx.json"
     plain.write_text(json.dumps(ctx))
-    assert (
-        main(["inspect", str(base.with_suffix(".dfp")), "--context", str(plain)]) == 1
-    )
+    assert main(["inspect", str(base.with_suffix(".dfp")), "--context", str(plain)]) == 1
     assert json.loads(capsys.readouterr().out)["error"] == "HOP_LIMIT"
     plain.write_text(json.dumps(ctx | {"hop_limit": 255}))
-    assert (
-        main(["inspect", str(base.with_suffix(".dfp")), "--context", str(plain)]) == 0
-    )
+    assert main(["inspect", str(base.with_suffix(".dfp")), "--context", str(plain)]) == 0
     # without a context only the context-free checks run
     assert main(["inspect", str(base.with_suffix(".dfp"))]) == 0
     capsys.readouterr()
@@ -81,10 +77,7 @@ def test_max_packet_size_option_overrides_context(
     dfp, ctx = str(base.with_suffix(".dfp")), str(base.with_suffix(".json"))
     size = base.with_suffix(".dfp").stat().st_size
     assert main(["inspect", dfp, "--context", ctx, "--max-packet-size", str(size)]) == 0
-    assert (
-        main(["inspect", dfp, "--context", ctx, "--max-packet-size", str(size - 1)])
-        == 1
-    )
+    assert main(["inspect", dfp, "--context", ctx, "--max-packet-size", str(size - 1)]) == 1
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["error"] == "OVERSIZE"
 
 
@@ -111,7 +104,8 @@ def test_bad_context_file_is_a_usage_error(
 def test_non_finite_values_print_as_strings(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # inspect without context prints a valid packet; NaN is rejected by decode, so print via JSON helper path
+    # inspect without context prints a valid packet; NaN is rejected by decode, so print via JSON
+    # helper path
     p = Packet(1, 2, bytes(32), (Entry(3, 4, 5, 0, [1, 2], [-0.0, 1e-45]),))
     f = tmp_path / "p.dfp"
     f.write_bytes(encode_packet(p))

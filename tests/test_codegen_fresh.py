@@ -39,6 +39,4 @@ def test_generated_code_is_fresh(tmp_path: Path) -> None:
             f"{rel}: file lists differ (run schema/regen.sh)"
         )
         stale = [str(name) for name in fresh if fresh[name] != checked_in[name]]
-        assert stale == [], (
-            f"{rel}: stale generated files (run schema/regen.sh): {stale}"
-        )
+        assert stale == [], f"{rel}: stale generated files (run schema/regen.sh): {stale}"

@@ -1,7 +1,9 @@
-"""Mutated and random bytes: decode returns a Packet or raises DecodeError with a spec code, nothing else.
+"""Mutated and random bytes: decode returns a Packet or raises DecodeError with a spec code, nothing
+else.
 
 The decoder has a last-resort wrapper that turns unexpected exceptions into MALFORMED with an
-"undecodable:" detail; these tests also assert it is never reached (the reader checks every bound itself).
+"undecodable:" detail; these tests also assert it is never reached (the reader checks every bound
+itself).
 """
 
 from __future__ import annotations
@@ -47,12 +49,7 @@ def check(buf: bytes) -> Packet | None:
         assert not exc.detail.startswith("undecodable:"), exc.detail
         return None
     # everything decode promises about an accepted packet
-    assert (
-        p.version_major == 1
-        and len(p.fingerprint) == 32
-        and p.sender
-        and p.sender_incarnation
-    )
+    assert p.version_major == 1 and len(p.fingerprint) == 32 and p.sender and p.sender_incarnation
     for e in p.entries:
         assert e.origin and e.incarnation and e.seq
         assert e.indices.size == e.values.size > 0
@@ -66,11 +63,7 @@ def check(buf: bytes) -> Packet | None:
 def mutated(draw: st.DrawFn) -> bytes:
     buf = bytearray(draw(st.sampled_from(SEEDS)))
     for _ in range(draw(st.integers(1, 4))):
-        kind = draw(
-            st.sampled_from(
-                ["flip", "byte", "u32", "u16", "insert", "delete", "truncate"]
-            )
-        )
+        kind = draw(st.sampled_from(["flip", "byte", "u32", "u16", "insert", "delete", "truncate"]))
         if not buf:
             break
         pos = draw(st.integers(0, len(buf) - 1))
@@ -100,6 +93,7 @@ def mutated(draw: st.DrawFn) -> bytes:
 @settings(max_examples=1500)
 @given(mutated())
 def test_mutated_packets_decode_or_reject_cleanly(buf: bytes) -> None:
+    # REQ: DF-SEC-1
     # REQ: DF-RCV-1
     # REQ: DF-ERR-3
     check(buf)
@@ -108,6 +102,7 @@ def test_mutated_packets_decode_or_reject_cleanly(buf: bytes) -> None:
 @settings(max_examples=400)
 @given(st.binary(max_size=256))
 def test_random_bytes_reject_cleanly(buf: bytes) -> None:
+    # REQ: DF-SEC-1
     # REQ: DF-ERR-2
     check(buf)
 

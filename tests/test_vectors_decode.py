@@ -1,4 +1,4 @@
-"""Decode conformance vectors: fresh, complete, and decoded/rejected as their JSON says (DF-PKT, DF-ERR)."""
+"""Decode conformance vectors: fresh, complete, and decoded or rejected as their JSON says."""
 
 from __future__ import annotations
 
@@ -31,9 +31,7 @@ REQ_ID = re.compile(r"^DF-[A-Z]+-\d+$")
 
 
 def _index() -> dict[str, Any]:
-    d: dict[str, Any] = json.loads(
-        (VECTORS_DIR / "index.json").read_text(encoding="utf-8")
-    )
+    d: dict[str, Any] = json.loads((VECTORS_DIR / "index.json").read_text(encoding="utf-8"))
     return d
 
 
@@ -48,9 +46,7 @@ VALID_ROWS = [r for r in DECODE_ROWS if r["expect"] == "ok"]
 def _load(row: dict[str, Any]) -> tuple[bytes, dict[str, Any]]:
     base = VECTORS_DIR / row["path"]
     data = base.with_suffix(".dfp").read_bytes()
-    meta: dict[str, Any] = json.loads(
-        base.with_suffix(".json").read_text(encoding="utf-8")
-    )
+    meta: dict[str, Any] = json.loads(base.with_suffix(".json").read_text(encoding="utf-8"))
     return data, meta
 
 
@@ -70,9 +66,7 @@ def test_checked_in_vectors_equal_a_fresh_generation(
 ) -> None:
     rows = make_vectors.generate(tmp_path)
     problems = make_vectors.compare_trees(tmp_path, VECTORS_DIR)
-    assert problems == [], (
-        "stale vectors: run .venv/bin/python conformance/tools/make_vectors.py"
-    )
+    assert problems == [], "stale vectors: run .venv/bin/python conformance/tools/make_vectors.py"
     assert rows == _index()["vectors"]
     # deterministic: a second run writes the same bytes
     again = tmp_path / "again"
@@ -131,19 +125,13 @@ def test_vector_manifests_match_their_fingerprints() -> None:
         _, meta = _load(row)
         text = "deltafabric-manifest/1\n" + "".join(
             f"{t['name']}\tf32\t{','.join(str(d) for d in t['shape'])}\n"
-            for t in sorted(
-                meta["manifest"]["tensors"], key=lambda t: t["name"].encode()
-            )
+            for t in sorted(meta["manifest"]["tensors"], key=lambda t: t["name"].encode())
         )
-        n = sum(
-            int(np.prod(t["shape"], dtype=np.int64))
-            for t in meta["manifest"]["tensors"]
-        )
+        n = sum(int(np.prod(t["shape"], dtype=np.int64)) for t in meta["manifest"]["tensors"])
         if row["id"] != "decode.invalid.fingerprint_mismatch":
-            assert (
-                hashlib.sha256(text.encode()).hexdigest()
-                == meta["context"]["fingerprint"]
-            ), row["id"]
+            assert hashlib.sha256(text.encode()).hexdigest() == meta["context"]["fingerprint"], row[
+                "id"
+            ]
         assert n == meta["context"]["num_params"], row["id"]
 
 

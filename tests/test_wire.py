@@ -1,4 +1,5 @@
-"""Wire format: encode/decode round trip, value encodings, decode checks and their codes (DF-PKT, DF-ERR)."""
+"""Wire format: encode/decode round trip, value encodings, decode checks and their codes (DF-PKT,
+DF-ERR)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import hashlib
 import math
 import struct
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,6 +32,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 FP = hashlib.sha256(b"deltafabric-manifest/1\nw\tf32\t100\n").digest()
+REPO_ROOT = Path(__file__).resolve().parent.parent
 U64 = 2**64 - 1
 
 u64_ids = st.integers(min_value=1, max_value=U64)
@@ -40,11 +43,7 @@ encodings = st.sampled_from(list(ValueEncoding))
 @st.composite
 def entries_st(draw: st.DrawFn, max_values: int = 40) -> Entry:
     idx = sorted(
-        draw(
-            st.lists(
-                st.integers(0, 2**32 - 1), min_size=1, max_size=max_values, unique=True
-            )
-        )
+        draw(st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=max_values, unique=True))
     )
     vals = draw(st.lists(f32_finite, min_size=len(idx), max_size=len(idx)))
     return Entry(
@@ -107,14 +106,10 @@ def simple(
         indices,
         values,
     )
-    return Packet(
-        kw.pop("sender", 1), kw.pop("sender_incarnation", 2), FP, (e,), encoding, **kw
-    )
+    return Packet(kw.pop("sender", 1), kw.pop("sender_incarnation", 2), FP, (e,), encoding, **kw)
 
 
-def code_of(
-    buf: bytes, max_packet_size: int = DEFAULT_MAX_PACKET_SIZE
-) -> ErrorCode | None:
+def code_of(buf: bytes, max_packet_size: int = DEFAULT_MAX_PACKET_SIZE) -> ErrorCode | None:
     try:
         decode_packet(buf, max_packet_size)
     except DecodeError as exc:
@@ -122,14 +117,15 @@ def code_of(
     return None
 
 
-# ------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 # Round trip
-# ------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 
 
 @settings(max_examples=150)
 @given(packets_st())
 def test_round_trip_any_packet(p: Packet) -> None:
+    # REQ: DF-CNF-4
     # REQ: DF-PKT-1
     # REQ: DF-PKT-2
     # REQ: DF-PKT-3
@@ -150,9 +146,7 @@ def test_round_trip_any_packet(p: Packet) -> None:
 
 
 @given(st.lists(entries_st(max_values=300), min_size=1, max_size=4), encodings)
-def test_size_bound_holds_per_entry(
-    entries: list[Entry], encoding: ValueEncoding
-) -> None:
+def test_size_bound_holds_per_entry(entries: list[Entry], encoding: ValueEncoding) -> None:
     # REQ: DF-GEN-6
     base = len(encode_packet(Packet(1, 1, FP, (), encoding)))
     assert base <= PACKET_OVERHEAD_BOUND
@@ -171,6 +165,7 @@ def test_zero_entry_packet_is_valid() -> None:
 
 
 def test_f32_values_bit_exact() -> None:
+    # REQ: DF-PKT-12
     # REQ: DF-PKT-5
     bits = np.array(
         [0x00000000, 0x80000000, 0x00000001, 0x807FFFFF, 0x7F7FFFFF, 0xFF7FFFFF],
@@ -182,9 +177,7 @@ def test_f32_values_bit_exact() -> None:
 
 
 def test_decode_returns_read_only_zero_copy_views() -> None:
-    buf = bytearray(
-        encode_packet(simple(indices=np.arange(1000), values=np.linspace(-1, 1, 1000)))
-    )
+    buf = bytearray(encode_packet(simple(indices=np.arange(1000), values=np.linspace(-1, 1, 1000))))
     base = np.frombuffer(buf, dtype=np.uint8)
     p = decode_packet(buf)
     e = p.entries[0]
@@ -197,9 +190,7 @@ def test_decode_accepts_memoryview_and_unaligned_buffers() -> None:
     p = simple(indices=range(0, 40, 3), values=np.arange(14) / 7)
     buf = encode_packet(p)
     want = decode_packet(buf)
-    for shift in range(
-        1, 4
-    ):  # unaligned start: NumPy views over unaligned data are fine
+    for shift in range(1, 4):  # unaligned start: NumPy views over unaligned data are fine
         padded = bytearray(b"\xaa" * shift + buf)
         assert decode_packet(memoryview(padded)[shift:]) == want
     assert decode_packet(memoryview(buf)) == want
@@ -215,23 +206,20 @@ def test_one_million_values_decode() -> None:
     vals = np.linspace(-1, 1, n, dtype=np.float32)
     p = Packet(1, 1, FP, (Entry(2, 3, 4, 0, idx, vals),))
     buf = encode_packet(p)
-    assert (
-        len(buf)
-        <= PACKET_OVERHEAD_BOUND + encoded_size_bound(n)
-        <= DEFAULT_MAX_PACKET_SIZE
-    )
+    assert len(buf) <= PACKET_OVERHEAD_BOUND + encoded_size_bound(n) <= DEFAULT_MAX_PACKET_SIZE
     got = decode_packet(buf)
     validate_packet(got, fingerprint=FP, num_params=3 * n, hop_limit=16)
     assert got == p
 
 
-# ------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 # Value encodings (quantize)
-# ------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 
 
 def bf16_reference(x: float) -> float:
-    """Round an f32 value to bfloat16, nearest even, clamped to the finite range; exact rationals."""
+    """Round an f32 value to bfloat16, nearest even, clamped to the finite range; exact
+    rationals."""
     if math.isnan(x):
         return math.nan
     max_bf16 = float(np.uint32(0x7F7F0000).view(np.float32))
@@ -245,9 +233,7 @@ def bf16_reference(x: float) -> float:
 
     def val(b: int) -> Fraction:
         return (
-            Fraction(float(np.uint32(b).view(np.float32)))
-            if b < 0x7F800000
-            else Fraction(2) ** 128
+            Fraction(float(np.uint32(b).view(np.float32))) if b < 0x7F800000 else Fraction(2) ** 128
         )
 
     dlo, dhi = fx - val(lo), val(hi) - fx
@@ -285,9 +271,7 @@ def test_quantize_f16_is_numpy_rne_clamped(xs: list[float]) -> None:
 
 
 @given(st.lists(f32_finite, min_size=1, max_size=50), encodings)
-def test_quantize_is_idempotent_and_f32_identity(
-    xs: list[float], enc: ValueEncoding
-) -> None:
+def test_quantize_is_idempotent_and_f32_identity(xs: list[float], enc: ValueEncoding) -> None:
     # REQ: DF-GEN-4
     v = np.asarray(xs, dtype=np.float32)
     once = quantize(v, enc)
@@ -297,6 +281,8 @@ def test_quantize_is_idempotent_and_f32_identity(
 
 
 def test_every_finite_16_bit_pattern_round_trips() -> None:
+    # REQ: DF-PKT-13
+    # REQ: DF-PKT-14
     # REQ: DF-PKT-5
     # REQ: DF-GEN-4
     bits = np.arange(1 << 16, dtype=np.uint32)
@@ -305,11 +291,7 @@ def test_every_finite_16_bit_pattern_round_trips() -> None:
         (ValueEncoding.F16, f16[np.isfinite(f16)].astype(np.float32)),
         (ValueEncoding.BF16, (bits << 16).view(np.float32)[(bits & 0x7F80) != 0x7F80]),
     ):
-        assert (
-            values.size == (1 << 16) - 2048
-            if enc is ValueEncoding.F16
-            else (1 << 16) - 512
-        )
+        assert values.size == (1 << 16) - 2048 if enc is ValueEncoding.F16 else (1 << 16) - 512
         p = Packet(1, 1, FP, (Entry(1, 1, 1, 0, np.arange(values.size), values),), enc)
         got = decode_packet(encode_packet(p)).entries[0].values
         assert got.view(np.uint32).tolist() == values.view(np.uint32).tolist()
@@ -330,9 +312,9 @@ def test_quantize_ties_and_clamps() -> None:
     assert bf[2:].view(np.uint32).tolist() == [0x7F7F0000, 0xFF7F0000]
 
 
-# ------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 # Decode checks (context-free)
-# ------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 
 
 def test_oversize_boundary() -> None:
@@ -351,17 +333,12 @@ def test_bad_identifier() -> None:
 
 def test_version_checked_first() -> None:
     # REQ: DF-ERR-4
-    assert (
-        code_of(encode_packet(simple(version_major=2))) is ErrorCode.UNSUPPORTED_VERSION
-    )
+    assert code_of(encode_packet(simple(version_major=2))) is ErrorCode.UNSUPPORTED_VERSION
     # a version-2 packet with a field v1 would reject is still reported as a version problem
     assert (
-        code_of(encode_packet(simple(version_major=2, sender=0)))
-        is ErrorCode.UNSUPPORTED_VERSION
+        code_of(encode_packet(simple(version_major=2, sender=0))) is ErrorCode.UNSUPPORTED_VERSION
     )
-    assert (
-        decode_packet(encode_packet(simple(version_minor=65535))).version_minor == 65535
-    )
+    assert decode_packet(encode_packet(simple(version_minor=65535))).version_minor == 65535
 
 
 @pytest.mark.parametrize(
@@ -381,6 +358,7 @@ def test_zero_ids_are_malformed(kw: dict[str, int]) -> None:
 
 
 def test_fingerprint_must_be_32_bytes() -> None:
+    # REQ: DF-PKT-8
     # REQ: DF-ERR-3
     for n in (0, 31, 33):
         p = Packet(1, 1, bytes(n), (), ValueEncoding.F32)
@@ -400,30 +378,16 @@ def test_semantic_codes() -> None:
     # REQ: DF-ERR-11
     # REQ: DF-ERR-12
     # REQ: DF-ERR-13
-    assert (
-        code_of(encode_packet(simple(values=(1.0, 2.0)))) is ErrorCode.LENGTH_MISMATCH
-    )
-    assert (
-        code_of(encode_packet(simple(indices=(), values=()))) is ErrorCode.EMPTY_ENTRY
-    )
-    assert (
-        code_of(encode_packet(simple(indices=(1, 0, 2)))) is ErrorCode.UNSORTED_INDICES
-    )
-    assert (
-        code_of(encode_packet(simple(indices=(1, 1, 2)))) is ErrorCode.DUPLICATE_INDEX
-    )
+    assert code_of(encode_packet(simple(values=(1.0, 2.0)))) is ErrorCode.LENGTH_MISMATCH
+    assert code_of(encode_packet(simple(indices=(), values=()))) is ErrorCode.EMPTY_ENTRY
+    assert code_of(encode_packet(simple(indices=(1, 0, 2)))) is ErrorCode.UNSORTED_INDICES
+    assert code_of(encode_packet(simple(indices=(1, 1, 2)))) is ErrorCode.DUPLICATE_INDEX
     for bad in (math.nan, math.inf, -math.inf):
-        assert (
-            code_of(encode_packet(simple(values=(1.0, bad, 2.0))))
-            is ErrorCode.NON_FINITE
-        )
-    # the 16-bit encodings clamp infinities when encoding; the codes come from the wire bits (vectors)
+        assert code_of(encode_packet(simple(values=(1.0, bad, 2.0)))) is ErrorCode.NON_FINITE
+    # the 16-bit encodings clamp infinities when encoding; the codes come from the wire bits
+    # (vectors)
     assert (
-        code_of(
-            encode_packet(
-                simple(values=(1.0, math.inf, 2.0), encoding=ValueEncoding.F16)
-            )
-        )
+        code_of(encode_packet(simple(values=(1.0, math.inf, 2.0), encoding=ValueEncoding.F16)))
         is None
     )
     assert code_of(
@@ -437,14 +401,8 @@ def test_codes_follow_table_order_across_entries() -> None:
     unsorted = Entry(2, 1, 1, 0, [2, 1], [1.0, 1.0])
     empty = Entry(3, 1, 1, 0, [], [])
     nan = Entry(4, 1, 1, 0, [1], [math.nan])
-    assert (
-        code_of(encode_packet(Packet(1, 1, FP, (dup, unsorted))))
-        is ErrorCode.UNSORTED_INDICES
-    )
-    assert (
-        code_of(encode_packet(Packet(1, 1, FP, (nan, dup, empty))))
-        is ErrorCode.EMPTY_ENTRY
-    )
+    assert code_of(encode_packet(Packet(1, 1, FP, (dup, unsorted)))) is ErrorCode.UNSORTED_INDICES
+    assert code_of(encode_packet(Packet(1, 1, FP, (nan, dup, empty)))) is ErrorCode.EMPTY_ENTRY
     assert (
         code_of(encode_packet(Packet(1, 1, FP, (nan, Entry(0, 1, 1, 0, [1], [1.0])))))
         is ErrorCode.MALFORMED
@@ -483,12 +441,75 @@ def test_field_offsets_past_the_table_end_are_checked() -> None:
         assert code_of(bytes(patched)) is ErrorCode.MALFORMED, slot
 
 
-# ------------------------------------------------------------------------------------------------------
+def assert_aligned(buf: bytes) -> None:
+    """Every table, vtable, scalar and vector of a (valid) packet aligned to its size relative to
+    the
+    buffer start, as the FlatBuffers verifier requires."""
+
+    def u16(p: int) -> int:
+        return int(struct.unpack_from("<H", buf, p)[0])
+
+    def u32(p: int) -> int:
+        return int(struct.unpack_from("<I", buf, p)[0])
+
+    def table(pos: int, sizes: dict[int, int]) -> dict[int, int]:
+        assert pos % 4 == 0, "table"
+        vt = pos - struct.unpack_from("<i", buf, pos)[0]
+        assert vt % 2 == 0, "vtable"
+        found = {}
+        for slot, size in sizes.items():
+            if 4 + 2 * slot < u16(vt) and (off := u16(vt + 4 + 2 * slot)):
+                assert (pos + off) % size == 0, f"field {slot}"
+                found[slot] = pos + off
+        return found
+
+    def vector(field: int, elem: int) -> tuple[int, int]:
+        target = field + u32(field)
+        assert target % 4 == 0 and (target + 4) % elem == 0, "vector"
+        return target + 4, u32(target)
+
+    root = table(u32(0), {0: 2, 1: 2, 2: 8, 3: 8, 4: 4, 5: 1, 6: 4})
+    vector(root[4], 1)
+    start, count = vector(root[6], 4)
+    for j in range(count):
+        elem = start + 4 * j
+        fields = table(elem + u32(elem), {0: 8, 1: 8, 2: 8, 3: 1, 4: 4, 5: 4, 6: 4})
+        for slot, size in ((4, 4), (5, 4), (6, 2)):
+            if slot in fields:
+                vector(fields[slot], size)
+
+
+@settings(max_examples=60)
+@given(packets_st())
+def test_encoder_output_is_aligned(p: Packet) -> None:
+    # REQ: DF-PKT-6
+    assert_aligned(encode_packet(p))
+
+
+def test_valid_vectors_are_aligned() -> None:
+    # REQ: DF-PKT-6
+    vectors = REPO_ROOT / "conformance" / "vectors"
+    files = sorted((vectors / "decode" / "valid").glob("*.dfp"))
+    assert len(files) >= 20
+    for f in files:
+        assert_aligned(f.read_bytes())
+
+
+def test_encoder_writes_version_1_0() -> None:
+    # REQ: DF-VER-1
+    p = decode_packet(encode_packet(Packet(1, 1, FP, ())))
+    assert (p.version_major, p.version_minor) == (1, 0)
+
+
+# ------------------------------------------------------------------------------------------------
 # Validation (context)
-# ------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 
 
 def test_validate_context_checks() -> None:
+    # REQ: DF-RCV-8
+    # REQ: DF-PKT-9
+    # REQ: DF-PKT-10
     # REQ: DF-ERR-6
     # REQ: DF-ERR-7
     # REQ: DF-ERR-10
@@ -500,6 +521,9 @@ def test_validate_context_checks() -> None:
             return exc.code
         return None
 
+    # decoding alone (no context) accepts what only the context rejects
+    for p in (simple(hops=17), simple(indices=(0, 9, 10))):
+        decode_packet(encode_packet(p))
     assert check(simple()) is None
     assert check(simple(), fingerprint=bytes(32)) is ErrorCode.FINGERPRINT_MISMATCH
     assert check(simple(hops=16)) is None
@@ -516,9 +540,9 @@ def test_validate_context_checks() -> None:
     assert check(simple(hops=17, indices=(0, 1, 99))) is ErrorCode.HOP_LIMIT
 
 
-# ------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 # Data classes, encoder arguments, JSON
-# ------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 
 
 def test_entry_coerces_and_compares_bitwise() -> None:
@@ -556,10 +580,7 @@ def test_json_shape_and_non_finite_values() -> None:
         encoding=ValueEncoding.F32,
     )
     d = packet_to_json(p)
-    assert (
-        d["sender"] == "00000000000000ab"
-        and d["sender_incarnation"] == "0000000000000002"
-    )
+    assert d["sender"] == "00000000000000ab" and d["sender_incarnation"] == "0000000000000002"
     assert d["fingerprint"] == FP.hex() and d["encoding"] == "F32"
     e = d["entries"][0]
     assert e["values"] == ["nan", "-inf", float(np.float32(0.1))]

@@ -5,17 +5,19 @@ Usage::
 
     .venv/bin/python conformance/tools/make_vectors.py            # rewrite conformance/vectors/
     .venv/bin/python conformance/tools/make_vectors.py --out DIR  # write into DIR instead
-    .venv/bin/python conformance/tools/make_vectors.py --check    # exit 1 if the checked-in files are stale
+    .venv/bin/python conformance/tools/make_vectors.py --check    # exit 1 if the checked-in files
+    are stale
 
 Output is deterministic: the same code writes the same bytes. This tool writes ``decode/valid/``,
 ``decode/invalid/`` and ``index.json``. Other kinds of vectors (generate, receive) come from
-``conformance/tools/engine_vectors.py`` when it exists: its ``build(vectors_dir: Path) -> list[dict]`` writes
-its files under ``vectors_dir`` and returns its index rows, which this tool appends to ``index.json``.
+``conformance/tools/engine_vectors.py`` when it exists: its ``build(vectors_dir: Path) ->
+list[dict]`` writes its files under ``vectors_dir`` and returns its index rows, which this tool
+appends to ``index.json``.
 
-Valid packets are built with the reference encoder (``delta_fabric.wire.encode_packet``); faulty ones with
-the raw builder below (any field may be omitted or hold any value) or by patching bytes of a valid packet.
-Every vector is checked against the reference decoder while it is written, so a vector whose fault is not
-the one it is named after cannot be written silently.
+Valid packets are built with the reference encoder (``delta_fabric.wire.encode_packet``); faulty
+ones with the raw builder below (any field may be omitted or hold any value) or by patching bytes of
+a valid packet. Every vector is checked against the reference decoder while it is written, so a
+vector whose fault is not the one it is named after cannot be written silently.
 """
 
 from __future__ import annotations
@@ -56,18 +58,14 @@ DEFAULT_VECTORS_DIR = REPO_ROOT / "conformance" / "vectors"
 ENGINE_VECTORS = TOOLS_DIR / "engine_vectors.py"
 INDEX_VERSION = 1
 
-# ------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 # Requirement ids (spec/protocol.md) cited by the decode vectors.
-# ------------------------------------------------------------------------------------------------------
-REQ_FORMAT = (
-    "DF-PKT-1"  # FlatBuffers of the schema, identifier DFP1, version_major 1, any minor
-)
+# ------------------------------------------------------------------------------------------------
+REQ_FORMAT = "DF-PKT-1"  # FlatBuffers of the schema, identifier DFP1, version_major 1, any minor
 REQ_NONZERO = "DF-PKT-2"  # ids, incarnations, seqs are non-zero u64
 REQ_MULTI_ORIGIN = "DF-PKT-3"  # entries of several origins may share a packet
 REQ_EMPTY_PACKET = "DF-PKT-4"  # a packet with zero entries is valid
-REQ_ENCODING = (
-    "DF-PKT-5"  # values (F32) or values16 (F16/BF16), as many as indices, finite
-)
+REQ_ENCODING = "DF-PKT-5"  # values (F32) or values16 (F16/BF16), as many as indices, finite
 REQ_VERIFIABLE = "DF-PKT-6"  # buffers satisfy the FlatBuffers verifier rules (aligned)
 REQ_NOT_CANONICAL = "DF-PKT-7"  # explicit or omitted defaults, vtable sharing...
 REQ_FINGERPRINT_FIELD = "DF-PKT-8"  # 32-byte fingerprint
@@ -78,23 +76,15 @@ REQ_BY_ENCODING = {
     ValueEncoding.F16: "DF-PKT-13",
     ValueEncoding.BF16: "DF-PKT-14",
 }
-REQ_QUANTIZE = (
-    "DF-GEN-4"  # F16/BF16: round to nearest even, clamped to the finite range
-)
+REQ_QUANTIZE = "DF-GEN-4"  # F16/BF16: round to nearest even, clamped to the finite range
 REQ_FINGERPRINT = "DF-MAN-5"
 REQ_REJECT = "DF-RCV-1"  # the packet is the unit of rejection, one code
 REQ_TWO_PARTS = "DF-RCV-8"  # decode (context-free) then validate (context)
-REQ_MINOR = (
-    "DF-VER-2"  # every minor accepted, unknown fields ignored, other majors rejected
-)
+REQ_MINOR = "DF-VER-2"  # every minor accepted, unknown fields ignored, other majors rejected
 REQ_EVOLUTION = "DF-VER-3"  # minors add fields at the end / unknown encodings rejected
-REQ_IDENTIFIER_STABLE = (
-    "DF-VER-5"  # DFP1 in every version: other majors are UNSUPPORTED_VERSION
-)
+REQ_IDENTIFIER_STABLE = "DF-VER-5"  # DFP1 in every version: other majors are UNSUPPORTED_VERSION
 REQ_HOSTILE = "DF-SEC-1"  # every offset and length checked before use
-REQ_ERR: dict[ErrorCode, str] = {
-    code: f"DF-ERR-{i}" for i, code in enumerate(ErrorCode, start=1)
-}
+REQ_ERR: dict[ErrorCode, str] = {code: f"DF-ERR-{i}" for i, code in enumerate(ErrorCode, start=1)}
 #: Ids every invalid vector of a code exercises, besides DF-RCV-1 and its DF-ERR id.
 REQ_BY_CODE: dict[ErrorCode, list[str]] = {
     ErrorCode.OVERSIZE: [REQ_HOSTILE],
@@ -140,19 +130,15 @@ def invalid_requirements(name: str, code: ErrorCode) -> list[str]:
     return sorted(req)
 
 
-def valid_requirements(
-    name: str, listed: Sequence[str], encoding: ValueEncoding
-) -> list[str]:
-    """The requirement ids of the valid vector ``name``: its own, plus the format ones every valid one
-    exercises."""
-    return sorted(
-        {*listed, REQ_FORMAT, REQ_VERIFIABLE, REQ_TWO_PARTS, REQ_BY_ENCODING[encoding]}
-    )
+def valid_requirements(name: str, listed: Sequence[str], encoding: ValueEncoding) -> list[str]:
+    """The requirement ids of the valid vector ``name``: its own, plus the format ones that every
+    valid vector exercises."""
+    return sorted({*listed, REQ_FORMAT, REQ_VERIFIABLE, REQ_TWO_PARTS, REQ_BY_ENCODING[encoding]})
 
 
-# ------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 # Manifests and contexts
-# ------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 #: The vector manifest: 3 tensors (one scalar), N = 101.
 VECTOR_MANIFEST = Manifest.from_named_shapes(
     [("layer.weight", (10, 9)), ("layer.bias", (10,)), ("scale", ())]
@@ -183,15 +169,14 @@ def context(
 def manifest_json(manifest: Manifest) -> dict[str, Any]:
     return {
         "tensors": [
-            {"name": t.name, "dtype": "f32", "shape": list(t.shape)}
-            for t in manifest.tensors
+            {"name": t.name, "dtype": "f32", "shape": list(t.shape)} for t in manifest.tensors
         ]
     }
 
 
-# ------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 # Raw builder: any field may be absent (None) or hold any value, including ones the encoder refuses.
-# ------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 @dataclass
 class RawEntry:
     origin: int | None = ORIGIN_B
@@ -201,9 +186,7 @@ class RawEntry:
     indices: Sequence[int] | None = (3, 50, 100)
     values: Sequence[float] | None = (0.5, -0.25, 2.0)  # f32
     values16: Sequence[int] | None = None  # raw 16-bit patterns
-    unknown_field: int | None = (
-        None  # a u32 in slot 7 (a field from a future minor version)
-    )
+    unknown_field: int | None = None  # a u32 in slot 7 (a field from a future minor version)
 
 
 @dataclass
@@ -229,9 +212,7 @@ def build_raw(p: RawPacket) -> bytes:
             else None
         )
         val = (
-            b.CreateNumpyVector(np.asarray(e.values, dtype="<f4"))
-            if e.values is not None
-            else None
+            b.CreateNumpyVector(np.asarray(e.values, dtype="<f4")) if e.values is not None else None
         )
         v16 = (
             b.CreateNumpyVector(np.asarray(e.values16, dtype="<u2"))
@@ -277,9 +258,9 @@ def build_raw(p: RawPacket) -> bytes:
     return bytes(b.Output())
 
 
-# ------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 # Locating things in a valid buffer, for byte patches
-# ------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 def _u16(buf: bytes | bytearray, pos: int) -> int:
     return int(struct.unpack_from("<H", buf, pos)[0])
 
@@ -330,18 +311,16 @@ def patched(buf: bytes, pos: int, fmt: str, value: int) -> bytes:
     return bytes(out)
 
 
-# ------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 # Vector cases
-# ------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 @dataclass
 class ValidCase:
     name: str
     description: str
     requirements: list[str]
     packet: Packet | None = None  # encoded with encode_packet
-    raw: bytes | None = (
-        None  # or given as bytes (then `expect` is the packet they must decode to)
-    )
+    raw: bytes | None = None  # or given as bytes (then `expect` is the packet they must decode to)
     expect: Packet | None = None
     manifest: Manifest = VECTOR_MANIFEST
 
@@ -445,22 +424,20 @@ def valid_cases() -> list[ValidCase]:
         ),
         ValidCase(
             "relay_only",
-            "A relaying node's packet: no own entry, all entries from another origin with hops >= 1.",
+            "A relaying node's packet: no own entry, all entries from another origin "
+            "with hops >= 1.",
             [fmt, REQ_MULTI_ORIGIN, "DF-RLY-4"],
             packet(entry(ORIGIN_B, INC_B, 12, 2, [5, 6], [0.5, 0.5])),
         ),
         ValidCase(
             "same_origin_two_seqs",
-            "Two entries of one origin and incarnation with consecutive seqs, disjoint index ranges "
+            "Two entries of one origin and incarnation with consecutive seqs, "
+            "disjoint index ranges "
             "(a split entry).",
             [fmt, "DF-GEN-6"],
             packet(
-                entry(
-                    SENDER, SENDER_INC, 41, 0, range(0, 50, 2), np.linspace(-1, 1, 25)
-                ),
-                entry(
-                    SENDER, SENDER_INC, 42, 0, range(51, 101, 2), np.linspace(1, -1, 25)
-                ),
+                entry(SENDER, SENDER_INC, 41, 0, range(0, 50, 2), np.linspace(-1, 1, 25)),
+                entry(SENDER, SENDER_INC, 42, 0, range(51, 101, 2), np.linspace(1, -1, 25)),
             ),
         ),
         ValidCase(
@@ -494,9 +471,7 @@ def valid_cases() -> list[ValidCase]:
             "all_indices",
             "One entry covering every flat index 0..N-1.",
             [fmt, "DF-MAN-3"],
-            packet(
-                entry(SENDER, SENDER_INC, 2, 0, range(n), (np.arange(n) - 50) / 64.0)
-            ),
+            packet(entry(SENDER, SENDER_INC, 2, 0, range(n), (np.arange(n) - 50) / 64.0)),
         ),
         ValidCase(
             "max_u64_ids",
@@ -568,7 +543,8 @@ def valid_cases() -> list[ValidCase]:
         ),
         ValidCase(
             "signed_zeros",
-            "Zero values on the wire decode as themselves: +0.0 and -0.0 (receivers do not reject them).",
+            "Zero values on the wire decode as themselves: +0.0 and -0.0 "
+            "(receivers do not reject them).",
             [fmt, pkt],
             packet(
                 entry(
@@ -583,7 +559,8 @@ def valid_cases() -> list[ValidCase]:
         ),
         ValidCase(
             "f16_basic",
-            "F16 encoding: values16 holds binary16 bit patterns; decoded values are exact f16 values.",
+            "F16 encoding: values16 holds binary16 bit patterns; "
+            "decoded values are exact f16 values.",
             [fmt, pkt, REQ_QUANTIZE],
             packet(
                 base_entry(),
@@ -593,7 +570,8 @@ def valid_cases() -> list[ValidCase]:
         ),
         ValidCase(
             "f16_extremes",
-            "F16: largest finite (65504), values clamped to it (1e6, -1e9), smallest normal 2**-14.",
+            "F16: largest finite (65504), values clamped to it (1e6, -1e9), "
+            "smallest normal 2**-14.",
             [fmt, pkt, REQ_QUANTIZE],
             packet(
                 entry(
@@ -675,9 +653,7 @@ def valid_cases() -> list[ValidCase]:
             "BF16 round-to-nearest-even at ties: 1 + 2**-8 -> 1, 1 + 3 * 2**-8 -> 1 + 2**-6.",
             [fmt, pkt, REQ_QUANTIZE],
             packet(
-                entry(
-                    SENDER, SENDER_INC, 14, 0, [80, 81], [1 + 2.0**-8, 1 + 3 * 2.0**-8]
-                ),
+                entry(SENDER, SENDER_INC, 14, 0, [80, 81], [1 + 2.0**-8, 1 + 3 * 2.0**-8]),
                 encoding=bf16,
             ),
         ),
@@ -700,13 +676,12 @@ def valid_cases() -> list[ValidCase]:
         ),
     ]
     fp = VECTOR_MANIFEST.fingerprint
-    expected_unknown = packet(
-        entry(ORIGIN_B, INC_B, 1, 0, [3, 50, 100], [0.5, -0.25, 2.0])
-    )
+    expected_unknown = packet(entry(ORIGIN_B, INC_B, 1, 0, [3, 50, 100], [0.5, -0.25, 2.0]))
     cases += [
         ValidCase(
             "unknown_fields",
-            "Packet and Entry tables with an extra field (slot 7, from a future minor version): ignored.",
+            "Packet and Entry tables with an extra field "
+            "(slot 7, from a future minor version): ignored.",
             [fmt],
             raw=build_raw(
                 RawPacket(
@@ -715,18 +690,14 @@ def valid_cases() -> list[ValidCase]:
                     entries=[RawEntry(unknown_field=12345)],
                 )
             ),
-            expect=Packet(
-                SENDER, SENDER_INC, fp, expected_unknown.entries, version_minor=1
-            ),
+            expect=Packet(SENDER, SENDER_INC, fp, expected_unknown.entries, version_minor=1),
         ),
         ValidCase(
             "defaults_omitted",
             "hops 0, encoding F32 and version_minor 0 absent from the tables (schema defaults).",
             [fmt],
             raw=build_raw(
-                RawPacket(
-                    version_minor=None, encoding=None, entries=[RawEntry(hops=None)]
-                )
+                RawPacket(version_minor=None, encoding=None, entries=[RawEntry(hops=None)])
             ),
             expect=expected_unknown,
         ),
@@ -734,9 +705,7 @@ def valid_cases() -> list[ValidCase]:
             "defaults_explicit",
             "hops 0, encoding F32 and version_minor 0 written explicitly.",
             [fmt],
-            raw=build_raw(
-                RawPacket(version_minor=0, encoding=0, entries=[RawEntry(hops=0)])
-            ),
+            raw=build_raw(RawPacket(version_minor=0, encoding=0, entries=[RawEntry(hops=0)])),
             expect=expected_unknown,
         ),
     ]
@@ -816,9 +785,7 @@ def invalid_cases() -> list[InvalidCase]:
             good[:4] + b"DFS1" + good[8:],
         ),
         InvalidCase("version_major_2", "version_major is 2.", V, raw(version_major=2)),
-        InvalidCase(
-            "version_major_0", "version_major written as 0.", V, raw(version_major=0)
-        ),
+        InvalidCase("version_major_0", "version_major written as 0.", V, raw(version_major=0)),
         InvalidCase(
             "version_major_absent",
             "version_major absent (default 0).",
@@ -831,9 +798,7 @@ def invalid_cases() -> list[InvalidCase]:
             M,
             good[: len(good) // 2],
         ),
-        InvalidCase(
-            "truncated_8_bytes", "Only the root offset and identifier.", M, good[:8]
-        ),
+        InvalidCase("truncated_8_bytes", "Only the root offset and identifier.", M, good[:8]),
         InvalidCase(
             "root_offset_out_of_range",
             "Root offset points past the end.",
@@ -862,9 +827,7 @@ def invalid_cases() -> list[InvalidCase]:
             "vtable_size_odd",
             "The root vtable's size is odd.",
             M,
-            patched(
-                good, vtable_of(good, root), "<H", _u16(good, vtable_of(good, root)) + 1
-            ),
+            patched(good, vtable_of(good, root), "<H", _u16(good, vtable_of(good, root)) + 1),
         ),
         InvalidCase(
             "vtable_size_past_end",
@@ -970,9 +933,7 @@ def invalid_cases() -> list[InvalidCase]:
             "seq_zero_second_entry",
             "The second of two entries has seq 0.",
             M,
-            build_raw(
-                RawPacket(entries=[RawEntry(), RawEntry(origin=ORIGIN_C, seq=0)])
-            ),
+            build_raw(RawPacket(entries=[RawEntry(), RawEntry(origin=ORIGIN_C, seq=0)])),
         ),
         InvalidCase(
             "missing_values_vector",
@@ -1027,9 +988,7 @@ def invalid_cases() -> list[InvalidCase]:
             "An entry with hops = hop_limit + 1 = 17.",
             ErrorCode.HOP_LIMIT,
             encode_packet(
-                packet(
-                    base_entry(), entry(ORIGIN_B, INC_B, 4, HOP_LIMIT + 1, [1], [1.0])
-                )
+                packet(base_entry(), entry(ORIGIN_B, INC_B, 4, HOP_LIMIT + 1, [1], [1.0]))
             ),
         ),
         InvalidCase(
@@ -1078,17 +1037,13 @@ def invalid_cases() -> list[InvalidCase]:
             "index_out_of_range_second_entry",
             "The second entry's last index is N.",
             R,
-            encode_packet(
-                packet(base_entry(), entry(ORIGIN_B, INC_B, 2, 1, [99, n], [1.0, 1.0]))
-            ),
+            encode_packet(packet(base_entry(), entry(ORIGIN_B, INC_B, 2, 1, [99, n], [1.0, 1.0]))),
         ),
         InvalidCase(
             "unsorted_indices",
             "Indices 5, 3, 8.",
             ErrorCode.UNSORTED_INDICES,
-            encode_packet(
-                packet(entry(SENDER, SENDER_INC, 1, 0, [5, 3, 8], [1.0, 2.0, 3.0]))
-            ),
+            encode_packet(packet(entry(SENDER, SENDER_INC, 1, 0, [5, 3, 8], [1.0, 2.0, 3.0]))),
         ),
         InvalidCase(
             "unsorted_indices_descending",
@@ -1106,9 +1061,7 @@ def invalid_cases() -> list[InvalidCase]:
             "Indices 3, 7, 7, 9.",
             ErrorCode.DUPLICATE_INDEX,
             encode_packet(
-                packet(
-                    entry(SENDER, SENDER_INC, 1, 0, [3, 7, 7, 9], [1.0, 2.0, 3.0, 4.0])
-                )
+                packet(entry(SENDER, SENDER_INC, 1, 0, [3, 7, 7, 9], [1.0, 2.0, 3.0, 4.0]))
             ),
         ),
         InvalidCase(
@@ -1138,17 +1091,13 @@ def invalid_cases() -> list[InvalidCase]:
             "signaling_nan_value",
             "A signalling NaN with a payload, negative sign (f32).",
             X,
-            encode_packet(
-                packet(entry(SENDER, SENDER_INC, 1, 0, [1], bits_f32(0xFF800001)))
-            ),
+            encode_packet(packet(entry(SENDER, SENDER_INC, 1, 0, [1], bits_f32(0xFF800001)))),
         ),
         InvalidCase(
             "inf_value",
             "+inf (f32).",
             X,
-            encode_packet(
-                packet(entry(SENDER, SENDER_INC, 1, 0, [1], bits_f32(0x7F800000)))
-            ),
+            encode_packet(packet(entry(SENDER, SENDER_INC, 1, 0, [1], bits_f32(0x7F800000)))),
         ),
         InvalidCase(
             "neg_inf_value_second_entry",
@@ -1191,16 +1140,14 @@ def invalid_cases() -> list[InvalidCase]:
     return cases
 
 
-# ------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 # Writing
-# ------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 def _dump_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=2, allow_nan=False) + "\n", encoding="utf-8")
 
 
-def _check_decode(
-    data: bytes, ctx: dict[str, Any]
-) -> tuple[Packet | None, ErrorCode | None]:
+def _check_decode(data: bytes, ctx: dict[str, Any]) -> tuple[Packet | None, ErrorCode | None]:
     try:
         p = decode_packet(data, ctx["max_packet_size"])
         validate_packet(
@@ -1255,9 +1202,7 @@ def write_decode_vectors(vectors_dir: Path) -> list[dict[str, Any]]:
         ctx = context(v.manifest)
         got, err = _check_decode(data, ctx)
         if got is None or got != want:
-            raise AssertionError(
-                f"valid vector {v.name}: decoded to {err or got}, expected {want}"
-            )
+            raise AssertionError(f"valid vector {v.name}: decoded to {err or got}, expected {want}")
         rel = f"decode/valid/{v.name}"
         reqs = valid_requirements(v.name, v.requirements, got.encoding)
         (vectors_dir / f"{rel}.dfp").write_bytes(data)
@@ -1286,9 +1231,7 @@ def write_decode_vectors(vectors_dir: Path) -> list[dict[str, Any]]:
         ctx = context(c.manifest, c.max_packet_size)
         _, err = _check_decode(c.data, ctx)
         if err is not c.error:
-            raise AssertionError(
-                f"invalid vector {c.name}: got {err}, expected {c.error}"
-            )
+            raise AssertionError(f"invalid vector {c.name}: got {err}, expected {c.error}")
         rel = f"decode/invalid/{c.name}"
         (vectors_dir / f"{rel}.dfp").write_bytes(c.data)
         _dump_json(
@@ -1314,7 +1257,7 @@ def write_decode_vectors(vectors_dir: Path) -> list[dict[str, Any]]:
 
 
 def engine_rows(vectors_dir: Path) -> list[dict[str, Any]]:
-    """Index rows of the generate/receive vectors: ``conformance/tools/engine_vectors.py`` ``build()``."""
+    """Index rows of the generate/receive vectors, from ``engine_vectors.py`` ``build()``."""
     if not ENGINE_VECTORS.exists():
         return []
     if str(TOOLS_DIR) not in sys.path:
@@ -1322,18 +1265,14 @@ def engine_rows(vectors_dir: Path) -> list[dict[str, Any]]:
     spec = importlib.util.spec_from_file_location("engine_vectors", ENGINE_VECTORS)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["engine_vectors"] = (
-        module  # dataclasses and pickling look modules up by name
-    )
+    sys.modules["engine_vectors"] = module  # dataclasses and pickling look modules up by name
     spec.loader.exec_module(module)
     build: Callable[[Path], list[dict[str, Any]]] = module.build
     rows = list(build(vectors_dir))
     for row in rows:
         missing = {"id", "kind", "path", "requirements"} - set(row)
         if missing:
-            raise ValueError(
-                f"engine_vectors row {row.get('id')!r} lacks {sorted(missing)}"
-            )
+            raise ValueError(f"engine_vectors row {row.get('id')!r} lacks {sorted(missing)}")
     return rows
 
 
@@ -1349,7 +1288,7 @@ def generate(vectors_dir: Path) -> list[dict[str, Any]]:
 
 
 def compare_trees(fresh: Path, checked_in: Path) -> list[str]:
-    """Differences between a fresh generation and the checked-in vectors (files the generator owns)."""
+    """Differences between a fresh generation and the checked-in vectors (generated files)."""
     problems: list[str] = []
     fresh_files = {p.relative_to(fresh) for p in fresh.rglob("*") if p.is_file()}
     for rel in sorted(fresh_files):
@@ -1366,9 +1305,7 @@ def compare_trees(fresh: Path, checked_in: Path) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0] if __doc__ else None
-    )
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument(
         "--out",
         type=Path,
@@ -1388,9 +1325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for p in problems:
             print(p, file=sys.stderr)
         print(
-            "vectors up to date"
-            if not problems
-            else f"{len(problems)} stale vector files",
+            "vectors up to date" if not problems else f"{len(problems)} stale vector files",
             file=sys.stderr,
         )
         return 1 if problems else 0

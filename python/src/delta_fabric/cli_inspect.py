@@ -1,7 +1,9 @@
 """`delta-fabric inspect`: decode a packet file and print it as JSON (spec section 8).
 
-Exit status: 0 valid packet (JSON of the packet on stdout); 1 rejected packet (``{"error": CODE, "detail":
-...}`` on stdout, one line on stderr); 2 usage problem (unreadable file, bad context file; stderr only).
+Exit status: 0 valid packet (JSON of the packet on stdout); 1 rejected packet (``{"error": CODE,
+"detail":
+...}`` on stdout, one line on stderr); 2 usage problem (unreadable file, bad context file; stderr
+only).
 """
 
 from __future__ import annotations
@@ -14,7 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from delta_fabric.errors import DecodeError
-from delta_fabric.wire import DEFAULT_MAX_PACKET_SIZE, decode_packet, packet_to_json, validate_packet
+from delta_fabric.wire import (
+    DEFAULT_MAX_PACKET_SIZE,
+    decode_packet,
+    packet_to_json,
+    validate_packet,
+)
 
 __all__ = ["InspectContext", "add_arguments", "load_context", "run"]
 
@@ -26,7 +33,9 @@ class InspectContext:
 
     __slots__ = ("fingerprint", "hop_limit", "max_packet_size", "num_params")
 
-    def __init__(self, fingerprint: bytes, num_params: int, hop_limit: int, max_packet_size: int) -> None:
+    def __init__(
+        self, fingerprint: bytes, num_params: int, hop_limit: int, max_packet_size: int
+    ) -> None:
         self.fingerprint = fingerprint
         self.num_params = num_params
         self.hop_limit = hop_limit
@@ -75,20 +84,23 @@ def load_context(path: Path) -> InspectContext:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("packet_file", metavar="PACKET_FILE", help="packet bytes (.dfp); '-' reads stdin")
+    parser.add_argument(
+        "packet_file", metavar="PACKET_FILE", help="packet bytes (.dfp); '-' reads stdin"
+    )
     parser.add_argument(
         "--context",
         metavar="FILE.json",
         type=Path,
-        help="vector JSON file (or plain context object) whose 'context' gives fingerprint, num_params, "
-        "hop_limit and max_packet_size; also runs the context checks",
+        help="vector JSON file (or plain context object) whose 'context' gives fingerprint, "
+        "num_params, hop_limit and max_packet_size; also runs the context checks",
     )
     parser.add_argument(
         "--max-packet-size",
         metavar="N",
         type=int,
         default=None,
-        help=f"largest accepted packet in bytes (default: the context's, else {DEFAULT_MAX_PACKET_SIZE})",
+        help="largest accepted packet in bytes "
+        f"(default: the context's, else {DEFAULT_MAX_PACKET_SIZE})",
     )
 
 
@@ -119,11 +131,17 @@ def run(args: argparse.Namespace) -> int:
         packet = decode_packet(data, max_size)
         if ctx is not None:
             validate_packet(
-                packet, fingerprint=ctx.fingerprint, num_params=ctx.num_params, hop_limit=ctx.hop_limit
+                packet,
+                fingerprint=ctx.fingerprint,
+                num_params=ctx.num_params,
+                hop_limit=ctx.hop_limit,
             )
     except DecodeError as exc:
         print(json.dumps({"error": exc.code.value, "detail": exc.detail}))
-        print(f"{PROG}: {name}: rejected: {exc.code.value}: {exc.detail}".replace("\n", " "), file=sys.stderr)
+        print(
+            f"{PROG}: {name}: rejected: {exc.code.value}: {exc.detail}".replace("\n", " "),
+            file=sys.stderr,
+        )
         return 1
     print(json.dumps(packet_to_json(packet), indent=2, allow_nan=False))
     return 0

@@ -1,30 +1,32 @@
 """The DeltaFabric v1 wire format: encoding, bounds-checked decoding and validation of packets.
 
-Encoding uses the generated FlatBuffers builder (``schema/deltafabric.fbs``). Decoding does *not* use the
-generated accessors: Python's FlatBuffers runtime has no verifier, so :func:`decode_packet` is a
-bounds-checked reader written for this schema. Whatever the bytes, it raises nothing but
+Encoding uses the generated FlatBuffers builder (``schema/deltafabric.fbs``). Decoding does *not*
+use the generated accessors: Python's FlatBuffers runtime has no verifier, so :func:`decode_packet`
+is a bounds-checked reader written for this schema. Whatever the bytes, it raises nothing but
 :class:`~delta_fabric.errors.DecodeError`.
 
-Check order (spec section 5, "recommended check order = table order"; with several faults any one of their
-codes may be reported):
+Check order (spec section 7.2 and DF-RCV-9: table order, except that ``version_major`` is checked as
+soon as the root table is readable; with several faults any one of their codes may be reported).
 
-``decode_packet`` (context-free, needs only ``max_packet_size``)
-    1. ``OVERSIZE``            ``len(buf) > max_packet_size``
-    2. ``BAD_IDENTIFIER``      fewer than 8 bytes, or bytes 4..8 != ``DFP1``
-    3. ``MALFORMED``           root table / vtable out of bounds
-    4. ``UNSUPPORTED_VERSION`` ``version_major != 1`` (absent = 0), as soon as the root table is readable
-    5. ``MALFORMED``           every other field: offsets/lengths in bounds, required fields present,
-                               fingerprint of 32 bytes, non-zero sender / sender_incarnation / origin /
-                               incarnation / seq (all entries)
-    6. ``UNSUPPORTED_ENCODING`` encoding not in {F32, F16, BF16}
-    7. ``MALFORMED``           values vector not matching the encoding (all entries)
-    8. ``LENGTH_MISMATCH``, ``EMPTY_ENTRY``, ``UNSORTED_INDICES``, ``DUPLICATE_INDEX``, ``NON_FINITE``,
-                               each over all entries before the next.
+``decode_packet`` (context-free, needs only ``max_packet_size``):
 
-``validate_packet`` (needs the local context)
-    ``FINGERPRINT_MISMATCH``, ``HOP_LIMIT``, ``INDEX_OUT_OF_RANGE``.
+1. ``OVERSIZE``: ``len(buf) > max_packet_size``.
+2. ``BAD_IDENTIFIER``: fewer than 8 bytes, or bytes 4..8 != ``DFP1``.
+3. ``MALFORMED``: root table or its vtable out of bounds.
+4. ``UNSUPPORTED_VERSION``: ``version_major != 1`` (absent reads as 0).
+5. ``MALFORMED``: every other field of every table: offsets and lengths in bounds, required fields
+   present, fingerprint of 32 bytes, non-zero sender, sender_incarnation, origin, incarnation, seq.
+6. ``UNSUPPORTED_ENCODING``: encoding not in {F32, F16, BF16}.
+7. ``MALFORMED``: an entry without the values vector of the encoding, or with the other one.
+8. ``LENGTH_MISMATCH``, ``EMPTY_ENTRY``, ``UNSORTED_INDICES``, ``DUPLICATE_INDEX``,
+   ``NON_FINITE``, each over all entries before the next.
+
+``validate_packet`` (needs the local context): ``FINGERPRINT_MISMATCH``, ``HOP_LIMIT``,
+``INDEX_OUT_OF_RANGE``.
 
 Alignment is not required (FlatBuffers is offset-based): NumPy views over unaligned data are valid.
+The per-entry work is vectorised: the Entry tables are parsed with NumPy gathers over the buffer,
+and the index and value checks run once over all entries.
 """
 
 from __future__ import annotations
@@ -80,8 +82,8 @@ FINGERPRINT_SIZE = 32
 U64_MAX = (1 << 64) - 1
 
 #: Upper bound on the bytes of a packet with no entry (root offset, identifier, root table, vtable,
-#: fingerprint and entries vectors, alignment padding). A packet's size is at most this plus the sum of
-#: :func:`encoded_size_bound` over its entries.
+#: fingerprint and entries vectors, alignment padding). A packet's size is at most this plus the sum
+#: of :func:`encoded_size_bound` over its entries.
 PACKET_OVERHEAD_BOUND = 160
 
 # Largest finite magnitudes of the 16-bit encodings.
@@ -190,9 +192,9 @@ class Packet:
         return sum(int(e.indices.size) for e in self.entries)
 
 
-# --------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 # Value encodings
-# --------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 
 
 def _to_f16_bits(values: NDArray[np.float32]) -> NDArray[np.uint16]:
@@ -205,17 +207,20 @@ def _to_bf16_bits(values: NDArray[np.float32]) -> NDArray[np.uint16]:
     v = np.ascontiguousarray(values, dtype=np.float32)
     bits = v.view(np.uint32)
     nan = np.isnan(v)
-    # Round to nearest even on the upper 16 bits. No overflow: finite/inf patterns are <= 0xFF800000.
+    # Round to nearest even on the upper 16 bits. No overflow: finite/inf patterns are <=
+    # 0xFF800000.
     safe = np.where(nan, np.uint32(0), bits)
     rounded = (safe + np.uint32(0x7FFF) + ((safe >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
     hi = rounded.astype(np.uint16)
     sign = hi & np.uint16(0x8000)
     mag = hi & np.uint16(0x7FFF)
-    # Clamp to the finite range: anything that rounded to (or was) infinity becomes the largest finite.
+    # Clamp to the finite range: anything that rounded to (or was) infinity becomes the largest
+    # finite.
     mag = np.where(mag >= np.uint16(0x7F80), np.uint16(_BF16_MAX_BITS), mag).astype(np.uint16)
     out = (sign | mag).astype(np.uint16)
     nan_bits = ((bits >> np.uint32(16)).astype(np.uint16) & np.uint16(0x8000)) | np.uint16(0x7FC0)
-    return np.where(nan, nan_bits, out).astype(np.uint16)
+    result: NDArray[np.uint16] = np.where(nan, nan_bits, out).astype(np.uint16)
+    return result
 
 
 _F16_TABLE: NDArray[np.float32] | None = None
@@ -231,15 +236,16 @@ def _from_f16_bits(bits: NDArray[np.uint16]) -> NDArray[np.float32]:
 
 
 def _from_bf16_bits(bits: NDArray[np.uint16]) -> NDArray[np.float32]:
-    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
+    wide: NDArray[np.uint32] = bits.astype(np.uint32) << np.uint32(16)
+    return wide.view(np.float32)
 
 
 def quantize(values: NDArray[np.float32], encoding: ValueEncoding) -> NDArray[np.float32]:
     """The f32 values a receiver decodes after ``values`` are encoded with ``encoding``.
 
-    F16/BF16: round to nearest even, clamped to the finite range of the encoding (so a finite input never
-    becomes infinite); NaN stays NaN. F32: identity (a float32 copy of the input is not made when the input
-    already is a float32 array).
+    F16/BF16: round to nearest even, clamped to the finite range of the encoding (so a finite input
+    never becomes infinite); NaN stays NaN. F32: identity (a float32 copy of the input is not made
+    when the input already is a float32 array).
     """
     enc = ValueEncoding(encoding)
     if enc is ValueEncoding.F32:
@@ -249,16 +255,16 @@ def quantize(values: NDArray[np.float32], encoding: ValueEncoding) -> NDArray[np
     return _from_bf16_bits(_to_bf16_bits(values))
 
 
-# --------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 # Encoding
-# --------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 
 
 def encoded_size_bound(num_values: int) -> int:
-    """Upper bound on the bytes one entry of ``num_values`` values adds to a packet, for any encoding.
+    """Upper bound on the bytes one entry of ``num_values`` values adds to a packet (any encoding).
 
-    Entry table with its vtable and alignment padding (<= 96 bytes), the entries-vector slot (4), and the
-    indices and values vectors (4 + 4n + 7 each).
+    Entry table with its vtable and alignment padding (<= 96 bytes), the entries-vector slot (4),
+    and the indices and values vectors (4 + 4n + 7 each).
     """
     if num_values < 0:
         raise ValueError("num_values must be >= 0")
@@ -274,11 +280,11 @@ def _check_u64(name: str, x: int) -> int:
 def encode_packet(packet: Packet) -> bytes:
     """Serialise ``packet`` with the generated FlatBuffers builder.
 
-    Values are encoded per ``packet.encoding`` (F16/BF16: round to nearest even, clamped to the finite
-    range). The encoder serialises what it is given: it checks only that integers fit their wire types
-    (``ValueError`` otherwise), not the protocol rules (non-zero ids, sorted indices, finite values...),
-    which is what lets tests and vector generators build faulty packets. Use :func:`decode_packet` on the
-    result to check those.
+    Values are encoded per ``packet.encoding`` (F16/BF16: round to nearest even, clamped to the
+    finite range). The encoder serialises what it is given: it checks only that integers fit their
+    wire types (``ValueError`` otherwise), not the protocol rules (non-zero ids, sorted indices,
+    finite values...), which is what lets tests and vector generators build faulty packets. Use
+    :func:`decode_packet` on the result to check those.
     """
     enc = ValueEncoding(packet.encoding)
     if not 0 <= packet.version_major <= 0xFFFF or not 0 <= packet.version_minor <= 0xFFFF:
@@ -320,7 +326,9 @@ def encode_packet(packet: Packet) -> bytes:
     _gen_packet.PacketAddVersionMajor(b, int(packet.version_major))
     _gen_packet.PacketAddVersionMinor(b, int(packet.version_minor))
     _gen_packet.PacketAddSender(b, _check_u64("sender", packet.sender))
-    _gen_packet.PacketAddSenderIncarnation(b, _check_u64("sender_incarnation", packet.sender_incarnation))
+    _gen_packet.PacketAddSenderIncarnation(
+        b, _check_u64("sender_incarnation", packet.sender_incarnation)
+    )
     _gen_packet.PacketAddFingerprint(b, fp_off)
     _gen_packet.PacketAddEncoding(b, int(enc))
     _gen_packet.PacketAddEntries(b, entries_off)
@@ -329,9 +337,9 @@ def encode_packet(packet: Packet) -> bytes:
     return bytes(b.Output())
 
 
-# --------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 # Decoding: a bounds-checked reader for this schema
-# --------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 
 _U8 = struct.Struct("<B")
 _U16 = struct.Struct("<H")
@@ -437,7 +445,8 @@ class _EntryTables:
         self.a8 = a8
         self.n = n = int(a8.size)
         self.w2, self.w4, self.w8 = _windows(a8, 2), _windows(a8, 4), _windows(a8, 8)
-        # elems: positions of the uoffsets in the entries vector (inside the buffer: checked by the caller)
+        # elems: positions of the uoffsets in the entries vector (inside the buffer: checked by the
+        # caller)
         table = elems + self.u32(elems)
         self.fail_where(table + 4 > n, "table out of bounds")
         vt = table - self.w4[table].view("<i4")[:, 0].astype(np.int64)
@@ -455,7 +464,7 @@ class _EntryTables:
         return self.w4[pos].view("<u4")[:, 0].astype(np.int64)
 
     def field(self, slot: int, size: int, name: str) -> tuple[NDArray[np.bool_], NDArray[np.int64]]:
-        """(present, absolute position) of field ``slot``; present fields checked to hold ``size`` bytes."""
+        """(present, absolute position) of field ``slot``; present ones checked to hold ``size``."""
         voff = 4 + 2 * slot
         has = self.vsize >= voff + 2
         off = np.zeros(self.table.size, dtype=np.int64)
@@ -489,7 +498,9 @@ class _EntryTables:
         count = np.zeros(self.table.size, dtype=np.int64)
         count[present] = self.u32(target[present])
         start = target + 4
-        self.fail_where(present & (start + count * elem_size > self.n), f"{name} data out of bounds")
+        self.fail_where(
+            present & (start + count * elem_size > self.n), f"{name} data out of bounds"
+        )
         return present, start, count
 
 
@@ -607,14 +618,17 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
         t.fail_where(~v32_present | v16_present, "F32 packet needs values and no values16")
         val_start, val_count = v32_start, v32_count
     else:
-        t.fail_where(~v16_present | v32_present, f"{encoding.name} packet needs values16 and no values")
+        t.fail_where(
+            ~v16_present | v32_present, f"{encoding.name} packet needs values16 and no values"
+        )
         val_start, val_count = v16_start, v16_count
 
     bad = val_count != idx_count
     if bool(bad.any()):
         j = int(np.argmax(bad))
         raise DecodeError(
-            ErrorCode.LENGTH_MISMATCH, f"entries[{j}]: {val_count[j]} values for {idx_count[j]} indices"
+            ErrorCode.LENGTH_MISMATCH,
+            f"entries[{j}]: {val_count[j]} values for {idx_count[j]} indices",
         )
     empty = idx_count == 0
     if bool(empty.any()):
@@ -622,15 +636,21 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
 
     # Per-entry views: zero-copy for indices and F32 values (read-only, since a8 is).
     counts = idx_count.tolist()
-    idx_views = [a8[s : s + 4 * c].view("<u4") for s, c in zip(idx_start.tolist(), counts, strict=True)]
+    idx_views = [
+        a8[s : s + 4 * c].view("<u4") for s, c in zip(idx_start.tolist(), counts, strict=True)
+    ]
     idx_all = idx_views[0] if count == 1 else np.concatenate(idx_views)
     _check_order(idx_all, idx_count)
     val_views: list[NDArray[np.float32]]
     if wide:
-        val_views = [a8[s : s + 4 * c].view("<f4") for s, c in zip(val_start.tolist(), counts, strict=True)]
+        val_views = [
+            a8[s : s + 4 * c].view("<f4") for s, c in zip(val_start.tolist(), counts, strict=True)
+        ]
         val_all = val_views[0] if count == 1 else np.concatenate(val_views)
     else:
-        bits = [a8[s : s + 2 * c].view("<u2") for s, c in zip(val_start.tolist(), counts, strict=True)]
+        bits = [
+            a8[s : s + 2 * c].view("<u2") for s, c in zip(val_start.tolist(), counts, strict=True)
+        ]
         bits_all = bits[0] if count == 1 else np.concatenate(bits)
         val_all = _readonly(
             _from_f16_bits(bits_all) if encoding is ValueEncoding.F16 else _from_bf16_bits(bits_all)
@@ -653,17 +673,20 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
             strict=True,
         )
     )
-    return Packet(sender, sender_incarnation, fingerprint, entries, encoding, version_major, version_minor)
+    return Packet(
+        sender, sender_incarnation, fingerprint, entries, encoding, version_major, version_minor
+    )
 
 
 def decode_packet(
     buf: bytes | bytearray | memoryview, max_packet_size: int = DEFAULT_MAX_PACKET_SIZE
 ) -> Packet:
-    """Decode and check a packet without context (spec section 5; check order in the module docstring).
+    """Decode and check a packet without context (check order: see the module docstring).
 
-    Raises :class:`DecodeError` (and nothing else) for any content of ``buf``. Indices and F32 values are
-    returned as zero-copy, read-only NumPy views over ``buf`` (keep ``buf`` unchanged while the packet is in
-    use when it is a mutable buffer); F16/BF16 values are decoded into new f32 arrays.
+    Raises :class:`DecodeError` (and nothing else) for any content of ``buf``. Indices and F32
+    values are returned as zero-copy, read-only NumPy views over ``buf`` (keep ``buf`` unchanged
+    while the packet is in use when it is a mutable buffer); F16/BF16 values are decoded into new
+    f32 arrays.
     """
     mv = memoryview(buf)
     if not mv.c_contiguous:
@@ -679,8 +702,8 @@ def decode_packet(
 
 
 def validate_packet(packet: Packet, *, fingerprint: bytes, num_params: int, hop_limit: int) -> None:
-    """Context checks of a decoded packet: FINGERPRINT_MISMATCH, HOP_LIMIT, INDEX_OUT_OF_RANGE (in that
-    order, each over all entries). Raises :class:`DecodeError`."""
+    """Context checks of a decoded packet: FINGERPRINT_MISMATCH, HOP_LIMIT, INDEX_OUT_OF_RANGE
+    (in that order, each over all entries). Raises :class:`DecodeError`."""
     if bytes(packet.fingerprint) != bytes(fingerprint):
         raise DecodeError(
             ErrorCode.FINGERPRINT_MISMATCH,
@@ -688,7 +711,9 @@ def validate_packet(packet: Packet, *, fingerprint: bytes, num_params: int, hop_
         )
     for j, e in enumerate(packet.entries):
         if e.hops > hop_limit:
-            raise DecodeError(ErrorCode.HOP_LIMIT, f"entries[{j}]: hops {e.hops} > hop_limit {hop_limit}")
+            raise DecodeError(
+                ErrorCode.HOP_LIMIT, f"entries[{j}]: hops {e.hops} > hop_limit {hop_limit}"
+            )
     nonempty = [e.indices for e in packet.entries if e.indices.size]
     if not nonempty:
         return
@@ -702,9 +727,9 @@ def validate_packet(packet: Packet, *, fingerprint: bytes, num_params: int, hop_
                 )
 
 
-# --------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 # JSON (spec section 8; also the output of `delta-fabric inspect`)
-# --------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 
 
 def _hex16(x: int) -> str:
@@ -724,8 +749,8 @@ def _json_values(values: NDArray[np.float32]) -> list[float | str]:
 
 
 def packet_to_json(packet: Packet) -> dict[str, Any]:
-    """The JSON object of spec section 8: ids and incarnations as 16 hex digits, values as the decoded f32
-    values (JSON numbers of ``float(np.float32(x))``; "nan"/"inf"/"-inf" for non-finite ones)."""
+    """The packet JSON of spec Appendix B.2: ids and incarnations as 16 hex digits, values as the
+    decoded f32 values (JSON numbers of ``float(np.float32(x))``; "nan"/"inf"/"-inf" otherwise)."""
     return {
         "version_major": int(packet.version_major),
         "version_minor": int(packet.version_minor),
