@@ -526,7 +526,9 @@ def run_scenarios(runner: Runner, runs: list[ImplRun]) -> None:
             tid = _test_id(sc, a, b, runs)
             if not runner.wanted(tid):
                 continue
-            if baseline is None and "baseline" in sc:
+            base_fw = sc.get("baseline", {}).get("framework")
+            is_baseline = base_fw is not None and a.framework == b.framework == base_fw
+            if baseline is None and base_fw is not None and not is_baseline:
                 baseline = _baseline(runner, sc, runs)
             t0 = time.monotonic()
             tag = f"{a.name}_x_{b.name}"
@@ -534,7 +536,7 @@ def run_scenarios(runner: Runner, runs: list[ImplRun]) -> None:
             run = ScenarioRun(runner, sc, {"A": a, "B": b}, tag, work)
             try:
                 reports = run.run()
-                problems = judge(run, reports, baseline)
+                problems = judge(run, reports, None if is_baseline else baseline)
             except ScenarioError as exc:
                 problems = [str(exc)]
             except Exception as exc:  # runner-side failure while driving the scenario

@@ -263,6 +263,9 @@ class PeerNode:
         from torch import nn
 
         if self.torch_model is None:
+            # One thread: live scenarios run several nodes on few cores, and intra-op threads of a tiny
+            # MLP only contend (measured: 15x slower with the default thread count on 2 cores).
+            torch.set_num_threads(1)
             if self.model["kind"] != "digits_mlp":
                 raise ValueError("train needs the digits_mlp model")
             h = int(self.model["hidden"])
