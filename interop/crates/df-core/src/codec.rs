@@ -211,7 +211,12 @@ pub struct OwnedPacket {
 
 impl OwnedPacket {
     /// A v1.0 packet.
-    pub fn new(sender: u64, sender_incarnation: u64, fingerprint: [u8; 32], encoding: Encoding) -> Self {
+    pub fn new(
+        sender: u64,
+        sender_incarnation: u64,
+        fingerprint: [u8; 32],
+        encoding: Encoding,
+    ) -> Self {
         OwnedPacket {
             version_major: VERSION_MAJOR,
             version_minor: VERSION_MINOR,
@@ -741,7 +746,8 @@ fn get<'v>(v: &'v Value, key: &str) -> Result<&'v Value, String> {
 }
 
 fn as_u64(v: &Value, what: &str) -> Result<u64, String> {
-    v.as_u64().ok_or_else(|| format!("{what}: not an unsigned integer"))
+    v.as_u64()
+        .ok_or_else(|| format!("{what}: not an unsigned integer"))
 }
 
 /// An entry from its JSON object.
@@ -797,8 +803,12 @@ pub fn packet_from_json(v: &Value) -> Result<OwnedPacket, String> {
         version_minor: ver("version_minor", VERSION_MINOR)?,
         sender: u64_from_json(get(v, "sender")?, "sender")?,
         sender_incarnation: u64_from_json(get(v, "sender_incarnation")?, "sender_incarnation")?,
-        fingerprint: hex::decode(get(v, "fingerprint")?.as_str().ok_or("fingerprint: not a string")?)
-            .map_err(|e| format!("fingerprint: {e}"))?,
+        fingerprint: hex::decode(
+            get(v, "fingerprint")?
+                .as_str()
+                .ok_or("fingerprint: not a string")?,
+        )
+        .map_err(|e| format!("fingerprint: {e}"))?,
         encoding: enc,
         entries,
     })

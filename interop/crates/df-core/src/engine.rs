@@ -26,7 +26,7 @@ pub struct Config {
     pub ratio: f64,
     /// Local steps between two generations (used by the node, not the engine).
     pub sync_interval: u32,
-    /// Damped values with `|u| < threshold` are not relayed (compared in f32).
+    /// Damped values with `|u| < threshold` are not relayed (compared as real numbers: f64).
     pub relay_threshold: f64,
     /// Maximum `Entry.hops`.
     pub hop_limit: u8,
@@ -245,6 +245,8 @@ pub struct ReceiveResult {
     pub relay: Vec<OwnedEntry>,
     /// One outcome per packet, in order.
     pub outcomes: Vec<Outcome>,
+    /// Per packet, the admission of each entry (empty for a rejected packet).
+    pub entry_outcomes: Vec<Vec<Admission>>,
     /// What this step added to the counters.
     pub counters: Counters,
 }
@@ -450,7 +452,7 @@ impl Engine {
             self.touched = vec![false; n];
         }
         let alpha = self.config.alpha as f32;
-        let threshold = self.config.relay_threshold as f32;
+        let threshold = self.config.relay_threshold;
         let fp = self.manifest.fingerprint();
         let mut res = ReceiveResult::default();
         let c = &mut res.counters;
@@ -458,21 +460,24 @@ impl Engine {
         let mut u: Vec<f32> = Vec::new();
         for buf in packets {
             c.packets_received += 1;
-            let pkt = match decode_packet(buf, self.config.max_packet_size).and_then(|p| {
-                validate_packet(&p, &fp, n as u64, self.config.hop_limit).map(|()| p)
-            }) {
+            let pkt = match decode_packet(buf, self.config.max_packet_size)
+                .and_then(|p| validate_packet(&p, &fp, n as u64, self.config.hop_limit).map(|()| p))
+            {
                 Ok(p) => p,
                 Err(e) => {
                     c.packets_rejected += 1;
                     c.count_error(e.code);
                     res.outcomes.push(Outcome::Rejected(e.code));
+                    res.entry_outcomes.push(Vec::new());
                     continue;
                 }
             };
             c.packets_accepted += 1;
             res.outcomes.push(Outcome::Ok);
+            let mut admissions = Vec::with_capacity(pkt.entries.len());
             for e in &pkt.entries {
                 let a = self.state.admit(e.origin, e.incarnation, e.seq);
+                admissions.push(a);
                 if a != Admission::Accepted {
                     c.count_drop(a);
                     continue;
@@ -500,7 +505,7 @@ impl Engine {
                         values: Vec::new(),
                     };
                     for (&i, &x) in e.indices.iter().zip(&u) {
-                        if x.abs() >= threshold {
+                        if f64::from(x.abs()) >= threshold {
                             r.indices.push(i);
                             r.values.push(x);
                         }
@@ -511,6 +516,7 @@ impl Engine {
                     }
                 }
             }
+            res.entry_outcomes.push(admissions);
         }
         self.touched_list.sort_unstable();
         res.indices.reserve(self.touched_list.len());

@@ -27,10 +27,9 @@ pub mod generated {
         clippy::pedantic,
         missing_docs
     )]
+    #[rustfmt::skip]
     #[path = "deltafabric_generated.rs"]
-    pub mod packet;
-
-    /// `schema/snapshot.fbs`: `SnapshotChunk`.
+    pub mod packet; /// `schema/snapshot.fbs`: `SnapshotChunk`.
     #[allow(
         unused_imports,
         dead_code,
@@ -43,6 +42,7 @@ pub mod generated {
         clippy::pedantic,
         missing_docs
     )]
+    #[rustfmt::skip]
     #[path = "snapshot_generated.rs"]
     pub mod snapshot;
 }
@@ -54,3 +54,4 @@ pub use codec::{
 pub use engine::{Config, Counters, Engine, EngineError, Outcome, ReceiveResult};
 pub use error::{DecodeError, ErrorCode};
 pub use manifest::{Manifest, TensorSpec};
+pub use window::{Admission, ReceiverState, ReplayWindow};

@@ -51,7 +51,10 @@ impl Manifest {
             if t.name.is_empty() {
                 return Err("empty tensor name".into());
             }
-            if t.name.chars().any(|c| (c as u32) < 0x20 || c as u32 == 0x7f) {
+            if t.name
+                .chars()
+                .any(|c| (c as u32) < 0x20 || c as u32 == 0x7f)
+            {
                 return Err(format!("tensor name {:?} has a control character", t.name));
             }
         }

@@ -18,7 +18,13 @@
 /// k of DF-GEN-2: `ceil(N * ratio)` in binary64, clamped to `[1, N]` (N >= 1).
 pub fn num_selected(n: usize, ratio: f64) -> usize {
     let k = (n as f64 * ratio).ceil();
-    let k = if k.is_nan() || k < 1.0 { 1 } else if k >= n as f64 { n } else { k as usize };
+    let k = if k.is_nan() || k < 1.0 {
+        1
+    } else if k >= n as f64 {
+        n
+    } else {
+        k as usize
+    };
     k.clamp(1, n.max(1))
 }
 
@@ -34,7 +40,9 @@ fn key(x: f32) -> u32 {
 /// DF-GEN-3 by definition (sort by |d| desc, index asc; keep `min(k, #candidates)`), ascending.
 /// O(N log N): for tests.
 pub fn reference_select(d: &[f32], k: usize) -> Vec<u32> {
-    let mut c: Vec<u32> = (0..d.len() as u32).filter(|&i| key(d[i as usize]) != 0).collect();
+    let mut c: Vec<u32> = (0..d.len() as u32)
+        .filter(|&i| key(d[i as usize]) != 0)
+        .collect();
     c.sort_by(|&a, &b| key(d[b as usize]).cmp(&key(d[a as usize])).then(a.cmp(&b)));
     c.truncate(k);
     c.sort_unstable();
@@ -42,7 +50,7 @@ pub fn reference_select(d: &[f32], k: usize) -> Vec<u32> {
 }
 
 /// How the last [`Selector::select`] call was resolved (for tests and the bench).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Path {
     /// Not run yet.
     #[default]
@@ -115,7 +123,8 @@ impl Selector {
         let m = want.min(n / 4).max(1);
         let stride = n / m;
         self.sample.clear();
-        self.sample.extend(d.iter().step_by(stride).take(m).map(|&x| key(x)));
+        self.sample
+            .extend(d.iter().step_by(stride).take(m).map(|&x| key(x)));
         let m = self.sample.len();
         let expected = q * m as f64;
         let rank = if aim > 0.0 {

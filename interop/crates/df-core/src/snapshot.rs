@@ -113,7 +113,11 @@ pub fn decode_snapshot_chunk(buf: &[u8]) -> Result<SnapshotChunk<'_>, String> {
         .checked_add(values.len() as u64)
         .ok_or("offset overflow")?;
     if end > c.total() {
-        return Err(format!("chunk [{}, {end}) beyond total {}", c.offset(), c.total()));
+        return Err(format!(
+            "chunk [{}, {end}) beyond total {}",
+            c.offset(),
+            c.total()
+        ));
     }
     let mut fingerprint = [0u8; 32];
     fingerprint.copy_from_slice(fp.bytes());

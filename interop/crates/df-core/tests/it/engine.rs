@@ -1,0 +1,162 @@
+use df_core::codec::{decode_packet, encode_packet};
+use df_core::{Admission, Config, Encoding, Engine, ErrorCode, Manifest, Outcome, TensorSpec};
+
+fn manifest() -> Manifest {
+    Manifest::new([
+        TensorSpec::new("fc.weight", &[4, 5]),
+        TensorSpec::new("fc.bias", &[4]),
+    ])
+    .expect("ok")
+}
+
+fn engine(id: u64, cfg: Config) -> Engine {
+    Engine::new(manifest(), cfg, id, 100, vec![0.0; 24]).expect("engine")
+}
+
+#[test]
+fn generate_selects_feeds_back_and_numbers() {
+    // REQ: DF-GEN-5
+    let mut e = engine(
+        1,
+        Config {
+            ratio: 0.1,
+            ..Config::default()
+        },
+    );
+    let mut active = vec![0.0f32; 24];
+    active[3] = 0.5;
+    active[7] = -2.0;
+    active[9] = 0.25;
+    let out = e.generate(&active, false).expect("gen");
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].indices, vec![3, 7, 9]);
+    assert_eq!(out[0].seq, 1);
+    assert_eq!(e.anchor()[7], -2.0);
+    // REQ: DF-GEN-8
+    assert!(e.generate(&active, false).expect("gen").is_empty());
+    assert_eq!(e.next_seq(), 2);
+    // REQ: DF-GEN-4 (f16 error feedback uses the decoded value)
+    let mut e = engine(
+        1,
+        Config {
+            ratio: 1.0,
+            encoding: Encoding::F16,
+            ..Config::default()
+        },
+    );
+    let mut a = vec![0.0f32; 24];
+    a[0] = 0.1;
+    let out = e.generate(&a, false).expect("gen");
+    assert_eq!(out[0].values[0], Encoding::F16.quantize(0.1));
+    assert_eq!(e.anchor()[0], Encoding::F16.quantize(0.1));
+    // non-finite delta: refused, no state change
+    let mut a = vec![0.0f32; 24];
+    a[5] = f32::INFINITY;
+    let mut e = engine(1, Config::default());
+    assert!(e.generate(&a, false).is_err());
+    assert_eq!(e.next_seq(), 1);
+    assert!(e.anchor().iter().all(|&x| x == 0.0));
+}
+
+#[test]
+fn generate_splits_large_entries() {
+    // REQ: DF-GEN-6
+    let cfg = Config {
+        ratio: 1.0,
+        max_packet_size: 320,
+        ..Config::default()
+    };
+    let mut e = engine(1, cfg);
+    let a: Vec<f32> = (0..24).map(|i| i as f32 + 1.0).collect();
+    let out = e.generate(&a, false).expect("gen");
+    assert!(out.len() > 1);
+    let all: Vec<u32> = out.iter().flat_map(|x| x.indices.clone()).collect();
+    assert_eq!(all, (0..24).collect::<Vec<u32>>());
+    for (j, x) in out.iter().enumerate() {
+        assert_eq!(x.seq, 1 + j as u64);
+    }
+    for p in e.pack(&out, &[]) {
+        assert!(p.len() <= 320);
+        decode_packet(&p, 320).expect("each packet decodes");
+    }
+}
+
+#[test]
+fn two_nodes_exchange_relay_and_dedupe() {
+    // REQ: DF-RCV-6, DF-RCV-7, DF-RLY-1, DF-RLY-4
+    let cfg = Config {
+        ratio: 0.25,
+        alpha: 0.5,
+        hop_limit: 1,
+        ..Config::default()
+    };
+    let mut a = engine(1, cfg.clone());
+    let mut b = engine(2, cfg.clone());
+    let mut c = engine(3, cfg);
+    let act: Vec<f32> = (0..24).map(|i| (i as f32 - 12.0) * 0.5).collect();
+    let own = a.generate(&act, false).expect("gen");
+    let pkts = a.pack(&own, &[]);
+    assert_eq!(pkts.len(), 1);
+    let views: Vec<&[u8]> = vec![&pkts[0], &pkts[0]];
+    let r = b.receive(&views);
+    assert_eq!(r.outcomes, vec![Outcome::Ok, Outcome::Ok]);
+    assert_eq!(r.entry_outcomes[1], vec![Admission::Duplicate]);
+    assert_eq!(r.indices, own[0].indices);
+    let want: Vec<f32> = own[0].values.iter().map(|v| 0.5 * v).collect();
+    assert_eq!(r.values, want);
+    assert_eq!(b.anchor()[0], want[0]);
+    let mut b_active = vec![0.0f32; 24];
+    r.apply_to(&mut b_active);
+    assert_eq!(b_active[0], want[0]);
+    assert_eq!(r.relay.len(), 1);
+    assert_eq!(r.relay[0].hops, 1);
+    let relay = b.pack(&[], &r.relay);
+    let rp = decode_packet(&relay[0], 1 << 24).expect("relay decodes");
+    assert_eq!(rp.sender, 2);
+    // C receives the relay (hops 1 = hop_limit: accepted, not relayed again)
+    let r2 = c.receive(&[&relay[0][..]]);
+    assert_eq!(r2.outcomes, vec![Outcome::Ok]);
+    assert!(r2.relay.is_empty());
+    // A drops its own origin
+    let r3 = a.receive(&[&relay[0][..]]);
+    assert_eq!(r3.entry_outcomes[0], vec![Admission::OwnOrigin]);
+    assert!(r3.indices.is_empty());
+    // a rejected packet changes nothing
+    let mut bad = relay[0].clone();
+    bad[5] = b'X';
+    let before = c.anchor().to_vec();
+    let r4 = c.receive(&[&bad[..]]);
+    assert_eq!(
+        r4.outcomes,
+        vec![Outcome::Rejected(ErrorCode::BadIdentifier)]
+    );
+    assert_eq!(c.anchor(), &before[..]);
+    assert_eq!(c.counters().error(ErrorCode::BadIdentifier), 1);
+    assert_eq!(c.counters().packets_received, 2);
+}
+
+#[test]
+fn pack_greedy() {
+    // REQ: DF-RLY-3
+    let cfg = Config {
+        max_packet_size: 600,
+        ..Config::default()
+    };
+    let e = engine(9, cfg);
+    let mk = |seq: u64, n: u32| df_core::OwnedEntry {
+        origin: 5,
+        incarnation: 1,
+        seq,
+        hops: 1,
+        indices: (0..n).collect(),
+        values: vec![1.0; n as usize],
+    };
+    let entries = vec![mk(1, 10), mk(2, 10), mk(3, 10), mk(4, 20)];
+    let packets = e.pack_packets(&[], &entries);
+    // bounds: 160 + 208 + 208 = 576 <= 600; + 208 > 600; then 160 + 208 + 288 > 600
+    let sizes: Vec<usize> = packets.iter().map(|p| p.entries.len()).collect();
+    assert_eq!(sizes, vec![2, 1, 1]);
+    for p in &packets {
+        assert!(encode_packet(p).len() <= 600);
+    }
+}
