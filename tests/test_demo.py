@@ -1,0 +1,89 @@
+"""The demo: data partitions, topology, the node/file contract, and a short end-to-end smoke run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from delta_fabric.demo.data import (
+    class_groups,
+    load_split,
+    partition,
+    read_partition,
+    write_partition,
+)
+from delta_fabric.demo.runner import topology
+
+
+def test_class_groups() -> None:
+    assert class_groups(3) == [[0, 1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    assert class_groups(2) == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
+    assert class_groups(1) == [list(range(10))]
+    assert class_groups(12)[10:] == [[0], [1]]
+
+
+def test_skewed_partition_and_files(tmp_path: Path) -> None:
+    d = load_split(0)
+    assert d.test.y.size == 360 and set(d.test.y.tolist()) == set(range(10))
+    parts = partition(d.train, 3, "skewed", 0)
+    assert [sorted(set(p.y.tolist())) for p in parts] == class_groups(3)
+    assert sum(p.y.size for p in parts) == d.train.y.size
+    assert float(d.train.x.max()) <= 1.0  # pixel / 16
+    write_partition(tmp_path / "n0", parts[0], d.test)
+    tr, te, meta = read_partition(tmp_path / "n0")
+    assert meta["n_train"] == parts[0].y.size and meta["n_test"] == 360
+    assert meta["classes"] == [0, 1, 2, 3]
+    np.testing.assert_array_equal(tr.x, parts[0].x)
+    np.testing.assert_array_equal(te.y, d.test.y)
+    raw = np.fromfile(tmp_path / "n0" / "train_x.f32", dtype="<f4")
+    assert raw.size == parts[0].y.size * 64
+    iid = partition(d.train, 3, "iid", 0)
+    assert all(len(set(p.y.tolist())) == 10 for p in iid)
+
+
+def test_topology() -> None:
+    connects, neigh = topology(5, "ring")
+    assert connects == [[1], [2], [3], [4], [0]]
+    assert neigh[0] == [1, 4] and neigh[2] == [1, 3]
+    connects, neigh = topology(3, "ring")  # a ring of three: everyone is a neighbour
+    assert neigh == [[1, 2], [0, 2], [0, 1]]
+    connects, neigh = topology(4, "all")
+    assert connects == [[], [0], [0, 1], [0, 1, 2]]
+    assert neigh[3] == [0, 1, 2]
+
+
+def test_demo_smoke_json(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "delta_fabric.cli", "demo",
+            "--steps", "60", "--nodes", "2", "--eval-every", "30",
+            "--json", "--no-progress", "--output", str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)
+    for key in ("nodes", "steps", "num_params", "runs", "bytes", "accuracy", "done_when", "wall_s"):
+        assert key in summary
+    assert summary["nodes"] == 2 and summary["steps"] == 60
+    assert set(summary["runs"]) == {"sync", "nosync", "baseline"}
+    sync = summary["runs"]["sync"]["nodes"]
+    assert [n["classes"] for n in sync] == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
+    assert all(0.0 <= n["accuracy"] <= 1.0 for n in sync)
+    assert all(n["curve"][-1][0] == 60 for n in sync)
+    assert summary["num_params"] == 17322  # the CNN with BatchNorm running statistics
+    b = summary["bytes"]
+    assert b["dense_fp32"] == 2 * 60 * 17322 * 4
+    assert 0 < b["sent"] < b["dense_fp32"]
+    assert b["compression"] == pytest.approx(b["dense_fp32"] / b["sent"])
+    # the nodes exchanged deltas: each accepted entries of the other
+    assert all(n["stats"]["receive"]["entries_accepted"] > 0 for n in sync)
+    assert (out / "accuracy.png").stat().st_size > 1000
+    assert json.loads((out / "summary.json").read_text())["bytes"] == b
