@@ -22,7 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     sub = parser.add_subparsers(dest="action", required=True)
     p = sub.add_parser("run", help="run the suite against the registered implementations")
-    p.add_argument("--output", type=Path, required=True, help="directory for results.json, matrix.md, logs")
+    p.add_argument(
+        "--output", type=Path, required=True, help="directory for results.json, matrix.md, logs"
+    )
     p.add_argument(
         "--impl",
         action="append",
@@ -38,7 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--registry", type=Path, default=REPO_ROOT / "interop" / "implementations.json")
     p.add_argument("--vectors", type=Path, default=REPO_ROOT / "conformance" / "vectors")
     p.add_argument("--scenarios", type=Path, default=REPO_ROOT / "conformance" / "scenarios")
-    p.add_argument("--expected-failures", type=Path, default=REPO_ROOT / "conformance" / "expected-failures")
+    p.add_argument(
+        "--expected-failures", type=Path, default=REPO_ROOT / "conformance" / "expected-failures"
+    )
     p.add_argument("--spec", type=Path, default=REPO_ROOT / "spec" / "protocol.md")
     p.add_argument(
         "--tests",
@@ -56,7 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-live", action="store_true", help="skip the live Zenoh scenarios")
     p.add_argument("-v", "--verbose", action="store_true", help="print every test result")
-    c = sub.add_parser("coverage", help="print requirement coverage of vectors and scenarios vs the spec")
+    c = sub.add_parser(
+        "coverage", help="print requirement coverage of vectors and scenarios vs the spec"
+    )
     c.add_argument("--vectors", type=Path, default=REPO_ROOT / "conformance" / "vectors")
     c.add_argument("--scenarios", type=Path, default=REPO_ROOT / "conformance" / "scenarios")
     c.add_argument("--spec", type=Path, default=REPO_ROOT / "spec" / "protocol.md")
@@ -137,14 +143,21 @@ def run_suite(args: argparse.Namespace) -> int:
     }
     # strict expected-failure lists: patterns that named no test at all are reported (not fatal: a
     # pattern may name tests of a --tests/--impl subset that did not run)
-    stale = {n: sorted(set(x.patterns) - x.used) for n, x in runner.xfail.items() if set(x.patterns) - x.used}
+    stale = {
+        n: sorted(set(x.patterns) - x.used)
+        for n, x in runner.xfail.items()
+        if set(x.patterns) - x.used
+    }
     header["expected_failure_patterns_unused"] = stale
     counts = write_outputs(
         args.output, results, [i.name for i in impls], runner.encode_matrix, coverage, header
     )
     for r in results:
         if r.verdict in ("unexpected_failure", "unexpected_pass"):
-            print(f"  {r.verdict.upper()}: {r.id} [{', '.join(r.impls)}] {r.message[:300]}", file=sys.stderr)
+            print(
+                f"  {r.verdict.upper()}: {r.id} [{', '.join(r.impls)}] {r.message[:300]}",
+                file=sys.stderr,
+            )
         elif r.verdict == "warning":
             print(f"  warning: {r.id} [{', '.join(r.impls)}] {r.message[:300]}", file=sys.stderr)
     print(

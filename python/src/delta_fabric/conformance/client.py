@@ -73,7 +73,9 @@ class DriverClient:
     """A running driver. `request` returns a `Reply` or raises `ProtocolViolation` (the process is then
     dead or killed: call `start` again)."""
 
-    def __init__(self, name: str, command: Sequence[str], log_path: Path, cwd: Path = REPO_ROOT) -> None:
+    def __init__(
+        self, name: str, command: Sequence[str], log_path: Path, cwd: Path = REPO_ROOT
+    ) -> None:
         self.name = name
         self.command = list(command)
         self.log_path = log_path
@@ -105,7 +107,9 @@ class DriverClient:
         self.starts += 1
         self._seq = 0
         self._lines = queue.Queue()
-        threading.Thread(target=self._pump, args=(self.proc.stdout, self._lines), daemon=True).start()
+        threading.Thread(
+            target=self._pump, args=(self.proc.stdout, self._lines), daemon=True
+        ).start()
 
     @staticmethod
     def _pump(stream: IO[bytes] | None, q: queue.Queue[bytes | None]) -> None:
@@ -171,7 +175,9 @@ class DriverClient:
             line = self._lines.get(timeout=timeout)
         except queue.Empty:
             self.kill()
-            raise ProtocolViolation("timeout", f"no response to {cmd} within {timeout:.0f}s") from None
+            raise ProtocolViolation(
+                "timeout", f"no response to {cmd} within {timeout:.0f}s"
+            ) from None
         if line is None:
             rc = self.proc.wait(timeout=5) if self.proc is not None else None
             self.kill()
@@ -190,7 +196,9 @@ class DriverClient:
             raise ProtocolViolation("schema", problem)
         if msg["seq"] != seq:
             self.kill()
-            raise ProtocolViolation("seq_echo", f"response echoes seq {msg['seq']}, request had {seq}")
+            raise ProtocolViolation(
+                "seq_echo", f"response echoes seq {msg['seq']}, request had {seq}"
+            )
         kind = next(k for k in KINDS if k in msg)
         body = msg[kind]
         if kind == "ok" and cmd in _schema()["$defs"]["result"]:

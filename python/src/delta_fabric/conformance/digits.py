@@ -35,7 +35,9 @@ def _write(folder: Path, name: str, x: NDArray[np.float32], y: NDArray[np.uint8]
     return {"x": str(xp.resolve()), "y": str(yp.resolve()), "count": int(y.size)}
 
 
-def write_shards(folder: Path, nodes: Sequence[str], opts: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def write_shards(
+    folder: Path, nodes: Sequence[str], opts: Mapping[str, Any]
+) -> dict[str, dict[str, Any]]:
     """Write the test set and one training shard per node; returns ``{"test": files, node: files}``."""
     seed = int(opts.get("seed", 0))
     skew = float(opts.get("skew", 0.8))

@@ -33,12 +33,10 @@ def _hex_or_int(x: Any) -> int:
 
 
 def _vector(v: Mapping[str, Any], name: str) -> NDArray[np.float32]:
+    """An f32 array from its bit patterns (``<name>_bits``), else from its JSON numbers."""
     if f"{name}_bits" in v:
         return f32_from_bits(v[f"{name}_bits"])
-    return np.asarray(
-        [float(x) if not isinstance(x, str) else float(x.replace("inf", "inf")) for x in v[name]],
-        dtype=np.float64,
-    ).astype(np.float32)
+    return np.asarray([float(x) for x in v[name]], dtype=np.float64).astype(np.float32)
 
 
 def _config(d: Mapping[str, Any]) -> SyncConfig:
@@ -71,24 +69,27 @@ def _node(v: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def run_generate(v: Mapping[str, Any]) -> dict[str, Any]:
     """DF-GEN on a generate vector's input: entries generated and the anchor after error feedback."""
-    node = {**v, **_node(v)}
-    active = _vector(node, "active")
-    anchor = _vector(node, "anchor")
+    node = _node(v)
+    active = _vector(v, "active")
+    anchor = _vector(v, "anchor")
     cfg = _config(v.get("config", {}))
     eng = Engine(
         _manifest(v, active.size),
         cfg,
-        _hex_or_int(node.get("id", node.get("node_id", 1))),
-        _hex_or_int(node.get("incarnation", 1)),
+        _hex_or_int(node["id"]),
+        _hex_or_int(node["incarnation"]),
         anchor,
     )
-    eng.next_seq = int(node.get("seq_start", node.get("next_seq", 1)))
-    fast = bool(v.get("fast", False)) or v.get("mode") == "fast"
-    entries = eng.generate(active, fast=fast)
+    eng.next_seq = int(v.get("seq_start", 1))
+    entries = eng.generate(active, fast=bool(v.get("fast", False)))
     return {
         "entries": [_entry_json(e) for e in entries],
-        "anchor_bits": bits_of(eng.anchor),
         "next_seq": eng.next_seq,
+        "anchor": eng.anchor.astype(np.float64).tolist(),
+        "anchor_bits": bits_of(eng.anchor),
+        "active_bits": bits_of(active),
+        # sizes of each entry alone in a packet (the split checks of exact_split = false)
+        "entry_packet_sizes": [len(p) for e in entries for p in eng.pack([e], [])],
     }
 
 
@@ -99,8 +100,8 @@ def run_receive(v: Mapping[str, Any], packets: Sequence[bytes]) -> dict[str, Any
     anchor = _vector(node, "anchor")
     cfg = _config(v.get("config", {}))
     node_id = _hex_or_int(node["id"])
-    eng = Engine(_manifest(v, active.size), cfg, node_id, _hex_or_int(node.get("incarnation", 1)), anchor)
-    history = node.get("history", node.get("window", []))
+    eng = Engine(_manifest(v, active.size), cfg, node_id, _hex_or_int(node["incarnation"]), anchor)
+    history = node.get("accepted", [])
     if history:
         eng.state = ReceiverState.from_history(
             node_id,
@@ -111,10 +112,21 @@ def run_receive(v: Mapping[str, Any], packets: Sequence[bytes]) -> dict[str, Any
     res = eng.receive(list(packets))
     res.apply_to(active)
     relay = [packet_to_json(decode_packet(p, cfg.max_packet_size)) for p in eng.pack([], res.relay)]
+    counters = eng.counters.to_json()
     return {
-        "active_bits": bits_of(active),
-        "anchor_bits": bits_of(eng.anchor),
-        "relay": relay,
         "rejections": [None if o is None else o.value for o in res.outcomes],
-        "counters": eng.counters.to_json(),
+        "outcomes": ["ok" if o is None else o.value for o in res.outcomes],
+        "entry_outcomes": [[a.value for a in verdicts] for verdicts in res.entry_outcomes],
+        "aggregate": {
+            "indices": res.indices.tolist(),
+            "values": res.values.astype(np.float64).tolist(),
+            "values_bits": bits_of(res.values),
+        },
+        "active": active.astype(np.float64).tolist(),
+        "active_bits": bits_of(active),
+        "anchor": eng.anchor.astype(np.float64).tolist(),
+        "anchor_bits": bits_of(eng.anchor),
+        "relay_entries": [_entry_json(e) for e in res.relay],
+        "relay": relay,
+        "counters": counters,
     }

@@ -34,7 +34,9 @@ if TYPE_CHECKING:
 __all__ = ["ScenarioError", "free_ports", "load_scenarios", "run_scenarios"]
 
 ROLES = ("A", "B")
-INCARNATION_BASE = 1_700_000_000_000_000  # microseconds since the epoch of a fixed date (DF-RCV-4 style)
+INCARNATION_BASE = (
+    1_700_000_000_000_000  # microseconds since the epoch of a fixed date (DF-RCV-4 style)
+)
 INCARNATION_STEP = 1_000_000
 
 
@@ -99,7 +101,12 @@ class ScenarioRun:
     """One scenario with one assignment of implementations to roles."""
 
     def __init__(
-        self, runner: Runner, sc: Mapping[str, Any], roles: Mapping[str, ImplRun], tag: str, work: Path
+        self,
+        runner: Runner,
+        sc: Mapping[str, Any],
+        roles: Mapping[str, ImplRun],
+        tag: str,
+        work: Path,
     ) -> None:
         from delta_fabric.conformance.peer import model_manifest
 
@@ -137,7 +144,9 @@ class ScenarioRun:
     def start(self) -> None:
         for n in self.nodes.values():
             n.client.start()
-            r = n.client.request({"cmd": "hello", "versions": [1], "spec_version": "1.0"}, timeout=120.0)
+            r = n.client.request(
+                {"cmd": "hello", "versions": [1], "spec_version": "1.0"}, timeout=120.0
+            )
             if r.kind != "ok":
                 raise ScenarioError(f"{n.name} ({n.impl.name}): hello answered {r.kind}")
 
@@ -184,10 +193,14 @@ class ScenarioRun:
             if len(events) != len(script):
                 problems.append(f"{n.name}: {len(events)} events for {len(script)} instructions")
             for ins, ev in zip(script, events, strict=False):
-                if ins["op"] == "wait_alive" and set(ev.get("alive", [])) < set(ins.get("nodes", [])):
+                if ins["op"] == "wait_alive" and set(ev.get("alive", [])) < set(
+                    ins.get("nodes", [])
+                ):
                     problems.append(f"{n.name}: peers not alive: {ev.get('alive')}")
                 if ev.get("op") != ins["op"]:
-                    problems.append(f"{n.name}: event {ev.get('op')!r} for instruction {ins['op']!r}")
+                    problems.append(
+                        f"{n.name}: event {ev.get('op')!r} for instruction {ins['op']!r}"
+                    )
                 want = not bool(ins.get("expect_timeout", False))
                 if ins["op"] == "wait" and ev.get("satisfied") is not want:
                     problems.append(
@@ -213,7 +226,9 @@ class ScenarioRun:
             return {k: self._translate(v, k) for k, v in obj.items()}
         if isinstance(obj, list):
             if key == "nodes":
-                return [self.nodes[x].hex if isinstance(x, str) and x in self.nodes else x for x in obj]
+                return [
+                    self.nodes[x].hex if isinstance(x, str) and x in self.nodes else x for x in obj
+                ]
             return [self._translate(x, key) for x in obj]
         return self._ref(obj, key)
 
@@ -232,7 +247,9 @@ class ScenarioRun:
             "namespace": self.namespace,
             "listen": [n.endpoint],
             "connect": [m.endpoint for m in earlier],
-            "subscribe": ["*"] if n.subscribe == ["*"] else [self.nodes[s].hex for s in n.subscribe],
+            "subscribe": ["*"]
+            if n.subscribe == ["*"]
+            else [self.nodes[s].hex for s in n.subscribe],
             "model": self.sc["model"],
             "config": self.sc.get("config", {}),
             "init": init,
@@ -271,7 +288,11 @@ class ScenarioRun:
         elif op == "inject":
             pk = []
             for ref in ins.get("vectors", []):
-                pk.append(base64.b64encode((self.runner.opts.vectors / f"{ref}.dfp").read_bytes()).decode())
+                pk.append(
+                    base64.b64encode(
+                        (self.runner.opts.vectors / f"{ref}.dfp").read_bytes()
+                    ).decode()
+                )
             out = {"op": "inject", "packets": pk + list(ins.get("packets", []))}
         elif op == "send":
             out["packets"] = [self._packet(n, p) for p in out["packets"]]
@@ -281,7 +302,9 @@ class ScenarioRun:
 
     def _packet(self, n: Node, p: Mapping[str, Any]) -> dict[str, Any]:
         inc = f"{n.incarnations[-1]:016x}"
-        entries = [{"origin": n.hex, "incarnation": inc, "hops": 0, **e} for e in p.get("entries", [])]
+        entries = [
+            {"origin": n.hex, "incarnation": inc, "hops": 0, **e} for e in p.get("entries", [])
+        ]
         return {
             "version_major": 1,
             "version_minor": 0,
@@ -312,13 +335,20 @@ class ScenarioRun:
         early = [n for n in self.nodes.values() if not n.late]
         if len(early) > 1:
             self.phase(
-                {n.name: [self.instruction(n, {"op": "wait_alive", "timeout_s": 30})] for n in early},
+                {
+                    n.name: [self.instruction(n, {"op": "wait_alive", "timeout_s": 30})]
+                    for n in early
+                },
                 self.timeout,
             )
         for ph in self.sc.get("phases", []):
             scripts: dict[str, list[dict[str, Any]]] = {}
             for key, instrs in ph.items():
-                targets = [n for n in self.nodes.values() if n.joined] if key == "*" else [self.nodes[key]]
+                targets = (
+                    [n for n in self.nodes.values() if n.joined]
+                    if key == "*"
+                    else [self.nodes[key]]
+                )
                 for n in targets:
                     scripts.setdefault(n.name, []).extend(self.instruction(n, i) for i in instrs)
             self.phase(scripts, float(ph.get("timeout_s", self.timeout)))
@@ -339,7 +369,9 @@ class ScenarioRun:
 # checks ---------------------------------------------------------------------------------------------
 
 
-def _weights(rep: Mapping[str, Any], which: str = "active") -> np.ndarray[Any, np.dtype[np.float32]]:
+def _weights(
+    rep: Mapping[str, Any], which: str = "active"
+) -> np.ndarray[Any, np.dtype[np.float32]]:
     return np.frombuffer(base64.b64decode(rep[f"{which}_b64"]), dtype="<f4").astype(np.float32)
 
 
@@ -356,7 +388,9 @@ def judge(
     problems: list[str] = []
     for chk in run.sc.get("checks", []):
         kind = chk["check"]
-        for name in _names(run, chk.get("node", chk.get("nodes"))) if kind != "same_weights" else [None]:
+        for name in (
+            _names(run, chk.get("node", chk.get("nodes"))) if kind != "same_weights" else [None]
+        ):
             rep = reports.get(name) if name is not None else None
             if name is not None and rep is None:
                 problems.append(f"{kind}: no report from {name}")
@@ -545,7 +579,8 @@ def run_scenarios(runner: Runner, runs: list[ImplRun]) -> None:
                 run.stop()
             (work / "events.json").parent.mkdir(parents=True, exist_ok=True)
             (work / "events.json").write_text(
-                json.dumps({n.name: n.events for n in run.nodes.values()}, indent=1), encoding="utf-8"
+                json.dumps({n.name: n.events for n in run.nodes.values()}, indent=1),
+                encoding="utf-8",
             )
             runner.add(
                 tid,
@@ -559,7 +594,9 @@ def run_scenarios(runner: Runner, runs: list[ImplRun]) -> None:
             )
 
 
-def _baseline(runner: Runner, sc: Mapping[str, Any], runs: Sequence[ImplRun]) -> dict[str, Any] | None:
+def _baseline(
+    runner: Runner, sc: Mapping[str, Any], runs: Sequence[ImplRun]
+) -> dict[str, Any] | None:
     """Run the scenario with every role on the baseline framework's implementation (e.g. all PyTorch)."""
     fw = sc["baseline"]["framework"]
     ref = next((r for r in runs if r.framework == fw), None)
@@ -573,5 +610,10 @@ def _baseline(runner: Runner, sc: Mapping[str, Any], runs: Sequence[ImplRun]) ->
         return None
     finally:
         run.stop()
-    accs = [float(e["accuracy"]) for n in run.nodes.values() for e in n.events if e.get("op") == "evaluate"]
+    accs = [
+        float(e["accuracy"])
+        for n in run.nodes.values()
+        for e in n.events
+        if e.get("op") == "evaluate"
+    ]
     return {"mean_accuracy": float(np.mean(accs)) if accs else 0.0}

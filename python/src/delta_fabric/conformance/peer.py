@@ -102,7 +102,9 @@ class PeerNode:
             self.active[:] = np.asarray(anchor, dtype=np.float32)
         else:
             raise ValueError(f"unknown init kind {init['kind']!r}")
-        self.engine = Engine(self.manifest, self.config, self.node_id, incarnation, self.active.copy())
+        self.engine = Engine(
+            self.manifest, self.config, self.node_id, incarnation, self.active.copy()
+        )
         assert self.transport is not None
         self.transport.serve_snapshot(self._snapshot_source)
 
@@ -129,7 +131,10 @@ class PeerNode:
     def _snapshot_source(self) -> SnapshotSource:
         with self.lock:
             return SnapshotSource(
-                self.engine.incarnation, self.manifest.fingerprint, self.engine.anchor, self.framework
+                self.engine.incarnation,
+                self.manifest.fingerprint,
+                self.engine.anchor,
+                self.framework,
             )
 
     def close(self) -> None:
@@ -143,11 +148,15 @@ class PeerNode:
         with self.lock:
             if delta is not None:
                 idx = np.asarray(delta["indices"], dtype=np.int64)
-                vals = np.asarray([float(v) for v in delta["values"]], dtype=np.float64).astype(np.float32)
+                vals = np.asarray([float(v) for v in delta["values"]], dtype=np.float64).astype(
+                    np.float32
+                )
                 self.active[idx] = self.active[idx] + vals
             packets = self.transport.drain()
             res, out = self.engine.step(self.active, packets, sync=sync)
-            for buf, outcome, verdicts in zip(packets, res.outcomes, res.entry_outcomes, strict=True):
+            for buf, outcome, verdicts in zip(
+                packets, res.outcomes, res.entry_outcomes, strict=True
+            ):
                 if outcome is not None or Admission.ACCEPTED not in verdicts:
                     continue
                 pkt = decode_packet(buf, self.config.max_packet_size)
@@ -309,7 +318,9 @@ class PeerNode:
         x, y = _load_data(args["data"])
         with self.lock, torch.no_grad():
             pred = m(torch.from_numpy(x)).argmax(dim=1).numpy()
-        per_class = [float((pred[y == c] == c).mean()) if (y == c).any() else 0.0 for c in range(10)]
+        per_class = [
+            float((pred[y == c] == c).mean()) if (y == c).any() else 0.0 for c in range(10)
+        ]
         return {"op": "evaluate", "accuracy": float((pred == y).mean()), "per_class": per_class}
 
 
@@ -325,7 +336,9 @@ class PeerHost:
             n.close()
         self.nodes.clear()
 
-    def run(self, session: str, script: Sequence[Mapping[str, Any]], timeout: float) -> list[dict[str, Any]]:
+    def run(
+        self, session: str, script: Sequence[Mapping[str, Any]], timeout: float
+    ) -> list[dict[str, Any]]:
         deadline = time.monotonic() + timeout
         events: list[dict[str, Any]] = []
         for ins in script:
@@ -359,7 +372,9 @@ class PeerHost:
             live = node.transport.wait_for_peers(
                 len(ids), min(float(ins.get("timeout_s", 20.0)), left), expected=ids
             )
-            time.sleep(float(ins.get("grace_ms", 300)) / 1000.0)  # subscriptions propagate after tokens
+            time.sleep(
+                float(ins.get("grace_ms", 300)) / 1000.0
+            )  # subscriptions propagate after tokens
             return {"op": "wait_alive", "alive": [f"{n:016x}" for n in sorted(live)]}
         if op == "step":
             published = node.step(bool(ins["sync"]), ins.get("delta"))
@@ -376,7 +391,9 @@ class PeerHost:
             ok = node.wait(ins["until"], min(float(ins["timeout_s"]), left))
             return {"op": "wait", "satisfied": ok}
         if op == "settle":
-            node.settle(float(ins.get("quiet_ms", 300)), min(float(ins.get("timeout_s", 10.0)), left))
+            node.settle(
+                float(ins.get("quiet_ms", 300)), min(float(ins.get("timeout_s", 10.0)), left)
+            )
             return {"op": "settle"}
         if op == "restart":
             node.restart(int(ins["incarnation"], 16), ins.get("connect"))

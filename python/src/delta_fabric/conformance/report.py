@@ -9,7 +9,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Coverage", "compute_coverage", "spec_requirement_ids", "summary_counts", "write_outputs"]
+__all__ = [
+    "Coverage",
+    "compute_coverage",
+    "spec_requirement_ids",
+    "summary_counts",
+    "write_outputs",
+]
 
 _ID_DEF = re.compile(r"\*\*\[(DF-[A-Z]+-\d+)\]\*\*")
 _NORMATIVE = re.compile(r"\b(MUST|MUST NOT|REQUIRED|SHALL|SHALL NOT)\b")
@@ -219,7 +225,9 @@ def _matrix_md(
             lines.append("Not cited by any vector or scenario: " + ", ".join(coverage.uncovered))
         if coverage.unknown:
             lines.append("")
-            lines.append("Cited but not defined in spec/protocol.md: " + ", ".join(coverage.unknown))
+            lines.append(
+                "Cited but not defined in spec/protocol.md: " + ", ".join(coverage.unknown)
+            )
     return "\n".join(lines) + "\n"
 
 

@@ -142,7 +142,9 @@ class ImplRun:
             return False
         return True
 
-    def call(self, args: Mapping[str, Any], context: str, timeout: float = CALL_TIMEOUT) -> Reply | str:
+    def call(
+        self, args: Mapping[str, Any], context: str, timeout: float = CALL_TIMEOUT
+    ) -> Reply | str:
         """A checked request; a string is the failure message (protocol violation, dead driver)."""
         if self.abandoned is not None:
             return self.abandoned
@@ -162,7 +164,9 @@ class Runner:
         self.log_dir = opts.output / "logs"
         self.runs = [ImplRun(i, self.log_dir) for i in impls]
         self.results: list[TestResult] = []
-        self.xfail = {i.name: ExpectedFailures.load(opts.expected_failures / f"{i.name}.txt") for i in impls}
+        self.xfail = {
+            i.name: ExpectedFailures.load(opts.expected_failures / f"{i.name}.txt") for i in impls
+        }
         # producer -> consumer -> {passed, failed}
         self.encode_matrix: dict[str, dict[str, dict[str, int]]] = {}
         self.decode_passed: dict[tuple[str, str], bool] = {}  # (impl, vector id) -> passed
@@ -193,7 +197,9 @@ class Runner:
                     break
         required = level == "REQUIRED" or self.opts.enforce_recommended
         if result == FAILED:
-            verdict = "expected_failure" if pattern else ("unexpected_failure" if required else "warning")
+            verdict = (
+                "expected_failure" if pattern else ("unexpected_failure" if required else "warning")
+            )
         elif result == PASSED:
             verdict = "unexpected_pass" if pattern else "ok"
         else:
@@ -268,7 +274,9 @@ class Runner:
         bogus = f"x-conformance-{secrets.token_hex(4)}"
         r = run.call({"cmd": bogus, "payload": {"probe": True}}, "unknown command")
         if isinstance(r, str):
-            self.add("Required.protocol.unknown_command.unsupported", "REQUIRED", [run.name], FAILED, r)
+            self.add(
+                "Required.protocol.unknown_command.unsupported", "REQUIRED", [run.name], FAILED, r
+            )
         else:
             ok = r.kind == "unsupported"
             self.add(
@@ -358,7 +366,11 @@ class Runner:
             return FAILED, "decode capability missing (decode is required)"
         packet = base.with_name(base.name + ".dfp").read_bytes()
         r = run.call(
-            {"cmd": "decode", "packet": base64.b64encode(packet).decode(), "context": data["context"]},
+            {
+                "cmd": "decode",
+                "packet": base64.b64encode(packet).decode(),
+                "context": data["context"],
+            },
             f"decode {row['id']}",
         )
         v = self._reply_verdict(run, "decode", r)
@@ -369,7 +381,11 @@ class Runner:
             want = data["error"]
             if r.kind == "rejected":
                 got = r.body["code"]
-                return (PASSED, "") if got == want else (FAILED, f"rejected with {got}, expected {want}")
+                return (
+                    (PASSED, "")
+                    if got == want
+                    else (FAILED, f"rejected with {got}, expected {want}")
+                )
             return FAILED, f"accepted an invalid packet (expected {want})"
         if r.kind == "rejected":
             return FAILED, f"rejected a valid packet: {r.body['code']} {r.body.get('message', '')}"
@@ -384,12 +400,15 @@ class Runner:
             needed = "generate.fast"
         if needed not in run.caps:
             return UNSUPPORTED, f"capability {needed} not declared"
-        vector = {k: v for k, v in data.items() if k not in ("expected", "description", "requirements")}
+        vector = {
+            k: v for k, v in data.items() if k not in ("expected", "description", "requirements")
+        }
         args: dict[str, Any] = {"cmd": kind, "vector": vector}
         if kind == "receive":
             folder = base if base.is_dir() else base.parent
             args["packets"] = [
-                base64.b64encode((folder / str(p)).read_bytes()).decode() for p in data.get("packets", [])
+                base64.b64encode((folder / str(p)).read_bytes()).decode()
+                for p in data.get("packets", [])
             ]
         r = run.call(args, f"{kind} {row['id']}")
         v = self._reply_verdict(run, kind, r)
@@ -413,16 +432,29 @@ class Runner:
             return
         data, _base = self.vector_files(row)
         reqs = list(row.get("requirements", []))
-        consumers = [c for c in runs if "decode" in c.caps and self.decode_passed.get((c.name, vid), False)]
+        consumers = [
+            c for c in runs if "decode" in c.caps and self.decode_passed.get((c.name, vid), False)
+        ]
         for prod in runs:
             t0 = time.monotonic()
             if "encode" not in prod.caps:
-                self.add(test_id, level, [prod.name], UNSUPPORTED, "encode not declared", reqs, 0.0, "encode")
+                self.add(
+                    test_id,
+                    level,
+                    [prod.name],
+                    UNSUPPORTED,
+                    "encode not declared",
+                    reqs,
+                    0.0,
+                    "encode",
+                )
                 continue
             r = prod.call({"cmd": "encode", "packet": data["packet"]}, f"encode {vid}")
             v = self._reply_verdict(prod, "encode", r)
             if v is not None:
-                self.add(test_id, level, [prod.name], v[0], v[1], reqs, time.monotonic() - t0, "encode")
+                self.add(
+                    test_id, level, [prod.name], v[0], v[1], reqs, time.monotonic() - t0, "encode"
+                )
                 continue
             assert isinstance(r, Reply)
             if r.kind != "ok":
