@@ -23,7 +23,13 @@ from typing import IO, Any
 from delta_fabric import __version__
 from delta_fabric.conformance.engine_io import run_generate, run_receive
 from delta_fabric.errors import DecodeError
-from delta_fabric.wire import decode_packet, encode_packet, packet_from_json, packet_to_json, validate_packet
+from delta_fabric.wire import (
+    decode_packet,
+    encode_packet,
+    packet_from_json,
+    packet_to_json,
+    validate_packet,
+)
 
 __all__ = ["Driver", "Rejected", "Skipped", "main"]
 
@@ -58,7 +64,9 @@ class Driver:
     language = "python"
 
     def __init__(self) -> None:
-        self._peer: Any = None  # delta_fabric.conformance.peer.PeerHost, created on the first peer request
+        self._peer: Any = (
+            None  # delta_fabric.conformance.peer.PeerHost, created on the first peer request
+        )
         self.handlers: dict[str, Handler] = {
             "hello": self.hello,
             "decode": self.decode,
@@ -75,7 +83,15 @@ class Driver:
         return "torch" if importlib.util.find_spec("torch") is not None else "numpy"
 
     def capabilities(self) -> list[str]:
-        caps = ["decode", "encode", "generate", "generate.fast", "receive", "encoding.f16", "encoding.bf16"]
+        caps = [
+            "decode",
+            "encode",
+            "generate",
+            "generate.fast",
+            "receive",
+            "encoding.f16",
+            "encoding.bf16",
+        ]
         if importlib.util.find_spec("zenoh") is None:
             return caps
         caps += ["peer", "peer.snapshot"]
@@ -158,7 +174,10 @@ class Driver:
         except Exception as exc:
             _log(f"{cmd} failed: {type(exc).__name__}: {exc}")
             return {
-                "errored": {"message": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+                "errored": {
+                    "message": f"{type(exc).__name__}: {exc}",
+                    "traceback": traceback.format_exc(),
+                }
             }
 
     def write(self, out: IO[str], seq: Any, body: Mapping[str, Any]) -> None:

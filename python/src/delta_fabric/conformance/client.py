@@ -14,7 +14,7 @@ from functools import cache
 from pathlib import Path
 from typing import IO, Any
 
-import jsonschema  # type: ignore[import-untyped]
+import jsonschema
 
 __all__ = ["DriverClient", "ProtocolViolation", "Reply", "schema_validator"]
 

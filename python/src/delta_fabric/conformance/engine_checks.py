@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -28,7 +29,7 @@ def _split_problem(
     start = int(vector.get("seq_start", 1))
     if [e["seq"] for e in got] != list(range(start, start + len(got))):
         return f"seqs {[e['seq'] for e in got]} are not consecutive from {start}"
-    for a, b in zip(got, got[1:], strict=False):
+    for a, b in itertools.pairwise(got):
         if not a["indices"] or not b["indices"] or a["indices"][-1] >= b["indices"][0]:
             return "entries' index ranges are not disjoint and ascending"
     for e in got:
