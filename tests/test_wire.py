@@ -10,6 +10,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import flatbuffers
 import numpy as np
 import pytest
 from delta_fabric.errors import DecodeError, ErrorCode
@@ -421,6 +422,49 @@ def test_unknown_encoding() -> None:
             if code_of(bytes(trial)) is ErrorCode.UNSUPPORTED_ENCODING:
                 hits.append(i)
     assert len(hits) == 1
+
+
+def _aliasing_packet(entries: int, values: int) -> bytes:
+    """``entries`` Entry tables of distinct origins that all point at one indices and one values
+    vector (FlatBuffers allows it; no builder does it unasked)."""
+    b = flatbuffers.Builder(0)
+    idx = b.CreateNumpyVector(np.arange(values, dtype="<u4"))
+    val = b.CreateNumpyVector(np.ones(values, dtype="<f4"))
+    tables = []
+    for k in range(entries):
+        b.StartObject(7)
+        for slot, x in ((0, k + 1), (1, 1), (2, 1)):
+            b.PrependUint64Slot(slot, x, 0)
+        b.PrependUOffsetTRelativeSlot(4, idx, 0)
+        b.PrependUOffsetTRelativeSlot(5, val, 0)
+        tables.append(b.EndObject())
+    b.StartVector(4, entries, 4)
+    for t in reversed(tables):
+        b.PrependUOffsetTRelative(t)
+    vec = b.EndVector()
+    fp = b.CreateByteVector(FP)
+    b.StartObject(7)
+    b.PrependUint16Slot(0, 1, 0)
+    b.PrependUint64Slot(2, 1, 0)
+    b.PrependUint64Slot(3, 1, 0)
+    b.PrependUOffsetTRelativeSlot(4, fp, 0)
+    b.PrependUOffsetTRelativeSlot(6, vec, 0)
+    b.Finish(b.EndObject(), file_identifier=FILE_IDENTIFIER)
+    return bytes(b.Output())
+
+
+def test_vector_aliasing_cannot_amplify_a_packet() -> None:
+    # REQ: DF-SEC-1
+    # 2,000 entries x 1,000 shared values would decode to 8 MB of element data from ~50 kB
+    big = _aliasing_packet(2000, 1000)
+    assert len(big) < 100_000
+    with pytest.raises(DecodeError) as info:
+        decode_packet(big)
+    assert info.value.code is ErrorCode.MALFORMED and "share" in info.value.detail
+    # aliasing that stays within the buffer's size is harmless and decodes
+    small = decode_packet(_aliasing_packet(3, 2))
+    assert [e.origin for e in small.entries] == [1, 2, 3]
+    assert all(np.shares_memory(e.indices, small.entries[0].indices) for e in small.entries)
 
 
 def test_decode_error_carries_code_and_detail() -> None:

@@ -15,7 +15,8 @@ soon as the root table is readable; with several faults any one of their codes m
 3. ``MALFORMED``: root table or its vtable out of bounds.
 4. ``UNSUPPORTED_VERSION``: ``version_major != 1`` (absent reads as 0).
 5. ``MALFORMED``: every other field of every table: offsets and lengths in bounds, required fields
-   present, fingerprint of 32 bytes, non-zero sender, sender_incarnation, origin, incarnation, seq.
+   present, fingerprint of 32 bytes, non-zero sender, sender_incarnation, origin, incarnation, seq;
+   the entries' vectors hold no more element bytes than the buffer (no aliasing amplification).
 6. ``UNSUPPORTED_ENCODING``: encoding not in {F32, F16, BF16}.
 7. ``MALFORMED``: an entry without the values vector of the encoding, or with the other one.
 8. ``LENGTH_MISMATCH``, ``EMPTY_ENTRY``, ``UNSORTED_INDICES``, ``DUPLICATE_INDEX``,
@@ -609,6 +610,16 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
     t.fail_where(origin == 0, "origin is 0")
     t.fail_where(incarnation == 0, "incarnation is 0")
     t.fail_where(seq == 0, "seq is 0")
+    # DF-SEC-1 (linear time and memory): vectors of distinct entries occupy distinct bytes in any
+    # buffer a builder writes, so their element bytes add up to less than the buffer. More means
+    # that entries share (alias) vectors, which would let a small packet decode to a huge one.
+    element_bytes = int(
+        (idx_count * 4).sum()
+        + (v32_count * 4).sum(where=v32_present)
+        + (v16_count * 2).sum(where=v16_present)
+    )
+    if element_bytes > n:
+        _malformed(f"entries share vectors: {element_bytes} element bytes in a {n}-byte buffer")
 
     if encoding_raw not in (0, 1, 2):
         raise DecodeError(ErrorCode.UNSUPPORTED_ENCODING, f"encoding {encoding_raw}")
