@@ -135,6 +135,18 @@ def test_sparse_apply_in_place_touches_only_received_elements() -> None:
     assert b.stats()["values_received_applied"] == 3
 
 
+def test_hops_not_tracked_by_default() -> None:
+    hub = MemoryHub()
+    a = Fabric(make_net(), hub.transport(1), CFG, node_id=1, incarnation=1)
+    b = Fabric(make_net(), hub.transport(2), CFG, node_id=2, incarnation=1)
+    with torch.no_grad():
+        a.module.fc2.bias.add_(1.0)  # type: ignore[operator]
+    a.sync_now()
+    b.step()
+    assert b.stats()["receive"]["entries_accepted"] == 1
+    assert b.stats()["accepted_by_hops"] == {}
+
+
 def test_idle_step_is_constant_work(monkeypatch: pytest.MonkeyPatch) -> None:
     """A step without sync and without traffic gathers nothing, receives nothing, copies nothing."""
     hub = MemoryHub()
@@ -203,7 +215,14 @@ def test_ring_relay_alpha_one_every_node_applies_each_delta_once() -> None:
     TAPS.clear()
     TAPS.update({i: hub.transport(100 + i, neighbours=[i]) for i in ids})
     fabs = {
-        i: Fabric(nets[i], hub.transport(i, neighbours=ring[i]), CFG, node_id=i, incarnation=7)
+        i: Fabric(
+            nets[i],
+            hub.transport(i, neighbours=ring[i]),
+            CFG,
+            node_id=i,
+            incarnation=7,
+            track_hops=True,
+        )
         for i in ids
     }
     init = flat(fabs[1])

@@ -69,6 +69,7 @@ class FabricBase:
         fast_selection: bool = False,
         max_drain: int = DEFAULT_MAX_DRAIN,
         framework: str = "numpy",
+        track_hops: bool = False,
     ) -> None:
         if max_drain < 1:
             raise ValueError("max_drain must be >= 1")
@@ -78,6 +79,7 @@ class FabricBase:
         self.node_id = int(node_id)
         self._incarnation_arg = incarnation
         self.fast_selection = fast_selection
+        self.track_hops = track_hops
         self.max_drain = max_drain
         self.steps = 0
         self.syncs = 0
@@ -224,7 +226,8 @@ class FabricBase:
         with self._lock:
             if packets:
                 res = self.engine.receive(packets)
-                self._count_hops(packets, res)
+                if self.track_hops:
+                    self._count_hops(packets, res)
                 if res.indices.size:
                     self._apply(res.indices, res.values)
                     self.values_received_applied += int(res.indices.size)
@@ -246,7 +249,8 @@ class FabricBase:
         return len(out)
 
     def _count_hops(self, packets: Sequence[bytes], res: ReceiveResult) -> None:
-        """Histogram of the hop count of accepted entries (for tests and the demo's report)."""
+        """Histogram of the hop count of accepted entries (``track_hops``: tests, the demo's report).
+        Costs a second decode of every accepted packet, hence off by default."""
         for buf, outcome, verdicts in zip(packets, res.outcomes, res.entry_outcomes, strict=False):
             if outcome is not None or Admission.ACCEPTED not in verdicts:
                 continue

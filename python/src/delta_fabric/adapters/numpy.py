@@ -42,6 +42,7 @@ class NumpyFabric(FabricBase):
         bootstrap_timeout: float = 10.0,
         fast_selection: bool = False,
         max_drain: int = DEFAULT_MAX_DRAIN,
+        track_hops: bool = False,
     ) -> None:
         cfg = config if config is not None else SyncConfig()
         super().__init__(
@@ -51,6 +52,7 @@ class NumpyFabric(FabricBase):
             incarnation=incarnation,
             fast_selection=fast_selection,
             max_drain=max_drain,
+            track_hops=track_hops,
             framework="numpy",
         )
         for name, a in arrays.items():
@@ -79,6 +81,7 @@ class NumpyFabric(FabricBase):
         node_id: int,
         incarnation: int | None = None,
         timeout: float = 10.0,
+        track_hops: bool = False,
     ) -> NumpyFabric:
         """Late join / restart: load a live peer's snapshot into the arrays, fresh incarnation."""
         return cls(
@@ -89,6 +92,7 @@ class NumpyFabric(FabricBase):
             incarnation=incarnation,
             bootstrap=True,
             bootstrap_timeout=timeout,
+            track_hops=track_hops,
         )
 
     @property

@@ -73,7 +73,8 @@ class Fabric(FabricBase):
     microseconds since the epoch. ``bootstrap``: ``True`` fetches the anchor snapshot of a live peer
     (required; `SnapshotUnavailable` after ``bootstrap_timeout``), ``"auto"`` fetches one when a
     peer answers in time and else starts from the module's current weights, ``False`` never fetches.
-    The fabric serves snapshots of its anchor through the transport when the transport supports it.
+    The fabric serves snapshots of its anchor through the transport. ``track_hops`` keeps a
+    histogram of the hop counts of accepted entries in `stats` (one more decode per packet).
     """
 
     def __init__(
@@ -89,6 +90,7 @@ class Fabric(FabricBase):
         bootstrap_timeout: float = 10.0,
         fast_selection: bool = False,
         max_drain: int = DEFAULT_MAX_DRAIN,
+        track_hops: bool = False,
     ) -> None:
         cfg = config if config is not None else SyncConfig()
         super().__init__(
@@ -98,6 +100,7 @@ class Fabric(FabricBase):
             incarnation=incarnation,
             fast_selection=fast_selection,
             max_drain=max_drain,
+            track_hops=track_hops,
             framework="torch",
         )
         self.module = module
@@ -123,6 +126,7 @@ class Fabric(FabricBase):
         include_buffers: bool | None = None,
         timeout: float = 10.0,
         fast_selection: bool = False,
+        track_hops: bool = False,
     ) -> Fabric:
         """Late join or restart: load a live peer's snapshot into ``module`` and start a fresh
         incarnation."""
@@ -136,6 +140,7 @@ class Fabric(FabricBase):
             bootstrap=True,
             bootstrap_timeout=timeout,
             fast_selection=fast_selection,
+            track_hops=track_hops,
         )
 
     @property

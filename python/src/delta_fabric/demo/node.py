@@ -191,7 +191,7 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
                 neighbours=neighbours or None,
             )
         )
-        fabric = Fabric(model, transport, cfg, node_id=node_id)
+        fabric = Fabric(model, transport, cfg, node_id=node_id, track_hops=True)
         t_wait = time.monotonic()
         if neighbours:
             try:
