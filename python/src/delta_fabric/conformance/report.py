@@ -198,7 +198,11 @@ def _matrix_md(
                 cells.append("?")
             else:
                 total = cell["passed"] + cell["failed"]
-                cells.append(f"{'✓' if cell['failed'] == 0 else '✕'} {cell['passed']}/{total}")
+                errs = cell.get("consumer_errors", 0)
+                note = f" ({errs} consumer errors)" if errs else ""
+                cells.append(
+                    f"{'✓' if cell['failed'] == 0 else '✕'} {cell['passed']}/{total}{note}"
+                )
         lines.append(f"| {p} | " + " | ".join(cells) + " |")
 
     multi = [r for r in results if len(r.impls) > 1]

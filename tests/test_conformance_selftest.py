@@ -1,0 +1,256 @@
+"""Self-test of the conformance runner: it must catch every fault planted in tests/fake_drivers/, pass the
+real Python driver on every REQUIRED vector, keep expected-failure lists strict both ways, and run one
+short live scenario over real Zenoh (Python x Python)."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from delta_fabric.cli import main as cli_main
+
+ROOT = Path(__file__).resolve().parents[1]
+REGISTRY = ROOT / "interop" / "implementations.json"
+INDEX = ROOT / "conformance" / "vectors" / "index.json"
+
+# fake driver -> test ids (fnmatch-free, exact) that the runner must fail for it
+FAULTS: dict[str, list[str]] = {
+    # REQ: DF-ERR-12
+    "ok_on_invalid": ["Required.decode.invalid.duplicate_index"],
+    # REQ: DF-ERR-7
+    "wrong_code": ["Required.decode.invalid.hop_limit_exceeded"],
+    "bad_unsupported": ["Required.protocol.unknown_command.unsupported"],
+    # REQ: DF-CNF-4
+    "bad_encoder": ["Required.encode.valid.single_entry_f32"],
+    # REQ: DF-GEN-5
+    "generate_bitflip": ["Required.generate.basic"],
+    "stdout_log": ["Required.protocol.framing.stdout_json_lines"],
+    "wrong_seq": ["Required.protocol.framing.seq_echo"],
+    "crash": ["Required.protocol.lifecycle.no_crash"],
+}
+
+
+def _registry(tmp: Path, fakes: list[str], with_python: bool = True) -> Path:
+    ref = json.loads(REGISTRY.read_text())["implementations"]
+    python = next(i for i in ref if i["name"] == "python")
+    impls = [python] if with_python else []
+    for f in fakes:
+        impls.append({**python, "name": f, "command": ["{python}", f"tests/fake_drivers/{f}.py"]})
+    path = tmp / "implementations.json"
+    path.write_text(json.dumps({"version": 1, "implementations": impls}))
+    return path
+
+
+def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, dict[str, Any]]:
+    out_dir = Path(args[args.index("--output") + 1])
+    rc = cli_main(["conformance", "run", *args])
+    printed = capsys.readouterr().out
+    return rc, printed, json.loads((out_dir / "results.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def fake_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, dict[str, Any], Path]:
+    tmp = tmp_path_factory.mktemp("selftest")
+    reg = _registry(tmp, list(FAULTS))
+    empty = tmp / "xfail"
+    empty.mkdir()
+    out = tmp / "out"
+    import argparse
+
+    from delta_fabric.conformance import run_suite
+
+    ns = argparse.Namespace(
+        action="run",
+        output=out,
+        impl=[],
+        enforce_recommended=False,
+        registry=reg,
+        vectors=ROOT / "conformance" / "vectors",
+        scenarios=ROOT / "conformance" / "scenarios",
+        expected_failures=empty,
+        spec=ROOT / "spec" / "protocol.md",
+        tests=[],
+        scenario=[],
+        no_live=True,
+        verbose=False,
+    )
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = run_suite(ns)
+    return rc, buf.getvalue(), json.loads((out / "results.json").read_text()), out
+
+
+def _by_impl(results: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+    out: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+    for t in results["tests"]:
+        if len(t["impls"]) == 1:
+            out[t["impls"][0]][t["id"]] = t
+    return out
+
+
+@pytest.mark.parametrize("fake", sorted(FAULTS))
+def test_runner_catches_planted_fault(
+    fake: str, fake_run: tuple[int, str, dict[str, Any], Path]
+) -> None:
+    _rc, _out, results, _dir = fake_run
+    tests = _by_impl(results)[fake]
+    for tid in FAULTS[fake]:
+        assert tid in tests, f"{tid} not run for {fake}"
+        assert tests[tid]["result"] == "failed", (fake, tid, tests[tid])
+        assert tests[tid]["verdict"] == "unexpected_failure"
+
+
+def test_faults_are_blamed_on_the_faulty_driver_only(
+    fake_run: tuple[int, str, dict[str, Any], Path],
+) -> None:
+    _rc, _out, results, _dir = fake_run
+    tests = _by_impl(results)
+    # a fake whose fault is in one command fails nothing else (faults with restarts cascade by design)
+    assert {t for t, r in tests["wrong_code"].items() if r["result"] == "failed"} == {
+        "Required.decode.invalid.hop_limit_exceeded",
+        "Required.decode.invalid.hop_limit_255",
+    }
+    assert {t for t, r in tests["ok_on_invalid"].items() if r["result"] == "failed"} == {
+        "Required.decode.invalid.duplicate_index",
+        "Required.decode.invalid.duplicate_index_zero",
+    }
+    assert all(
+        not t.startswith("Required.decode.")
+        for t, r in tests["bad_encoder"].items()
+        if r["result"] == "failed"
+    )
+    # the bad encoder's bytes are read differently by every sound consumer: the matrix shows it
+    cell = results["encode_matrix"]["bad_encoder"]["python"]
+    assert cell["failed"] > 0
+    assert results["encode_matrix"]["python"]["bad_encoder"]["failed"] == 0
+
+
+def test_reference_driver_passes_every_required_vector(
+    fake_run: tuple[int, str, dict[str, Any], Path],
+) -> None:
+    _rc, _out, results, _dir = fake_run
+    tests = _by_impl(results)["python"]
+    failed = {t: r["message"] for t, r in tests.items() if r["result"] != "passed"}
+    assert not failed
+    index = json.loads(INDEX.read_text())["vectors"]
+    for row in index:
+        level = "Required" if row.get("level", "REQUIRED") == "REQUIRED" else "Recommended"
+        assert f"{level}.{row['id']}" in tests, row["id"]
+    valid = [r for r in index if r["kind"] == "decode" and r.get("expect", "ok") == "ok"]
+    assert sum(t.startswith("Required.encode.") for t in tests) == len(valid)
+
+
+def test_exit_status_summary_and_outputs(fake_run: tuple[int, str, dict[str, Any], Path]) -> None:
+    rc, printed, results, out = fake_run
+    assert rc == 1  # REQUIRED tests failed unexpectedly
+    s = results["summary"]
+    assert (
+        f"conformance: {s['passed']} passed, {s['failed']} failed, {s['unsupported']} unsupported"
+        in printed
+    )
+    matrix = (out / "matrix.md").read_text()
+    assert "## Encode: producer x consumer" in matrix and "| bad_encoder |" in matrix
+    assert results["coverage"]["figure"]
+    for f in FAULTS:
+        assert (out / "logs" / f"{f}.stderr.log").exists()
+
+
+def test_every_message_schema_checked_by_runner() -> None:
+    """The schema the runner validates against accepts the protocol document's example session and
+    rejects responses with two outcome members or a wrong error code."""
+    from delta_fabric.conformance.client import schema_validator
+
+    resp = schema_validator("response")
+    text = (ROOT / "conformance" / "driver-protocol.md").read_text()
+    block = text.split("## 8. Example session")[1]
+    lines = [ln[2:] for ln in block.splitlines() if ln.startswith(("> {", "< {"))]
+    assert len(lines) == 8
+    req = schema_validator("request")
+    for ln in lines:
+        msg = json.loads(ln)
+        v = req if "cmd" in msg else resp
+        assert not list(v.iter_errors(msg)), ln
+    assert list(resp.iter_errors({"seq": 1, "ok": {}, "errored": {"message": "x"}}))
+    assert list(resp.iter_errors({"seq": 1, "rejected": {"code": "NOT_A_CODE"}}))
+    assert list(resp.iter_errors({"seq": 0, "ok": {}}))
+
+
+def test_expected_failures_strict_both_ways(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reg = _registry(tmp_path, ["wrong_code"], with_python=False)
+    xf = tmp_path / "xfail"
+    xf.mkdir()
+    (xf / "wrong_code.txt").write_text(
+        "# planted fault\n"
+        "Required.decode.invalid.hop_limit_*   # answers MALFORMED\n"
+        "Required.decode.valid.single_entry_f32  # passes: must come back as an unexpected pass\n"
+    )
+    rc, _printed, results = _run(
+        [
+            "--output",
+            str(tmp_path / "out"),
+            "--registry",
+            str(reg),
+            "--expected-failures",
+            str(xf),
+            "--no-live",
+            "--tests",
+            "Required.decode.*",
+        ],
+        capsys,
+    )
+    verdicts = {t["id"]: t["verdict"] for t in results["tests"]}
+    assert verdicts["Required.decode.invalid.hop_limit_exceeded"] == "expected_failure"
+    assert verdicts["Required.decode.invalid.hop_limit_255"] == "expected_failure"
+    assert verdicts["Required.decode.valid.single_entry_f32"] == "unexpected_pass"
+    assert results["summary"]["unexpected_failures"] == 0
+    assert rc == 1  # the unexpected pass fails the run
+
+    (xf / "wrong_code.txt").write_text("Required.decode.invalid.hop_limit_*  # answers MALFORMED\n")
+    rc, _printed, results = _run(
+        [
+            "--output",
+            str(tmp_path / "out2"),
+            "--registry",
+            str(reg),
+            "--expected-failures",
+            str(xf),
+            "--no-live",
+            "--tests",
+            "Required.decode.*",
+        ],
+        capsys,
+    )
+    assert rc == 0 and results["summary"]["expected_failures"] == 2
+
+
+def test_live_python_x_python_exchange(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # REQ: DF-ZEN-1, DF-ZEN-9
+    rc, printed, results = _run(
+        [
+            "--output",
+            str(tmp_path / "out"),
+            "--impl",
+            "python",
+            "--tests",
+            "Required.live.*",
+            "--scenario",
+            "exchange",
+        ],
+        capsys,
+    )
+    live = [t for t in results["tests"] if t["category"] == "live"]
+    assert [t["id"] for t in live] == ["Required.live.torch_x_torch.exchange"]
+    assert live[0]["result"] == "passed", live[0]["message"]
+    assert rc == 0, printed
+    events = json.loads(
+        (tmp_path / "out" / "live" / "exchange" / "python_x_python" / "events.json").read_text()
+    )
+    assert {e["op"] for e in events["b"]} >= {"join", "wait_alive", "wait", "report", "leave"}
