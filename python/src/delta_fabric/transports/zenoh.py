@@ -83,9 +83,13 @@ _FORBIDDEN_NS_CHARS = set("*$?#")
 
 def _check_namespace(ns: str) -> str:
     if not ns or ns.startswith("/") or ns.endswith("/") or "//" in ns:
-        raise ValueError(f"namespace must be a non-empty key expression without empty chunks, got {ns!r}")
+        raise ValueError(
+            f"namespace must be a non-empty key expression without empty chunks, got {ns!r}"
+        )
     if _FORBIDDEN_NS_CHARS & set(ns):
-        raise ValueError(f"namespace must not contain wildcards or {sorted(_FORBIDDEN_NS_CHARS)}, got {ns!r}")
+        raise ValueError(
+            f"namespace must not contain wildcards or {sorted(_FORBIDDEN_NS_CHARS)}, got {ns!r}"
+        )
     return ns
 
 
@@ -161,7 +165,9 @@ class ZenohOptions:
             raise ValueError("queue bounds must be >= 1")
 
     @classmethod
-    def lan_default(cls, node_id: int, namespace: str = DEFAULT_NAMESPACE, **kw: Any) -> ZenohOptions:
+    def lan_default(
+        cls, node_id: int, namespace: str = DEFAULT_NAMESPACE, **kw: Any
+    ) -> ZenohOptions:
         """Zero-configuration LAN setting for real deployments: peer mode, Zenoh's default listener
         (every interface, ephemeral port), multicast scouting on (``224.0.0.224:7446``), gossip on.
         Nodes of one LAN then find each other with no endpoint configured."""
@@ -237,7 +243,9 @@ class ZenohTransport:
                 else [delta_key(self._ns, n) for n in sorted(self.neighbours) if n != self._node_id]
             )
             self._subscribers = [
-                self._session.declare_subscriber(k, self._on_sample, allowed_origin=zenoh.Locality.REMOTE)
+                self._session.declare_subscriber(
+                    k, self._on_sample, allowed_origin=zenoh.Locality.REMOTE
+                )
                 for k in keys
             ]
             # Queryables before the liveliness token: a peer that sees the token can query them.
@@ -260,8 +268,8 @@ class ZenohTransport:
 
     # callbacks (Zenoh threads) -------------------------------------------------------------------------
     def _on_sample(self, sample: zenoh.Sample) -> None:
-        if str(sample.key_expr) == self._delta_key or sample.kind != zenoh.SampleKind.PUT:
-            return
+        # Own publications never get here (subscribers are declared for remote origins only, DF-ZEN-9);
+        # the packet is copied out of Zenoh's buffer and queued (drop-oldest when full, counted).
         self._queue.push(sample.payload.to_bytes())
 
     def _on_alive(self, sample: zenoh.Sample) -> None:
@@ -281,7 +289,9 @@ class ZenohTransport:
             query.reply_err("no snapshot served")
             return
         try:
-            buf = srv.answer(str(query.parameters))  # accepts `&` (DF-ZEN-5) and `;` (Zenoh) separators
+            buf = srv.answer(
+                str(query.parameters)
+            )  # accepts `&` (DF-ZEN-5) and `;` (Zenoh) separators
         except SnapshotError as exc:
             query.reply_err(str(exc))
             return
@@ -305,7 +315,9 @@ class ZenohTransport:
             query.reply_err(f"snapshot provider failed: {exc}")
             return
         query.reply(
-            info_key(self._ns, self._node_id), json.dumps(info), encoding=zenoh.Encoding.APPLICATION_JSON
+            info_key(self._ns, self._node_id),
+            json.dumps(info),
+            encoding=zenoh.Encoding.APPLICATION_JSON,
         )
 
     # Transport API -------------------------------------------------------------------------------------
@@ -366,7 +378,9 @@ class ZenohTransport:
         queryables exist from construction on (answering with an error until a provider is set), so a
         peer that sees this node's liveliness token can already query them."""
         self._check_open()
-        self._server = SnapshotServer(self._node_id, provider, max_packet_size=self.options.max_packet_size)
+        self._server = SnapshotServer(
+            self._node_id, provider, max_packet_size=self.options.max_packet_size
+        )
 
     def info(self, peer: int | None = None, timeout: float = 2.0) -> dict[int, dict[str, Any]]:
         """Query the info queryables of ``peer`` (None: every node serving one) -> ``{node: info}``."""
@@ -374,7 +388,10 @@ class ZenohTransport:
         key = info_key(self._ns, peer) if peer is not None else f"{self._ns}/v1/info/*"
         out: dict[int, dict[str, Any]] = {}
         replies = self._session.get(
-            key, target=zenoh.QueryTarget.ALL, consolidation=zenoh.ConsolidationMode.NONE, timeout=timeout
+            key,
+            target=zenoh.QueryTarget.ALL,
+            consolidation=zenoh.ConsolidationMode.NONE,
+            timeout=timeout,
         )
         for reply in replies:
             ok = reply.ok
@@ -391,7 +408,9 @@ class ZenohTransport:
                 out[node] = obj
         return out
 
-    def _get_chunk(self, server: int, params: str, timeout: float) -> tuple[bytes | None, str | None]:
+    def _get_chunk(
+        self, server: int, params: str, timeout: float
+    ) -> tuple[bytes | None, str | None]:
         """One chunk query: (payload, None) on a reply, (None, error message) on an error reply,
         (None, None) when nothing came back in time."""
         replies = self._session.get(
@@ -421,7 +440,9 @@ class ZenohTransport:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            payload, error = self._get_chunk(server, format_chunk_params(chunk, chunk_size, sep), left)
+            payload, error = self._get_chunk(
+                server, format_chunk_params(chunk, chunk_size, sep), left
+            )
             if payload is not None:
                 self._separators[server] = sep
                 return payload
@@ -466,7 +487,8 @@ class ZenohTransport:
             good = sorted(
                 n
                 for n, i in infos.items()
-                if i.get("fingerprint") == fp_hex and (num_params is None or i.get("N") == num_params)
+                if i.get("fingerprint") == fp_hex
+                and (num_params is None or i.get("N") == num_params)
             )
             return good + sorted(self.peers() - set(good))
 
