@@ -115,7 +115,9 @@ class ScenarioRun:
         self.tag = tag
         self.work = work
         self.namespace = f"deltafabric/conformance/{sc['id']}/{secrets.token_hex(4)}"
-        self.manifest = model_manifest(sc["model"])
+        self.manifest = model_manifest(
+            sc["model"], bool(sc.get("config", {}).get("include_buffers", False))
+        )
         specs = sc["nodes"]
         ports = free_ports(len(specs))
         self.nodes: dict[str, Node] = {}
@@ -257,21 +259,26 @@ class ScenarioRun:
         }
 
     def initial_weights(self) -> str:
-        """Deterministic initial weights (identical on every node): uniform(-1/sqrt(fan_in), ...)."""
+        """Deterministic initial weights, identical on every node (PyTorch's default rules, drawn with
+        NumPy from the scenario seed): weights of rank >= 2 and their biases uniform in
+        +-1/sqrt(fan_in); 1-D ``*.weight`` (normalisation scale) and ``*running_var`` ones;
+        other 1-D ``*running_mean`` zeros."""
         rng = np.random.default_rng(int(self.sc.get("seed", 0)))
+        shapes = {t.name: t.shape for t in self.manifest.tensors}
         parts = []
         for t in self.manifest.tensors:
-            fan_in = t.shape[1] if len(t.shape) == 2 else max(1, self.fan_in_of_bias(t.name))
-            b = 1.0 / np.sqrt(fan_in)
-            parts.append(rng.uniform(-b, b, size=t.numel).astype(np.float32))
-        return base64.b64encode(np.concatenate(parts).astype("<f4").tobytes()).decode("ascii")
-
-    def fan_in_of_bias(self, name: str) -> int:
-        w = name.rsplit(".", 1)[0] + ".weight"
-        for t in self.manifest.tensors:
-            if t.name == w and len(t.shape) == 2:
-                return int(t.shape[1])
-        return 1
+            name = t.name
+            if name.endswith("running_var") or (name.endswith(".weight") and len(t.shape) == 1):
+                parts.append(np.ones(t.numel, dtype=np.float32))
+                continue
+            weight = shapes.get(name.rsplit(".", 1)[0] + ".weight", t.shape)
+            if name.endswith("running_mean") or len(weight) < 2:
+                parts.append(np.zeros(t.numel, dtype=np.float32))
+                continue
+            bound = 1.0 / np.sqrt(float(np.prod(weight[1:])))
+            parts.append(rng.uniform(-bound, bound, size=t.numel).astype(np.float32))
+        flat = np.concatenate(parts).astype("<f4")
+        return base64.b64encode(flat.tobytes()).decode("ascii")
 
     def instruction(self, n: Node, ins: Mapping[str, Any]) -> dict[str, Any]:
         op = ins["op"]
@@ -507,6 +514,9 @@ def _check_one(
         acc = float(evs[-1]["accuracy"])
         if acc < float(chk["min"]):
             return f"accuracy {acc:.4f} < {chk['min']}"
+        worst = min(float(x) for x in evs[-1]["per_class"])
+        if worst < float(chk.get("min_per_class", 0.0)):
+            return f"a class has accuracy {worst:.4f} < {chk['min_per_class']}"
         if baseline is not None and "max_drop_vs_baseline" in chk:
             ref = float(baseline["mean_accuracy"])
             if acc < ref - float(chk["max_drop_vs_baseline"]):

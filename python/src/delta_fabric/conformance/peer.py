@@ -28,20 +28,31 @@ from delta_fabric.wire import decode_packet, encode_packet, packet_from_json
 __all__ = ["PeerHost", "PeerNode", "model_manifest"]
 
 
-def model_manifest(model: Mapping[str, Any]) -> Manifest:
+#: The demo's digits CNN (``delta_fabric.demo.model.DigitsCNN``, ``df_node::model::DigitsCnn``).
+DIGITS_CNN: tuple[tuple[str, tuple[int, ...]], ...] = (
+    ("bn1.bias", (16,)),
+    ("bn1.running_mean", (16,)),
+    ("bn1.running_var", (16,)),
+    ("bn1.weight", (16,)),
+    ("conv1.bias", (16,)),
+    ("conv1.weight", (16, 1, 3, 3)),
+    ("fc1.bias", (64,)),
+    ("fc1.weight", (64, 256)),
+    ("fc2.bias", (10,)),
+    ("fc2.weight", (10, 64)),
+)
+
+
+def model_manifest(model: Mapping[str, Any], include_buffers: bool = False) -> Manifest:
     """The manifest of a scenario model (driver protocol 5.6 ``model``)."""
     kind = model["kind"]
     if kind == "flat":
         return Manifest(TensorSpec(str(t["name"]), tuple(t["shape"])) for t in model["tensors"])
-    if kind == "digits_mlp":
-        h = int(model["hidden"])
+    if kind == "digits_cnn":
         return Manifest(
-            [
-                TensorSpec("fc1.weight", (h, 64)),
-                TensorSpec("fc1.bias", (h,)),
-                TensorSpec("fc2.weight", (10, h)),
-                TensorSpec("fc2.bias", (10,)),
-            ]
+            TensorSpec(name, shape)
+            for name, shape in DIGITS_CNN
+            if include_buffers or not name.startswith("bn1.running_")
         )
     raise ValueError(f"unknown model kind {kind!r}")
 
@@ -71,9 +82,9 @@ class PeerNode:
         self.join_args = dict(join)
         self.node_id = int(join["node_id"], 16)
         self.model = dict(join["model"])
-        self.manifest = model_manifest(self.model)
         known = set(SyncConfig.__dataclass_fields__)
         self.config = SyncConfig.from_json({k: v for k, v in join["config"].items() if k in known})
+        self.manifest = model_manifest(self.model, self.config.include_buffers)
         self.lock = threading.Lock()
         self.accepted: list[dict[str, Any]] = []
         self.past_counters: list[Counters] = []
@@ -269,23 +280,23 @@ class PeerNode:
     # training (capability peer.train) ---------------------------------------------------------------
     def _torch_model(self) -> Any:
         import torch
-        from torch import nn
 
         if self.torch_model is None:
             # One thread: live scenarios run several nodes on few cores, and intra-op threads of a tiny
-            # MLP only contend (measured: 15x slower with the default thread count on 2 cores).
+            # model only contend (measured: 15x slower with the default thread count on 2 cores).
             torch.set_num_threads(1)
-            if self.model["kind"] != "digits_mlp":
-                raise ValueError("train needs the digits_mlp model")
-            h = int(self.model["hidden"])
-            m = nn.Sequential()
-            m.add_module("fc1", nn.Linear(64, h))
-            m.add_module("relu", nn.ReLU())
-            m.add_module("fc2", nn.Linear(h, 10))
+            if self.model["kind"] != "digits_cnn":
+                raise ValueError("train needs the digits_cnn model")
+            from delta_fabric.adapters.torch import module_manifest, module_tensors
+            from delta_fabric.demo.model import DigitsCNN
+
+            m = DigitsCNN()
+            if module_manifest(m, self.config.include_buffers) != self.manifest:
+                raise ValueError("DigitsCNN's manifest differs from the scenario model's")
             views = self.manifest.split(self.active)  # views into the flat vector, canonical layout
             with torch.no_grad():
-                for name, p in m.named_parameters():
-                    p.data = torch.from_numpy(views[name])
+                for name, t in module_tensors(m, self.config.include_buffers).items():
+                    t.data = torch.from_numpy(views[name])  # parameters and BatchNorm statistics
             self.torch_model = m
         return self.torch_model
 
@@ -300,7 +311,8 @@ class PeerNode:
         bs = int(args.get("batch_size", 32))
         opt = torch.optim.SGD(m.parameters(), lr=lr)
         loss_fn = torch.nn.CrossEntropyLoss()
-        xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+        xt, yt = torch.from_numpy(x).reshape(-1, 1, 8, 8), torch.from_numpy(y)
+        m.train()
         interval = self.config.sync_interval
         for _ in range(steps):
             idx = torch.from_numpy(gen.integers(0, x.shape[0], size=bs))
@@ -316,8 +328,10 @@ class PeerNode:
 
         m = self._torch_model()
         x, y = _load_data(args["data"])
+        m.eval()  # BatchNorm running statistics
         with self.lock, torch.no_grad():
-            pred = m(torch.from_numpy(x)).argmax(dim=1).numpy()
+            pred = m(torch.from_numpy(x).reshape(-1, 1, 8, 8)).argmax(dim=1).numpy()
+        m.train()
         per_class = [
             float((pred[y == c] == c).mean()) if (y == c).any() else 0.0 for c in range(10)
         ]
