@@ -91,6 +91,7 @@ class FabricBase:
         self.relay_values_sent = 0
         self.values_received_applied = 0
         self.accepted_by_hops: dict[int, int] = {}
+        self._origin_progress: dict[int, tuple[int, int]] = {}
         self.bootstrapped = False
         self.snapshots_served = 0
         self._lock = threading.Lock()  # guards the anchor against a concurrent snapshot request
@@ -249,15 +250,24 @@ class FabricBase:
         return len(out)
 
     def _count_hops(self, packets: Sequence[bytes], res: ReceiveResult) -> None:
-        """Histogram of the hop count of accepted entries (``track_hops``: tests, the demo's report).
-        Costs a second decode of every accepted packet, hence off by default."""
+        """Histogram of the hop count of accepted entries and the latest (incarnation, seq) accepted
+        per origin (``track_hops``: tests, the demo's pacing and report). Costs a second decode of
+        every accepted packet, hence off by default."""
         for buf, outcome, verdicts in zip(packets, res.outcomes, res.entry_outcomes, strict=False):
             if outcome is not None or Admission.ACCEPTED not in verdicts:
                 continue
             pkt = decode_packet(buf, self.config.max_packet_size)
             for e, v in zip(pkt.entries, verdicts, strict=False):
-                if v is Admission.ACCEPTED:
-                    self.accepted_by_hops[e.hops] = self.accepted_by_hops.get(e.hops, 0) + 1
+                if v is not Admission.ACCEPTED:
+                    continue
+                self.accepted_by_hops[e.hops] = self.accepted_by_hops.get(e.hops, 0) + 1
+                cur = self._origin_progress.get(e.origin)
+                if cur is None or (e.incarnation, e.seq) > cur:
+                    self._origin_progress[e.origin] = (e.incarnation, e.seq)
+
+    def origin_progress(self) -> dict[int, tuple[int, int]]:
+        """Latest ``(incarnation, seq)`` accepted from each origin (only with ``track_hops``)."""
+        return dict(self._origin_progress)
 
     def stats(self) -> dict[str, Any]:
         """Counters: steps, syncs, bytes and packets sent, own/relayed entries, receive counters."""

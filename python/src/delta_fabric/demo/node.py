@@ -6,7 +6,7 @@ Command line (all nodes of a run get the same values except identity and endpoin
     --index I --node-id HEX16 --data DIR --init FILE --steps S --batch B --lr LR --momentum M
     --seed SEED --sync on|off --alpha A --ratio R --sync-interval K [--include-buffers]
     --namespace NS --listen tcp/127.0.0.1:P [--connect EP]... [--neighbours HEX16,HEX16,...]
-    --eval-every E [--wait-peers SECONDS] [--linger SECONDS]
+    --eval-every E [--wait-peers SECONDS] [--linger SECONDS] [--max-lead ROUNDS]
 
 ``--data DIR`` holds the partition files (see `delta_fabric.demo.data`), ``--init FILE`` the initial
 canonical weights (raw little-endian f32, canonical order, with BatchNorm running statistics when
@@ -63,6 +63,12 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
         "--neighbours", default="", help="comma-separated node ids (hex); empty: every node"
     )
     p.add_argument("--eval-every", type=int, default=50)
+    p.add_argument(
+        "--max-lead",
+        type=int,
+        default=2,
+        help="sync rounds this node may run ahead of the slowest peer it hears (0: no pacing)",
+    )
     p.add_argument("--wait-peers", type=float, default=30.0)
     p.add_argument("--linger", type=float, default=30.0)
 
@@ -176,6 +182,7 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
     manifest = module_manifest(model, args.include_buffers)
     fabric: Fabric | None = None
     transport: Any = None
+    neighbours: list[int] = []
     wait_peers_s = 0.0
     if args.sync == "on":
         from delta_fabric.transports.base import PeerTimeoutError
@@ -232,6 +239,27 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
             per_class.append(float((pred[mask] == c).float().mean()) if n else None)
         return float((pred == yte).float().mean()), per_class
 
+    peers_expected = set(neighbours)
+    paced_s = 0.0
+
+    def pace(f: Fabric) -> float:
+        """Bounded staleness, decided locally: wait (receiving and relaying) while this node is more
+        than ``--max-lead`` sync rounds ahead of the slowest peer it hears from. Peers that fell
+        silent for ``--wait-peers`` seconds no longer hold it back."""
+        t0 = time.monotonic()
+        while True:
+            prog = f.origin_progress()
+            peers = peers_expected | set(prog)
+            if not peers:
+                break
+            mine = f.engine.next_seq - 1
+            slowest = min(prog.get(p, (0, 0))[1] for p in peers)
+            if mine - slowest <= args.max_lead or time.monotonic() - t0 > args.wait_peers:
+                break
+            transport.wait_for_packets(0.05)
+            f.poll()
+        return time.monotonic() - t0
+
     curve: list[list[float]] = []
     acc0, _ = evaluate()
     curve.append([0, acc0])
@@ -245,6 +273,8 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
         opt.step()
         if fabric is not None:
             fabric.step()
+            if args.max_lead > 0 and step % args.sync_interval == 0:
+                paced_s += pace(fabric)
         acc: float | None = None
         if step % args.eval_every == 0 or step == args.steps:
             acc, _ = evaluate()
@@ -276,6 +306,7 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
     stats["train_s"] = round(train_s, 3)
     stats["startup_s"] = round(t_ready - t_entry, 3)
     stats["wait_peers_s"] = round(wait_peers_s, 3)
+    stats["paced_s"] = round(paced_s, 3)
     _emit(
         {
             "event": "done",

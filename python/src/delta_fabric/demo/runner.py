@@ -65,6 +65,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--no-buffers", action="store_true", help="do not sync BatchNorm running statistics"
     )
     p.add_argument("--eval-every", type=int, default=50)
+    p.add_argument(
+        "--max-lead",
+        type=int,
+        default=2,
+        help="sync rounds a node may run ahead of the slowest peer it hears (0: no pacing)",
+    )
     p.add_argument("--skip-nosync", action="store_true", help="skip the sync-off run")
     p.add_argument("--skip-baseline", action="store_true", help="skip the single-node baseline")
     p.add_argument("--no-plot", action="store_true")
@@ -162,6 +168,7 @@ def _node_command(spec: NodeSpec, args: argparse.Namespace, common: dict[str, An
         "--sync-interval", str(args.sync_interval),
         "--namespace", common["namespace"],
         "--eval-every", str(args.eval_every),
+        "--max-lead", str(args.max_lead),
     ]  # fmt: skip
     if common["include_buffers"]:
         argv.append("--include-buffers")
@@ -626,6 +633,7 @@ def run(args: argparse.Namespace) -> int:
             "lr": lr,
             "momentum": args.momentum,
             "batch": args.batch,
+            "max_lead": args.max_lead,
         },
         "runs": results,
         "bytes": {
