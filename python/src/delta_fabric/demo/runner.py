@@ -168,7 +168,6 @@ def _node_command(spec: NodeSpec, args: argparse.Namespace, common: dict[str, An
         "--sync-interval", str(args.sync_interval),
         "--namespace", common["namespace"],
         "--eval-every", str(args.eval_every),
-        "--max-lead", str(args.max_lead),
     ]  # fmt: skip
     if common["include_buffers"]:
         argv.append("--include-buffers")
@@ -180,6 +179,7 @@ def _node_command(spec: NodeSpec, args: argparse.Namespace, common: dict[str, An
         argv += ["--neighbours", ",".join(f"{x:016x}" for x in spec.neighbours)]
     if spec.framework == "burn":
         return [common["burn_bin"], *argv]
+    argv += ["--max-lead", str(args.max_lead)]  # pacing: a PyTorch-node option
     return [sys.executable, "-m", "delta_fabric.demo.node", *argv]
 
 
