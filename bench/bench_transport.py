@@ -66,6 +66,11 @@ def zenoh_config(listen: list[str], connect: list[str]) -> Any:
     return c
 
 
+def _matching(publisher: Any) -> bool:
+    # `Publisher.matching_status` is typed `-> bool` in zenoh's stubs but is a MatchingStatus object.
+    return bool(publisher.matching_status.matching)
+
+
 def make_packet(size: int) -> bytes:
     """An encoded packet of exactly ``size`` bytes (one F32 entry), found by adjusting the value count."""
     from delta_fabric.wire import Entry, Packet, encode_packet
@@ -92,7 +97,7 @@ def make_packet(size: int) -> bytes:
 def _raw_receiver(listen: str, total: int, warmup: int, conn: Any, copy: bool = False) -> None:
     import zenoh
 
-    session = zenoh.open(zenoh_config([listen], []))
+    session: Any = zenoh.open(zenoh_config([listen], []))
     state = {"n": 0, "bytes": 0, "t0": 0.0, "t1": 0.0}
     done = threading.Event()
 
@@ -107,7 +112,7 @@ def _raw_receiver(listen: str, total: int, warmup: int, conn: Any, copy: bool = 
             state["t1"] = time.perf_counter()
             done.set()
 
-    sub = session.declare_subscriber(f"{NS}/raw", on_sample)
+    sub: Any = session.declare_subscriber(f"{NS}/raw", on_sample)
     conn.send("ready")
     ok = done.wait(300)
     conn.send(
@@ -184,15 +189,15 @@ def run_raw(size: int, count: int, warmup: int, copy: bool = False) -> dict[str,
     proc.start()
     try:
         assert _wait(parent, 60) == "ready"
-        session = zenoh.open(zenoh_config([], [f"tcp/127.0.0.1:{port}"]))
+        session: Any = zenoh.open(zenoh_config([], [f"tcp/127.0.0.1:{port}"]))
         try:
-            pub = session.declare_publisher(
+            pub: Any = session.declare_publisher(
                 f"{NS}/raw",
                 congestion_control=zenoh.CongestionControl.BLOCK,
                 reliability=zenoh.Reliability.RELIABLE,
             )
             deadline = time.monotonic() + 30
-            while not pub.matching_status.matching:
+            while not _matching(pub):
                 if time.monotonic() > deadline:
                     raise TimeoutError("no matching subscriber")
                 time.sleep(0.01)
@@ -227,7 +232,7 @@ def run_df(size: int, count: int, warmup: int, decode: bool = True) -> dict[str,
         with ZenohTransport(opts) as t:
             t.wait_for_peers(1, 30)
             deadline = time.monotonic() + 30
-            while not t._publisher.matching_status.matching:
+            while not _matching(t._publisher):
                 if time.monotonic() > deadline:
                     raise TimeoutError("no matching subscriber")
                 time.sleep(0.01)

@@ -39,9 +39,7 @@ class NodeResult:
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["ip", *args], capture_output=True, text=True, timeout=20, check=check
-    )
+    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=20, check=check)
 
 
 def create_namespace(name: str) -> None:
@@ -55,9 +53,7 @@ def create_namespace(name: str) -> None:
         _ip("netns", "add", name)
     except (subprocess.CalledProcessError, OSError, subprocess.TimeoutExpired) as exc:
         detail = getattr(exc, "stderr", "") or str(exc)
-        raise NetnsUnavailable(
-            f"`ip netns add {name}` failed: {detail.strip()}"
-        ) from exc
+        raise NetnsUnavailable(f"`ip netns add {name}` failed: {detail.strip()}") from exc
     try:
         _ip("netns", "exec", name, "ip", "link", "set", "lo", "up")
         _ip("netns", "exec", name, "ip", "link", "set", "lo", "multicast", "on")
@@ -65,9 +61,7 @@ def create_namespace(name: str) -> None:
     except (subprocess.CalledProcessError, OSError, subprocess.TimeoutExpired) as exc:
         delete_namespace(name)
         detail = getattr(exc, "stderr", "") or str(exc)
-        raise NetnsUnavailable(
-            f"configuring namespace {name} failed: {detail.strip()}"
-        ) from exc
+        raise NetnsUnavailable(f"configuring namespace {name} failed: {detail.strip()}") from exc
 
 
 def delete_namespace(name: str) -> None:
@@ -98,17 +92,13 @@ def run_child(
         try:
             peers = t.wait_for_peers(1, timeout, expected=[other])
         except TimeoutError as exc:
-            return NodeResult(
-                node, False, sorted(t.peers()), [], time.monotonic() - t0, str(exc)
-            )
+            return NodeResult(node, False, sorted(t.peers()), [], time.monotonic() - t0, str(exc))
         hello = f"hello from {node:016x}".encode()
         want = f"hello from {other:016x}"
         deadline = time.monotonic() + timeout
         got_at: float | None = None
         # Publish until the other's hello is in, then one more second so the other gets ours too.
-        while time.monotonic() < deadline and (
-            got_at is None or time.monotonic() - got_at < 1.0
-        ):
+        while time.monotonic() < deadline and (got_at is None or time.monotonic() - got_at < 1.0):
             t.publish(hello)
             t.wait_for_packets(0.05)
             for p in t.drain():
@@ -161,9 +151,7 @@ def run(
             if not multicast:
                 cmd.append("--no-multicast")
             procs.append(
-                subprocess.Popen(
-                    cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-                )
+                subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             )
         results: list[NodeResult] = []
         for p in procs:
@@ -172,16 +160,12 @@ def run(
             except subprocess.TimeoutExpired:
                 p.kill()
                 out, err = p.communicate(timeout=10)
-            line = next(
-                (x for x in reversed(out.splitlines()) if x.startswith("{")), ""
-            )
+            line = next((x for x in reversed(out.splitlines()) if x.startswith("{")), "")
             if line:
                 results.append(NodeResult(**json.loads(line)))
             else:
                 results.append(
-                    NodeResult(
-                        0, False, [], [], 0.0, f"rc={p.returncode} stderr={err[-2000:]}"
-                    )
+                    NodeResult(0, False, [], [], 0.0, f"rc={p.returncode} stderr={err[-2000:]}")
                 )
         return results
     finally:
@@ -211,9 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     if args.cmd == "child":
-        res = run_child(
-            args.node, args.other, args.namespace, args.timeout, not args.no_multicast
-        )
+        res = run_child(args.node, args.other, args.namespace, args.timeout, not args.no_multicast)
         print(json.dumps(res.__dict__), flush=True)
         return 0 if res.ok else 1
     try:

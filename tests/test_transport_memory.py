@@ -132,9 +132,7 @@ def test_queue_push_is_thread_safe() -> None:
     got.extend(q.drain())
     assert len(got) == 8000
     for k in range(4):  # per-producer order is kept
-        seq = [
-            struct.unpack("<II", p)[1] for p in got if struct.unpack("<II", p)[0] == k
-        ]
+        seq = [struct.unpack("<II", p)[1] for p in got if struct.unpack("<II", p)[0] == k]
         assert seq == list(range(2000))
 
 
@@ -156,8 +154,12 @@ def test_wait_for_packets_wakes_up_on_arrival() -> None:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _run_faulty(seed: int, **rates: float) -> list[bytes]:
-    hub = MemoryHub(seed=seed, **rates)
+def _run_faulty(
+    seed: int, drop_rate: float = 0.0, duplicate_rate: float = 0.0, reorder_rate: float = 0.0
+) -> list[bytes]:
+    hub = MemoryHub(
+        seed=seed, drop_rate=drop_rate, duplicate_rate=duplicate_rate, reorder_rate=reorder_rate
+    )
     a, b = hub.transport(1), hub.transport(2)
     for i in range(200):
         a.publish(struct.pack("<I", i))
@@ -259,9 +261,7 @@ def test_chunked_snapshot_fetch_is_bit_exact(chunk_size: int) -> None:
     server, joiner = hub.transport(1), hub.transport(2)
     src = _source(1000)
     server.serve_snapshot(lambda: src)
-    anchor, incarnation = joiner.fetch_snapshot(
-        1, FP, 10.0, chunk_size=chunk_size, num_params=1000
-    )
+    anchor, incarnation = joiner.fetch_snapshot(1, FP, 10.0, chunk_size=chunk_size, num_params=1000)
     assert incarnation == 7
     assert anchor.dtype == np.float32 and anchor.flags.writeable
     assert anchor.tobytes() == src.anchor.tobytes()
@@ -300,10 +300,7 @@ def test_fetch_errors_are_typed() -> None:
 def _corrupt_value(buf: bytes) -> bytes:
     chunk = decode_chunk(buf)
     pos = len(buf) - 4 * chunk.values.size  # values are the last vector of the buffer
-    assert (
-        np.frombuffer(buf, "<f4", chunk.values.size, pos).tobytes()
-        == chunk.values.tobytes()
-    )
+    assert np.frombuffer(buf, "<f4", chunk.values.size, pos).tobytes() == chunk.values.tobytes()
     out = bytearray(buf)
     out[pos] ^= 0x01
     return bytes(out)
@@ -312,9 +309,7 @@ def _corrupt_value(buf: bytes) -> bytes:
 def test_corrupted_chunk_is_rejected_by_the_digest() -> None:
     # REQ: DF-ZEN-12
     hub = MemoryHub(
-        snapshot_hook=lambda server, chunk, buf: (
-            _corrupt_value(buf) if chunk == 1 else buf
-        )
+        snapshot_hook=lambda server, chunk, buf: _corrupt_value(buf) if chunk == 1 else buf
     )
     server, joiner = hub.transport(1), hub.transport(2)
     server.serve_snapshot(lambda: _source(100))
@@ -374,9 +369,7 @@ def test_engine_joins_from_a_fetched_snapshot() -> None:
 
     def provide() -> SnapshotSource:
         snap = eng_a.snapshot()
-        return SnapshotSource(
-            eng_a.incarnation, snap.fingerprint, snap.anchor, framework="numpy"
-        )
+        return SnapshotSource(eng_a.incarnation, snap.fingerprint, snap.anchor, framework="numpy")
 
     ta.serve_snapshot(provide)
     anchor, inc = tb.fetch_snapshot(
@@ -410,9 +403,7 @@ def test_spec_example_chunks_and_out_of_range_error() -> None:
     src = SnapshotSource(5, FP, values)
     srv = SnapshotServer(10, lambda: src)
     digest = snapshot_digest(values)
-    assert (
-        digest == __import__("hashlib").sha256(values.astype("<f4").tobytes()).digest()
-    )
+    assert digest == __import__("hashlib").sha256(values.astype("<f4").tobytes()).digest()
     assert chunk_count(12, 5) == 3
     chunks = [decode_chunk(srv.answer(format_chunk_params(i, 5))) for i in range(3)]
     assert [c.offset for c in chunks] == [0, 5, 10]
@@ -449,7 +440,7 @@ def test_chunk_parameters_accept_both_separators_and_reject_garbage() -> None:
         "chunk=1&chunk_size=0",
         f"chunk=0&chunk_size={limit + 1}",
         "chunk=1&chunk_size=" + "9" * 30,
-        "chunk=١&chunk_size=4",
+        "chunk=\u0661&chunk_size=4",  # a non-ASCII digit,
     ):
         with pytest.raises(SnapshotError) as ei:
             parse_chunk_params(bad)
@@ -471,14 +462,10 @@ def test_server_reuses_a_recent_capture_for_chunk_zero() -> None:
         return _source(20, seed=n["captures"])
 
     srv = SnapshotServer(1, provider)  # reuse_s = 10
-    ids = {
-        decode_chunk(srv.answer("chunk=0&chunk_size=5")).snapshot_id for _ in range(3)
-    }
+    ids = {decode_chunk(srv.answer("chunk=0&chunk_size=5")).snapshot_id for _ in range(3)}
     assert ids == {1} and n["captures"] == 1
     srv2 = SnapshotServer(1, provider, reuse_s=0.0)
-    ids2 = [
-        decode_chunk(srv2.answer("chunk=0&chunk_size=5")).snapshot_id for _ in range(3)
-    ]
+    ids2 = [decode_chunk(srv2.answer("chunk=0&chunk_size=5")).snapshot_id for _ in range(3)]
     assert ids2 == [1, 2, 3]
     assert (
         decode_chunk(srv2.answer("chunk=1&chunk_size=5")).snapshot_id == 3
@@ -489,9 +476,7 @@ def test_info_object_matches_spec_members() -> None:
     # REQ: DF-ZEN-6
     srv = SnapshotServer(
         10,
-        lambda: SnapshotSource(
-            0x00066169085C7000, FP, np.zeros(12, np.float32), "pytorch"
-        ),
+        lambda: SnapshotSource(0x00066169085C7000, FP, np.zeros(12, np.float32), "pytorch"),
     )
     assert srv.info() == {
         "node": "000000000000000a",
@@ -536,9 +521,7 @@ def test_assembler_checks_offsets_lengths_and_consistency() -> None:
     assert asm.missing == [2, 3]
     with pytest.raises(SnapshotError):
         asm.finish()
-    short = decode_chunk(
-        encode_chunk(src, 1, 5, 3, 25)
-    )  # 25 values where 10 are expected
+    short = decode_chunk(encode_chunk(src, 1, 5, 3, 25))  # 25 values where 10 are expected
     with pytest.raises(SnapshotError) as ei:
         asm.add(3, short)
     assert ei.value.kind is SnapshotErrorKind.BAD_OFFSET

@@ -24,18 +24,22 @@ import pytest
 
 zenoh = pytest.importorskip("zenoh")
 
-from delta_fabric.config import SyncConfig
-from delta_fabric.engine import Engine
-from delta_fabric.manifest import Manifest
-from delta_fabric.snapshot import (
+from delta_fabric.config import SyncConfig  # noqa: E402
+from delta_fabric.engine import Engine  # noqa: E402
+from delta_fabric.manifest import Manifest  # noqa: E402
+from delta_fabric.snapshot import (  # noqa: E402
     SnapshotError,
     SnapshotErrorKind,
     SnapshotSource,
     decode_chunk,
     encode_chunk,
 )
-from delta_fabric.transports import PeerTimeoutError, Transport, TransportClosedError
-from delta_fabric.transports.zenoh import (
+from delta_fabric.transports import (  # noqa: E402
+    PeerTimeoutError,
+    Transport,
+    TransportClosedError,
+)
+from delta_fabric.transports.zenoh import (  # noqa: E402
     PACKET_SCHEMA,
     ZenohOptions,
     ZenohTransport,
@@ -138,9 +142,7 @@ def _settle(ts: tuple[ZenohTransport, ...]) -> None:
     deadline = time.monotonic() + WAIT
     for t in ts:
         others = [
-            o
-            for o in ts
-            if o is not t and (o.neighbours is None or t.node_id in o.neighbours)
+            o for o in ts if o is not t and (o.neighbours is None or t.node_id in o.neighbours)
         ]
         while others and time.monotonic() < deadline:
             t.publish(b"probe")
@@ -178,10 +180,7 @@ def test_options_validate_namespace_mode_and_ids() -> None:
         ZenohOptions(node_id=1 << 64)
     with pytest.raises(ValueError):
         ZenohOptions(node_id=1, mode="router")
-    assert (
-        delta_key("deltafabric/default", 10)
-        == "deltafabric/default/v1/delta/000000000000000a"
-    )
+    assert delta_key("deltafabric/default", 10) == "deltafabric/default/v1/delta/000000000000000a"
     assert alive_key("lab42/run7", 10) == "lab42/run7/v1/alive/000000000000000a"
     assert snapshot_key("n", 0xFFFFFFFFFFFFFFFF) == "n/v1/snapshot/ffffffffffffffff"
     assert info_key("n", 1) == "n/v1/info/0000000000000001"
@@ -204,12 +203,8 @@ def test_config_file_is_used_as_is(tmp_path: Path) -> None:
             """
         )
     )
-    opts = ZenohOptions(
-        node_id=1, namespace=NS, config_file=cfg, listen=[ep(ignored_port)]
-    )
-    assert json.loads(opts.build_config().get_json("listen/endpoints")) == [
-        ep(file_port)
-    ]
+    opts = ZenohOptions(node_id=1, namespace=NS, config_file=cfg, listen=[ep(ignored_port)])
+    assert json.loads(opts.build_config().get_json("listen/endpoints")) == [ep(file_port)]
     with ZenohTransport(opts) as a:
         assert port_is_open(file_port)
         assert not port_is_open(ignored_port)
@@ -259,7 +254,12 @@ def test_publication_carries_encoding_schema_and_qos(cluster: Cluster) -> None:
     session = zenoh.open(raw_config([ep(free_port())], [ep(cluster.ports[0])]))
     try:
         sub = session.declare_subscriber(f"{NS}/v1/delta/*", samples.append)
-        assert wait_until(lambda: (a.publish(b"x") or True) and bool(samples))
+
+        def publish_and_check() -> bool:
+            a.publish(b"x")
+            return bool(samples)
+
+        assert wait_until(publish_and_check)
         s = samples[0]
         assert str(s.key_expr) == delta_key(NS, 1)
         assert str(s.encoding) == f"application/octet-stream;{PACKET_SCHEMA}"
@@ -405,9 +405,7 @@ def test_liveliness_token_goes_away_when_the_process_is_killed(
         assert child.stdout.readline().strip() == "ready"
         os.kill(child.pid, signal.SIGKILL)
         t0 = time.monotonic()
-        assert wait_until(lambda: 77 not in a.peers(), 15.0), (
-            "token of the killed node still alive"
-        )
+        assert wait_until(lambda: 77 not in a.peers(), 15.0), "token of the killed node still alive"
         gone_after = time.monotonic() - t0
         assert gone_after < 15.0
     finally:
@@ -437,9 +435,7 @@ def test_chunked_snapshot_fetch_with_digest_verification(cluster: Cluster) -> No
         return SnapshotSource(0x1234, FP, values, framework="numpy")
 
     server.serve_snapshot(provider)
-    anchor, inc = joiner.fetch_snapshot(
-        1, FP, WAIT, chunk_size=8192, num_params=values.size
-    )
+    anchor, inc = joiner.fetch_snapshot(1, FP, WAIT, chunk_size=8192, num_params=values.size)
     assert inc == 0x1234 and anchor.tobytes() == values.tobytes()
     assert len(captures) == 1  # 13 chunks from one capture
     anchor2, _ = joiner.fetch_snapshot(None, FP, WAIT)  # any server, default chunk size
@@ -451,9 +447,7 @@ def test_info_queryable_returns_json(cluster: Cluster) -> None:
     server, joiner = cluster.add(10), cluster.add(2)
     _connected(server, joiner)
     server.serve_snapshot(
-        lambda: SnapshotSource(
-            0x00066169085C7000, FP, np.zeros(12, np.float32), "pytorch"
-        )
+        lambda: SnapshotSource(0x00066169085C7000, FP, np.zeros(12, np.float32), "pytorch")
     )
     info = joiner.info(10, timeout=WAIT)
     assert info == {
@@ -519,9 +513,7 @@ def _fake_server(
 
     def on_query(q: zenoh.Query) -> None:
         params = dict(
-            part.split("=", 1)
-            for part in str(q.parameters).replace(";", "&").split("&")
-            if part
+            part.split("=", 1) for part in str(q.parameters).replace(";", "&").split("&") if part
         )
         i, size = int(params["chunk"]), int(params["chunk_size"])
         q.reply(key, mangle[0](i, encode_chunk(src, node, 1, i, size)))
@@ -535,9 +527,7 @@ def test_corrupted_chunk_is_rejected_with_a_typed_error(cluster: Cluster) -> Non
     session = zenoh.open(raw_config([ep(free_port())], [ep(cluster.ports[0])]))
     mangle: list[Callable[[int, bytes], bytes]] = [lambda i, buf: buf]
     queryable = _fake_server(session, 0xBAD, mangle)
-    token = session.liveliness().declare_token(
-        alive_key(NS, 0xBAD)
-    )  # after the queryable
+    token = session.liveliness().declare_token(alive_key(NS, 0xBAD))  # after the queryable
     try:
         joiner.wait_for_peers(1, WAIT, expected=[0xBAD])
         anchor, inc = joiner.fetch_snapshot(0xBAD, FP, WAIT, chunk_size=30, attempts=1)
@@ -558,14 +548,10 @@ def test_corrupted_chunk_is_rejected_with_a_typed_error(cluster: Cluster) -> Non
                 return buf
             c = decode_chunk(buf)
             src = SnapshotSource(3, FP, np.linspace(-1, 1, 100, dtype=np.float32))
-            return encode_chunk(
-                src, c.node, c.snapshot_id, 2, 30
-            )  # chunk 2 answered for chunk 1
+            return encode_chunk(src, c.node, c.snapshot_id, 2, 30)  # chunk 2 answered for chunk 1
 
         def other_fingerprint(i: int, buf: bytes) -> bytes:
-            src = SnapshotSource(
-                3, bytes(32), np.linspace(-1, 1, 100, dtype=np.float32)
-            )
+            src = SnapshotSource(3, bytes(32), np.linspace(-1, 1, 100, dtype=np.float32))
             return encode_chunk(src, 0xBAD, 1, i, 30)
 
         for fault, kind in (

@@ -75,7 +75,9 @@ class SnapshotErrorKind(str, Enum):
     MALFORMED = "MALFORMED"  #: offsets/lengths out of bounds, required field missing, bad sizes
     UNSUPPORTED_VERSION = "UNSUPPORTED_VERSION"  #: version_major != 1
     FINGERPRINT_MISMATCH = "FINGERPRINT_MISMATCH"  #: not the joiner's manifest
-    INCONSISTENT = "INCONSISTENT"  #: chunk disagrees with earlier chunks (id, total, digest, server...)
+    INCONSISTENT = (
+        "INCONSISTENT"  #: chunk disagrees with earlier chunks (id, total, digest, server...)
+    )
     BAD_OFFSET = "BAD_OFFSET"  #: offset / length not the ones the request implies
     NON_FINITE = "NON_FINITE"  #: a value is NaN or infinite
     DIGEST_MISMATCH = "DIGEST_MISMATCH"  #: the reassembled values do not hash to the digest
@@ -213,7 +215,8 @@ def parse_chunk_params(
         raw = raw.strip()
         if not raw.isascii() or not raw.isdigit() or len(raw) > 20:
             raise SnapshotError(
-                SnapshotErrorKind.BAD_REQUEST, f"{name}={raw[:40]!r} is not a non-negative decimal integer"
+                SnapshotErrorKind.BAD_REQUEST,
+                f"{name}={raw[:40]!r} is not a non-negative decimal integer",
             )
         return int(raw)
 
@@ -221,7 +224,9 @@ def parse_chunk_params(
     chunk_size = num("chunk_size")
     limit = max_chunk_size(max_packet_size)
     if not 1 <= chunk_size <= limit:
-        raise SnapshotError(SnapshotErrorKind.BAD_REQUEST, f"chunk_size {chunk_size} not in [1, {limit}]")
+        raise SnapshotError(
+            SnapshotErrorKind.BAD_REQUEST, f"chunk_size {chunk_size} not in [1, {limit}]"
+        )
     return chunk, chunk_size
 
 
@@ -245,11 +250,14 @@ def encode_chunk(
     """
     limit = max_chunk_size(max_packet_size)
     if not 1 <= chunk_size <= limit:
-        raise SnapshotError(SnapshotErrorKind.BAD_REQUEST, f"chunk_size {chunk_size} not in [1, {limit}]")
+        raise SnapshotError(
+            SnapshotErrorKind.BAD_REQUEST, f"chunk_size {chunk_size} not in [1, {limit}]"
+        )
     n_chunks = chunk_count(source.total, chunk_size)
     if not 0 <= chunk < n_chunks:
         raise SnapshotError(
-            SnapshotErrorKind.BAD_REQUEST, f"chunk {chunk} not in [0, {n_chunks}) for {source.total} values"
+            SnapshotErrorKind.BAD_REQUEST,
+            f"chunk {chunk} not in [0, {n_chunks}) for {source.total} values",
         )
     offset = chunk * chunk_size
     values = source.anchor[offset : offset + chunk_size]
@@ -282,7 +290,9 @@ _U32 = struct.Struct("<I")
 _I32 = struct.Struct("<i")
 _U64 = struct.Struct("<Q")
 
-_S_VMAJ, _S_VMIN, _S_NODE, _S_INC, _S_FP, _S_ID, _S_TOTAL, _S_OFFSET, _S_DIGEST, _S_VALUES = range(10)
+_S_VMAJ, _S_VMIN, _S_NODE, _S_INC, _S_FP, _S_ID, _S_TOTAL, _S_OFFSET, _S_DIGEST, _S_VALUES = range(
+    10
+)
 
 
 def _malformed(detail: str) -> NoReturn:
@@ -459,7 +469,8 @@ class SnapshotAssembler:
         if self.first is None:
             if self.expected_node is not None and chunk.node != self.expected_node:
                 raise SnapshotError(
-                    bad.INCONSISTENT, f"chunk from node {chunk.node:016x}, asked {self.expected_node:016x}"
+                    bad.INCONSISTENT,
+                    f"chunk from node {chunk.node:016x}, asked {self.expected_node:016x}",
                 )
             if self.expected_total is not None and chunk.total != self.expected_total:
                 raise SnapshotError(
@@ -491,7 +502,9 @@ class SnapshotAssembler:
             )
         if not bool(np.isfinite(chunk.values).all()):
             bad_at = int(np.flatnonzero(~np.isfinite(chunk.values))[0])
-            raise SnapshotError(bad.NON_FINITE, f"chunk {index}: value {want_off + bad_at} is not finite")
+            raise SnapshotError(
+                bad.NON_FINITE, f"chunk {index}: value {want_off + bad_at} is not finite"
+            )
         if self.first is None:
             self.first = chunk
             self._buf = np.empty(chunk.total, dtype=np.float32)
@@ -555,12 +568,16 @@ class SnapshotServer:
             now = time.monotonic()
             latest = self._latest
             stale = (
-                latest is None or now - latest[2] > self.keep_s or (fresh and now - latest[1] >= self.reuse_s)
+                latest is None
+                or now - latest[2] > self.keep_s
+                or (fresh and now - latest[1] >= self.reuse_s)
             )
             if stale:
                 src = self.provider()
                 if not isinstance(src, SnapshotSource):
-                    raise TypeError(f"snapshot provider returned {type(src).__name__}, not SnapshotSource")
+                    raise TypeError(
+                        f"snapshot provider returned {type(src).__name__}, not SnapshotSource"
+                    )
                 latest = (self._next_id, now, now, src)
                 self._next_id += 1
             assert latest is not None
@@ -573,7 +590,9 @@ class SnapshotServer:
         ``SnapshotError(BAD_REQUEST)`` for bad parameters or a chunk index out of range."""
         chunk, chunk_size = parse_chunk_params(params, max_packet_size=self.max_packet_size)
         sid, src = self.current(fresh=chunk == 0)
-        return encode_chunk(src, self.node, sid, chunk, chunk_size, max_packet_size=self.max_packet_size)
+        return encode_chunk(
+            src, self.node, sid, chunk, chunk_size, max_packet_size=self.max_packet_size
+        )
 
     def info(self) -> dict[str, object]:
         """The info queryable's JSON object (DF-ZEN-6): ``node`` and ``incarnation`` as 16 lowercase hex

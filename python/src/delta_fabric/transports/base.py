@@ -73,7 +73,9 @@ class PeerTimeoutError(TransportError, TimeoutError):
     the transport cannot know who should be there; ``missing_count``: how many more peers were needed.
     """
 
-    def __init__(self, needed: int, present: frozenset[int], missing: frozenset[int], timeout: float) -> None:
+    def __init__(
+        self, needed: int, present: frozenset[int], missing: frozenset[int], timeout: float
+    ) -> None:
         self.needed = needed
         self.present = present
         self.missing = missing
@@ -119,7 +121,9 @@ class PacketQueue:
     """Bounded FIFO of received packets, safe to fill from any thread; :meth:`push` never blocks for
     longer than a deque append under a lock. Overflow: drop the oldest (see the module docstring)."""
 
-    def __init__(self, capacity: int = DEFAULT_QUEUE_CAPACITY, max_bytes: int = DEFAULT_QUEUE_BYTES) -> None:
+    def __init__(
+        self, capacity: int = DEFAULT_QUEUE_CAPACITY, max_bytes: int = DEFAULT_QUEUE_BYTES
+    ) -> None:
         if capacity < 1:
             raise ValueError(f"queue capacity must be >= 1, got {capacity}")
         if max_bytes < 1:

@@ -93,7 +93,11 @@ class MemoryHub:
     ) -> MemoryTransport:
         """A new transport for ``node_id`` on this hub (``ValueError`` if the id is already live)."""
         return MemoryTransport(
-            self, node_id, neighbours=neighbours, queue_capacity=queue_capacity, queue_bytes=queue_bytes
+            self,
+            node_id,
+            neighbours=neighbours,
+            queue_capacity=queue_capacity,
+            queue_bytes=queue_bytes,
         )
 
     # internal -------------------------------------------------------------------------------------------
@@ -126,7 +130,9 @@ class MemoryHub:
                 for buf in bufs:
                     if self.drop_rate and self._rng.random() < self.drop_rate:
                         continue
-                    copies = 2 if self.duplicate_rate and self._rng.random() < self.duplicate_rate else 1
+                    copies = (
+                        2 if self.duplicate_rate and self._rng.random() < self.duplicate_rate else 1
+                    )
                     for _ in range(copies):
                         self._push(dst, t, buf)
 
@@ -152,7 +158,9 @@ class MemoryHub:
             t = self._nodes.get(server)
             srv = None if t is None else t._server
         if srv is None:
-            raise SnapshotError(SnapshotErrorKind.NO_SERVER, f"node {server:016x} serves no snapshot")
+            raise SnapshotError(
+                SnapshotErrorKind.NO_SERVER, f"node {server:016x} serves no snapshot"
+            )
         try:
             buf = srv.answer({"chunk": str(chunk), "chunk_size": str(chunk_size)})
         except SnapshotError as exc:
@@ -225,7 +233,11 @@ class MemoryTransport:
         self, n: int, timeout: float, *, expected: Collection[int] | None = None
     ) -> frozenset[int]:
         self._check_open()
-        want = frozenset(check_node_id(e) for e in expected) if expected is not None else self.neighbours
+        want = (
+            frozenset(check_node_id(e) for e in expected)
+            if expected is not None
+            else self.neighbours
+        )
         deadline = time.monotonic() + timeout
         while True:
             live = self.peers()

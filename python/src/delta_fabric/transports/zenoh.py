@@ -181,8 +181,9 @@ class ZenohOptions:
     def build_config(self) -> zenoh.Config:
         """The Zenoh config these options describe (``config_file`` loaded as is, when given)."""
         if self.config_file is not None:
-            return zenoh.Config.from_file(str(self.config_file))
-        c = zenoh.Config()
+            loaded: zenoh.Config = zenoh.Config.from_file(str(self.config_file))
+            return loaded
+        c: zenoh.Config = zenoh.Config()
         c.insert_json5("mode", json.dumps(self.mode))
         if self.listen:
             c.insert_json5("listen/endpoints", json.dumps(list(self.listen)))
