@@ -93,6 +93,7 @@ def test_neighbours_restrict_what_a_node_receives() -> None:
 
 
 def test_queue_overflow_drops_oldest_and_counts() -> None:
+    # REQ: DF-ZEN-17
     hub = MemoryHub()
     a, b = hub.transport(1), hub.transport(2, queue_capacity=3)
     for i in range(10):

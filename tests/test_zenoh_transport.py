@@ -285,12 +285,13 @@ def test_neighbours_restrict_subscriptions(cluster: Cluster) -> None:
 
 
 def test_receive_queue_overflow_drops_oldest(cluster: Cluster) -> None:
+    # REQ: DF-ZEN-17
     a, b = cluster.add(1), cluster.add(2, queue_capacity=4)
     _connected(a, b)
     for i in range(20):
         a.publish(bytes([i]))
     assert wait_until(lambda: b.stats.received_packets >= 20)
-    assert b.stats.dropped_packets == 16
+    assert b.stats.dropped_packets == 16 == b.stats.packets_dropped
     assert b.drain() == [bytes([i]) for i in range(16, 20)]
 
 
@@ -311,6 +312,60 @@ def test_engines_sync_over_zenoh(cluster: Cluster) -> None:
     res, _ = eb.step(wb, got, sync=False)
     assert res.outcomes == [None] and res.accepted_entries == 1
     np.testing.assert_array_equal(wb, wa)
+
+
+def test_receiver_ignores_encoding_key_and_attachment(cluster: Cluster) -> None:
+    # REQ: DF-ZEN-10
+    manifest = Manifest.from_named_shapes({"w": (8,)})
+    cfg = SyncConfig(ratio=1.0, sync_interval=1)
+    receiver = cluster.add(2)
+    sender_engine = Engine(manifest, cfg, 0x77, 1, np.zeros(8, np.float32))
+    active = np.zeros(8, np.float32)
+    active[5] = 2.5
+    _, out = sender_engine.step(active, [], sync=True)
+    session = zenoh.open(raw_config([ep(free_port())], [ep(cluster.ports[0])]))
+    try:
+        # published on another node's key, no encoding, with an attachment: still a packet
+        key = delta_key(NS, 0x1234)
+        pub = session.declare_publisher(key, congestion_control=zenoh.CongestionControl.BLOCK)
+
+        def publish_and_check() -> bool:
+            pub.put(out[0], attachment=b"ignored")
+            return receiver.wait_for_packets(0.05)
+
+        assert wait_until(publish_and_check)
+        got = receiver.drain()
+        assert got and all(p == out[0] for p in got)
+        eng = Engine(manifest, cfg, 2, 1, np.zeros(8, np.float32))
+        res = eng.receive(got[:1])
+        assert res.outcomes == [None] and res.indices.tolist() == [5]
+        pub.undeclare()
+    finally:
+        session.close()
+
+
+def test_node_starts_and_publishes_with_no_peer_reachable() -> None:
+    # REQ: DF-ZEN-16
+    port_a, port_b = free_port(), free_port()
+    t0 = time.monotonic()
+    a = ZenohTransport(
+        ZenohOptions(node_id=1, namespace=NS, listen=[ep(port_a)], connect=[ep(port_b)])
+    )
+    try:
+        assert time.monotonic() - t0 < 5.0
+        t0 = time.monotonic()
+        for _ in range(10):
+            a.publish(b"nobody listens" * 1000)
+        assert time.monotonic() - t0 < 1.0
+        assert a.peers() == frozenset()
+        # the peer that comes up later is connected to by Zenoh's connect retry
+        with ZenohTransport(ZenohOptions(node_id=2, namespace=NS, listen=[ep(port_b)])) as b:
+            assert a.wait_for_peers(1, 15.0) == {2}
+            _connected(a, b)
+            a.publish(b"late")
+            assert recv(b, 1) == [b"late"]
+    finally:
+        a.close()
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -116,6 +116,12 @@ class TransportStats:
     queued_packets: int = 0
     queued_bytes: int = 0
 
+    @property
+    def packets_dropped(self) -> int:
+        """The spec's name (DF-ZEN-17) for :attr:`dropped_packets`: received packets discarded unprocessed
+        because the receive queue was full."""
+        return self.dropped_packets
+
 
 class PacketQueue:
     """Bounded FIFO of received packets, safe to fill from any thread; :meth:`push` never blocks for
