@@ -290,9 +290,8 @@ class ZenohTransport:
             query.reply_err("no snapshot served")
             return
         try:
-            buf = srv.answer(
-                str(query.parameters)
-            )  # accepts `&` (DF-ZEN-5) and `;` (Zenoh) separators
+            # the raw parameter string: `&` (DF-ZEN-5's form) and `;` (Zenoh's) are both accepted
+            buf = srv.answer(str(query.parameters))
         except SnapshotError as exc:
             query.reply_err(str(exc))
             return
@@ -341,7 +340,10 @@ class ZenohTransport:
 
     def publish(self, packet: bytes) -> None:
         self._check_open()
-        self._publisher.put(packet)
+        try:
+            self._publisher.put(packet)
+        except Exception as exc:  # zenoh.ZError and friends: surface them typed
+            raise TransportError(f"publish failed: {exc}") from exc
         with self._lock:
             self._published_packets += 1
             self._published_bytes += len(packet)
@@ -471,7 +473,10 @@ class ZenohTransport:
 
         ``peer`` None: the peers whose info reports the same fingerprint (and N) are tried first, then
         the other live peers. ``num_params``: the joiner's N. ``attempts``: rounds over the candidates,
-        with back-off. Raises :class:`~delta_fabric.snapshot.SnapshotError` (typed)."""
+        with back-off. Raises :class:`~delta_fabric.snapshot.SnapshotError` (typed).
+
+        The delta subscribers exist from construction on, so packets that arrive during the transfer
+        wait in the receive queue (DF-ZEN-13); a joiner installs the snapshot, then drains them."""
         self._check_open()
         deadline = time.monotonic() + timeout
         target = None if peer is None else check_node_id(peer)
