@@ -200,7 +200,9 @@ class FabricBase:
     def step(self) -> int:
         """Call once after every local optimizer step. Returns the number of packets published.
 
-        Never waits on the network. O(1) when this is not a sync step and nothing arrived.
+        Never waits for packets (the transport's queue is drained as it is); only ``publish`` can
+        block, under the transport's congestion control. O(1) when this is not a sync step and
+        nothing arrived.
         """
         if self._closed:
             raise RuntimeError("fabric is closed")

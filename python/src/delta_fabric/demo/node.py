@@ -6,7 +6,9 @@ Command line (all nodes of a run get the same values except identity and endpoin
     --index I --node-id HEX16 --data DIR --init FILE --steps S --batch B --lr LR --momentum M
     --seed SEED --sync on|off --alpha A --ratio R --sync-interval K [--include-buffers]
     --namespace NS --listen tcp/127.0.0.1:P [--connect EP]... [--neighbours HEX16,HEX16,...]
-    --eval-every E [--wait-peers SECONDS] [--linger SECONDS] [--max-lead ROUNDS]
+    --eval-every E [--wait-peers SECONDS] [--linger SECONDS]
+    [--max-lead ROUNDS] [--bn-momentum M]    (the demo passes these two to df-node only when its
+                                              --help lists them)
 
 ``--data DIR`` holds the partition files (see `delta_fabric.demo.data`), ``--init FILE`` the initial
 canonical weights (raw little-endian f32, canonical order, with BatchNorm running statistics when
@@ -63,6 +65,12 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
         "--neighbours", default="", help="comma-separated node ids (hex); empty: every node"
     )
     p.add_argument("--eval-every", type=int, default=50)
+    p.add_argument(
+        "--bn-momentum",
+        type=float,
+        default=None,
+        help="BatchNorm running-statistics momentum (default: PyTorch's 0.1)",
+    )
     p.add_argument(
         "--max-lead",
         type=int,
@@ -172,6 +180,8 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
     train, test, _meta = read_partition(args.data)
     model = DigitsCNN()
     load_canonical(model, args.include_buffers, args.init)
+    if args.bn_momentum is not None:
+        model.bn1.momentum = args.bn_momentum
     node_id = int(args.node_id, 16)
     cfg = SyncConfig(
         alpha=args.alpha,

@@ -66,6 +66,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--eval-every", type=int, default=50)
     p.add_argument(
+        "--bn-momentum",
+        type=float,
+        default=None,
+        help="BatchNorm momentum of the PyTorch nodes (default: 0.1, divided by the cluster size "
+        "in the sync run when BatchNorm statistics are synced, like the learning rate)",
+    )
+    p.add_argument(
         "--max-lead",
         type=int,
         default=2,
@@ -101,6 +108,7 @@ class NodeSpec:
     connect: list[str] = field(default_factory=list)
     neighbours: list[int] = field(default_factory=list)
     classes: list[int] = field(default_factory=list)
+    bn_momentum: float | None = None
 
     @property
     def label(self) -> str:
@@ -151,6 +159,22 @@ def topology(n: int, kind: str) -> tuple[list[list[int]], list[list[int]]]:
     return connects, neigh
 
 
+_HELP_CACHE: dict[str, str] = {}
+
+
+def _burn_supports(binary: str, flag: str) -> bool:
+    """Whether ``df-node --help`` mentions ``flag``."""
+    if binary not in _HELP_CACHE:
+        try:
+            proc = subprocess.run(
+                [binary, "--help"], capture_output=True, text=True, timeout=30, check=False
+            )
+            _HELP_CACHE[binary] = proc.stdout + proc.stderr
+        except (OSError, subprocess.TimeoutExpired):
+            _HELP_CACHE[binary] = ""
+    return flag in _HELP_CACHE[binary]
+
+
 def _node_command(spec: NodeSpec, args: argparse.Namespace, common: dict[str, Any]) -> list[str]:
     argv = [
         "--index", str(spec.index),
@@ -177,9 +201,16 @@ def _node_command(spec: NodeSpec, args: argparse.Namespace, common: dict[str, An
         argv += ["--connect", c]
     if spec.neighbours:
         argv += ["--neighbours", ",".join(f"{x:016x}" for x in spec.neighbours)]
-    if spec.framework == "burn":
+    # options a df-node build may not know yet: passed to it only when its --help lists them
+    burn = spec.framework == "burn"
+    if not burn or _burn_supports(common["burn_bin"], "--max-lead"):
+        argv += ["--max-lead", str(args.max_lead)]
+    if spec.bn_momentum is not None and (
+        not burn or _burn_supports(common["burn_bin"], "--bn-momentum")
+    ):
+        argv += ["--bn-momentum", repr(spec.bn_momentum)]
+    if burn:
         return [common["burn_bin"], *argv]
-    argv += ["--max-lead", str(args.max_lead)]  # pacing: a PyTorch-node option
     return [sys.executable, "-m", "delta_fabric.demo.node", *argv]
 
 
@@ -552,6 +583,12 @@ def run(args: argparse.Namespace) -> int:
     (work / "manifest.json").write_text(json.dumps(manifest.to_json(), indent=1) + "\n")
 
     lr = args.lr if args.lr is not None else BASE_LR / n
+    # With alpha 1 every node's delta is applied everywhere, so n nodes move a shared quantity n
+    # times per step: the lr is divided by n, and so is the BatchNorm running-statistics momentum
+    # when those statistics are synced (else n EMA moves of 0.1 overshoot and diverge for n > 3).
+    bn_momentum = args.bn_momentum
+    if bn_momentum is None and include_buffers and n > 1:
+        bn_momentum = 0.1 / n
     common: dict[str, Any] = {
         "init": init_path.resolve(),
         "steps": args.steps,
@@ -576,6 +613,7 @@ def run(args: argparse.Namespace) -> int:
             connect=[f"tcp/127.0.0.1:{ports[j]}" for j in connects[i]],
             neighbours=[ids[j] for j in neigh[i]],
             classes=sorted(int(c) for c in np.unique(parts[i].y)),
+            bn_momentum=bn_momentum,
         )
         for i in range(n)
     ]
@@ -593,6 +631,7 @@ def run(args: argparse.Namespace) -> int:
                 lr=lr,
                 sync=False,
                 classes=sync_specs[i].classes,
+                bn_momentum=bn_momentum,
             )
             for i in range(n)
         ]
@@ -607,6 +646,7 @@ def run(args: argparse.Namespace) -> int:
                 lr=args.lr if args.lr is not None else BASE_LR,
                 sync=False,
                 classes=list(range(10)),
+                bn_momentum=args.bn_momentum,
             )
         ]
     if second:
@@ -634,6 +674,7 @@ def run(args: argparse.Namespace) -> int:
             "momentum": args.momentum,
             "batch": args.batch,
             "max_lead": args.max_lead,
+            "bn_momentum": bn_momentum if bn_momentum is not None else 0.1,
         },
         "runs": results,
         "bytes": {
