@@ -87,3 +87,44 @@ def test_demo_smoke_json(tmp_path: Path) -> None:
     assert all(n["stats"]["receive"]["entries_accepted"] > 0 for n in sync)
     assert (out / "accuracy.png").stat().st_size > 1000
     assert json.loads((out / "summary.json").read_text())["bytes"] == b
+
+
+def test_init_file_is_canonical_and_round_trips(tmp_path: Path) -> None:
+    # REQ: DF-MAN-3
+    torch = pytest.importorskip("torch")
+    from delta_fabric.adapters.torch import module_manifest
+    from delta_fabric.demo.model import DigitsCNN, init_model, load_canonical, save_canonical
+
+    model = init_model(7)
+    path = tmp_path / "init.f32"
+    manifest = save_canonical(model, True, path)
+    assert manifest == module_manifest(model, include_buffers=True)
+    assert manifest.names[:4] == ("bn1.bias", "bn1.running_mean", "bn1.running_var", "bn1.weight")
+    raw = np.fromfile(path, dtype="<f4")
+    assert raw.size == manifest.num_params == 17322
+    sd = model.state_dict()
+    off = manifest.offset("fc1.weight")
+    np.testing.assert_array_equal(raw[off : off + 64 * 256], sd["fc1.weight"].reshape(-1).numpy())
+    other = DigitsCNN()
+    load_canonical(other, True, path)
+    for k, v in other.state_dict().items():
+        if k != "bn1.num_batches_tracked":
+            assert torch.equal(v, sd[k]), k
+    assert torch.equal(init_model(7).fc2.weight, model.fc2.weight)  # same seed, same weights
+
+
+def test_burn_without_binary_is_a_usage_error(tmp_path: Path) -> None:
+    import argparse
+
+    from delta_fabric.demo import add_arguments, run
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    args = p.parse_args(
+        [
+            "--frameworks", "torch,burn", "--burn-bin", str(tmp_path / "no-such-df-node"),
+            "--output", str(tmp_path / "out"),
+        ]
+    )  # fmt: skip
+    assert run(args) == 2
+    assert not (tmp_path / "out").exists()
