@@ -1,1 +1,811 @@
-pub fn placeholder() {}
+//! The DeltaFabric v1 Zenoh binding (brief section 7, DF-ZEN), without tokio: every Zenoh call is
+//! resolved with [`zenoh::Wait`].
+//!
+//! Key expressions under a namespace `NS` (node ids as 16 lowercase hex digits):
+//! - `NS/v1/delta/<hex16>`: the node's packets (own + relayed); encoding `application/octet-stream`
+//!   with schema `deltafabric.v1.Packet`, congestion control BLOCK, reliable, priority DATA. The node
+//!   subscribes to its neighbours' keys, or to `NS/v1/delta/*` (its own key ignored).
+//! - `NS/v1/alive/<hex16>`: liveliness token; a liveliness subscriber (with history) keeps the live
+//!   peer set.
+//! - `NS/v1/snapshot/<hex16>`: queryable answering `chunk=<i>&chunk_size=<c>` (pairs separated by `&`
+//!   or `;`) with one `SnapshotChunk` (values `[i*c, min((i+1)*c, N))`), see [`ZenohTransport::serve_snapshot`].
+//! - `NS/v1/info/<hex16>`: queryable answering JSON `{node, incarnation, fingerprint, framework, N}`.
+//!
+//! Received packets go through a callback into a bounded queue. [`QueuePolicy::DropOldest`] (the
+//! default) never blocks Zenoh's receive path and counts every dropped packet in
+//! [`TransportStats::dropped`]; [`QueuePolicy::Block`] makes the callback wait for room (back-pressure
+//! to the senders through congestion control BLOCK; two nodes that both block while publishing to
+//! each other can stall, so use it only with a consumer that drains independently of publishing).
+
+use std::collections::{BTreeSet, VecDeque};
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use df_core::snapshot::{
+    ChunkHeader, decode_snapshot_chunk, encode_snapshot_chunk, snapshot_digest,
+};
+use serde_json::{Value, json};
+use zenoh::Wait;
+use zenoh::bytes::Encoding;
+use zenoh::liveliness::LivelinessToken;
+use zenoh::pubsub::{Publisher, Subscriber};
+use zenoh::qos::{CongestionControl, Priority};
+use zenoh::query::{ConsolidationMode, QueryTarget, Queryable};
+use zenoh::sample::SampleKind;
+use zenoh::{Config, Session};
+
+/// Default cluster namespace.
+pub const DEFAULT_NAMESPACE: &str = "deltafabric/default";
+/// Encoding schema of delta packets (DF-ZEN-1).
+pub const PACKET_SCHEMA: &str = "deltafabric.v1.Packet";
+/// Encoding schema of snapshot chunk replies.
+pub const SNAPSHOT_SCHEMA: &str = "deltafabric.v1.SnapshotChunk";
+/// Default values per snapshot chunk a joiner asks for (1 MiB of f32, as the Python reference).
+pub const DEFAULT_CHUNK_SIZE: usize = 262_144;
+
+/// A node id as 16 lowercase hex digits.
+pub fn node_hex(node: u64) -> String {
+    format!("{node:016x}")
+}
+/// `NS/v1/delta/<hex16>`.
+pub fn delta_key(ns: &str, node: u64) -> String {
+    format!("{ns}/v1/delta/{}", node_hex(node))
+}
+/// `NS/v1/alive/<hex16>`.
+pub fn alive_key(ns: &str, node: u64) -> String {
+    format!("{ns}/v1/alive/{}", node_hex(node))
+}
+/// `NS/v1/snapshot/<hex16>`.
+pub fn snapshot_key(ns: &str, node: u64) -> String {
+    format!("{ns}/v1/snapshot/{}", node_hex(node))
+}
+/// `NS/v1/info/<hex16>`.
+pub fn info_key(ns: &str, node: u64) -> String {
+    format!("{ns}/v1/info/{}", node_hex(node))
+}
+
+/// The node id at the end of a key expression (16 lowercase hex digits), if any.
+pub fn parse_node(key: &str) -> Option<u64> {
+    let tail = key.rsplit('/').next()?;
+    if tail.len() != 16
+        || !tail
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        return None;
+    }
+    u64::from_str_radix(tail, 16).ok().filter(|&n| n != 0)
+}
+
+/// Zenoh session mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// Peer-to-peer.
+    #[default]
+    Peer,
+    /// Client of a router or peer.
+    Client,
+}
+
+/// What the receive callback does when the queue is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum QueuePolicy {
+    /// Drop the oldest queued packet (counted in [`TransportStats::dropped`]).
+    #[default]
+    DropOldest,
+    /// Wait for room (back-pressure; see the crate doc).
+    Block,
+}
+
+/// How to open a transport.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TransportConfig {
+    /// Cluster namespace `NS`.
+    pub namespace: String,
+    /// This node's id (non-zero).
+    pub node_id: u64,
+    /// Peer or client.
+    pub mode: Mode,
+    /// Listen endpoints, e.g. `tcp/127.0.0.1:7447`.
+    pub listen: Vec<String>,
+    /// Connect endpoints.
+    pub connect: Vec<String>,
+    /// A Zenoh config file used as is (the fields above are then ignored).
+    pub config_file: Option<PathBuf>,
+    /// Multicast scouting (and gossip); off by default.
+    pub multicast: bool,
+    /// Neighbours whose delta keys to subscribe to; `None`: all (`NS/v1/delta/*`).
+    pub neighbours: Option<Vec<u64>>,
+    /// Receive queue capacity in packets.
+    pub queue_capacity: usize,
+    /// Receive queue policy.
+    pub queue_policy: QueuePolicy,
+    /// The node's `max_packet_size` (bounds the snapshot chunks it serves: `4c + 1024 <= M`).
+    pub max_packet_size: usize,
+}
+
+impl TransportConfig {
+    /// A peer on the default namespace with no endpoints (set `listen` / `connect`).
+    pub fn new(node_id: u64) -> Self {
+        TransportConfig {
+            namespace: DEFAULT_NAMESPACE.to_string(),
+            node_id,
+            mode: Mode::Peer,
+            listen: Vec::new(),
+            connect: Vec::new(),
+            config_file: None,
+            multicast: false,
+            neighbours: None,
+            queue_capacity: 1024,
+            queue_policy: QueuePolicy::DropOldest,
+            max_packet_size: df_core::DEFAULT_MAX_PACKET_SIZE,
+        }
+    }
+
+    /// The Zenoh config this transport opens its session with.
+    pub fn zenoh_config(&self) -> Result<Config, TransportError> {
+        if let Some(p) = &self.config_file {
+            return Config::from_file(p).map_err(|e| TransportError::Zenoh(e.to_string()));
+        }
+        let mut c = Config::default();
+        let set = |c: &mut Config, k: &str, v: String| {
+            c.insert_json5(k, &v)
+                .map_err(|e| TransportError::Zenoh(format!("{k}: {e}")))
+        };
+        let mode = match self.mode {
+            Mode::Peer => "peer",
+            Mode::Client => "client",
+        };
+        set(&mut c, "mode", json!(mode).to_string())?;
+        set(&mut c, "listen/endpoints", json!(self.listen).to_string())?;
+        set(&mut c, "connect/endpoints", json!(self.connect).to_string())?;
+        set(
+            &mut c,
+            "scouting/multicast/enabled",
+            json!(self.multicast).to_string(),
+        )?;
+        set(
+            &mut c,
+            "scouting/gossip/enabled",
+            json!(self.multicast).to_string(),
+        )?;
+        Ok(c)
+    }
+}
+
+/// Transport errors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TransportError {
+    /// A Zenoh call failed.
+    Zenoh(String),
+    /// Bad configuration.
+    Config(String),
+    /// Waiting timed out.
+    Timeout(String),
+    /// A snapshot fetch failed (no server, bad chunk, digest or fingerprint mismatch).
+    Snapshot(String),
+    /// The transport is closed.
+    Closed,
+}
+
+impl fmt::Display for TransportError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TransportError::Zenoh(s) => write!(f, "zenoh: {s}"),
+            TransportError::Config(s) => write!(f, "config: {s}"),
+            TransportError::Timeout(s) => write!(f, "timeout: {s}"),
+            TransportError::Snapshot(s) => write!(f, "snapshot: {s}"),
+            TransportError::Closed => f.write_str("transport closed"),
+        }
+    }
+}
+
+impl std::error::Error for TransportError {}
+
+fn zerr(e: impl fmt::Display) -> TransportError {
+    TransportError::Zenoh(e.to_string())
+}
+
+/// Counters of the transport.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TransportStats {
+    /// Packets published.
+    pub published: u64,
+    /// Bytes published.
+    pub published_bytes: u64,
+    /// Packets received into the queue.
+    pub received: u64,
+    /// Packets dropped because the queue was full (DropOldest).
+    pub dropped: u64,
+    /// Packets currently queued.
+    pub queued: usize,
+}
+
+/// A captured state served as a snapshot (taken by the provider between two steps).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SnapshotSource {
+    /// Incarnation of the serving node.
+    pub incarnation: u64,
+    /// Manifest fingerprint.
+    pub fingerprint: [u8; 32],
+    /// Framework name reported by the info queryable (e.g. `"burn"`).
+    pub framework: String,
+    /// The anchor, flat canonical order.
+    pub values: Arc<Vec<f32>>,
+}
+
+/// Captures the node's current snapshot; called from Zenoh's threads.
+pub type SnapshotProvider = Arc<dyn Fn() -> SnapshotSource + Send + Sync>;
+
+/// A fetched and verified snapshot.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FetchedSnapshot {
+    /// The values (verified against the digest, N of the chunks).
+    pub values: Vec<f32>,
+    /// The serving node.
+    pub node: u64,
+    /// The serving node's incarnation.
+    pub incarnation: u64,
+    /// The snapshot id.
+    pub snapshot_id: u64,
+}
+
+struct Captured {
+    id: u64,
+    at: Instant,
+    digest: [u8; 32],
+    src: SnapshotSource,
+}
+
+#[derive(Default)]
+struct Shared {
+    queue: Mutex<VecDeque<Vec<u8>>>,
+    queue_cv: Condvar,
+    peers: Mutex<BTreeSet<u64>>,
+    peers_cv: Condvar,
+    received: AtomicU64,
+    dropped: AtomicU64,
+    published: AtomicU64,
+    published_bytes: AtomicU64,
+    provider: Mutex<Option<SnapshotProvider>>,
+    captured: Mutex<Option<Captured>>,
+    next_snapshot_id: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Reuse a captured snapshot for a chunk-0 request younger than this (concurrent joiners share one).
+const SNAPSHOT_REUSE: Duration = Duration::from_secs(10);
+
+impl Shared {
+    fn push(&self, buf: Vec<u8>, capacity: usize, policy: QueuePolicy) {
+        let mut q = lock(&self.queue);
+        match policy {
+            QueuePolicy::DropOldest => {
+                while q.len() >= capacity.max(1) {
+                    q.pop_front();
+                    self.dropped.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            QueuePolicy::Block => {
+                while q.len() >= capacity.max(1) {
+                    q = self.queue_cv.wait(q).unwrap_or_else(|p| p.into_inner());
+                }
+            }
+        }
+        q.push_back(buf);
+        self.received.fetch_add(1, Ordering::Relaxed);
+        drop(q);
+        self.queue_cv.notify_all();
+    }
+
+    /// The capture answering a request (`fresh`: chunk 0 or info).
+    fn current(&self, fresh: bool) -> Option<(u64, [u8; 32], SnapshotSource)> {
+        let provider = lock(&self.provider).clone()?;
+        let mut cap = lock(&self.captured);
+        let stale = match &*cap {
+            None => true,
+            Some(c) => fresh && c.at.elapsed() >= SNAPSHOT_REUSE,
+        };
+        if stale {
+            let src = provider();
+            let id = self.next_snapshot_id.fetch_add(1, Ordering::Relaxed) + 1;
+            *cap = Some(Captured {
+                id,
+                at: Instant::now(),
+                digest: snapshot_digest(&src.values),
+                src,
+            });
+        }
+        cap.as_ref().map(|c| (c.id, c.digest, c.src.clone()))
+    }
+}
+
+/// Parses `chunk=<i>&chunk_size=<c>` (pairs split on `&` and `;`, unknown keys ignored), with
+/// `1 <= c` and `4c + 1024 <= max_packet_size`.
+pub fn parse_chunk_params(params: &str, max_packet_size: usize) -> Result<(u64, usize), String> {
+    let mut chunk = None;
+    let mut size = None;
+    for part in params.split(['&', ';']) {
+        let (k, v) = part.split_once('=').unwrap_or((part, ""));
+        let v = v.trim();
+        let num = || -> Result<u64, String> {
+            if v.is_empty() || v.len() > 20 || !v.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(format!("{k}={v:?} is not a non-negative decimal integer"));
+            }
+            v.parse::<u64>().map_err(|e| e.to_string())
+        };
+        match k.trim() {
+            "chunk" if chunk.is_none() => chunk = Some(num()?),
+            "chunk_size" if size.is_none() => size = Some(num()?),
+            _ => {}
+        }
+    }
+    let chunk = chunk.ok_or("parameter chunk missing")?;
+    let size = size.ok_or("parameter chunk_size missing")?;
+    let limit = (max_packet_size.saturating_sub(1024) / 4) as u64;
+    if size < 1 || size > limit {
+        return Err(format!("chunk_size {size} not in [1, {limit}]"));
+    }
+    Ok((chunk, size as usize))
+}
+
+/// One node's Zenoh session with its publisher, subscribers, liveliness token and queryables.
+pub struct ZenohTransport {
+    cfg: TransportConfig,
+    session: Session,
+    publisher: Publisher<'static>,
+    _subscribers: Vec<Subscriber<()>>,
+    _alive_sub: Subscriber<()>,
+    _queryables: Vec<Queryable<()>>,
+    token: Option<LivelinessToken>,
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for ZenohTransport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZenohTransport")
+            .field("node", &node_hex(self.cfg.node_id))
+            .field("namespace", &self.cfg.namespace)
+            .finish()
+    }
+}
+
+impl ZenohTransport {
+    /// Opens the session and declares the publisher, the delta subscribers, the snapshot and info
+    /// queryables (before the token, so a peer that sees the token can query them), the liveliness
+    /// subscriber (with history) and the liveliness token.
+    pub fn open(cfg: TransportConfig) -> Result<ZenohTransport, TransportError> {
+        if cfg.node_id == 0 {
+            return Err(TransportError::Config("node id must be non-zero".into()));
+        }
+        let ns = cfg.namespace.trim_end_matches('/').to_string();
+        if ns.is_empty() || ns.contains(['*', '$', '?', '#']) || ns.split('/').any(str::is_empty) {
+            return Err(TransportError::Config(format!(
+                "bad namespace {:?}",
+                cfg.namespace
+            )));
+        }
+        let mut cfg = cfg;
+        cfg.namespace = ns.clone();
+        let session = zenoh::open(cfg.zenoh_config()?).wait().map_err(zerr)?;
+        let shared = Arc::new(Shared::default());
+        let me = cfg.node_id;
+        let own_key = delta_key(&ns, me);
+        let publisher = session
+            .declare_publisher(own_key.clone())
+            .congestion_control(CongestionControl::Block)
+            .priority(Priority::Data)
+            .encoding(Encoding::APPLICATION_OCTET_STREAM.with_schema(PACKET_SCHEMA))
+            .wait()
+            .map_err(zerr)?;
+        let keys: Vec<String> = match &cfg.neighbours {
+            None => vec![format!("{ns}/v1/delta/*")],
+            Some(list) => list
+                .iter()
+                .filter(|&&n| n != me && n != 0)
+                .map(|&n| delta_key(&ns, n))
+                .collect(),
+        };
+        let mut subscribers = Vec::with_capacity(keys.len());
+        for k in keys {
+            let sh = shared.clone();
+            let own = own_key.clone();
+            let (cap, pol) = (cfg.queue_capacity, cfg.queue_policy);
+            let sub = session
+                .declare_subscriber(k)
+                .callback(move |s| {
+                    if s.kind() != SampleKind::Put || s.key_expr().as_str() == own {
+                        return;
+                    }
+                    sh.push(s.payload().to_bytes().into_owned(), cap, pol);
+                })
+                .wait()
+                .map_err(zerr)?;
+            subscribers.push(sub);
+        }
+        let mut queryables = Vec::with_capacity(2);
+        {
+            let sh = shared.clone();
+            let key = snapshot_key(&ns, me);
+            let reply_key = key.clone();
+            let mps = cfg.max_packet_size;
+            let q = session
+                .declare_queryable(key)
+                .complete(true)
+                .callback(move |query| {
+                    let answer = (|| -> Result<Vec<u8>, String> {
+                        let (chunk, size) = parse_chunk_params(query.parameters().as_str(), mps)?;
+                        let (id, digest, src) =
+                            sh.current(chunk == 0).ok_or("no snapshot served")?;
+                        let n = src.values.len() as u64;
+                        let nchunks = n.div_ceil(size as u64).max(1);
+                        if chunk >= nchunks {
+                            return Err(format!("chunk {chunk} out of range (0..{nchunks})"));
+                        }
+                        let start = (chunk * size as u64) as usize;
+                        let end = (start + size).min(src.values.len());
+                        let h = ChunkHeader {
+                            node: me,
+                            incarnation: src.incarnation,
+                            fingerprint: src.fingerprint,
+                            snapshot_id: id,
+                            total: n,
+                            digest,
+                        };
+                        Ok(encode_snapshot_chunk(
+                            &h,
+                            start as u64,
+                            &src.values[start..end],
+                        ))
+                    })();
+                    let _ = match answer {
+                        Ok(buf) => query
+                            .reply(reply_key.clone(), buf)
+                            .encoding(
+                                Encoding::APPLICATION_OCTET_STREAM.with_schema(SNAPSHOT_SCHEMA),
+                            )
+                            .wait(),
+                        Err(e) => query.reply_err(e).wait(),
+                    };
+                })
+                .wait()
+                .map_err(zerr)?;
+            queryables.push(q);
+        }
+        {
+            let sh = shared.clone();
+            let key = info_key(&ns, me);
+            let reply_key = key.clone();
+            let q = session
+                .declare_queryable(key)
+                .complete(true)
+                .callback(move |query| {
+                    let _ = match sh.current(true) {
+                        Some((_, _, src)) => {
+                            let info = json!({
+                                "node": node_hex(me),
+                                "incarnation": node_hex(src.incarnation),
+                                "fingerprint": hex::encode(src.fingerprint),
+                                "framework": src.framework,
+                                "N": src.values.len(),
+                            });
+                            query
+                                .reply(reply_key.clone(), info.to_string())
+                                .encoding(Encoding::APPLICATION_JSON)
+                                .wait()
+                        }
+                        None => query.reply_err("no snapshot served").wait(),
+                    };
+                })
+                .wait()
+                .map_err(zerr)?;
+            queryables.push(q);
+        }
+        let alive_sub = {
+            let sh = shared.clone();
+            session
+                .liveliness()
+                .declare_subscriber(format!("{ns}/v1/alive/*"))
+                .history(true)
+                .callback(move |s| {
+                    let Some(node) = parse_node(s.key_expr().as_str()) else {
+                        return;
+                    };
+                    if node == me {
+                        return;
+                    }
+                    let mut p = lock(&sh.peers);
+                    match s.kind() {
+                        SampleKind::Put => p.insert(node),
+                        SampleKind::Delete => p.remove(&node),
+                    };
+                    drop(p);
+                    sh.peers_cv.notify_all();
+                })
+                .wait()
+                .map_err(zerr)?
+        };
+        let token = session
+            .liveliness()
+            .declare_token(alive_key(&ns, me))
+            .wait()
+            .map_err(zerr)?;
+        Ok(ZenohTransport {
+            cfg,
+            session,
+            publisher,
+            _subscribers: subscribers,
+            _alive_sub: alive_sub,
+            _queryables: queryables,
+            token: Some(token),
+            shared,
+        })
+    }
+
+    /// This node's id.
+    pub fn node_id(&self) -> u64 {
+        self.cfg.node_id
+    }
+    /// The namespace.
+    pub fn namespace(&self) -> &str {
+        &self.cfg.namespace
+    }
+    /// The Zenoh session (for extra declarations).
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// Publishes one packet on this node's delta key (blocks under congestion).
+    pub fn publish(&self, packet: &[u8]) -> Result<(), TransportError> {
+        self.publisher.put(packet.to_vec()).wait().map_err(zerr)?;
+        self.shared.published.fetch_add(1, Ordering::Relaxed);
+        self.shared
+            .published_bytes
+            .fetch_add(packet.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Takes up to `max` queued packets (all when `None`), oldest first.
+    pub fn drain(&self, max: Option<usize>) -> Vec<Vec<u8>> {
+        let mut q = lock(&self.shared.queue);
+        let n = max.unwrap_or(usize::MAX).min(q.len());
+        let out: Vec<Vec<u8>> = q.drain(..n).collect();
+        drop(q);
+        self.shared.queue_cv.notify_all();
+        out
+    }
+
+    /// Waits until at least one packet is queued; `false` on timeout.
+    pub fn wait_for_packets(&self, timeout: Duration) -> bool {
+        let q = lock(&self.shared.queue);
+        let (q, _) = self
+            .shared
+            .queue_cv
+            .wait_timeout_while(q, timeout, |q| q.is_empty())
+            .unwrap_or_else(|p| p.into_inner());
+        !q.is_empty()
+    }
+
+    /// The live peers (liveliness tokens seen, own excluded).
+    pub fn peers(&self) -> BTreeSet<u64> {
+        lock(&self.shared.peers).clone()
+    }
+
+    /// Waits until at least `n` peers are live; returns them, or `Timeout`.
+    pub fn wait_for_peers(
+        &self,
+        n: usize,
+        timeout: Duration,
+    ) -> Result<BTreeSet<u64>, TransportError> {
+        let p = lock(&self.shared.peers);
+        let (p, _) = self
+            .shared
+            .peers_cv
+            .wait_timeout_while(p, timeout, |p| p.len() < n)
+            .unwrap_or_else(|e| e.into_inner());
+        if p.len() >= n {
+            Ok(p.clone())
+        } else {
+            Err(TransportError::Timeout(format!(
+                "{} of {n} peers live after {timeout:?}",
+                p.len()
+            )))
+        }
+    }
+
+    /// Waits until `node` is no longer live; `false` on timeout.
+    pub fn wait_for_peer_gone(&self, node: u64, timeout: Duration) -> bool {
+        let p = lock(&self.shared.peers);
+        let (p, _) = self
+            .shared
+            .peers_cv
+            .wait_timeout_while(p, timeout, |p| p.contains(&node))
+            .unwrap_or_else(|e| e.into_inner());
+        !p.contains(&node)
+    }
+
+    /// Serves snapshots and info from `provider` (DF-ZEN-5). Chunk-0 and info requests capture a
+    /// new snapshot unless the last one is younger than 10 s; later chunks use the last capture.
+    pub fn serve_snapshot(&self, provider: SnapshotProvider) {
+        *lock(&self.shared.provider) = Some(provider);
+        *lock(&self.shared.captured) = None;
+    }
+
+    /// Queries the info queryable of `peer`.
+    pub fn info(&self, peer: u64, timeout: Duration) -> Result<Value, TransportError> {
+        let replies = self
+            .session
+            .get(info_key(&self.cfg.namespace, peer))
+            .target(QueryTarget::BestMatching)
+            .consolidation(ConsolidationMode::None)
+            .timeout(timeout)
+            .wait()
+            .map_err(zerr)?;
+        let mut err = None;
+        while let Ok(r) = replies.recv() {
+            match r.result() {
+                Ok(s) => {
+                    return serde_json::from_slice(&s.payload().to_bytes())
+                        .map_err(|e| TransportError::Snapshot(format!("info JSON: {e}")));
+                }
+                Err(e) => err = Some(String::from_utf8_lossy(&e.payload().to_bytes()).into_owned()),
+            }
+        }
+        Err(match err {
+            Some(e) => TransportError::Snapshot(format!("info of {}: {e}", node_hex(peer))),
+            None => TransportError::Timeout(format!("no info from {}", node_hex(peer))),
+        })
+    }
+
+    fn get_chunk(
+        &self,
+        peer: u64,
+        chunk: u64,
+        size: usize,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, TransportError> {
+        let sel = format!(
+            "{}?chunk={chunk}&chunk_size={size}",
+            snapshot_key(&self.cfg.namespace, peer)
+        );
+        let replies = self
+            .session
+            .get(sel)
+            .target(QueryTarget::BestMatching)
+            .consolidation(ConsolidationMode::None)
+            .timeout(timeout.max(Duration::from_millis(1)))
+            .wait()
+            .map_err(zerr)?;
+        let mut err = None;
+        while let Ok(r) = replies.recv() {
+            match r.result() {
+                Ok(s) => return Ok(s.payload().to_bytes().into_owned()),
+                Err(e) => err = Some(String::from_utf8_lossy(&e.payload().to_bytes()).into_owned()),
+            }
+        }
+        Err(match err {
+            Some(e) => TransportError::Snapshot(format!("node {}: {e}", node_hex(peer))),
+            None => TransportError::Timeout(format!(
+                "no snapshot chunk {chunk} from {} within {timeout:?}",
+                node_hex(peer)
+            )),
+        })
+    }
+
+    /// Fetches `peer`'s snapshot chunk by chunk ([`DEFAULT_CHUNK_SIZE`] values) and verifies every
+    /// chunk (node, fingerprint, snapshot id, total, offset, length) and the whole digest
+    /// (DF-ZEN-5). Restarts from chunk 0 (at most 4 times) when the server switches snapshots.
+    pub fn fetch_snapshot(
+        &self,
+        peer: u64,
+        fingerprint: &[u8; 32],
+        timeout: Duration,
+    ) -> Result<FetchedSnapshot, TransportError> {
+        self.fetch_snapshot_chunked(peer, fingerprint, DEFAULT_CHUNK_SIZE, timeout)
+    }
+
+    /// [`ZenohTransport::fetch_snapshot`] with an explicit chunk size.
+    pub fn fetch_snapshot_chunked(
+        &self,
+        peer: u64,
+        fingerprint: &[u8; 32],
+        chunk_size: usize,
+        timeout: Duration,
+    ) -> Result<FetchedSnapshot, TransportError> {
+        let chunk_size = chunk_size.max(1);
+        let deadline = Instant::now() + timeout;
+        let left = || deadline.saturating_duration_since(Instant::now());
+        let bad = |s: String| TransportError::Snapshot(s);
+        'restart: for _ in 0..5 {
+            let mut values: Vec<f32> = Vec::new();
+            let mut head: Option<(u64, u64, u64, [u8; 32])> = None; // id, incarnation, total, digest
+            let mut i: u64 = 0;
+            loop {
+                if left().is_zero() {
+                    return Err(TransportError::Timeout(format!(
+                        "snapshot of {} not complete after {timeout:?}",
+                        node_hex(peer)
+                    )));
+                }
+                let buf = self.get_chunk(peer, i, chunk_size, left())?;
+                let c = decode_snapshot_chunk(&buf).map_err(|e| bad(format!("chunk {i}: {e}")))?;
+                if c.node != peer {
+                    return Err(bad(format!("chunk {i} from node {}", node_hex(c.node))));
+                }
+                if &c.fingerprint != fingerprint {
+                    return Err(bad(format!(
+                        "fingerprint mismatch: {} != local {}",
+                        hex::encode(c.fingerprint),
+                        hex::encode(fingerprint)
+                    )));
+                }
+                match head {
+                    None => {
+                        let total = usize::try_from(c.total)
+                            .map_err(|_| bad(format!("total {} too large", c.total)))?;
+                        values.reserve_exact(total);
+                        head = Some((c.snapshot_id, c.incarnation, c.total, c.digest));
+                    }
+                    Some((id, inc, total, digest)) => {
+                        if (c.snapshot_id, c.incarnation, c.total, c.digest)
+                            != (id, inc, total, digest)
+                        {
+                            continue 'restart; // the server switched snapshots
+                        }
+                    }
+                }
+                let Some((id, inc, total, digest)) = head else {
+                    return Err(bad("no header".into()));
+                };
+                let want_len = (total - c.offset).min(chunk_size as u64);
+                if c.offset != i * chunk_size as u64 || c.values.len() as u64 != want_len {
+                    return Err(bad(format!(
+                        "chunk {i}: offset {} / {} values, expected {} / {want_len}",
+                        c.offset,
+                        c.values.len(),
+                        i * chunk_size as u64
+                    )));
+                }
+                values.extend_from_slice(&c.values);
+                if values.len() as u64 == total {
+                    if snapshot_digest(&values) != digest {
+                        return Err(bad("digest mismatch".into()));
+                    }
+                    return Ok(FetchedSnapshot {
+                        values,
+                        node: peer,
+                        incarnation: inc,
+                        snapshot_id: id,
+                    });
+                }
+                i += 1;
+            }
+        }
+        Err(bad("snapshot kept changing during the fetch".into()))
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> TransportStats {
+        TransportStats {
+            published: self.shared.published.load(Ordering::Relaxed),
+            published_bytes: self.shared.published_bytes.load(Ordering::Relaxed),
+            received: self.shared.received.load(Ordering::Relaxed),
+            dropped: self.shared.dropped.load(Ordering::Relaxed),
+            queued: lock(&self.shared.queue).len(),
+        }
+    }
+
+    /// Undeclares the token (peers see this node go) and closes the session.
+    pub fn close(mut self) -> Result<(), TransportError> {
+        if let Some(t) = self.token.take() {
+            t.undeclare().wait().map_err(zerr)?;
+        }
+        self.session.close().wait().map_err(zerr)
+    }
+}

@@ -1,0 +1,141 @@
+//! Two Zenoh sessions on tcp/127.0.0.1 (random free ports, no scouting): a packet exchange, a
+//! liveliness appearance and disappearance, info and a chunked snapshot fetch, all bounded in time.
+
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use df_core::{Encoding, OwnedEntry, OwnedPacket, decode_packet, encode_packet};
+use df_zenoh::{
+    SnapshotSource, TransportConfig, TransportError, ZenohTransport, parse_chunk_params, parse_node,
+};
+
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+fn node(id: u64, ns: &str, listen: u16, connect: Option<u16>) -> ZenohTransport {
+    let mut c = TransportConfig::new(id);
+    c.namespace = ns.to_string();
+    c.listen = vec![format!("tcp/127.0.0.1:{listen}")];
+    c.connect = connect
+        .map(|p| vec![format!("tcp/127.0.0.1:{p}")])
+        .unwrap_or_default();
+    ZenohTransport::open(c).expect("open")
+}
+
+#[test]
+fn params_and_keys() {
+    assert_eq!(
+        parse_chunk_params("chunk=2&chunk_size=10", 1 << 20),
+        Ok((2, 10))
+    );
+    assert_eq!(
+        parse_chunk_params("chunk_size=10;chunk=0;x=1", 1 << 20),
+        Ok((0, 10))
+    );
+    assert!(parse_chunk_params("chunk=1", 1 << 20).is_err());
+    assert!(parse_chunk_params("chunk=1&chunk_size=0", 1 << 20).is_err());
+    assert!(parse_chunk_params("chunk=-1&chunk_size=3", 1 << 20).is_err());
+    assert!(parse_chunk_params("chunk=1&chunk_size=1000", 2048).is_err());
+    assert_eq!(
+        parse_node("ns/v1/alive/0a0a000000000001"),
+        Some(0x0a0a_0000_0000_0001)
+    );
+    assert_eq!(parse_node("ns/v1/alive/0A0A000000000001"), None);
+    assert_eq!(parse_node("ns/v1/alive/0000000000000000"), None);
+    let mut c = TransportConfig::new(0);
+    c.listen = vec!["tcp/127.0.0.1:1".into()];
+    assert!(matches!(
+        ZenohTransport::open(c),
+        Err(TransportError::Config(_))
+    ));
+}
+
+#[test]
+fn two_sessions_exchange_liveliness_and_snapshot() {
+    // REQ: DF-ZEN-1
+    let ns = format!("dftest/{}", std::process::id());
+    let (pa, pb) = (free_port(), free_port());
+    let a_id = 0x0a0a_0000_0000_0001;
+    let b_id = 0x0b0b_0000_0000_0002;
+    let a = node(a_id, &ns, pa, None);
+    let b = node(b_id, &ns, pb, Some(pa));
+
+    // REQ: DF-ZEN-4 (appearance)
+    assert_eq!(
+        a.wait_for_peers(1, Duration::from_secs(10))
+            .expect("A sees B"),
+        [b_id].into()
+    );
+    assert_eq!(
+        b.wait_for_peers(1, Duration::from_secs(10))
+            .expect("B sees A"),
+        [a_id].into()
+    );
+
+    // a packet from A reaches B (publish until the subscription has propagated)
+    let fp = [7u8; 32];
+    let mut p = OwnedPacket::new(a_id, 9, fp, Encoding::F32);
+    p.entries.push(OwnedEntry {
+        origin: a_id,
+        incarnation: 9,
+        seq: 1,
+        hops: 0,
+        indices: vec![1, 5],
+        values: vec![0.5, -1.0],
+    });
+    let buf = encode_packet(&p);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let got = loop {
+        a.publish(&buf).expect("publish");
+        if b.wait_for_packets(Duration::from_millis(200)) {
+            break b.drain(None);
+        }
+        assert!(Instant::now() < deadline, "no packet within 10 s");
+    };
+    let d = decode_packet(&got[0], 1 << 24).expect("decodes");
+    assert_eq!(d.sender, a_id);
+    assert_eq!(&d.entries[0].values[..], &[0.5f32, -1.0][..]);
+    assert!(a.drain(None).is_empty(), "A ignores its own key");
+    assert!(b.stats().received >= 1);
+
+    // REQ: DF-ZEN-5 (chunked snapshot)
+    let values: Arc<Vec<f32>> = Arc::new((0..1000).map(|i| i as f32 * 0.5 - 3.0).collect());
+    let v2 = values.clone();
+    a.serve_snapshot(Arc::new(move || SnapshotSource {
+        incarnation: 9,
+        fingerprint: fp,
+        framework: "burn".into(),
+        values: v2.clone(),
+    }));
+    let snap = b
+        .fetch_snapshot_chunked(a_id, &fp, 300, Duration::from_secs(10))
+        .expect("snapshot");
+    assert_eq!(snap.values, *values);
+    assert_eq!((snap.node, snap.incarnation), (a_id, 9));
+    let wrong = b.fetch_snapshot_chunked(a_id, &[1u8; 32], 300, Duration::from_secs(10));
+    assert!(
+        matches!(wrong, Err(TransportError::Snapshot(_))),
+        "{wrong:?}"
+    );
+    // B serves nothing: an error reply, not a hang
+    assert!(
+        a.fetch_snapshot_chunked(b_id, &fp, 300, Duration::from_secs(5))
+            .is_err()
+    );
+    let info = b.info(a_id, Duration::from_secs(5)).expect("info");
+    assert_eq!(info["N"], 1000);
+    assert_eq!(info["framework"], "burn");
+    assert_eq!(info["node"], "0a0a000000000001");
+
+    // REQ: DF-ZEN-4 (disappearance)
+    b.close().expect("close");
+    assert!(
+        a.wait_for_peer_gone(b_id, Duration::from_secs(10)),
+        "B's token went away"
+    );
+    assert!(a.peers().is_empty());
+    a.close().expect("close");
+}
