@@ -178,11 +178,18 @@ impl Selector {
 
 /// `out = {i : key(d[i]) >= t}` ascending (t >= 1).
 fn collect_at_least(d: &[f32], t: u32, out: &mut Vec<u32>) {
+    // branch-free writes into a block buffer: the selection rate is unpredictable per element
+    const BLOCK: usize = 1024;
     out.clear();
-    for (i, &x) in d.iter().enumerate() {
-        if key(x) >= t {
-            out.push(i as u32);
+    let mut buf = [0u32; BLOCK];
+    for (b, chunk) in d.chunks(BLOCK).enumerate() {
+        let base = (b * BLOCK) as u32;
+        let mut len = 0usize;
+        for (j, &x) in chunk.iter().enumerate() {
+            buf[len] = base + j as u32;
+            len += usize::from(key(x) >= t);
         }
+        out.extend_from_slice(&buf[..len]);
     }
 }
 
