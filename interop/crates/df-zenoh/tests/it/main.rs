@@ -17,6 +17,7 @@ fn free_port() -> u16 {
 
 fn node(id: u64, ns: &str, listen: u16, connect: Option<u16>) -> ZenohTransport {
     let mut c = TransportConfig::new(id);
+    c.queue_capacity = 4;
     c.namespace = ns.to_string();
     c.listen = vec![format!("tcp/127.0.0.1:{listen}")];
     c.connect = connect
@@ -100,6 +101,36 @@ fn two_sessions_exchange_liveliness_and_snapshot() {
     assert_eq!(&d.entries[0].values[..], &[0.5f32, -1.0][..]);
     assert!(a.drain(None).is_empty(), "A ignores its own key");
     assert!(b.stats().received >= 1);
+
+    // a full queue drops its oldest packets and counts them
+    std::thread::sleep(Duration::from_millis(100)); // late copies of the first exchange
+    b.drain(None);
+    let before = b.stats();
+    for seq in 2..12u64 {
+        p.entries[0].seq = seq;
+        a.publish(&encode_packet(&p)).expect("publish");
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while b.stats().received < before.received + 10 {
+        assert!(
+            Instant::now() < deadline,
+            "10 packets not received within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let st = b.stats();
+    assert_eq!(st.queued, 4);
+    assert_eq!(st.dropped, before.dropped + 6);
+    let seqs: Vec<u64> = b
+        .drain(None)
+        .iter()
+        .map(|x| decode_packet(x, 1 << 24).expect("decodes").entries[0].seq)
+        .collect();
+    assert_eq!(
+        seqs,
+        vec![8, 9, 10, 11],
+        "the newest packets are kept, in order"
+    );
 
     // REQ: DF-ZEN-5 (chunked snapshot)
     let values: Arc<Vec<f32>> = Arc::new((0..1000).map(|i| i as f32 * 0.5 - 3.0).collect());
