@@ -279,6 +279,7 @@ pub struct Engine {
     agg: Vec<f32>,
     touched: Vec<bool>,
     touched_list: Vec<u32>,
+    relay_dropped_oversize: std::sync::atomic::AtomicU64,
 }
 
 impl Engine {
@@ -330,6 +331,7 @@ impl Engine {
             agg: Vec::new(),
             touched: Vec::new(),
             touched_list: Vec::new(),
+            relay_dropped_oversize: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -387,6 +389,11 @@ impl Engine {
     /// Mutable receiver state (to restore a window history).
     pub fn receiver_state_mut(&mut self) -> &mut ReceiverState {
         &mut self.state
+    }
+    /// Entries [`Engine::pack`] dropped because they do not fit a packet even alone.
+    pub fn relay_dropped_oversize(&self) -> u64 {
+        self.relay_dropped_oversize
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
     /// How the last selection was resolved.
     pub fn last_selection_path(&self) -> crate::selection::Path {
@@ -558,7 +565,13 @@ impl Engine {
     }
 
     /// [`Engine::pack`] before serialisation.
+    ///
+    /// An entry whose size bound exceeds a packet alone is encoded alone: it gets its own packet
+    /// when the exact size fits, otherwise it is dropped (a relay entry cannot be split: the parts
+    /// would share one seq) and counted in [`Engine::relay_dropped_oversize`]. [`Engine::generate`]
+    /// never makes such an own entry. Same rule as the Python reference.
     pub fn pack_packets(&self, own: &[OwnedEntry], relay: &[OwnedEntry]) -> Vec<OwnedPacket> {
+        let limit = self.config.max_packet_size;
         let mut out = Vec::new();
         let new_packet = || {
             OwnedPacket::new(
@@ -572,7 +585,22 @@ impl Engine {
         let mut size = PACKET_OVERHEAD_BOUND;
         for e in own.iter().chain(relay) {
             let b = entry_size_bound(e.indices.len());
-            if !cur.entries.is_empty() && size + b > self.config.max_packet_size {
+            if PACKET_OVERHEAD_BOUND + b > limit {
+                let mut alone = new_packet();
+                alone.entries.push(e.clone());
+                if encode_packet(&alone).len() > limit {
+                    self.relay_dropped_oversize
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    continue;
+                }
+                if !cur.entries.is_empty() {
+                    out.push(std::mem::replace(&mut cur, new_packet()));
+                    size = PACKET_OVERHEAD_BOUND;
+                }
+                out.push(alone);
+                continue;
+            }
+            if !cur.entries.is_empty() && size + b > limit {
                 out.push(std::mem::replace(&mut cur, new_packet()));
                 size = PACKET_OVERHEAD_BOUND;
             }

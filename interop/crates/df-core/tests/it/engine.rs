@@ -159,4 +159,20 @@ fn pack_greedy() {
     for p in &packets {
         assert!(encode_packet(p).len() <= 600);
     }
+    // an entry too large for any packet is dropped and counted; one whose bound is too large but
+    // whose exact size fits travels alone
+    let big = vec![mk(5, 100)];
+    assert!(e.pack(&[], &big).is_empty());
+    assert_eq!(e.relay_dropped_oversize(), 1);
+    let e2 = engine(
+        9,
+        Config {
+            max_packet_size: 160 + 128 + 8 * 10 - 1,
+            ..Config::default()
+        },
+    );
+    let packets = e2.pack_packets(&[], &[mk(1, 2), mk(2, 10), mk(3, 2)]);
+    let sizes: Vec<usize> = packets.iter().map(|p| p.entries.len()).collect();
+    assert_eq!(sizes, vec![1, 1, 1]);
+    assert_eq!(e2.relay_dropped_oversize(), 0);
 }
