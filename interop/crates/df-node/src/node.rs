@@ -1,0 +1,671 @@
+//! The training loop of one node and its stdout line protocol (same as the Python demo node).
+//!
+//! Per local step: sample a batch (uniform with replacement), one SGD step (PyTorch semantics:
+//! momentum with dampening 0, no Nesterov), then [`Fabric::step`]: drain the transport, let the
+//! [`df_core::Engine`] validate/aggregate (it updates the anchor), add the aggregate to the Burn
+//! model with [`df_burn::apply_sparse`] (only touched tensors are rebuilt), and every
+//! `sync_interval` steps export the canonical active vector, generate the own entry and publish
+//! own + relay packets. Relay entries produced on a non-sync step are published at once.
+//!
+//! Events (one JSON object per stdout line):
+//! * `{"event":"ready","index","node","framework":"burn","num_params","fingerprint",...}`
+//! * `{"event":"progress","index","step","loss","acc","accuracy","bytes_sent"}` every 10 steps and
+//!   at each evaluation (`acc`/`accuracy` null between evaluations; `loss`: mean since the last line)
+//! * `{"event":"finished","index","step"}`, then the node keeps receiving and relaying until `stop`
+//!   on stdin, stdin closes, or `--linger` seconds pass;
+//! * `{"event":"done","index","accuracy","per_class","curve","stats",...}`.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use burn::module::AutodiffModule;
+use burn::nn::loss::CrossEntropyLossConfig;
+use burn::optim::momentum::MomentumConfig;
+use burn::optim::{GradientsParams, Optimizer, SgdConfig};
+use burn::tensor::backend::Backend;
+use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
+use df_burn::CanonicalLayout;
+use df_core::{Config, Engine, Manifest};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::data::{Dataset, IMAGE_LEN, NUM_CLASSES, Split, f32_bytes};
+use crate::error::NodeError;
+use crate::model::DigitsCnn;
+use crate::rng::SplitMix64;
+use crate::transport::Transport;
+use crate::{InnerBackend, TrainBackend};
+
+/// The trained model type.
+pub type Model = DigitsCnn<TrainBackend>;
+
+/// Upper bound on packets taken from the transport in one step (as the Python adapter).
+pub const MAX_DRAIN: usize = 4096;
+
+/// Options of one node run (see [`crate::cli`] for the command line).
+#[derive(Debug, Clone)]
+pub struct NodeOptions {
+    pub index: u32,
+    pub node_id: u64,
+    pub data: PathBuf,
+    /// Initial canonical weights (raw little-endian f32, canonical order, with running statistics
+    /// when `include_buffers`); `None`: Burn's own initialisation seeded with `seed`.
+    pub init: Option<PathBuf>,
+    pub steps: u64,
+    pub batch: usize,
+    /// Learning rate as given on the command line (divided by `cluster_size` before use).
+    pub lr: f64,
+    pub cluster_size: u32,
+    pub momentum: f64,
+    pub seed: u64,
+    pub sync: bool,
+    pub sync_config: Config,
+    pub include_buffers: bool,
+    pub namespace: String,
+    pub listen: Option<String>,
+    pub connect: Vec<String>,
+    pub neighbours: Vec<u64>,
+    pub eval_every: u64,
+    pub wait_peers: Duration,
+    pub linger: Duration,
+    pub report: Option<PathBuf>,
+    /// Where the final canonical weights go (default: `<report>.weights.f32` when `report` is set).
+    pub dump: Option<PathBuf>,
+    /// Incarnation (default: microseconds since the Unix epoch, DF-RCV-4).
+    pub incarnation: Option<u64>,
+}
+
+impl NodeOptions {
+    /// Defaults of the demo node for `node_id` on the data in `data` (no sync).
+    pub fn new(node_id: u64, data: PathBuf, steps: u64) -> Self {
+        NodeOptions {
+            index: 0,
+            node_id,
+            data,
+            init: None,
+            steps,
+            batch: 32,
+            lr: 0.05,
+            cluster_size: 1,
+            momentum: 0.9,
+            seed: 0,
+            sync: false,
+            sync_config: Config::default(),
+            include_buffers: false,
+            namespace: "deltafabric/demo".into(),
+            listen: None,
+            connect: Vec::new(),
+            neighbours: Vec::new(),
+            eval_every: 50,
+            wait_peers: Duration::from_secs(30),
+            linger: Duration::from_secs(30),
+            report: None,
+            dump: None,
+            incarnation: None,
+        }
+    }
+
+    /// The learning rate used: `lr / cluster_size`.
+    pub fn effective_lr(&self) -> f64 {
+        self.lr / f64::from(self.cluster_size.max(1))
+    }
+
+    fn dump_path(&self) -> Option<PathBuf> {
+        self.dump.clone().or_else(|| {
+            self.report.as_ref().map(|r| {
+                let mut s = r.clone().into_os_string();
+                s.push(".weights.f32");
+                PathBuf::from(s)
+            })
+        })
+    }
+}
+
+/// Where events go and where the stop signal comes from.
+pub trait Channel {
+    /// Emits one event.
+    fn emit(&mut self, event: Value);
+    /// Waits up to `timeout` for the stop signal; true once it came.
+    fn stop_requested(&mut self, timeout: Duration) -> bool;
+}
+
+/// A channel that records events in memory and stops at once (tests, library use).
+#[derive(Debug, Default)]
+pub struct RecordingChannel {
+    pub events: Vec<Value>,
+}
+
+impl Channel for RecordingChannel {
+    fn emit(&mut self, event: Value) {
+        self.events.push(event);
+    }
+    fn stop_requested(&mut self, _timeout: Duration) -> bool {
+        true
+    }
+}
+
+/// The canonical layout and the manifest of the model (DF-MAN).
+pub fn model_manifest(
+    model: &Model,
+    include_buffers: bool,
+) -> Result<(CanonicalLayout, Manifest), NodeError> {
+    let layout = df_burn::canonical_layout::<TrainBackend, _>(model, include_buffers)?;
+    let specs = layout.specs().iter().map(|s| df_core::TensorSpec {
+        name: s.name.clone(),
+        shape: s.shape.iter().map(|&d| d as u64).collect(),
+    });
+    let manifest = Manifest::new(specs).map_err(NodeError::Manifest)?;
+    Ok((layout, manifest))
+}
+
+/// The sync side of a node: an [`Engine`] around a transport, applied to the Burn model.
+pub struct Fabric {
+    engine: Engine,
+    layout: CanonicalLayout,
+    transport: Box<dyn Transport>,
+    steps: u64,
+    pub syncs: u64,
+    pub bytes_sent: u64,
+    pub packets_sent: u64,
+    pub own_entries_sent: u64,
+    pub own_values_sent: u64,
+    pub relay_entries_sent: u64,
+    pub relay_values_sent: u64,
+    pub values_received_applied: u64,
+    pub tensors_rebuilt: u64,
+}
+
+impl Fabric {
+    /// A fabric whose anchor is the model's current canonical vector.
+    pub fn new(
+        model: &Model,
+        config: Config,
+        node_id: u64,
+        incarnation: u64,
+        include_buffers: bool,
+        transport: Box<dyn Transport>,
+    ) -> Result<Fabric, NodeError> {
+        let (layout, manifest) = model_manifest(model, include_buffers)?;
+        let (_, active) = df_burn::export_with_layout::<TrainBackend, _>(model, include_buffers)?;
+        let engine = Engine::new(manifest, config, node_id, incarnation, active)?;
+        Ok(Fabric {
+            engine,
+            layout,
+            transport,
+            steps: 0,
+            syncs: 0,
+            bytes_sent: 0,
+            packets_sent: 0,
+            own_entries_sent: 0,
+            own_values_sent: 0,
+            relay_entries_sent: 0,
+            relay_values_sent: 0,
+            values_received_applied: 0,
+            tensors_rebuilt: 0,
+        })
+    }
+
+    /// The engine (anchor, counters).
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The transport.
+    pub fn transport_mut(&mut self) -> &mut dyn Transport {
+        self.transport.as_mut()
+    }
+
+    /// Call after every local optimizer step: receive/apply/relay, and generate every
+    /// `sync_interval` steps.
+    pub fn step(&mut self, model: Model) -> Result<Model, NodeError> {
+        self.steps += 1;
+        let packets = self.transport.drain(MAX_DRAIN)?;
+        let interval = u64::from(self.engine.config().sync_interval.max(1));
+        let sync = self.steps.is_multiple_of(interval);
+        if packets.is_empty() && !sync {
+            return Ok(model);
+        }
+        self.process(model, &packets, sync)
+    }
+
+    /// Receive, apply and relay what is pending, without generating.
+    pub fn poll(&mut self, model: Model) -> Result<Model, NodeError> {
+        let packets = self.transport.drain(MAX_DRAIN)?;
+        if packets.is_empty() {
+            return Ok(model);
+        }
+        self.process(model, &packets, false)
+    }
+
+    /// Receive what is pending and generate now.
+    pub fn sync_now(&mut self, model: Model) -> Result<Model, NodeError> {
+        let packets = self.transport.drain(MAX_DRAIN)?;
+        self.process(model, &packets, true)
+    }
+
+    fn process(
+        &mut self,
+        mut model: Model,
+        packets: &[Vec<u8>],
+        sync: bool,
+    ) -> Result<Model, NodeError> {
+        let mut relay = Vec::new();
+        if !packets.is_empty() {
+            let refs: Vec<&[u8]> = packets.iter().map(Vec::as_slice).collect();
+            let res = self.engine.receive(&refs);
+            if !res.indices.is_empty() {
+                let (m, touched) = df_burn::apply_sparse::<TrainBackend, _>(
+                    model,
+                    &self.layout,
+                    &res.indices,
+                    &res.values,
+                )?;
+                model = m;
+                self.tensors_rebuilt += touched as u64;
+                self.values_received_applied += res.indices.len() as u64;
+            }
+            relay = res.relay;
+        }
+        let mut own = Vec::new();
+        if sync {
+            self.syncs += 1;
+            let (_, active) = df_burn::export_with_layout::<TrainBackend, _>(
+                &model,
+                self.layout.include_buffers(),
+            )?;
+            own = self.engine.generate(&active, false)?;
+        }
+        if own.is_empty() && relay.is_empty() {
+            return Ok(model);
+        }
+        for e in &own {
+            self.own_entries_sent += 1;
+            self.own_values_sent += e.indices.len() as u64;
+        }
+        for e in &relay {
+            self.relay_entries_sent += 1;
+            self.relay_values_sent += e.indices.len() as u64;
+        }
+        for pkt in self.engine.pack(&own, &relay) {
+            self.transport.publish(&pkt)?;
+            self.bytes_sent += pkt.len() as u64;
+            self.packets_sent += 1;
+        }
+        Ok(model)
+    }
+
+    /// Counters in the shape of the Python adapter's `stats()`.
+    pub fn stats(&self) -> Value {
+        json!({
+            "node_id": format!("{:016x}", self.engine.node_id()),
+            "incarnation": self.engine.incarnation(),
+            "num_params": self.engine.num_params(),
+            "fingerprint": hex_lower(&self.engine.manifest().fingerprint()),
+            "bootstrapped": false,
+            "steps": self.steps,
+            "syncs": self.syncs,
+            "bytes_sent": self.bytes_sent,
+            "packets_sent": self.packets_sent,
+            "own_entries_sent": self.own_entries_sent,
+            "own_values_sent": self.own_values_sent,
+            "relay_entries_sent": self.relay_entries_sent,
+            "relay_values_sent": self.relay_values_sent,
+            "values_received_applied": self.values_received_applied,
+            "tensors_rebuilt": self.tensors_rebuilt,
+            "receive": self.engine.counters().to_json(),
+        })
+    }
+
+    /// Closes the transport.
+    pub fn close(&mut self) {
+        self.transport.close();
+    }
+}
+
+fn hex_lower(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Microseconds since the Unix epoch (never 0).
+pub fn default_incarnation() -> u64 {
+    let us = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros())
+        .unwrap_or(1);
+    u64::try_from(us).unwrap_or(u64::MAX).max(1)
+}
+
+/// A batch of `idx` images as tensors.
+fn batch_tensors<B: Backend>(
+    split: &Split,
+    idx: &[usize],
+    device: &B::Device,
+) -> (Tensor<B, 4>, Tensor<B, 1, Int>) {
+    let mut x = Vec::with_capacity(idx.len() * IMAGE_LEN);
+    let mut y = Vec::with_capacity(idx.len());
+    for &i in idx {
+        x.extend_from_slice(split.image(i));
+        y.push(i64::from(split.y[i]));
+    }
+    let n = idx.len();
+    (
+        Tensor::from_data(TensorData::new(x, [n, 1, 8, 8]), device),
+        Tensor::from_data(TensorData::new(y, [n]), device),
+    )
+}
+
+/// One SGD step on a batch; returns the model and the batch loss.
+pub fn train_step<O: Optimizer<Model, TrainBackend>>(
+    model: Model,
+    optim: &mut O,
+    x: Tensor<TrainBackend, 4>,
+    y: Tensor<TrainBackend, 1, Int>,
+    lr: f64,
+) -> (Model, f32) {
+    let logits = model.forward(x);
+    let loss = CrossEntropyLossConfig::new()
+        .init(&logits.device())
+        .forward(logits, y);
+    let value = loss.clone().into_scalar().elem::<f32>();
+    let grads = GradientsParams::from_grads(loss.backward(), &model);
+    (optim.step(lr, model, grads), value)
+}
+
+/// The optimizer of the demo: SGD with PyTorch's momentum semantics (dampening 0, no Nesterov;
+/// Burn's `MomentumConfig` defaults to dampening 0.1).
+pub fn sgd_config(momentum: f64) -> SgdConfig {
+    let cfg = SgdConfig::new();
+    if momentum > 0.0 {
+        cfg.with_momentum(Some(
+            MomentumConfig::new()
+                .with_momentum(momentum)
+                .with_dampening(0.0)
+                .with_nesterov(false),
+        ))
+    } else {
+        cfg
+    }
+}
+
+/// Test accuracy and per-class accuracy (`None` for a class absent from the test set), in eval
+/// mode (BatchNorm running statistics).
+pub fn evaluate(model: &Model, test: &Split) -> (f64, Vec<Option<f64>>) {
+    let inner: DigitsCnn<InnerBackend> = model.valid();
+    let device = Default::default();
+    let mut correct = [0usize; NUM_CLASSES];
+    let mut total = [0usize; NUM_CLASSES];
+    let all: Vec<usize> = (0..test.len()).collect();
+    for chunk in all.chunks(512) {
+        let (x, _) = batch_tensors::<InnerBackend>(test, chunk, &device);
+        let pred = inner.forward(x).argmax(1).into_data();
+        let pred: Vec<i64> = pred.convert::<i64>().into_vec::<i64>().unwrap_or_default();
+        for (&i, &p) in chunk.iter().zip(&pred) {
+            let c = usize::from(test.y[i]);
+            total[c] += 1;
+            if p == c as i64 {
+                correct[c] += 1;
+            }
+        }
+    }
+    let n: usize = total.iter().sum();
+    let acc = if n == 0 {
+        0.0
+    } else {
+        correct.iter().sum::<usize>() as f64 / n as f64
+    };
+    let per_class = (0..NUM_CLASSES)
+        .map(|c| (total[c] > 0).then(|| correct[c] as f64 / total[c] as f64))
+        .collect();
+    (acc, per_class)
+}
+
+/// The model every node starts from: `init` weights when given, else Burn's initialisation
+/// seeded with `seed`.
+pub fn initial_model(
+    init: Option<&[f32]>,
+    include_buffers: bool,
+    seed: u64,
+) -> Result<Model, NodeError> {
+    let device = Default::default();
+    TrainBackend::seed(&device, seed);
+    let model = Model::new(&device);
+    match init {
+        Some(flat) => Ok(df_burn::import_canonical::<TrainBackend, _>(
+            model,
+            flat,
+            include_buffers,
+        )?),
+        None => Ok(model),
+    }
+}
+
+/// What a finished run produced.
+#[derive(Debug, Clone)]
+pub struct NodeOutcome {
+    pub accuracy: f64,
+    pub per_class: Vec<Option<f64>>,
+    /// `(step, accuracy)` including step 0.
+    pub curve: Vec<(u64, f64)>,
+    pub stats: Value,
+    /// Final canonical weights (DF-MAN-3 layout).
+    pub weights: Vec<f32>,
+    /// SHA-256 of the little-endian bytes of `weights`.
+    pub weights_sha256: String,
+    /// Where `weights` were written, if anywhere.
+    pub weights_path: Option<PathBuf>,
+    /// The full report (also written to `--report`).
+    pub report: Value,
+}
+
+/// Runs one node: training, sync (when `transport` is given and `opts.sync`), linger, report.
+pub fn run_node(
+    opts: &NodeOptions,
+    data: &Dataset,
+    transport: Option<Box<dyn Transport>>,
+    channel: &mut dyn Channel,
+) -> Result<NodeOutcome, NodeError> {
+    let t_entry = Instant::now();
+    if opts.batch == 0 {
+        return Err(NodeError::Usage("--batch must be > 0".into()));
+    }
+    if opts.node_id == 0 {
+        return Err(NodeError::Usage("--node-id must be non-zero".into()));
+    }
+    let init = match &opts.init {
+        Some(p) => Some(crate::data::read_f32_file(p)?),
+        None => None,
+    };
+    let mut model = initial_model(init.as_deref(), opts.include_buffers, opts.seed)?;
+    let (_, manifest) = model_manifest(&model, opts.include_buffers)?;
+    let incarnation = opts.incarnation.unwrap_or_else(default_incarnation);
+    let mut fabric = match (opts.sync, transport) {
+        (true, Some(t)) => Some(Fabric::new(
+            &model,
+            opts.sync_config.clone(),
+            opts.node_id,
+            incarnation,
+            opts.include_buffers,
+            t,
+        )?),
+        (true, None) => {
+            return Err(NodeError::Transport(
+                "sync is on but no transport was given".into(),
+            ));
+        }
+        (false, _) => None,
+    };
+    let t_wait = Instant::now();
+    if let Some(f) = fabric.as_mut()
+        && !opts.neighbours.is_empty()
+        && !f
+            .transport_mut()
+            .wait_for_peers(&opts.neighbours, opts.wait_peers)?
+    {
+        eprintln!(
+            "node {}: not every neighbour seen within {:?}; starting anyway",
+            opts.index, opts.wait_peers
+        );
+    }
+    let wait_peers_s = t_wait.elapsed().as_secs_f64();
+    channel.emit(json!({
+        "event": "ready",
+        "index": opts.index,
+        "node": format!("{:016x}", opts.node_id),
+        "framework": "burn",
+        "num_params": manifest.num_params(),
+        "fingerprint": hex_lower(&manifest.fingerprint()),
+        "startup_s": round3(t_entry.elapsed().as_secs_f64()),
+        "wait_peers_s": round3(wait_peers_s),
+    }));
+    let t_ready = Instant::now();
+
+    let device = Default::default();
+    let mut optim = sgd_config(opts.momentum).init::<TrainBackend, Model>();
+    let lr = opts.effective_lr();
+    let mut rng = SplitMix64::new(
+        opts.seed
+            .wrapping_mul(1000)
+            .wrapping_add(u64::from(opts.index)),
+    );
+    let mut curve: Vec<(u64, f64)> = vec![(0, evaluate(&model, &data.test).0)];
+    let mut loss_curve: Vec<(u64, f64)> = Vec::new();
+    let (mut loss_sum, mut loss_n) = (0.0f64, 0u32);
+    let n_train = data.train.len();
+    if n_train == 0 {
+        return Err(NodeError::Data("no training sample".into()));
+    }
+    let eval_every = opts.eval_every.max(1);
+    let t0 = Instant::now();
+    let mut idx = vec![0usize; opts.batch];
+    for step in 1..=opts.steps {
+        for i in idx.iter_mut() {
+            *i = rng.below(n_train);
+        }
+        let (x, y) = batch_tensors::<TrainBackend>(&data.train, &idx, &device);
+        let (m, loss) = train_step(model, &mut optim, x, y, lr);
+        model = m;
+        if !loss.is_finite() {
+            return Err(NodeError::Data(format!("loss is {loss} at step {step}")));
+        }
+        loss_sum += f64::from(loss);
+        loss_n += 1;
+        if let Some(f) = fabric.as_mut() {
+            model = f.step(model)?;
+        }
+        let mut acc = None;
+        if step % eval_every == 0 || step == opts.steps {
+            let a = evaluate(&model, &data.test).0;
+            curve.push((step, a));
+            acc = Some(a);
+        }
+        if acc.is_some() || step % 10 == 0 {
+            let mean_loss = loss_sum / f64::from(loss_n.max(1));
+            loss_curve.push((step, mean_loss));
+            channel.emit(json!({
+                "event": "progress",
+                "index": opts.index,
+                "step": step,
+                "loss": mean_loss,
+                "acc": acc,
+                "accuracy": acc,
+                "bytes_sent": fabric.as_ref().map_or(0, |f| f.bytes_sent),
+            }));
+            loss_sum = 0.0;
+            loss_n = 0;
+        }
+    }
+    let train_s = t0.elapsed().as_secs_f64();
+    if let Some(f) = fabric.as_mut() {
+        model = f.sync_now(model)?; // the last residual goes out too
+    }
+    channel.emit(json!({"event": "finished", "index": opts.index, "step": opts.steps}));
+    let deadline = Instant::now() + opts.linger;
+    loop {
+        if let Some(f) = fabric.as_mut() {
+            model = f.poll(model)?;
+        }
+        let now = Instant::now();
+        if now >= deadline || channel.stop_requested(Duration::from_millis(10).min(deadline - now))
+        {
+            break;
+        }
+    }
+    if let Some(f) = fabric.as_mut() {
+        model = f.poll(model)?;
+    }
+    let (accuracy, per_class) = evaluate(&model, &data.test);
+    let (_, weights) = df_burn::export_canonical::<TrainBackend, _>(&model, opts.include_buffers)?;
+    let bytes = f32_bytes(&weights);
+    let weights_sha256 = hex_lower(&Sha256::digest(&bytes));
+    let weights_path = opts.dump_path();
+    if let Some(p) = &weights_path {
+        std::fs::write(p, &bytes).map_err(|e| NodeError::io(p, e))?;
+    }
+    let mut stats = match &fabric {
+        Some(f) => f.stats(),
+        None => json!({"bytes_sent": 0, "steps": opts.steps, "syncs": 0}),
+    };
+    let step_ms = if opts.steps > 0 {
+        1000.0 * train_s / opts.steps as f64
+    } else {
+        0.0
+    };
+    stats["train_s"] = json!(round3(train_s));
+    stats["step_ms"] = json!(round3(step_ms));
+    stats["startup_s"] = json!(round3((t_ready - t_entry).as_secs_f64()));
+    stats["wait_peers_s"] = json!(round3(wait_peers_s));
+    let curve_json: Vec<Value> = curve.iter().map(|&(s, a)| json!([s, a])).collect();
+    channel.emit(json!({
+        "event": "done",
+        "index": opts.index,
+        "accuracy": accuracy,
+        "per_class": per_class,
+        "curve": curve_json,
+        "stats": stats,
+        "weights_sha256": weights_sha256,
+    }));
+    let report = json!({
+        "index": opts.index,
+        "node": format!("{:016x}", opts.node_id),
+        "framework": "burn",
+        "incarnation": incarnation,
+        "steps": opts.steps,
+        "lr": lr,
+        "include_buffers": opts.include_buffers,
+        "num_params": manifest.num_params(),
+        "fingerprint": hex_lower(&manifest.fingerprint()),
+        "accuracy": accuracy,
+        "per_class": per_class,
+        "accuracy_history": curve_json,
+        "loss_history": loss_curve.iter().map(|&(s, l)| json!([s, l])).collect::<Vec<_>>(),
+        "bytes_sent": stats["bytes_sent"],
+        "stats": stats,
+        "final_weights": {
+            "sha256": weights_sha256,
+            "path": weights_path.as_ref().map(|p| p.display().to_string()),
+            "num_values": weights.len(),
+        },
+    });
+    if let Some(p) = &opts.report {
+        let text = serde_json::to_string_pretty(&report)
+            .map_err(|e| NodeError::Data(format!("report: {e}")))?;
+        std::fs::write(p, text + "\n").map_err(|e| NodeError::io(p, e))?;
+    }
+    if let Some(f) = fabric.as_mut() {
+        f.close();
+    }
+    Ok(NodeOutcome {
+        accuracy,
+        per_class,
+        curve,
+        stats: report["stats"].clone(),
+        weights,
+        weights_sha256,
+        weights_path,
+        report,
+    })
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}

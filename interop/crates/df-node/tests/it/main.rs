@@ -1,0 +1,451 @@
+//! Integration tests of df-node (one test binary for the crate).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use df_node::data::{Dataset, Split, read_dataset, read_f32_file, write_dataset};
+use df_node::node::{
+    Model, NodeOptions, RecordingChannel, evaluate, initial_model, model_manifest, run_node,
+};
+use df_node::transport::{MemoryHub, Transport};
+use df_node::{NodeError, TrainBackend};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("df-node-it-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("create scratch dir");
+    d
+}
+
+/// scikit-learn digits written by tests/it/make_digits.py (`all`, `skewed0..2`).
+fn digits() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let python = std::env::var_os("DF_PYTHON")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| manifest_dir.join("../../../.venv/bin/python"));
+        let out = scratch("digits");
+        let st = Command::new(&python)
+            .arg(manifest_dir.join("tests/it/make_digits.py"))
+            .arg(&out)
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
+        assert!(st.success(), "make_digits.py failed");
+        out
+    })
+}
+
+/// A small synthetic, learnable data set (class c lights up row c mod 8).
+fn synthetic(n_train: usize, n_test: usize) -> Dataset {
+    let make = |n: usize, salt: usize| {
+        let mut x = Vec::with_capacity(n * 64);
+        let mut y = Vec::with_capacity(n);
+        for i in 0..n {
+            let c = (i * 7 + salt) % 10;
+            for p in 0..64 {
+                let row = p / 8;
+                let on = row == c % 8 && (c < 8 || p % 2 == 0);
+                x.push(if on {
+                    1.0
+                } else {
+                    ((p * 31 + i) % 5) as f32 * 0.02
+                });
+            }
+            y.push(c as u8);
+        }
+        Split { x, y }
+    };
+    Dataset {
+        train: make(n_train, 0),
+        test: make(n_test, 3),
+        classes: (0..10).collect(),
+    }
+}
+
+// REQ: DF-MAN-1
+// REQ: DF-MAN-2
+// REQ: DF-MAN-4
+// REQ: DF-MAN-6
+#[test]
+fn cnn_canonical_names_match_the_pytorch_state_dict() {
+    let model = initial_model(None, true, 0).unwrap();
+    let (layout, manifest) = model_manifest(&model, true).unwrap();
+    let got: Vec<(&str, &[usize])> = layout
+        .specs()
+        .iter()
+        .map(|s| (s.name.as_str(), s.shape.as_slice()))
+        .collect();
+    let want: Vec<(&str, &[usize])> = vec![
+        ("bn1.bias", &[16]),
+        ("bn1.running_mean", &[16]),
+        ("bn1.running_var", &[16]),
+        ("bn1.weight", &[16]),
+        ("conv1.bias", &[16]),
+        ("conv1.weight", &[16, 1, 3, 3]),
+        ("fc1.bias", &[64]),
+        ("fc1.weight", &[64, 256]),
+        ("fc2.bias", &[10]),
+        ("fc2.weight", &[10, 64]),
+    ];
+    assert_eq!(got, want);
+    assert_eq!(manifest.num_params(), 17_322);
+    assert_eq!(manifest.tensors()[7].name, "fc1.weight");
+
+    let (layout, manifest) = model_manifest(&model, false).unwrap();
+    let names: Vec<&str> = layout.specs().iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "bn1.bias",
+            "bn1.weight",
+            "conv1.bias",
+            "conv1.weight",
+            "fc1.bias",
+            "fc1.weight",
+            "fc2.bias",
+            "fc2.weight"
+        ]
+    );
+    assert_eq!(manifest.num_params(), 17_290);
+}
+
+// REQ: DF-MAN-5
+#[test]
+fn fingerprint_is_the_sha256_of_the_manifest_text() {
+    let model = initial_model(None, true, 0).unwrap();
+    let (_, manifest) = model_manifest(&model, true).unwrap();
+    let text = "deltafabric-manifest/1\n\
+        bn1.bias\tf32\t16\nbn1.running_mean\tf32\t16\nbn1.running_var\tf32\t16\nbn1.weight\tf32\t16\n\
+        conv1.bias\tf32\t16\nconv1.weight\tf32\t16,1,3,3\nfc1.bias\tf32\t64\nfc1.weight\tf32\t64,256\n\
+        fc2.bias\tf32\t10\nfc2.weight\tf32\t10,64\n";
+    let want: [u8; 32] = Sha256::digest(text.as_bytes()).into();
+    assert_eq!(manifest.fingerprint(), want);
+}
+
+#[test]
+fn init_file_sets_every_canonical_value() {
+    let dir = scratch("init");
+    let model = initial_model(None, true, 1).unwrap();
+    let (_, manifest) = model_manifest(&model, true).unwrap();
+    let n = manifest.num_params() as usize;
+    let flat: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin() * 0.1).collect();
+    let p = dir.join("init.f32");
+    std::fs::write(&p, df_node::data::f32_bytes(&flat)).unwrap();
+    let read = read_f32_file(&p).unwrap();
+    let m = initial_model(Some(&read), true, 99).unwrap();
+    let (_, back) = df_burn::export_canonical::<TrainBackend, Model>(&m, true).unwrap();
+    assert_eq!(back, flat);
+    // Seeds differ, init wins: two nodes with one init file start identical.
+    let m2 = initial_model(Some(&read), true, 5).unwrap();
+    let (_, back2) = df_burn::export_canonical::<TrainBackend, Model>(&m2, true).unwrap();
+    assert_eq!(back, back2);
+    // A file of the wrong size is a typed error.
+    let e = initial_model(Some(&read[1..]), true, 0).unwrap_err();
+    assert!(matches!(
+        e,
+        NodeError::Map(df_burn::BurnMapError::LengthMismatch { .. })
+    ));
+    std::fs::write(&p, [0u8; 7]).unwrap();
+    assert!(matches!(read_f32_file(&p), Err(NodeError::Data(_))));
+}
+
+#[test]
+fn data_files_round_trip_and_bad_files_are_typed_errors() {
+    let dir = scratch("data");
+    let d = synthetic(20, 7);
+    write_dataset(&dir, &d).unwrap();
+    assert_eq!(read_dataset(&dir).unwrap(), d);
+
+    // Truncated images.
+    let xp = dir.join("train_x.f32");
+    let full = std::fs::read(&xp).unwrap();
+    std::fs::write(&xp, &full[..full.len() - 4]).unwrap();
+    assert!(matches!(read_dataset(&dir), Err(NodeError::Data(_))));
+    std::fs::write(&xp, &full).unwrap();
+    // Label out of range.
+    let yp = dir.join("test_y.u8");
+    let mut y = std::fs::read(&yp).unwrap();
+    y[0] = 10;
+    std::fs::write(&yp, &y).unwrap();
+    assert!(matches!(read_dataset(&dir), Err(NodeError::Data(_))));
+    y[0] = 1;
+    std::fs::write(&yp, &y).unwrap();
+    // Bad meta.
+    std::fs::write(dir.join("meta.json"), "{\"n_train\": \"x\"}").unwrap();
+    assert!(matches!(read_dataset(&dir), Err(NodeError::Data(_))));
+    std::fs::remove_file(dir.join("meta.json")).unwrap();
+    assert!(matches!(read_dataset(&dir), Err(NodeError::Io { .. })));
+    // The Python fixture reads too.
+    let all = read_dataset(&digits().join("all")).unwrap();
+    assert_eq!((all.train.len(), all.test.len()), (1437, 360));
+    assert!(all.train.x.iter().all(|&v| (0.0..=1.0).contains(&v)));
+}
+
+#[test]
+fn command_line_matches_the_python_node() {
+    let o = df_node::cli::parse_args([
+        "train",
+        "--index",
+        "2",
+        "--node-id",
+        "00000000000000ab",
+        "--data",
+        "/d",
+        "--steps",
+        "30",
+        "--lr",
+        "0.05",
+        "--cluster-size",
+        "3",
+        "--momentum",
+        "0.9",
+        "--sync",
+        "on",
+        "--alpha",
+        "0.5",
+        "--ratio=0.1",
+        "--sync-interval",
+        "5",
+        "--include-buffers",
+        "--connect",
+        "tcp/127.0.0.1:1",
+        "--connect",
+        "tcp/127.0.0.1:2",
+        "--neighbours",
+        "01,02",
+        "--linger",
+        "0.5",
+    ])
+    .unwrap();
+    assert_eq!((o.index, o.node_id, o.steps), (2, 0xab, 30));
+    assert!((o.effective_lr() - 0.05 / 3.0).abs() < 1e-15);
+    assert!(o.sync && o.include_buffers);
+    assert_eq!(o.sync_config.alpha, 0.5);
+    assert_eq!(o.sync_config.ratio, 0.1);
+    assert_eq!(o.sync_config.sync_interval, 5);
+    assert_eq!(o.connect.len(), 2);
+    assert_eq!(o.neighbours, vec![1, 2]);
+    assert_eq!(o.linger, Duration::from_millis(500));
+    for bad in [
+        vec!["--node-id", "0", "--data", "/d", "--steps", "1"],
+        vec!["--node-id", "zz", "--data", "/d", "--steps", "1"],
+        vec!["--node-id", "1", "--data", "/d"],
+        vec![
+            "--node-id",
+            "1",
+            "--data",
+            "/d",
+            "--steps",
+            "1",
+            "--ratio",
+            "0",
+        ],
+        vec![
+            "--node-id",
+            "1",
+            "--data",
+            "/d",
+            "--steps",
+            "1",
+            "--sync",
+            "maybe",
+        ],
+        vec![
+            "--node-id",
+            "1",
+            "--data",
+            "/d",
+            "--steps",
+            "1",
+            "--bogus",
+            "1",
+        ],
+        vec!["--node-id", "1", "--data", "/d", "--steps", "-3"],
+    ] {
+        assert!(
+            matches!(
+                df_node::cli::parse_args(bad.clone()),
+                Err(NodeError::Usage(_))
+            ),
+            "{bad:?}"
+        );
+    }
+}
+
+#[test]
+fn a_lone_burn_node_learns_digits() {
+    let dir = scratch("lone");
+    let data = read_dataset(&digits().join("all")).unwrap();
+    let mut o = NodeOptions::new(0x1, digits().join("all"), 300);
+    o.eval_every = 100;
+    o.include_buffers = true;
+    o.report = Some(dir.join("report.json"));
+    let mut ch = RecordingChannel::default();
+    let out = run_node(&o, &data, None, &mut ch).unwrap();
+    let step_ms = out.stats["step_ms"].as_f64().unwrap();
+    eprintln!(
+        "lone node: accuracy {:.4}, {step_ms:.2} ms/step",
+        out.accuracy
+    );
+    assert!(out.accuracy >= 0.90, "accuracy {}", out.accuracy);
+    assert!(
+        out.curve[0].1 < 0.5,
+        "the untrained model is not near chance"
+    );
+    // Events: ready, progress every 10 steps, finished, done.
+    let kinds: Vec<&str> = ch
+        .events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds.first(), Some(&"ready"));
+    assert_eq!(&kinds[kinds.len() - 2..], &["finished", "done"]);
+    assert_eq!(kinds.iter().filter(|k| **k == "progress").count(), 30);
+    assert_eq!(ch.events[0]["num_params"], 17_322);
+    let p = &ch.events[10];
+    assert_eq!(p["step"], 100);
+    assert!(p["acc"].as_f64().is_some() && p["loss"].as_f64().is_some());
+    // Report and the dump of the final canonical weights.
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["accuracy_history"].as_array().unwrap().len(), 4);
+    let path = report["final_weights"]["path"].as_str().unwrap();
+    let bytes = std::fs::read(path).unwrap();
+    assert_eq!(bytes.len(), 17_322 * 4);
+    let sha: String = Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(report["final_weights"]["sha256"], Value::String(sha));
+    // The dumped weights reproduce the accuracy.
+    let m = initial_model(Some(&read_f32_file(Path::new(path)).unwrap()), true, 7).unwrap();
+    assert_eq!(evaluate(&m, &data.test).0, out.accuracy);
+}
+
+/// Three Burn nodes on label-skewed shards (0-3 / 4-6 / 7-9) over an in-process hub.
+#[test]
+fn three_skewed_nodes_learn_every_class_through_sync() {
+    let hub = MemoryHub::new();
+    let ids = [0x11u64, 0x22, 0x33];
+    let init = {
+        let m = initial_model(None, true, 42).unwrap();
+        df_burn::export_canonical::<TrainBackend, Model>(&m, true)
+            .unwrap()
+            .1
+    };
+    let dir = scratch("three");
+    let init_path = dir.join("init.f32");
+    std::fs::write(&init_path, df_node::data::f32_bytes(&init)).unwrap();
+    let transports: Vec<Box<dyn Transport + Send>> = ids
+        .iter()
+        .map(|&id| Box::new(hub.join(id, &[])) as Box<dyn Transport + Send>)
+        .collect();
+    let handles: Vec<_> = transports
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let data_dir = digits().join(format!("skewed{i}"));
+            let init_path = init_path.clone();
+            std::thread::spawn(move || {
+                let data = read_dataset(&data_dir).unwrap();
+                let mut o = NodeOptions::new(ids[i], data_dir, 300);
+                o.index = i as u32;
+                o.sync = true;
+                o.include_buffers = true;
+                o.cluster_size = 3;
+                o.eval_every = 150;
+                o.init = Some(init_path);
+                o.neighbours = ids.iter().copied().filter(|&x| x != ids[i]).collect();
+                o.linger = Duration::from_millis(300);
+                let mut ch = RecordingChannel::default();
+                let t: Box<dyn Transport> = t;
+                run_node(&o, &data, Some(t), &mut ch).unwrap()
+            })
+        })
+        .collect();
+    let outs: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    for (i, o) in outs.iter().enumerate() {
+        eprintln!(
+            "node {i}: accuracy {:.4}, per class {:?}, stats {}",
+            o.accuracy, o.per_class, o.stats
+        );
+        assert!(o.accuracy >= 0.8, "node {i}: accuracy {}", o.accuracy);
+        assert!(o.stats["bytes_sent"].as_u64().unwrap() > 0);
+        assert!(o.stats["values_received_applied"].as_u64().unwrap() > 0);
+        assert_eq!(o.stats["receive"]["packets_rejected"], 0);
+    }
+}
+
+#[test]
+fn binary_speaks_the_line_protocol() {
+    let dir = scratch("bin");
+    write_dataset(&dir.join("data"), &synthetic(64, 20)).unwrap();
+    let report = dir.join("r.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_df-node"))
+        .args([
+            "train",
+            "--node-id",
+            "00000000000000c1",
+            "--sync",
+            "off",
+            "--steps",
+            "20",
+        ])
+        .arg("--data")
+        .arg(dir.join("data"))
+        .arg("--report")
+        .arg(&report)
+        .args(["--eval-every", "10", "--include-buffers"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["ready", "progress", "progress", "finished", "done"]);
+    assert_eq!(events[0]["framework"], "burn");
+    assert_eq!(events[0]["node"], "00000000000000c1");
+    assert_eq!(events[4]["curve"].as_array().unwrap().len(), 3);
+    assert!(report.exists());
+
+    // Bad input: exit 2 with a message, no panic.
+    let bad = Command::new(env!("CARGO_BIN_EXE_df-node"))
+        .args(["--node-id", "xyz", "--data", "/nonexistent", "--steps", "1"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("node id"));
+    let missing = Command::new(env!("CARGO_BIN_EXE_df-node"))
+        .args([
+            "--node-id",
+            "1",
+            "--sync",
+            "off",
+            "--data",
+            "/nonexistent",
+            "--steps",
+            "1",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("meta.json"));
+}
