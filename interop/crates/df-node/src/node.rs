@@ -187,6 +187,9 @@ impl Fabric {
     ) -> Result<Fabric, NodeError> {
         let (layout, manifest) = model_manifest(model, include_buffers)?;
         let (_, active) = df_burn::export_with_layout::<TrainBackend, _>(model, include_buffers)?;
+        let fingerprint = manifest.fingerprint();
+        let mut transport = transport;
+        transport.serve_snapshots(incarnation, fingerprint, &active);
         let engine = Engine::new(manifest, config, node_id, incarnation, active)?;
         Ok(Fabric {
             engine,
@@ -250,6 +253,7 @@ impl Fabric {
         sync: bool,
     ) -> Result<Model, NodeError> {
         let mut relay = Vec::new();
+        let mut anchor_changed = false;
         if !packets.is_empty() {
             let refs: Vec<&[u8]> = packets.iter().map(Vec::as_slice).collect();
             let res = self.engine.receive(&refs);
@@ -263,6 +267,7 @@ impl Fabric {
                 model = m;
                 self.tensors_rebuilt += touched as u64;
                 self.values_received_applied += res.indices.len() as u64;
+                anchor_changed = true;
             }
             relay = res.relay;
         }
@@ -274,6 +279,10 @@ impl Fabric {
                 self.layout.include_buffers(),
             )?;
             own = self.engine.generate(&active, false)?;
+            anchor_changed |= !own.is_empty();
+        }
+        if anchor_changed {
+            self.transport.update_anchor(self.engine.anchor());
         }
         if own.is_empty() && relay.is_empty() {
             return Ok(model);
@@ -313,6 +322,7 @@ impl Fabric {
             "values_received_applied": self.values_received_applied,
             "tensors_rebuilt": self.tensors_rebuilt,
             "receive": self.engine.counters().to_json(),
+            "transport": self.transport.stats_json(),
         })
     }
 

@@ -17,6 +17,15 @@ pub trait Transport {
     fn drain(&mut self, max: usize) -> Result<Vec<Vec<u8>>, NodeError>;
     /// Waits until the given peers are seen alive (or `timeout`); true when all were seen.
     fn wait_for_peers(&mut self, peers: &[u64], timeout: Duration) -> Result<bool, NodeError>;
+    /// Starts serving anchor snapshots (DF-ZEN-5) for this incarnation and manifest; the anchor
+    /// is then kept current through [`Transport::update_anchor`]. Default: not served.
+    fn serve_snapshots(&mut self, _incarnation: u64, _fingerprint: [u8; 32], _anchor: &[f32]) {}
+    /// The anchor changed (called between two steps, only after a change).
+    fn update_anchor(&mut self, _anchor: &[f32]) {}
+    /// Transport counters for the report.
+    fn stats_json(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
     /// Releases the transport.
     fn close(&mut self) {}
 }

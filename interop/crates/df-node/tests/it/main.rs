@@ -449,3 +449,125 @@ fn binary_speaks_the_line_protocol() {
     assert_eq!(missing.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("meta.json"));
 }
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// Two df-node processes over Zenoh on loopback: the demo runner's path (stdio protocol, `stop`).
+// REQ: DF-ZEN-1
+#[test]
+fn two_binaries_sync_over_zenoh() {
+    use std::io::{BufRead, BufReader, Write};
+    let dir = scratch("zenoh");
+    write_dataset(&dir.join("data"), &synthetic(96, 30)).unwrap();
+    let (pa, pb) = (free_port(), free_port());
+    let ids = ["00000000000000a1", "00000000000000b2"];
+    let ns = format!("df-node-it/{}", std::process::id());
+    let mut children = Vec::new();
+    for (i, (me, port)) in [(ids[0], pa), (ids[1], pb)].into_iter().enumerate() {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_df-node"));
+        cmd.args(["--index", &i.to_string(), "--node-id", me, "--steps", "40"])
+            .arg("--data")
+            .arg(dir.join("data"))
+            .args(["--namespace", &ns, "--sync", "on", "--sync-interval", "5"])
+            .args([
+                "--include-buffers",
+                "--cluster-size",
+                "2",
+                "--eval-every",
+                "20",
+            ])
+            .args(["--listen", &format!("tcp/127.0.0.1:{port}")])
+            .args([
+                "--neighbours",
+                ids[1 - i],
+                "--wait-peers",
+                "20",
+                "--linger",
+                "20",
+            ]);
+        if i == 1 {
+            cmd.args(["--connect", &format!("tcp/127.0.0.1:{pa}")]);
+        }
+        let child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        children.push(child);
+    }
+    let (tx, rx) = std::sync::mpsc::channel::<(usize, Value)>();
+    let readers: Vec<_> = children
+        .iter_mut()
+        .enumerate()
+        .map(|(i, c)| {
+            let out = c.stdout.take().unwrap();
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(out).lines().map_while(Result::ok) {
+                    if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                        let _ = tx.send((i, v));
+                    }
+                }
+            })
+        })
+        .collect();
+    drop(tx);
+    let mut finished = [false, false];
+    let mut done: [Option<Value>; 2] = [None, None];
+    let mut ready: [Option<Value>; 2] = [None, None];
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while done.iter().any(Option::is_none) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let Ok((i, ev)) = rx.recv_timeout(left) else {
+            break;
+        };
+        match ev["event"].as_str() {
+            Some("ready") => ready[i] = Some(ev),
+            Some("finished") => {
+                finished[i] = true;
+                if finished.iter().all(|&f| f) {
+                    std::thread::sleep(Duration::from_millis(300));
+                    for c in children.iter_mut() {
+                        if let Some(mut s) = c.stdin.take() {
+                            let _ = s.write_all(b"stop\n");
+                        }
+                    }
+                }
+            }
+            Some("done") => done[i] = Some(ev),
+            _ => {}
+        }
+    }
+    for mut c in children {
+        if done.iter().any(Option::is_none) {
+            let _ = c.kill();
+        }
+        let st = c.wait().unwrap();
+        assert!(st.success(), "exit {st:?}");
+    }
+    for r in readers {
+        r.join().unwrap();
+    }
+    let fp0 = ready[0].as_ref().unwrap()["fingerprint"].clone();
+    assert_eq!(ready[1].as_ref().unwrap()["fingerprint"], fp0);
+    for (i, d) in done.iter().enumerate() {
+        let d = d
+            .as_ref()
+            .unwrap_or_else(|| panic!("node {i} did not report"));
+        let s = &d["stats"];
+        eprintln!("zenoh node {i}: {s}");
+        assert!(s["bytes_sent"].as_u64().unwrap() > 0);
+        assert!(
+            s["values_received_applied"].as_u64().unwrap() > 0,
+            "node {i} got nothing"
+        );
+        assert_eq!(s["receive"]["packets_rejected"], 0);
+        assert_eq!(s["syncs"], 9); // 8 interval syncs + the final one
+    }
+}
