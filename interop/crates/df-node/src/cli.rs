@@ -7,7 +7,8 @@
 //!     [--alpha 1.0] [--ratio 0.05] [--sync-interval 10] [--include-buffers]
 //!     [--namespace deltafabric/demo] [--listen tcp/127.0.0.1:P] [--connect EP]...
 //!     [--neighbours HEX16,HEX16,...] [--eval-every 50] [--wait-peers 30] [--linger 30]
-//!     [--report FILE.json] [--dump FILE.f32] [--incarnation N]
+//!     [--report FILE.json] [--dump FILE.f32] [--incarnation N] [--bn-momentum 0.1]
+//!     [--max-lead 0]
 //! ```
 //!
 //! The learning rate used is `lr / cluster-size`.
@@ -24,7 +25,7 @@ pub const USAGE: &str = "df-node [train] --node-id HEX16 --data DIR --steps S [-
 [--batch 32] [--lr 0.05] [--cluster-size 1] [--momentum 0.9] [--seed 0] [--sync on|off] [--alpha 1.0] \
 [--ratio 0.05] [--sync-interval 10] [--include-buffers] [--namespace NS] [--listen EP] [--connect EP]... \
 [--neighbours HEX,HEX] [--eval-every 50] [--wait-peers SECONDS] [--linger SECONDS] [--report FILE.json] \
-[--dump FILE.f32] [--incarnation N]";
+[--dump FILE.f32] [--incarnation N] [--bn-momentum M] [--max-lead ROUNDS]";
 
 fn parse<T: FromStr>(flag: &str, v: &str) -> Result<T, NodeError> {
     v.parse()
@@ -142,6 +143,14 @@ where
                 }
                 o.incarnation = Some(n);
             }
+            "--bn-momentum" => {
+                let m: f64 = parse(&flag, &value()?)?;
+                if !(m.is_finite() && (0.0..=1.0).contains(&m)) {
+                    return Err(NodeError::Usage("--bn-momentum must be in [0, 1]".into()));
+                }
+                o.bn_momentum = Some(m);
+            }
+            "--max-lead" => o.max_lead = parse(&flag, &value()?)?,
             _ => {
                 return Err(NodeError::Usage(format!(
                     "unknown argument {arg:?}\n{USAGE}"

@@ -60,6 +60,10 @@ fn open_transport(o: &df_node::node::NodeOptions) -> Result<Box<dyn Transport>, 
 }
 
 fn run() -> Result<(), NodeError> {
+    if std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {
+        println!("usage: {}", df_node::cli::USAGE);
+        return Ok(());
+    }
     let opts = df_node::cli::parse_args(std::env::args().skip(1))?;
     let data = df_node::data::read_dataset(&opts.data)?;
     let transport = if opts.sync {

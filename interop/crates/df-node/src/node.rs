@@ -15,6 +15,7 @@
 //!   on stdin, stdin closes, or `--linger` seconds pass;
 //! * `{"event":"done","index","accuracy","per_class","curve","stats",...}`.
 
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -25,7 +26,7 @@ use burn::optim::{GradientsParams, Optimizer, SgdConfig};
 use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use df_burn::CanonicalLayout;
-use df_core::{Config, Engine, Manifest};
+use df_core::{Admission, Config, Engine, Manifest};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -73,6 +74,11 @@ pub struct NodeOptions {
     pub dump: Option<PathBuf>,
     /// Incarnation (default: microseconds since the Unix epoch, DF-RCV-4).
     pub incarnation: Option<u64>,
+    /// BatchNorm running-statistics momentum (default: 0.1 as PyTorch).
+    pub bn_momentum: Option<f64>,
+    /// Bounded staleness: sync rounds this node may run ahead of the slowest peer it hears
+    /// (0: no pacing). Same rule as the Python demo node.
+    pub max_lead: u64,
 }
 
 impl NodeOptions {
@@ -102,6 +108,8 @@ impl NodeOptions {
             report: None,
             dump: None,
             incarnation: None,
+            bn_momentum: None,
+            max_lead: 0,
         }
     }
 
@@ -173,6 +181,10 @@ pub struct Fabric {
     pub relay_values_sent: u64,
     pub values_received_applied: u64,
     pub tensors_rebuilt: u64,
+    /// Accepted entries by hop count.
+    pub accepted_by_hops: BTreeMap<u8, u64>,
+    /// Latest `(incarnation, seq)` accepted from each origin.
+    origin_progress: HashMap<u64, (u64, u64)>,
 }
 
 impl Fabric {
@@ -205,6 +217,8 @@ impl Fabric {
             relay_values_sent: 0,
             values_received_applied: 0,
             tensors_rebuilt: 0,
+            accepted_by_hops: BTreeMap::new(),
+            origin_progress: HashMap::new(),
         })
     }
 
@@ -257,6 +271,7 @@ impl Fabric {
         if !packets.is_empty() {
             let refs: Vec<&[u8]> = packets.iter().map(Vec::as_slice).collect();
             let res = self.engine.receive(&refs);
+            self.track_origins(&refs, &res);
             if !res.indices.is_empty() {
                 let (m, touched) = df_burn::apply_sparse::<TrainBackend, _>(
                     model,
@@ -303,6 +318,64 @@ impl Fabric {
         Ok(model)
     }
 
+    fn track_origins(&mut self, packets: &[&[u8]], res: &df_core::ReceiveResult) {
+        for (buf, verdicts) in packets.iter().zip(&res.entry_outcomes) {
+            if !verdicts.contains(&Admission::Accepted) {
+                continue;
+            }
+            let Ok(pkt) = df_core::decode_packet(buf, self.engine.config().max_packet_size) else {
+                continue;
+            };
+            for (e, v) in pkt.entries.iter().zip(verdicts) {
+                if *v != Admission::Accepted {
+                    continue;
+                }
+                *self.accepted_by_hops.entry(e.hops).or_default() += 1;
+                let cur = self.origin_progress.entry(e.origin).or_insert((0, 0));
+                if (e.incarnation, e.seq) > *cur {
+                    *cur = (e.incarnation, e.seq);
+                }
+            }
+        }
+    }
+
+    /// Latest `(incarnation, seq)` accepted from each origin.
+    pub fn origin_progress(&self) -> &HashMap<u64, (u64, u64)> {
+        &self.origin_progress
+    }
+
+    /// Bounded staleness (the Python demo's rule): while this node is more than `max_lead` sync
+    /// rounds ahead of the slowest peer it hears from (or expects), keep receiving and relaying;
+    /// give up after `patience`. Returns the model and the time spent.
+    pub fn pace(
+        &mut self,
+        mut model: Model,
+        expected: &[u64],
+        max_lead: u64,
+        patience: Duration,
+    ) -> Result<(Model, Duration), NodeError> {
+        let t0 = Instant::now();
+        loop {
+            let mut peers: Vec<u64> = expected.to_vec();
+            peers.extend(self.origin_progress.keys().copied());
+            if peers.is_empty() {
+                break;
+            }
+            let mine = self.engine.next_seq().saturating_sub(1);
+            let slowest = peers
+                .iter()
+                .map(|p| self.origin_progress.get(p).map_or(0, |&(_, seq)| seq))
+                .min()
+                .unwrap_or(0);
+            if mine.saturating_sub(slowest) <= max_lead || t0.elapsed() > patience {
+                break;
+            }
+            self.transport.wait_for_packets(Duration::from_millis(50))?;
+            model = self.poll(model)?;
+        }
+        Ok((model, t0.elapsed()))
+    }
+
     /// Counters in the shape of the Python adapter's `stats()`.
     pub fn stats(&self) -> Value {
         json!({
@@ -321,6 +394,9 @@ impl Fabric {
             "relay_values_sent": self.relay_values_sent,
             "values_received_applied": self.values_received_applied,
             "tensors_rebuilt": self.tensors_rebuilt,
+            "accepted_by_hops": self.accepted_by_hops.iter()
+                .map(|(h, n)| (h.to_string(), json!(n)))
+                .collect::<serde_json::Map<String, Value>>(),
             "receive": self.engine.counters().to_json(),
             "transport": self.transport.stats_json(),
         })
@@ -486,6 +562,9 @@ pub fn run_node(
         None => None,
     };
     let mut model = initial_model(init.as_deref(), opts.include_buffers, opts.seed)?;
+    if let Some(m) = opts.bn_momentum {
+        model.bn1.momentum = m;
+    }
     let (_, manifest) = model_manifest(&model, opts.include_buffers)?;
     let incarnation = opts.incarnation.unwrap_or_else(default_incarnation);
     let mut fabric = match (opts.sync, transport) {
@@ -547,6 +626,7 @@ pub fn run_node(
     let eval_every = opts.eval_every.max(1);
     let t0 = Instant::now();
     let mut idx = vec![0usize; opts.batch];
+    let mut paced = Duration::ZERO;
     for step in 1..=opts.steps {
         for i in idx.iter_mut() {
             *i = rng.below(n_train);
@@ -561,6 +641,12 @@ pub fn run_node(
         loss_n += 1;
         if let Some(f) = fabric.as_mut() {
             model = f.step(model)?;
+            if opts.max_lead > 0 && step % u64::from(opts.sync_config.sync_interval.max(1)) == 0 {
+                let (m, waited) =
+                    f.pace(model, &opts.neighbours, opts.max_lead, opts.wait_peers)?;
+                model = m;
+                paced += waited;
+            }
         }
         let mut acc = None;
         if step % eval_every == 0 || step == opts.steps {
@@ -624,6 +710,7 @@ pub fn run_node(
     stats["step_ms"] = json!(round3(step_ms));
     stats["startup_s"] = json!(round3((t_ready - t_entry).as_secs_f64()));
     stats["wait_peers_s"] = json!(round3(wait_peers_s));
+    stats["paced_s"] = json!(round3(paced.as_secs_f64()));
     let curve_json: Vec<Value> = curve.iter().map(|&(s, a)| json!([s, a])).collect();
     channel.emit(json!({
         "event": "done",

@@ -17,6 +17,11 @@ pub trait Transport {
     fn drain(&mut self, max: usize) -> Result<Vec<Vec<u8>>, NodeError>;
     /// Waits until the given peers are seen alive (or `timeout`); true when all were seen.
     fn wait_for_peers(&mut self, peers: &[u64], timeout: Duration) -> Result<bool, NodeError>;
+    /// Waits up to `timeout` until a packet is queued; true when one is.
+    fn wait_for_packets(&mut self, timeout: Duration) -> Result<bool, NodeError> {
+        std::thread::sleep(timeout.min(Duration::from_millis(5)));
+        Ok(false)
+    }
     /// Starts serving anchor snapshots (DF-ZEN-5) for this incarnation and manifest; the anchor
     /// is then kept current through [`Transport::update_anchor`]. Default: not served.
     fn serve_snapshots(&mut self, _incarnation: u64, _fingerprint: [u8; 32], _anchor: &[f32]) {}

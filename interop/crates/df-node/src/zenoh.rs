@@ -67,6 +67,10 @@ impl Transport for ZenohNodeTransport {
         }
     }
 
+    fn wait_for_packets(&mut self, timeout: Duration) -> Result<bool, NodeError> {
+        Ok(self.t()?.wait_for_packets(timeout))
+    }
+
     fn serve_snapshots(&mut self, incarnation: u64, fingerprint: [u8; 32], anchor: &[f32]) {
         let shared = Arc::new(Mutex::new(Arc::new(anchor.to_vec())));
         self.anchor = Some(Arc::clone(&shared));

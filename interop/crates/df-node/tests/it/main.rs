@@ -220,6 +220,10 @@ fn command_line_matches_the_python_node() {
         "01,02",
         "--linger",
         "0.5",
+        "--bn-momentum",
+        "0.05",
+        "--max-lead",
+        "2",
     ])
     .unwrap();
     assert_eq!((o.index, o.node_id, o.steps), (2, 0xab, 30));
@@ -231,6 +235,7 @@ fn command_line_matches_the_python_node() {
     assert_eq!(o.connect.len(), 2);
     assert_eq!(o.neighbours, vec![1, 2]);
     assert_eq!(o.linger, Duration::from_millis(500));
+    assert_eq!((o.bn_momentum, o.max_lead), (Some(0.05), 2));
     for bad in [
         vec!["--node-id", "0", "--data", "/d", "--steps", "1"],
         vec!["--node-id", "zz", "--data", "/d", "--steps", "1"],
@@ -362,6 +367,7 @@ fn three_skewed_nodes_learn_every_class_through_sync() {
                 o.init = Some(init_path);
                 o.neighbours = ids.iter().copied().filter(|&x| x != ids[i]).collect();
                 o.linger = Duration::from_millis(300);
+                o.max_lead = 2;
                 let mut ch = RecordingChannel::default();
                 let t: Box<dyn Transport> = t;
                 run_node(&o, &data, Some(t), &mut ch).unwrap()
@@ -423,6 +429,15 @@ fn binary_speaks_the_line_protocol() {
     assert_eq!(events[0]["node"], "00000000000000c1");
     assert_eq!(events[4]["curve"].as_array().unwrap().len(), 3);
     assert!(report.exists());
+
+    // --help names every option the demo runner probes for.
+    let help = Command::new(env!("CARGO_BIN_EXE_df-node"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(help.status.success());
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(text.contains("--max-lead") && text.contains("--bn-momentum"));
 
     // Bad input: exit 2 with a message, no panic.
     let bad = Command::new(env!("CARGO_BIN_EXE_df-node"))
