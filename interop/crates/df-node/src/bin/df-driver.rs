@@ -17,7 +17,7 @@ use burn::tensor::{Int, Tensor, TensorData};
 use df_burn::CanonicalLayout;
 use df_core::codec::{hex16, packet_from_json, packet_to_json};
 use df_core::{
-    Admission, Config, Counters, Engine, ErrorCode, Manifest, OwnedEntry, Outcome, TensorSpec,
+    Admission, Config, Counters, Engine, ErrorCode, Manifest, Outcome, OwnedEntry, TensorSpec,
     decode_packet, encode_packet, validate_packet,
 };
 use df_node::TrainBackend;
@@ -60,7 +60,11 @@ const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012
 fn b64_encode(data: &[u8]) -> String {
     let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
     for chunk in data.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         for i in 0..4 {
             if i <= chunk.len() {
@@ -196,7 +200,9 @@ fn hello(req: &Value) -> Answer {
         .map(|a| a.iter().filter_map(Value::as_u64).collect())
         .unwrap_or_else(|| vec![PROTOCOL_VERSION]);
     if !versions.contains(&PROTOCOL_VERSION) {
-        return Err(err(format!("driver protocol versions {versions:?} not supported")));
+        return Err(err(format!(
+            "driver protocol versions {versions:?} not supported"
+        )));
     }
     Ok(json!({
         "name": "rust",
@@ -211,9 +217,17 @@ fn hello(req: &Value) -> Answer {
 }
 
 fn decode(req: &Value) -> Answer {
-    let buf = b64_decode(get(req, "packet")?.as_str().ok_or_else(|| err("packet: not a string"))?)?;
+    let buf = b64_decode(
+        get(req, "packet")?
+            .as_str()
+            .ok_or_else(|| err("packet: not a string"))?,
+    )?;
     let ctx = get(req, "context")?;
-    let num = |k: &str| get(ctx, k)?.as_u64().ok_or_else(|| err(format!("context.{k}")));
+    let num = |k: &str| {
+        get(ctx, k)?
+            .as_u64()
+            .ok_or_else(|| err(format!("context.{k}")))
+    };
     let fp = fingerprint(get(ctx, "fingerprint")?.as_str().unwrap_or(""))?;
     let max = usize::try_from(num("max_packet_size")?).map_err(|_| err("max_packet_size"))?;
     let hop_limit = u8::try_from(num("hop_limit")?).map_err(|_| err("hop_limit > 255"))?;
@@ -246,7 +260,9 @@ fn generate(req: &Value) -> Answer {
     let mut eng = engine_for(v, get(v, "node")?, f32s_from(v, "anchor")?)?;
     eng.set_next_seq(v.get("seq_start").and_then(Value::as_u64).unwrap_or(1));
     let fast = v.get("fast").and_then(Value::as_bool).unwrap_or(false);
-    let entries = eng.generate(&active, fast).map_err(|e| err(e.to_string()))?;
+    let entries = eng
+        .generate(&active, fast)
+        .map_err(|e| err(e.to_string()))?;
     let sizes: Vec<usize> = entries
         .iter()
         .flat_map(|e| eng.pack(std::slice::from_ref(e), &[]))
@@ -267,14 +283,26 @@ fn receive(req: &Value) -> Answer {
     let node = get(v, "node")?;
     let mut active = f32s_from(node, "active")?;
     let mut eng = engine_for(v, node, f32s_from(node, "anchor")?)?;
-    for h in node.get("accepted").and_then(Value::as_array).into_iter().flatten() {
-        let t = h.as_array().filter(|t| t.len() == 3).ok_or_else(|| err("accepted: bad triple"))?;
+    for h in node
+        .get("accepted")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let t = h
+            .as_array()
+            .filter(|t| t.len() == 3)
+            .ok_or_else(|| err("accepted: bad triple"))?;
         let seq = t[2].as_u64().ok_or_else(|| err("accepted: bad seq"))?;
-        let verdict = eng
-            .receiver_state_mut()
-            .admit(id_of(&t[0], "origin")?, id_of(&t[1], "incarnation")?, seq);
+        let verdict = eng.receiver_state_mut().admit(
+            id_of(&t[0], "origin")?,
+            id_of(&t[1], "incarnation")?,
+            seq,
+        );
         if verdict != Admission::Accepted {
-            return Err(err(format!("accepted history entry {t:?} would be dropped")));
+            return Err(err(format!(
+                "accepted history entry {t:?} would be dropped"
+            )));
         }
     }
     let packets: Vec<Vec<u8>> = get(req, "packets")?
@@ -321,7 +349,7 @@ fn receive(req: &Value) -> Answer {
 enum Weights {
     Flat(Vec<f32>),
     Cnn {
-        model: Option<Model>,
+        model: Option<Box<Model>>,
         layout: CanonicalLayout,
         include_buffers: bool,
     },
@@ -348,7 +376,10 @@ fn scenario_manifest(model: &Value, include_buffers: bool) -> Result<Manifest, F
             .ok_or_else(|| err("model.tensors: not a list"))?
             .iter()
             .map(|t| {
-                let name = t.get("name").and_then(Value::as_str).ok_or_else(|| err("tensor name"))?;
+                let name = t
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| err("tensor name"))?;
                 let shape: Vec<u64> = t
                     .get("shape")
                     .and_then(Value::as_array)
@@ -370,16 +401,24 @@ fn scenario_manifest(model: &Value, include_buffers: bool) -> Result<Manifest, F
 }
 
 fn load_split(data: &Value) -> Result<Split, Fail> {
-    let n = get(data, "count")?.as_u64().ok_or_else(|| err("data.count"))? as usize;
+    let n = get(data, "count")?
+        .as_u64()
+        .ok_or_else(|| err("data.count"))? as usize;
     let path = |k: &str| -> Result<String, Fail> {
-        Ok(get(data, k)?.as_str().ok_or_else(|| err(format!("data.{k}")))?.to_string())
+        Ok(get(data, k)?
+            .as_str()
+            .ok_or_else(|| err(format!("data.{k}")))?
+            .to_string())
     };
     let xb = std::fs::read(path("x")?).map_err(|e| err(format!("data.x: {e}")))?;
     let y = std::fs::read(path("y")?).map_err(|e| err(format!("data.y: {e}")))?;
     if xb.len() != n * IMAGE_LEN * 4 || y.len() != n {
         return Err(err(format!("data: sizes do not match count {n}")));
     }
-    let x = xb.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    let x = xb
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
     Ok(Split { x, y })
 }
 
@@ -439,12 +478,19 @@ impl PeerNode {
                 .as_array()
                 .ok_or_else(|| err(format!("{k}: not a list")))?
                 .iter()
-                .map(|s| s.as_str().map(str::to_string).ok_or_else(|| err(format!("{k}: not strings"))))
+                .map(|s| {
+                    s.as_str()
+                        .map(str::to_string)
+                        .ok_or_else(|| err(format!("{k}: not strings")))
+                })
                 .collect()
         };
         let subscribe = strings("subscribe")?;
         let mut cfg = TransportConfig::new(self.node_id);
-        cfg.namespace = get(j, "namespace")?.as_str().unwrap_or_default().to_string();
+        cfg.namespace = get(j, "namespace")?
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         cfg.listen = strings("listen")?;
         cfg.connect = strings("connect")?;
         cfg.multicast = false; // multicast and gossip scouting off (DF-ZEN-15)
@@ -452,14 +498,27 @@ impl PeerNode {
         cfg.neighbours = if subscribe == ["*"] {
             None
         } else {
-            Some(subscribe.iter().map(|s| id_of(&json!(s), "subscribe")).collect::<Result<_, _>>()?)
+            Some(
+                subscribe
+                    .iter()
+                    .map(|s| id_of(&json!(s), "subscribe"))
+                    .collect::<Result<_, _>>()?,
+            )
         };
         let t = ZenohTransport::open(cfg).map_err(|e| err(e.to_string()))?;
         let served = self.served.clone();
         let fp = self.manifest.fingerprint();
         t.serve_snapshot(Arc::new(move || {
-            let (incarnation, values) = served.lock().map(|g| g.clone()).unwrap_or((1, Arc::new(Vec::new())));
-            SnapshotSource { incarnation, fingerprint: fp, framework: "burn".into(), values }
+            let (incarnation, values) = served
+                .lock()
+                .map(|g| g.clone())
+                .unwrap_or((1, Arc::new(Vec::new())));
+            SnapshotSource {
+                incarnation,
+                fingerprint: fp,
+                framework: "burn".into(),
+                values,
+            }
         }));
         Ok(t)
     }
@@ -476,8 +535,14 @@ impl PeerNode {
         let node_id = id_of(get(j, "node_id")?, "node_id")?;
         let incarnation = id_of(get(j, "incarnation")?, "incarnation")?;
         let seed = j.get("seed").and_then(Value::as_u64).unwrap_or(0);
-        let engine = Engine::new(manifest.clone(), config.clone(), node_id, incarnation, vec![0.0; n])
-            .map_err(|e| err(e.to_string()))?;
+        let engine = Engine::new(
+            manifest.clone(),
+            config.clone(),
+            node_id,
+            incarnation,
+            vec![0.0; n],
+        )
+        .map_err(|e| err(e.to_string()))?;
         let mut node = PeerNode {
             join: j.clone(),
             node_id,
@@ -498,7 +563,10 @@ impl PeerNode {
             Some("zeros") => vec![0.0; n],
             Some("weights") => {
                 let b = b64_decode(get(init, "b64")?.as_str().unwrap_or(""))?;
-                let w: Vec<f32> = b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+                let w: Vec<f32> = b
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect();
                 if w.len() != n {
                     return Err(err(format!("init weights: {} values for N = {n}", w.len())));
                 }
@@ -506,10 +574,17 @@ impl PeerNode {
             }
             Some("snapshot") => {
                 let from = id_of(get(init, "from")?, "init.from")?;
-                let secs = init.get("timeout_s").and_then(Value::as_f64).unwrap_or(30.0);
+                let secs = init
+                    .get("timeout_s")
+                    .and_then(Value::as_f64)
+                    .unwrap_or(30.0);
                 let t = node.transport.as_ref().ok_or_else(|| err("no transport"))?;
                 let snap = t
-                    .fetch_snapshot(from, &node.manifest.fingerprint(), Duration::from_secs_f64(secs))
+                    .fetch_snapshot(
+                        from,
+                        &node.manifest.fingerprint(),
+                        Duration::from_secs_f64(secs),
+                    )
                     .map_err(|e| err(e.to_string()))?;
                 if snap.values.len() != n {
                     return Err(err("snapshot size differs from N"));
@@ -519,37 +594,60 @@ impl PeerNode {
             other => return Err(err(format!("unknown init kind {other:?}"))),
         };
         if model_json.get("kind").and_then(Value::as_str) == Some("digits_cnn") {
-            let model = initial_model(Some(&flat), include_buffers, seed).map_err(|e| err(e.to_string()))?;
-            let (layout, m) = model_manifest(&model, include_buffers).map_err(|e| err(e.to_string()))?;
+            let model = initial_model(Some(&flat), include_buffers, seed)
+                .map_err(|e| err(e.to_string()))?;
+            let (layout, m) =
+                model_manifest(&model, include_buffers).map_err(|e| err(e.to_string()))?;
             if m.fingerprint() != node.manifest.fingerprint() {
-                return Err(err("the Burn model's manifest differs from the scenario model's"));
+                return Err(err(
+                    "the Burn model's manifest differs from the scenario model's",
+                ));
             }
-            node.weights = Weights::Cnn { model: Some(model), layout, include_buffers };
+            node.weights = Weights::Cnn {
+                model: Some(Box::new(model)),
+                layout,
+                include_buffers,
+            };
         } else {
             node.weights = Weights::Flat(flat.clone());
         }
-        node.engine = Engine::new(node.manifest.clone(), node.config.clone(), node_id, incarnation, flat)
-            .map_err(|e| err(e.to_string()))?;
+        node.engine = Engine::new(
+            node.manifest.clone(),
+            node.config.clone(),
+            node_id,
+            incarnation,
+            flat,
+        )
+        .map_err(|e| err(e.to_string()))?;
         node.publish_anchor();
         Ok(node)
     }
 
     fn transport(&self) -> Result<&ZenohTransport, Fail> {
-        self.transport.as_ref().ok_or_else(|| err("transport closed"))
+        self.transport
+            .as_ref()
+            .ok_or_else(|| err("transport closed"))
     }
 
     fn publish_anchor(&self) {
         if let Ok(mut g) = self.served.lock() {
-            *g = (self.engine.incarnation(), Arc::new(self.engine.anchor().to_vec()));
+            *g = (
+                self.engine.incarnation(),
+                Arc::new(self.engine.anchor().to_vec()),
+            );
         }
     }
 
     fn active(&self) -> Result<Vec<f32>, Fail> {
         match &self.weights {
             Weights::Flat(v) => Ok(v.clone()),
-            Weights::Cnn { model, include_buffers, .. } => {
+            Weights::Cnn {
+                model,
+                include_buffers,
+                ..
+            } => {
                 let m = model.as_ref().ok_or_else(|| err("model missing"))?;
-                df_burn::export_with_layout::<TrainBackend, _>(m, *include_buffers)
+                df_burn::export_with_layout::<TrainBackend, _>(m.as_ref(), *include_buffers)
                     .map(|(_, v)| v)
                     .map_err(|e| err(e.to_string()))
             }
@@ -562,12 +660,18 @@ impl PeerNode {
             let Weights::Flat(active) = &mut self.weights else {
                 return Err(err("a scripted delta needs the flat model"));
             };
-            let idx = get(d, "indices")?.as_array().ok_or_else(|| err("delta.indices"))?;
-            let vals = get(d, "values")?.as_array().ok_or_else(|| err("delta.values"))?;
+            let idx = get(d, "indices")?
+                .as_array()
+                .ok_or_else(|| err("delta.indices"))?;
+            let vals = get(d, "values")?
+                .as_array()
+                .ok_or_else(|| err("delta.values"))?;
             for (i, v) in idx.iter().zip(vals) {
                 let i = i.as_u64().ok_or_else(|| err("delta index"))? as usize;
                 let v = df_core::codec::f32_from_json(v).map_err(err)?;
-                *active.get_mut(i).ok_or_else(|| err("delta index out of range"))? += v;
+                *active
+                    .get_mut(i)
+                    .ok_or_else(|| err("delta index out of range"))? += v;
             }
         }
         let packets = self.transport()?.drain(None);
@@ -575,11 +679,14 @@ impl PeerNode {
         if !packets.is_empty() {
             let refs: Vec<&[u8]> = packets.iter().map(Vec::as_slice).collect();
             let res = self.engine.receive(&refs);
-            for ((buf, outcome), verdicts) in packets.iter().zip(&res.outcomes).zip(&res.entry_outcomes) {
+            for ((buf, outcome), verdicts) in
+                packets.iter().zip(&res.outcomes).zip(&res.entry_outcomes)
+            {
                 if *outcome != Outcome::Ok {
                     continue;
                 }
-                let pkt = decode_packet(buf, self.config.max_packet_size).map_err(|e| err(e.to_string()))?;
+                let pkt = decode_packet(buf, self.config.max_packet_size)
+                    .map_err(|e| err(e.to_string()))?;
                 for (e, v) in pkt.entries.iter().zip(verdicts) {
                     if *v == Admission::Accepted {
                         self.accepted.push(json!({"origin": hex16(e.origin),
@@ -592,9 +699,14 @@ impl PeerNode {
                 Weights::Cnn { model, layout, .. } => {
                     if !res.indices.is_empty() {
                         let m = model.take().ok_or_else(|| err("model missing"))?;
-                        let (m, _) = df_burn::apply_sparse::<TrainBackend, _>(m, layout, &res.indices, &res.values)
-                            .map_err(|e| err(e.to_string()))?;
-                        *model = Some(m);
+                        let (m, _) = df_burn::apply_sparse::<TrainBackend, _>(
+                            *m,
+                            layout,
+                            &res.indices,
+                            &res.values,
+                        )
+                        .map_err(|e| err(e.to_string()))?;
+                        *model = Some(Box::new(m));
                     }
                 }
             }
@@ -602,7 +714,9 @@ impl PeerNode {
         }
         let own = if sync {
             let active = self.active()?;
-            self.engine.generate(&active, false).map_err(|e| err(e.to_string()))?
+            self.engine
+                .generate(&active, false)
+                .map_err(|e| err(e.to_string()))?
         } else {
             Vec::new()
         };
@@ -613,10 +727,14 @@ impl PeerNode {
         }
         for p in self.engine.pack_packets(&own, &relay) {
             for e in &p.entries {
-                published.push(json!({"origin": hex16(e.origin), "incarnation": hex16(e.incarnation),
-                                      "seq": e.seq, "hops": e.hops}));
+                published.push(
+                    json!({"origin": hex16(e.origin), "incarnation": hex16(e.incarnation),
+                                      "seq": e.seq, "hops": e.hops}),
+                );
             }
-            self.transport()?.publish(&encode_packet(&p)).map_err(|e| err(e.to_string()))?;
+            self.transport()?
+                .publish(&encode_packet(&p))
+                .map_err(|e| err(e.to_string()))?;
         }
         Ok(published)
     }
@@ -653,7 +771,8 @@ impl PeerNode {
             if left.is_zero() {
                 return Ok(false);
             }
-            self.transport()?.wait_for_packets(left.min(Duration::from_millis(50)));
+            self.transport()?
+                .wait_for_packets(left.min(Duration::from_millis(50)));
         }
     }
 
@@ -668,7 +787,8 @@ impl PeerNode {
             } else if last.elapsed() >= quiet {
                 return Ok(());
             }
-            self.transport()?.wait_for_packets(Duration::from_millis(20));
+            self.transport()?
+                .wait_for_packets(Duration::from_millis(20));
         }
         Ok(())
     }
@@ -688,8 +808,14 @@ impl PeerNode {
         add_counters(&mut self.past, self.engine.counters());
         let anchor = self.engine.anchor().to_vec();
         self.close();
-        self.engine = Engine::new(self.manifest.clone(), self.config.clone(), self.node_id, incarnation, anchor)
-            .map_err(|e| err(e.to_string()))?;
+        self.engine = Engine::new(
+            self.manifest.clone(),
+            self.config.clone(),
+            self.node_id,
+            incarnation,
+            anchor,
+        )
+        .map_err(|e| err(e.to_string()))?;
         self.publish_anchor();
         self.transport = Some(self.open_transport()?);
         Ok(())
@@ -717,8 +843,8 @@ impl PeerNode {
                 return Err(err("train needs the digits_cnn model"));
             };
             let m = model.take().ok_or_else(|| err("model missing"))?;
-            let (m, _loss) = train_step(m, &mut optim, x, y, lr);
-            *model = Some(m);
+            let (m, _loss) = train_step(*m, &mut optim, x, y, lr);
+            *model = Some(Box::new(m));
             self.step((self.steps + 1).is_multiple_of(interval), None)?;
         }
         Ok(steps)
@@ -729,7 +855,7 @@ impl PeerNode {
         let Weights::Cnn { model: Some(m), .. } = &self.weights else {
             return Err(err("evaluate needs the digits_cnn model"));
         };
-        let (acc, per_class) = evaluate(m, &split);
+        let (acc, per_class) = evaluate(m.as_ref(), &split);
         Ok(json!({"op": "evaluate", "accuracy": acc,
                   "per_class": per_class.iter().map(|x| x.unwrap_or(0.0)).collect::<Vec<_>>()}))
     }
@@ -762,18 +888,30 @@ struct PeerHost {
 }
 
 fn secs(v: &Value, key: &str, default: f64) -> Duration {
-    Duration::from_secs_f64(v.get(key).and_then(Value::as_f64).unwrap_or(default).max(0.0))
+    Duration::from_secs_f64(
+        v.get(key)
+            .and_then(Value::as_f64)
+            .unwrap_or(default)
+            .max(0.0),
+    )
 }
 
 impl PeerHost {
     fn run(&mut self, req: &Value) -> Answer {
-        let session = get(req, "session")?.as_str().ok_or_else(|| err("session"))?.to_string();
+        let session = get(req, "session")?
+            .as_str()
+            .ok_or_else(|| err("session"))?
+            .to_string();
         let deadline = Instant::now() + secs(req, "timeout_s", 60.0);
-        let script = get(req, "script")?.as_array().ok_or_else(|| err("script: not a list"))?;
+        let script = get(req, "script")?
+            .as_array()
+            .ok_or_else(|| err("script: not a list"))?;
         let mut events = Vec::new();
         for ins in script {
             if Instant::now() > deadline {
-                return Err(err(format!("peer script of {session:?} ran past its timeout")));
+                return Err(err(format!(
+                    "peer script of {session:?} ran past its timeout"
+                )));
             }
             let left = deadline.saturating_duration_since(Instant::now());
             events.push(self.one(&session, ins, left)?);
@@ -825,18 +963,26 @@ impl PeerHost {
                 Ok(json!({"op": "step", "published": published}))
             }
             "send" => {
-                let list = get(ins, "packets")?.as_array().ok_or_else(|| err("packets"))?;
+                let list = get(ins, "packets")?
+                    .as_array()
+                    .ok_or_else(|| err("packets"))?;
                 for p in list {
                     let pkt = packet_from_json(p).map_err(err)?;
-                    node.transport()?.publish(&encode_packet(&pkt)).map_err(|e| err(e.to_string()))?;
+                    node.transport()?
+                        .publish(&encode_packet(&pkt))
+                        .map_err(|e| err(e.to_string()))?;
                 }
                 Ok(json!({"op": "send", "count": list.len()}))
             }
             "inject" => {
-                let list = get(ins, "packets")?.as_array().ok_or_else(|| err("packets"))?;
+                let list = get(ins, "packets")?
+                    .as_array()
+                    .ok_or_else(|| err("packets"))?;
                 for p in list {
                     let bytes = b64_decode(p.as_str().unwrap_or(""))?;
-                    node.transport()?.publish(&bytes).map_err(|e| err(e.to_string()))?;
+                    node.transport()?
+                        .publish(&bytes)
+                        .map_err(|e| err(e.to_string()))?;
                 }
                 Ok(json!({"op": "inject", "count": list.len()}))
             }
@@ -850,7 +996,10 @@ impl PeerHost {
                 Ok(json!({"op": "settle"}))
             }
             "restart" => {
-                node.restart(id_of(get(ins, "incarnation")?, "incarnation")?, ins.get("connect"))?;
+                node.restart(
+                    id_of(get(ins, "incarnation")?, "incarnation")?,
+                    ins.get("connect"),
+                )?;
                 Ok(json!({"op": "restart"}))
             }
             "train" => Ok(json!({"op": "train", "steps": node.train(ins)?})),
@@ -894,7 +1043,9 @@ fn respond(host: &mut PeerHost, req: &Value) -> Value {
     };
     match result {
         Ok(v) => json!({ "ok": v }),
-        Err(Fail::Rejected(code, message)) => json!({"rejected": {"code": code.as_str(), "message": message}}),
+        Err(Fail::Rejected(code, message)) => {
+            json!({"rejected": {"code": code.as_str(), "message": message}})
+        }
         Err(Fail::Errored(message)) => {
             log(&format!("{cmd} failed: {message}"));
             json!({"errored": {"message": message}})
@@ -915,11 +1066,17 @@ fn main() {
             Ok(req) if req.is_object() => {
                 let stop = req.get("cmd").and_then(Value::as_str) == Some("stop");
                 let seq = req.get("seq").cloned().unwrap_or(json!(0));
-                let body = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| respond(&mut host, &req)))
-                    .unwrap_or_else(|_| json!({"errored": {"message": "panic (see stderr)"}}));
+                let body = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    respond(&mut host, &req)
+                }))
+                .unwrap_or_else(|_| json!({"errored": {"message": "panic (see stderr)"}}));
                 (seq, body, stop)
             }
-            _ => (json!(0), json!({"errored": {"message": "unreadable request"}}), false),
+            _ => (
+                json!(0),
+                json!({"errored": {"message": "unreadable request"}}),
+                false,
+            ),
         };
         let mut msg = Map::new();
         msg.insert("seq".into(), seq);
