@@ -160,6 +160,9 @@ class DriverClient:
             raise ProtocolViolation("exited", f"driver not running (exit status {p and p.poll()})")
         self._seq += 1
         msg = {"v": 1, "seq": self._seq, **args}
+        problem = _schema_error("request", msg)
+        if problem is not None:  # a bug of the runner or of a scenario file, not of the driver
+            raise ValueError(f"the runner built an invalid request: {problem}")
         try:
             p.stdin.write((json.dumps(msg, separators=(",", ":"), allow_nan=False) + "\n").encode())
             p.stdin.flush()

@@ -1,0 +1,146 @@
+"""Unit tests of the conformance runner's pieces: float comparison, coverage, registry, scenarios."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from delta_fabric.conformance.compare import diff_json, f32_bits
+from delta_fabric.conformance.engine_checks import check_engine_result
+from delta_fabric.conformance.live import load_scenarios
+from delta_fabric.conformance.registry import ExpectedFailures, load_registry
+from delta_fabric.conformance.report import compute_coverage, spec_requirement_ids
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_floats_compare_as_f32_bit_patterns() -> None:
+    assert diff_json({"v": [0.1]}, {"v": [0.100000001]}) is None  # same f32
+    assert diff_json({"v": [0.1]}, {"v": [0.10000002]}) is not None  # next f32
+    assert diff_json({"v": [0.0]}, {"v": [-0.0]}) is not None  # sign of zero matters
+    assert diff_json({"v": [1.0]}, {"v": [1]}) is None  # an integral JSON number is the same value
+    assert diff_json({"seq": 1}, {"seq": 1.0}) is not None  # integers stay integers
+    assert diff_json({"v": ["nan"]}, {"v": ["nan"]}) is None
+    assert diff_json({"v": ["inf"]}, {"v": [math.inf]}) is not None
+    assert f32_bits(1e39) == 0x7F800000
+
+
+def test_objects_strict_or_subset() -> None:
+    assert diff_json({"a": 1}, {"a": 1, "b": 2}) is not None
+    assert diff_json({"a": 1}, {"a": 1, "b": 2}, subset=True) is None
+    assert diff_json({"a": {"x": 1}}, {"a": {"x": 1, "y": 0}}, subset=True) is None
+    assert "missing" in (diff_json({"a": 1, "c": 2}, {"a": 1}, subset=True) or "")
+
+
+def test_split_invariants_for_inexact_split() -> None:
+    # REQ: DF-GEN-6
+    exp = {
+        "exact_split": False,
+        "entries": [
+            {
+                "origin": "01",
+                "incarnation": "02",
+                "indices": [0, 1, 2],
+                "values_bits": ["3f800000"] * 3,
+            }
+        ],
+        "next_seq": 3,
+    }
+    vec = {"seq_start": 1, "config": {"max_packet_size": 320}}
+
+    def entry(seq: int, idx: list[int]) -> dict[str, object]:
+        return {
+            "origin": "01",
+            "incarnation": "02",
+            "seq": seq,
+            "hops": 0,
+            "indices": idx,
+            "values_bits": ["3f800000"] * len(idx),
+        }
+
+    good = {
+        "entries": [entry(1, [0, 1]), entry(2, [2])],
+        "next_seq": 3,
+        "entry_packet_sizes": [300, 290],
+    }
+    assert check_engine_result("generate", vec, exp, good) is None
+    one = {"entries": [entry(1, [0, 1, 2])], "next_seq": 3}
+    assert check_engine_result("generate", vec, exp, one) is not None
+    gap = {"entries": [entry(1, [0, 1]), entry(3, [2])], "next_seq": 3}
+    assert check_engine_result("generate", vec, exp, gap) is not None
+    big = {**good, "entry_packet_sizes": [330, 290]}
+    assert check_engine_result("generate", vec, exp, big) is not None
+
+
+def test_spec_requirement_levels() -> None:
+    text = (
+        "**[DF-A-1]** A node MUST do it.\n\n**[DF-A-2]** A node SHOULD do it.\n\n"
+        "## Appendix A\n\n| requirement | section | level |\n|---|---|---|\n"
+        "| DF-A-1 | 1 | MUST |\n| DF-A-2 | 1 | SHOULD |\n"
+    )
+    assert spec_requirement_ids(text) == (["DF-A-1", "DF-A-2"], ["DF-A-1"])
+    no_index = "**[DF-B-1]** It MUST.\n\n**[DF-B-2]** It MAY.\n"
+    assert spec_requirement_ids(no_index) == (["DF-B-1", "DF-B-2"], ["DF-B-1"])
+
+
+def test_coverage_of_the_checked_in_suite() -> None:
+    from delta_fabric.conformance import _citations
+
+    cov = compute_coverage(
+        ROOT / "spec" / "protocol.md",
+        _citations(ROOT / "conformance" / "vectors", ROOT / "conformance" / "scenarios"),
+    )
+    assert cov.spec_found and cov.must
+    assert not cov.unknown  # every cited id exists in the spec
+    assert len(cov.covered) / len(cov.must) > 0.5
+
+
+def test_expected_failure_patterns(tmp_path: Path) -> None:
+    p = tmp_path / "x.txt"
+    p.write_text("# comment\nRequired.decode.invalid.*  # reason\n\nRequired.live.a_x_b.ring\n")
+    xf = ExpectedFailures.load(p)
+    assert xf.match("Required.decode.invalid.nan_value") == "Required.decode.invalid.*"
+    assert xf.match("Required.decode.valid.nan_value") is None
+    assert xf.match("Required.live.a_x_b.ring") == "Required.live.a_x_b.ring"
+    assert ExpectedFailures.load(tmp_path / "absent.txt").patterns == {}
+
+
+def test_registry_and_scenarios_are_well_formed() -> None:
+    impls = load_registry(ROOT / "interop" / "implementations.json")
+    assert {i.name for i in impls} >= {"python", "rust"}
+    for i in impls:
+        assert "decode" in i.capabilities
+    names = {
+        "exchange",
+        "ring_relay",
+        "reorder_duplicate",
+        "restart_incarnation",
+        "invalid_live",
+        "late_joiner",
+        "mixed_training",
+    }
+    scenarios = {s["id"]: s for s in load_scenarios(ROOT / "conformance" / "scenarios")}
+    assert names <= set(scenarios)
+    for sc in scenarios.values():
+        assert sc["level"] in ("REQUIRED", "RECOMMENDED")
+        nodes = {n["name"] for n in sc["nodes"]}
+        assert {n["role"] for n in sc["nodes"]} <= {"A", "B"}
+        for ph in sc["phases"]:
+            assert set(ph) <= nodes | {"*", "timeout_s"}
+        assert sc["requirements"] and sc["checks"]
+
+
+def test_registry_rejects_duplicates(tmp_path: Path) -> None:
+    entry = {
+        "name": "x",
+        "language": "l",
+        "framework": "f",
+        "command": ["x"],
+        "capabilities": ["decode"],
+    }
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps({"version": 1, "implementations": [entry, entry]}))
+    with pytest.raises(ValueError, match="duplicate"):
+        load_registry(p)
