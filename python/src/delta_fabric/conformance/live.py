@@ -578,9 +578,11 @@ def run_scenarios(runner: Runner, runs: list[ImplRun]) -> None:
             tag = f"{a.name}_x_{b.name}"
             work = runner.opts.output / "live" / str(sc["id"]) / tag
             run = ScenarioRun(runner, sc, {"A": a, "B": b}, tag, work)
+            notes = ""
             try:
                 reports = run.run()
                 problems = judge(run, reports, None if is_baseline else baseline)
+                notes = _notes(run, reports, None if is_baseline else baseline)
             except ScenarioError as exc:
                 problems = [str(exc)]
             except Exception as exc:  # runner-side failure while driving the scenario
@@ -597,11 +599,36 @@ def run_scenarios(runner: Runner, runs: list[ImplRun]) -> None:
                 level,
                 [a.name, b.name],
                 FAILED if problems else PASSED,
-                "; ".join(problems)[:2000],
+                ("; ".join(problems) + (f" ({notes})" if notes else ""))[:2000],
                 sc.get("requirements", []),
                 time.monotonic() - t0,
                 "live",
             )
+
+
+def _notes(
+    run: ScenarioRun, reports: Mapping[str, Mapping[str, Any]], baseline: Mapping[str, Any] | None
+) -> str:
+    """Figures worth reading even when the scenario passes: accuracies and weight agreement."""
+    parts = []
+    accs = {
+        n.name: float(e["accuracy"])
+        for n in run.nodes.values()
+        for e in n.events
+        if e.get("op") == "evaluate"
+    }
+    if accs:
+        parts.append("accuracy " + ", ".join(f"{k}={v:.4f}" for k, v in sorted(accs.items())))
+    if baseline is not None:
+        parts.append(f"baseline {baseline['mean_accuracy']:.4f}")
+    if any(c["check"] == "weights_close" for c in run.sc.get("checks", [])):
+        ws = {n: _weights(r) for n, r in reports.items() if "active_b64" in r}
+        worst = 0.0
+        for x, y in itertools.combinations(ws.values(), 2):
+            scale = max(float(np.max(np.abs(x))), float(np.max(np.abs(y)))) or 1.0
+            worst = max(worst, float(np.max(np.abs(x.astype(np.float64) - y))) / scale)
+        parts.append(f"max weight difference {worst:.3g} x max |w| (tolerance 5e-2)")
+    return "; ".join(parts)
 
 
 def _baseline(
