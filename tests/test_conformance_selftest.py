@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from delta_fabric.cli import main as cli_main
+from delta_fabric.conformance.runner import vector_test_id
 
 ROOT = Path(__file__).resolve().parents[1]
 REGISTRY = ROOT / "interop" / "implementations.json"
@@ -26,7 +27,7 @@ FAULTS: dict[str, list[str]] = {
     # REQ: DF-CNF-4
     "bad_encoder": ["Required.encode.valid.single_entry_f32"],
     # REQ: DF-GEN-5
-    "generate_bitflip": ["Required.generate.basic"],
+    "generate_bitflip": ["Required.generate.exact.basic"],
     "stdout_log": ["Required.protocol.framing.stdout_json_lines"],
     "wrong_seq": ["Required.protocol.framing.seq_echo"],
     "crash": ["Required.protocol.lifecycle.no_crash"],
@@ -140,8 +141,9 @@ def test_reference_driver_passes_every_required_vector(
     assert not failed
     index = json.loads(INDEX.read_text())["vectors"]
     for row in index:
-        level = "Required" if row.get("level", "REQUIRED") == "REQUIRED" else "Recommended"
-        assert f"{level}.{row['id']}" in tests, row["id"]
+        tid = vector_test_id(row, row.get("level", "REQUIRED"))
+        assert tid in tests, row["id"]
+        assert len(tid.split(".")) == 4  # <Level>.<command>.<area>.<case>
     valid = [r for r in index if r["kind"] == "decode" and r.get("expect", "ok") == "ok"]
     assert sum(t.startswith("Required.encode.") for t in tests) == len(valid)
 

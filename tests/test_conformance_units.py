@@ -144,3 +144,28 @@ def test_registry_rejects_duplicates(tmp_path: Path) -> None:
     p.write_text(json.dumps({"version": 1, "implementations": [entry, entry]}))
     with pytest.raises(ValueError, match="duplicate"):
         load_registry(p)
+
+
+def test_levels_and_verdicts(tmp_path: Path) -> None:
+    from delta_fabric.conformance.runner import Options, Runner
+
+    xf = tmp_path / "xf"
+    xf.mkdir()
+    (xf / "a.txt").write_text("Required.x.y.listed\n")
+    impls = load_registry(ROOT / "interop" / "implementations.json")[:1]
+    impls = [type(impls[0])(**{**impls[0].__dict__, "name": "a"})]
+    r = Runner(impls, Options(output=tmp_path / "o", expected_failures=xf))
+    assert r.add("Recommended.x.y.z", "RECOMMENDED", ["a"], "failed").verdict == "warning"
+    assert r.add("Required.x.y.z", "REQUIRED", ["a"], "failed").verdict == "unexpected_failure"
+    assert r.add("Required.x.y.listed", "REQUIRED", ["a"], "failed").verdict == "expected_failure"
+    assert (
+        r.add("Required.x.y.listed", "REQUIRED", ["a", "b"], "passed").verdict == "unexpected_pass"
+    )
+    assert r.add("Required.x.y.u", "REQUIRED", ["a"], "unsupported").verdict == "ok"
+    strict = Runner(
+        impls, Options(output=tmp_path / "o", expected_failures=xf, enforce_recommended=True)
+    )
+    assert (
+        strict.add("Recommended.x.y.z", "RECOMMENDED", ["a"], "failed").verdict
+        == "unexpected_failure"
+    )
