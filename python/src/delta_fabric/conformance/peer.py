@@ -1,32 +1,34 @@
 """Live scripted nodes of the Python driver's ``peer`` command (driver protocol section 5.6).
 
-A node is the sans-IO :class:`~delta_fabric.engine.Engine` over a flat f32 weight vector, on the Zenoh
-transport (:mod:`delta_fabric.transports.zenoh`). For the ``digits_mlp`` model the PyTorch parameters are
-views of that flat vector (canonical layout, DF-MAN-3), so optimizer steps and received deltas act on the
-same memory.
+A node is the package's own adapter loop on the Zenoh transport
+(:class:`~delta_fabric.transports.zenoh.ZenohTransport`): :class:`~delta_fabric.adapters.numpy.NumpyFabric`
+over a flat f32 vector for the ``flat`` model (scripted deltas are added to it), and the PyTorch
+:class:`~delta_fabric.adapters.torch.Fabric` around the demo's ``DigitsCNN`` for ``digits_cnn`` (trained
+with plain SGD, ``Fabric.step()`` after every optimizer step). The only additions are a log of accepted
+entries (the adapters' ``track_hops`` hook) and a log of published packets (a transport wrapper).
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from delta_fabric.adapters._base import FabricBase
+from delta_fabric.adapters.numpy import NumpyFabric
 from delta_fabric.config import SyncConfig
-from delta_fabric.engine import Engine
+from delta_fabric.engine import ReceiveResult
 from delta_fabric.manifest import Manifest, TensorSpec
-from delta_fabric.snapshot import SnapshotSource
 from delta_fabric.state import Admission, Counters
+from delta_fabric.transports.base import SnapshotProvider, TransportStats
 from delta_fabric.wire import decode_packet, encode_packet, packet_from_json
 
 __all__ = ["PeerHost", "PeerNode", "model_manifest"]
-
 
 #: The demo's digits CNN (``delta_fabric.demo.model.DigitsCNN``, ``df_node::model::DigitsCnn``).
 DIGITS_CNN: tuple[tuple[str, tuple[int, ...]], ...] = (
@@ -74,6 +76,107 @@ def _load_data(data: Mapping[str, Any]) -> tuple[NDArray[np.float32], NDArray[np
     return x, y
 
 
+def _entry_id(e: Any) -> dict[str, Any]:
+    return {
+        "origin": f"{e.origin:016x}",
+        "incarnation": f"{e.incarnation:016x}",
+        "seq": int(e.seq),
+        "hops": int(e.hops),
+    }
+
+
+def _log_accepted(
+    log: list[dict[str, Any]], packets: Sequence[bytes], res: ReceiveResult, max_packet_size: int
+) -> None:
+    for buf, outcome, verdicts in zip(packets, res.outcomes, res.entry_outcomes, strict=True):
+        if outcome is not None or Admission.ACCEPTED not in verdicts:
+            continue
+        for e, v in zip(decode_packet(buf, max_packet_size).entries, verdicts, strict=True):
+            if v is Admission.ACCEPTED:
+                log.append(_entry_id(e))
+
+
+class _LoggingNumpyFabric(NumpyFabric):
+    """NumpyFabric that logs every accepted entry (through the ``track_hops`` hook)."""
+
+    def __init__(self, *args: Any, accepted: list[dict[str, Any]], **kw: Any) -> None:
+        self.accepted_log = accepted
+        super().__init__(*args, track_hops=True, **kw)
+
+    def _count_hops(self, packets: Sequence[bytes], res: ReceiveResult) -> None:
+        super()._count_hops(packets, res)
+        _log_accepted(self.accepted_log, packets, res, self.config.max_packet_size)
+
+
+def _torch_fabric_class() -> Callable[..., FabricBase]:
+    from delta_fabric.adapters.torch import Fabric
+
+    class _LoggingTorchFabric(Fabric):
+        """The PyTorch Fabric, logging every accepted entry."""
+
+        def __init__(self, *args: Any, accepted: list[dict[str, Any]], **kw: Any) -> None:
+            self.accepted_log = accepted
+            super().__init__(*args, track_hops=True, **kw)
+
+        def _count_hops(self, packets: Sequence[bytes], res: ReceiveResult) -> None:
+            super()._count_hops(packets, res)
+            _log_accepted(self.accepted_log, packets, res, self.config.max_packet_size)
+
+    return _LoggingTorchFabric
+
+
+class _RecordingTransport:
+    """Delegates to a transport and keeps the packets published since the last `take`."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.published: list[bytes] = []
+
+    @property
+    def node_id(self) -> int:
+        return int(self.inner.node_id)
+
+    def publish(self, packet: bytes) -> None:
+        self.inner.publish(packet)
+        self.published.append(bytes(packet))
+
+    def take(self) -> list[bytes]:
+        out, self.published = self.published, []
+        return out
+
+    def drain(self, max_packets: int | None = None) -> list[bytes]:
+        out: list[bytes] = self.inner.drain(max_packets)
+        return out
+
+    def wait_for_packets(self, timeout: float) -> bool:
+        return bool(self.inner.wait_for_packets(timeout))
+
+    def peers(self) -> frozenset[int]:
+        return frozenset(self.inner.peers())
+
+    def wait_for_peers(
+        self, n: int, timeout: float, *, expected: Collection[int] | None = None
+    ) -> frozenset[int]:
+        return frozenset(self.inner.wait_for_peers(n, timeout, expected=expected))
+
+    def serve_snapshot(self, provider: SnapshotProvider) -> None:
+        self.inner.serve_snapshot(provider)
+
+    def fetch_snapshot(
+        self, peer: int | None, fingerprint: bytes, timeout: float = 30.0
+    ) -> tuple[NDArray[np.float32], int]:
+        out: tuple[NDArray[np.float32], int] = self.inner.fetch_snapshot(peer, fingerprint, timeout)
+        return out
+
+    @property
+    def stats(self) -> TransportStats:
+        st: TransportStats = self.inner.stats
+        return st
+
+    def close(self) -> None:
+        self.inner.close()
+
+
 class PeerNode:
     """One live node (one ``peer`` session)."""
 
@@ -85,42 +188,47 @@ class PeerNode:
         known = set(SyncConfig.__dataclass_fields__)
         self.config = SyncConfig.from_json({k: v for k, v in join["config"].items() if k in known})
         self.manifest = model_manifest(self.model, self.config.include_buffers)
-        self.lock = threading.Lock()
         self.accepted: list[dict[str, Any]] = []
         self.past_counters: list[Counters] = []
-        self.steps = 0
-        self.transport: Any = None
-        self.torch_model: Any = None
-        self.active = np.zeros(self.manifest.num_params, dtype=np.float32)
-        self._open_transport()
+        self.transport: _RecordingTransport | None = None
+        self.module: Any = None
+        # the flat model's weights
+        self.flat: NDArray[np.float32] = np.zeros(self.manifest.num_params, dtype=np.float32)
         init = join["init"]
-        incarnation = int(join["incarnation"], 16)
-        if init["kind"] == "zeros":
-            pass
-        elif init["kind"] == "weights":
+        if init["kind"] == "weights":
             w = np.frombuffer(base64.b64decode(init["b64"]), dtype="<f4").astype(np.float32)
-            if w.shape != self.active.shape:
-                raise ValueError(f"init weights have {w.size} values, the model {self.active.size}")
-            self.active[:] = w
-        elif init["kind"] == "snapshot":
-            assert self.transport is not None
-            anchor, _inc = self.transport.fetch_snapshot(
-                int(init["from"], 16),
-                self.manifest.fingerprint,
-                timeout=float(init.get("timeout_s", 30.0)),
-                num_params=self.manifest.num_params,
-            )
-            self.active[:] = np.asarray(anchor, dtype=np.float32)
-        else:
+            if w.shape != self.flat.shape:
+                raise ValueError(f"init weights have {w.size} values, the model {self.flat.size}")
+            self.flat[:] = w
+        elif init["kind"] not in ("zeros", "snapshot"):
             raise ValueError(f"unknown init kind {init['kind']!r}")
-        self.engine = Engine(
-            self.manifest, self.config, self.node_id, incarnation, self.active.copy()
+        if self.model["kind"] == "digits_cnn":
+            self.module = self._make_module(self.flat)
+        self.fabric = self._make_fabric(
+            int(join["incarnation"], 16),
+            bootstrap=init["kind"] == "snapshot",
+            timeout=float(init.get("timeout_s", 30.0)),
         )
-        assert self.transport is not None
-        self.transport.serve_snapshot(self._snapshot_source)
 
-    # network ---------------------------------------------------------------------------------------
-    def _open_transport(self) -> None:
+    def _make_module(self, flat: NDArray[np.float32]) -> Any:
+        import torch
+
+        # One thread: live scenarios run several nodes on few cores, and intra-op threads of a small
+        # model only contend (measured: 15x slower with the default thread count on 2 cores).
+        torch.set_num_threads(1)
+        from delta_fabric.adapters.torch import module_manifest, module_tensors
+        from delta_fabric.demo.model import DigitsCNN
+
+        m = DigitsCNN()
+        if module_manifest(m, self.config.include_buffers) != self.manifest:
+            raise ValueError("DigitsCNN's manifest differs from the scenario model's")
+        views = self.manifest.split(flat)
+        with torch.no_grad():
+            for name, t in module_tensors(m, self.config.include_buffers).items():
+                t.copy_(torch.from_numpy(views[name]).reshape(t.shape))
+        return m
+
+    def _open_transport(self) -> _RecordingTransport:
         from delta_fabric.transports.zenoh import ZenohOptions, ZenohTransport
 
         j = self.join_args
@@ -137,64 +245,66 @@ class PeerNode:
             neighbours=neighbours,
             max_packet_size=self.config.max_packet_size,
         )
-        self.transport = ZenohTransport(opts)
+        return _RecordingTransport(ZenohTransport(opts))
 
-    def _snapshot_source(self) -> SnapshotSource:
-        with self.lock:
-            return SnapshotSource(
-                self.engine.incarnation,
-                self.manifest.fingerprint,
-                self.engine.anchor,
-                self.framework,
-            )
+    def _make_fabric(self, incarnation: int, *, bootstrap: bool, timeout: float) -> FabricBase:
+        self.transport = self._open_transport()
+        common: dict[str, Any] = {
+            "node_id": self.node_id,
+            "incarnation": incarnation,
+            "bootstrap": bootstrap,
+            "bootstrap_timeout": timeout,
+            "accepted": self.accepted,
+        }
+        fabric: FabricBase
+        if self.module is not None:
+            cls = _torch_fabric_class()
+            fabric = cls(self.module, self.transport, self.config, **common)
+        else:
+            arrays = self.manifest.split(self.flat)  # views: the fabric updates self.flat in place
+            fabric = _LoggingNumpyFabric(arrays, self.transport, self.config, **common)
+        if fabric.manifest.fingerprint != self.manifest.fingerprint:
+            raise ValueError("the adapter's manifest differs from the scenario model's")
+        return fabric
 
     def close(self) -> None:
         if self.transport is not None:
+            self.fabric.close()
             self.transport.close()
             self.transport = None
 
+    def net(self) -> _RecordingTransport:
+        if self.transport is None:
+            raise ValueError("the node's transport is closed")
+        return self.transport
+
+    def raw_publish(self, packet: bytes) -> None:
+        """Publish bytes on the node's delta key as they are (no engine, not logged as a step)."""
+        self.net().inner.publish(packet)
+
+    def _published(self) -> list[dict[str, Any]]:
+        assert self.transport is not None
+        out: list[dict[str, Any]] = []
+        for p in self.transport.take():
+            out.extend(_entry_id(e) for e in decode_packet(p, self.config.max_packet_size).entries)
+        return out
+
     # protocol steps --------------------------------------------------------------------------------
     def step(self, sync: bool, delta: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-        """One protocol step; returns the ids of the entries published."""
-        with self.lock:
-            if delta is not None:
-                idx = np.asarray(delta["indices"], dtype=np.int64)
-                vals = np.asarray([float(v) for v in delta["values"]], dtype=np.float64).astype(
-                    np.float32
-                )
-                self.active[idx] = self.active[idx] + vals
-            packets = self.transport.drain()
-            res, out = self.engine.step(self.active, packets, sync=sync)
-            for buf, outcome, verdicts in zip(
-                packets, res.outcomes, res.entry_outcomes, strict=True
-            ):
-                if outcome is not None or Admission.ACCEPTED not in verdicts:
-                    continue
-                pkt = decode_packet(buf, self.config.max_packet_size)
-                for e, v in zip(pkt.entries, verdicts, strict=True):
-                    if v is Admission.ACCEPTED:
-                        self.accepted.append(
-                            {
-                                "origin": f"{e.origin:016x}",
-                                "incarnation": f"{e.incarnation:016x}",
-                                "seq": int(e.seq),
-                                "hops": int(e.hops),
-                            }
-                        )
-            self.steps += 1
-        published = []
-        for p in out:
-            self.transport.publish(p)
-            for e in decode_packet(p, self.config.max_packet_size).entries:
-                published.append(
-                    {
-                        "origin": f"{e.origin:016x}",
-                        "incarnation": f"{e.incarnation:016x}",
-                        "seq": int(e.seq),
-                        "hops": int(e.hops),
-                    }
-                )
-        return published
+        """One protocol step (receive, apply, relay; generate when ``sync``); the entries published."""
+        if delta is not None:
+            if self.module is not None:
+                raise ValueError("a scripted delta needs the flat model")
+            idx = np.asarray(delta["indices"], dtype=np.int64)
+            vals = np.asarray([float(v) for v in delta["values"]], dtype=np.float64).astype(
+                np.float32
+            )
+            self.flat[idx] = self.flat[idx] + vals
+        if sync:
+            self.fabric.sync_now()
+        else:
+            self.fabric.poll()
+        return self._published()
 
     def _matches(self, want: Mapping[str, Any]) -> bool:
         return any(
@@ -205,6 +315,7 @@ class PeerNode:
         )
 
     def wait(self, until: Mapping[str, Any], timeout: float) -> bool:
+        assert self.transport is not None
         deadline = time.monotonic() + timeout
         while True:
             self.step(False)
@@ -220,6 +331,7 @@ class PeerNode:
             self.transport.wait_for_packets(min(0.05, left))
 
     def settle(self, quiet_ms: float, timeout: float) -> None:
+        assert self.transport is not None
         deadline = time.monotonic() + timeout
         last = time.monotonic()
         while time.monotonic() < deadline:
@@ -232,19 +344,16 @@ class PeerNode:
             self.transport.wait_for_packets(0.02)
 
     def restart(self, incarnation: int, connect: Sequence[str] | None = None) -> None:
+        """A process restart that kept its weights: a new fabric (anchor = the current weights), a new
+        incarnation, seqs from 1, no replay windows (DF-ZEN-13)."""
         if connect is not None:
             self.join_args["connect"] = list(connect)
-        with self.lock:
-            self.past_counters.append(self.engine.counters.copy())
-            anchor = self.engine.anchor.copy()
+        self.past_counters.append(self.fabric.engine.counters.copy())
         self.close()
-        self._open_transport()
-        with self.lock:
-            self.engine = Engine(self.manifest, self.config, self.node_id, incarnation, anchor)
-        self.transport.serve_snapshot(self._snapshot_source)
+        self.fabric = self._make_fabric(incarnation, bootstrap=False, timeout=0.0)
 
     def counters(self) -> Counters:
-        total = self.engine.counters.copy()
+        total = self.fabric.engine.counters.copy()
         for c in self.past_counters:
             total.packets_received += c.packets_received
             total.packets_accepted += c.packets_accepted
@@ -258,78 +367,67 @@ class PeerNode:
                 total.drops[reason] = total.drops.get(reason, 0) + n
         return total
 
+    def active(self) -> NDArray[np.float32]:
+        if self.module is not None:
+            out: NDArray[np.float32] = self.fabric.active_vector()  # type: ignore[attr-defined]
+            return out
+        flat: NDArray[np.float32] = np.array(self.flat, dtype=np.float32)
+        return flat
+
     def report(self, weights: bool) -> dict[str, Any]:
-        with self.lock:
-            out: dict[str, Any] = {
-                "op": "report",
-                "node_id": f"{self.node_id:016x}",
-                "incarnation": f"{self.engine.incarnation:016x}",
-                "fingerprint": self.manifest.fingerprint.hex(),
-                "num_params": self.manifest.num_params,
-                "accepted": list(self.accepted),
-                "counters": self.counters().to_json(),
-                "active_sha256": _sha(self.active),
-                "anchor_sha256": _sha(self.engine.anchor),
-                "steps": self.steps,
-            }
-            if weights:
-                out["active_b64"] = _b64(self.active)
-                out["anchor_b64"] = _b64(self.engine.anchor)
+        active = self.active()
+        anchor = self.fabric.snapshot().anchor
+        out: dict[str, Any] = {
+            "op": "report",
+            "node_id": f"{self.node_id:016x}",
+            "incarnation": f"{self.fabric.incarnation:016x}",
+            "fingerprint": self.manifest.fingerprint.hex(),
+            "num_params": self.manifest.num_params,
+            "accepted": list(self.accepted),
+            "counters": self.counters().to_json(),
+            "active_sha256": _sha(active),
+            "anchor_sha256": _sha(anchor),
+            "steps": self.fabric.steps,
+        }
+        if weights:
+            out["active_b64"] = _b64(active)
+            out["anchor_b64"] = _b64(anchor)
         return out
 
     # training (capability peer.train) ---------------------------------------------------------------
-    def _torch_model(self) -> Any:
-        import torch
-
-        if self.torch_model is None:
-            # One thread: live scenarios run several nodes on few cores, and intra-op threads of a tiny
-            # model only contend (measured: 15x slower with the default thread count on 2 cores).
-            torch.set_num_threads(1)
-            if self.model["kind"] != "digits_cnn":
-                raise ValueError("train needs the digits_cnn model")
-            from delta_fabric.adapters.torch import module_manifest, module_tensors
-            from delta_fabric.demo.model import DigitsCNN
-
-            m = DigitsCNN()
-            if module_manifest(m, self.config.include_buffers) != self.manifest:
-                raise ValueError("DigitsCNN's manifest differs from the scenario model's")
-            views = self.manifest.split(self.active)  # views into the flat vector, canonical layout
-            with torch.no_grad():
-                for name, t in module_tensors(m, self.config.include_buffers).items():
-                    t.data = torch.from_numpy(views[name])  # parameters and BatchNorm statistics
-            self.torch_model = m
-        return self.torch_model
-
     def train(self, args: Mapping[str, Any]) -> int:
         import torch
 
-        m = self._torch_model()
+        m = self.module
+        if m is None:
+            raise ValueError("train needs the digits_cnn model")
         x, y = _load_data(args["data"])
         gen = np.random.default_rng(int(args.get("seed", 0)))
         steps = int(args["steps"])
-        lr = float(args["lr"])
         bs = int(args.get("batch_size", 32))
-        opt = torch.optim.SGD(m.parameters(), lr=lr)
+        opt = torch.optim.SGD(m.parameters(), lr=float(args["lr"]))
         loss_fn = torch.nn.CrossEntropyLoss()
         xt, yt = torch.from_numpy(x).reshape(-1, 1, 8, 8), torch.from_numpy(y)
         m.train()
-        interval = self.config.sync_interval
         for _ in range(steps):
             idx = torch.from_numpy(gen.integers(0, x.shape[0], size=bs))
-            with self.lock:
-                opt.zero_grad()
-                loss_fn(m(xt[idx]), yt[idx]).backward()
-                opt.step()
-            self.step(sync=(self.steps + 1) % interval == 0)
+            opt.zero_grad()
+            loss_fn(m(xt[idx]), yt[idx]).backward()
+            opt.step()
+            self.fabric.step()  # the adapter: receive/apply/relay, generate every sync_interval
+        if self.transport is not None:
+            self.transport.take()  # what training published is not reported entry by entry
         return steps
 
     def evaluate(self, args: Mapping[str, Any]) -> dict[str, Any]:
         import torch
 
-        m = self._torch_model()
+        m = self.module
+        if m is None:
+            raise ValueError("evaluate needs the digits_cnn model")
         x, y = _load_data(args["data"])
         m.eval()  # BatchNorm running statistics
-        with self.lock, torch.no_grad():
+        with torch.no_grad():
             pred = m(torch.from_numpy(x).reshape(-1, 1, 8, 8)).argmax(dim=1).numpy()
         m.train()
         per_class = [
@@ -383,7 +481,7 @@ class PeerHost:
         node = self._node(session)
         if op == "wait_alive":
             ids = [int(n, 16) for n in ins["nodes"]]
-            live = node.transport.wait_for_peers(
+            live = node.net().wait_for_peers(
                 len(ids), min(float(ins.get("timeout_s", 20.0)), left), expected=ids
             )
             time.sleep(
@@ -395,11 +493,11 @@ class PeerHost:
             return {"op": "step", "published": published}
         if op == "send":
             for p in ins["packets"]:
-                node.transport.publish(encode_packet(packet_from_json(p)))
+                node.raw_publish(encode_packet(packet_from_json(p)))
             return {"op": "send", "count": len(ins["packets"])}
         if op == "inject":
             for p in ins["packets"]:
-                node.transport.publish(base64.b64decode(p))
+                node.raw_publish(base64.b64decode(p))
             return {"op": "inject", "count": len(ins["packets"])}
         if op == "wait":
             ok = node.wait(ins["until"], min(float(ins["timeout_s"]), left))
