@@ -258,6 +258,8 @@ class Runner:
     def handshake(self, run: ImplRun) -> None:
         t0 = time.monotonic()
         problem = run.start()
+        if problem is not None and "status 127" in problem and run.impl.build:
+            problem += f" (command not found: build it with `{run.impl.build}`)"
         reqs: list[str] = []
         self.add(
             "Required.protocol.hello.handshake",
