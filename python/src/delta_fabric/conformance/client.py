@@ -167,8 +167,14 @@ class DriverClient:
             p.stdin.write((json.dumps(msg, separators=(",", ":"), allow_nan=False) + "\n").encode())
             p.stdin.flush()
         except OSError as exc:
+            try:
+                rc: int | None = p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                rc = None
             self.kill()
-            raise ProtocolViolation("exited", f"cannot write to the driver: {exc}") from None
+            raise ProtocolViolation(
+                "exited", f"driver exited (status {rc}): cannot write to it: {exc}"
+            ) from None
         return self._seq
 
     def receive(self, seq: int, timeout: float, cmd: str) -> Reply:
