@@ -42,9 +42,7 @@ def main() -> None:
     copy = median_time(lambda: np.copyto(dst, d), max(rep, 9))
     rows: list[tuple[str, float, str]] = []
 
-    def measure(
-        name: str, fn: Callable[[], object], repeat: int = rep, note: str = ""
-    ) -> None:
+    def measure(name: str, fn: Callable[[], object], repeat: int = rep, note: str = "") -> None:
         rows.append((name, median_time(fn, repeat), note))
 
     sel = Selector(n)
@@ -66,12 +64,8 @@ def main() -> None:
         note=f"path={sel.last_path}",
     )
     k1 = math.ceil(n * 0.01)
-    measure(
-        "np.argpartition k=1%", lambda: np.argpartition(np.abs(d), n - k1), repeat=3
-    )
-    measure(
-        "np.argsort (full sort)", lambda: np.argsort(np.abs(d), kind="stable"), repeat=1
-    )
+    measure("np.argpartition k=1%", lambda: np.argpartition(np.abs(d), n - k1), repeat=3)
+    measure("np.argsort (full sort)", lambda: np.argsort(np.abs(d), kind="stable"), repeat=1)
 
     # apply of k entries: what a receiver does to its anchor and its active weights (O(k))
     anchor = np.zeros(n, dtype=np.float32)

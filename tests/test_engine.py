@@ -93,28 +93,16 @@ def test_generation_error_feedback(
     want = [i for i in range(N) if d[i] != 0]
     want.sort(key=lambda i: (-abs(float(d[i])), i))
     want = sorted(want[:k])
-    sent_idx = (
-        np.concatenate([x.indices for x in entries])
-        if entries
-        else np.empty(0, np.uint32)
-    )
-    sent_val = (
-        np.concatenate([x.values for x in entries])
-        if entries
-        else np.empty(0, np.float32)
-    )
+    sent_idx = np.concatenate([x.indices for x in entries]) if entries else np.empty(0, np.uint32)
+    sent_val = np.concatenate([x.values for x in entries]) if entries else np.empty(0, np.float32)
     assert sent_idx.tolist() == want
     assert np.array_equal(sent_val, quantize(d[sent_idx], enc))
     unsent = np.setdiff1d(np.arange(N), sent_idx)
-    assert np.array_equal(
-        e.anchor[unsent], old[unsent]
-    )  # residual active - anchor kept exactly
+    assert np.array_equal(e.anchor[unsent], old[unsent])  # residual active - anchor kept exactly
     assert np.array_equal(e.anchor[sent_idx], old[sent_idx] + sent_val)  # fl32(old + v)
     exact = (old[sent_idx] + d[sent_idx]) == active[sent_idx]
     if enc is ValueEncoding.F32:
-        assert np.all(
-            (active - e.anchor)[sent_idx][exact] == 0
-        )  # residual zero where exact
+        assert np.all((active - e.anchor)[sent_idx][exact] == 0)  # residual zero where exact
     assert all(x.hops == 0 and x.origin == 1 and x.incarnation == 1 for x in entries)
     assert [x.seq for x in entries] == list(range(1, len(entries) + 1))
 
@@ -313,12 +301,8 @@ def test_relay_hop_limit_threshold_and_sender() -> None:
         [
             packet(
                 entry(2, 1, [0, 1, 2], [1.0, 0.001, -0.5], hops=2),
-                entry(
-                    3, 1, [3], [1.0], hops=3
-                ),  # hops + 1 > hop_limit: applied, not relayed
-                entry(
-                    4, 1, [4], [0.005]
-                ),  # nothing passes the threshold: applied, not relayed
+                entry(3, 1, [3], [1.0], hops=3),  # hops + 1 > hop_limit: applied, not relayed
+                entry(4, 1, [4], [0.005]),  # nothing passes the threshold: applied, not relayed
             )
         ]
     )
@@ -365,9 +349,7 @@ def test_pack_own_first_then_relay_and_splits_at_limit() -> None:
 def test_relay_entry_too_large_is_dropped_not_split() -> None:
     big = Manifest.from_named_shapes({"w": (200,)})
     e = Engine(big, SyncConfig(max_packet_size=1024), 1, 1)
-    relay = [
-        Entry(2, 1, 1, 1, np.arange(200, dtype=np.uint32), np.ones(200, np.float32))
-    ]
+    relay = [Entry(2, 1, 1, 1, np.arange(200, dtype=np.uint32), np.ones(200, np.float32))]
     assert e.pack([], relay) == []
     assert e.relay_dropped_oversize == 1
     with pytest.raises(ValueError):
@@ -416,9 +398,7 @@ def traffic(draw: st.DrawFn) -> list[bytes]:
 
 @given(traffic(), st.data())
 @settings(max_examples=100, deadline=None)
-def test_receiver_idempotent_on_duplicates(
-    pkts: list[bytes], data: st.DataObject
-) -> None:
+def test_receiver_idempotent_on_duplicates(pkts: list[bytes], data: st.DataObject) -> None:
     # REQ: DF-RCV-3
     e = engine(node=1)
     e.receive(pkts)
@@ -441,7 +421,10 @@ def test_receiver_insensitive_to_order_within_window(
     e1, e2 = engine(node=1), engine(node=1)
     r1 = e1.receive(pkts)
     r2a, r2b = e2.receive(perm[:split]), e2.receive(perm[split:])  # and across steps
-    key = lambda x: (x.origin, x.incarnation, x.seq)
+
+    def key(x):
+        return (x.origin, x.incarnation, x.seq)
+
     relayed1 = sorted((key(x), x.indices.tolist(), x.values.tolist()) for x in r1.relay)
     relayed2 = sorted(
         (key(x), x.indices.tolist(), x.values.tolist()) for x in r2a.relay + r2b.relay

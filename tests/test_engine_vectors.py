@@ -24,10 +24,7 @@ def _rows(kind: str) -> list[dict[str, Any]]:
 
 
 def _bits(a: NDArray[np.float32]) -> list[str]:
-    return [
-        f"{int(b):08x}"
-        for b in np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
-    ]
+    return [f"{int(b):08x}" for b in np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)]
 
 
 def _from_bits(bits: list[str]) -> NDArray[np.float32]:
@@ -84,16 +81,17 @@ def test_generate_vector(row: dict[str, Any]) -> None:
         assert got == want
         assert eng.next_seq == exp["next_seq"]
     else:
-        cat = lambda es, k: [x for e in es for x in e[k]]
+
+        def cat(es, k):
+            return [x for e in es for x in e[k]]
+
         assert cat(got, "indices") == cat(want, "indices")
         assert cat(got, "values_bits") == cat(want, "values_bits")
         seqs = [e["seq"] for e in got]
         assert seqs == list(range(case["seq_start"], case["seq_start"] + len(got)))
         assert len(got) > 1
         for e in entries:
-            one = Packet(
-                eng.node_id, eng.incarnation, manifest.fingerprint, (e,), cfg.encoding
-            )
+            one = Packet(eng.node_id, eng.incarnation, manifest.fingerprint, (e,), cfg.encoding)
             assert len(encode_packet(one)) <= cfg.max_packet_size
     assert all(e.origin == eng.node_id and e.hops == 0 for e in entries)
     assert _bits(eng.anchor) == exp["anchor_bits"]

@@ -68,9 +68,7 @@ def test_exact_matches_brute_force_on_ties_and_zeros(
     st.sampled_from(["normal", "ties", "sparse", "periodic"]),
 )
 @settings(max_examples=60, deadline=None)
-def test_exact_matches_brute_force_random(
-    seed: int, n: int, ratio: float, kind: str
-) -> None:
+def test_exact_matches_brute_force_random(seed: int, n: int, ratio: float, kind: str) -> None:
     # REQ: DF-GEN-3
     rng = np.random.default_rng(seed)
     if kind == "normal":
@@ -78,9 +76,7 @@ def test_exact_matches_brute_force_random(
     elif kind == "ties":
         d = rng.integers(-4, 5, n).astype(np.float32)
     elif kind == "sparse":
-        d = np.where(rng.random(n) < 0.05, rng.standard_normal(n), 0.0).astype(
-            np.float32
-        )
+        d = np.where(rng.random(n) < 0.05, rng.standard_normal(n), 0.0).astype(np.float32)
     else:  # a pattern aligned with the sample stride: the sample sees only zeros
         d = np.zeros(n, dtype=np.float32)
         d[1::2] = rng.standard_normal(d[1::2].size).astype(np.float32)
@@ -88,9 +84,7 @@ def test_exact_matches_brute_force_random(
     sel = Selector(n, sample_min_n=0)
     expected = reference_select(d, k)
     assert np.array_equal(sel.select(d, k), expected), sel.last_path
-    assert np.array_equal(
-        sel._by_group_max(k) if k <= n // 4 else sel._reference(k), expected
-    )
+    assert np.array_equal(sel._by_group_max(k) if k <= n // 4 else sel._reference(k), expected)
     assert np.array_equal(sel._reference(k), expected)
     assert_fast_bounds(d, k, Selector(n, sample_min_n=0).select(d, k, fast=True))
 
@@ -148,9 +142,7 @@ def test_nan_is_not_a_candidate_and_inf_is_largest() -> None:
     assert Selector(5).select(d, 5).tolist() == [0, 2, 3, 4]
     big = np.full(300_000, np.nan, dtype=np.float32)
     big[::1000] = 1.0
-    assert Selector(big.size).select(big, 10_000).tolist() == list(
-        range(0, big.size, 1000)
-    )
+    assert Selector(big.size).select(big, 10_000).tolist() == list(range(0, big.size, 1000))
 
 
 def test_selector_checks_arguments() -> None:

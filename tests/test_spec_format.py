@@ -99,7 +99,9 @@ def defined_ids(text: str) -> list[str]:
 
 
 def appendix(text: str, title: str) -> str:
-    m = re.search(r"^## Appendix " + re.escape(title) + r".*?(?=^## |\Z)", text, re.DOTALL | re.MULTILINE)
+    m = re.search(
+        r"^## Appendix " + re.escape(title) + r".*?(?=^## |\Z)", text, re.DOTALL | re.MULTILINE
+    )
     assert m, f"Appendix {title} not found"
     return m.group(0)
 
@@ -116,7 +118,9 @@ def test_header_block() -> None:
     text = spec_text()
     assert text.startswith("# DeltaFabric Protocol, Version ")
     for field in ("Version", "Status", "Date", "Editors"):
-        assert re.search(rf"^\| {field} \| .+ \|$", text, re.MULTILINE), f"header field {field} missing"
+        assert re.search(rf"^\| {field} \| .+ \|$", text, re.MULTILINE), (
+            f"header field {field} missing"
+        )
     assert re.search(r"^\| Date \| 2026-11-29 \|$", text, re.MULTILINE)
     assert re.search(r"^\| Editors \| DeltaFabric maintainers \|$", text, re.MULTILINE)
 
@@ -138,7 +142,9 @@ def test_every_mentioned_id_is_defined() -> None:
     text = spec_text()
     defined = set(defined_ids(text))
     mentioned = set(MENTION_RE.findall(text))
-    assert mentioned - defined == set(), f"ids mentioned but never defined: {sorted(mentioned - defined)}"
+    assert mentioned - defined == set(), (
+        f"ids mentioned but never defined: {sorted(mentioned - defined)}"
+    )
 
 
 def test_appendix_a_lists_exactly_the_defined_ids() -> None:
@@ -159,12 +165,19 @@ def test_appendix_a_levels_match_the_requirements() -> None:
             bodies[m.group(1)] = body
 
     def level(body: str) -> str:
-        for name, pattern in (("MUST", r"\b(MUST|REQUIRED|SHALL)\b"), ("SHOULD", r"\b(SHOULD|RECOMMENDED)\b")):
+        for name, pattern in (
+            ("MUST", r"\b(MUST|REQUIRED|SHALL)\b"),
+            ("SHOULD", r"\b(SHOULD|RECOMMENDED)\b"),
+        ):
             if re.search(pattern, body):
                 return name
         return "MAY"
 
-    rows = [r for k, r in blocks(appendix(text, "A")) if k == "row" and WELL_FORMED.fullmatch(first_cell(r))]
+    rows = [
+        r
+        for k, r in blocks(appendix(text, "A"))
+        if k == "row" and WELL_FORMED.fullmatch(first_cell(r))
+    ]
     for row in rows:
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert cells[-1] == level(bodies[cells[0]]), cells
@@ -180,7 +193,9 @@ def test_normative_statements_carry_ids() -> None:
         lead = first_cell(body) if kind == "row" else LIST_MARK.sub("", body)
         if KEYWORD_RE.search(body) and not DEF_RE.match(lead):
             missing.append(body[:100])
-    assert not missing, "statements with RFC 2119 keywords but no requirement id:\n" + "\n".join(missing)
+    assert not missing, "statements with RFC 2119 keywords but no requirement id:\n" + "\n".join(
+        missing
+    )
 
 
 def test_every_normative_table_has_an_example() -> None:
@@ -221,7 +236,9 @@ def test_version_matches_readme_and_changelog() -> None:
     assert m.group(1) == version
     changelog = CHANGELOG.read_text(encoding="utf-8")
     first = re.search(r"^## \[?(\d+\.\d+)\]?", changelog, re.MULTILINE)
-    assert first and first.group(1) == version, "newest spec/CHANGELOG.md entry must be the spec version"
+    assert first and first.group(1) == version, (
+        "newest spec/CHANGELOG.md entry must be the spec version"
+    )
 
 
 def test_error_table_matches_error_code_enum() -> None:
@@ -260,7 +277,9 @@ def section(number: str) -> str:
     text = spec_text()
     level = "##" if "." not in number else "###"
     m = re.search(
-        rf"^{level} {re.escape(number)}\.? .*?(?=^#{{2,{len(level)}}} |\Z)", text, re.DOTALL | re.MULTILINE
+        rf"^{level} {re.escape(number)}\.? .*?(?=^#{{2,{len(level)}}} |\Z)",
+        text,
+        re.DOTALL | re.MULTILINE,
     )
     assert m, f"section {number} not found"
     return m.group(0)
@@ -372,7 +391,10 @@ def test_fingerprint_examples() -> None:
         ("bn.weight", (2,)),
         ("bn.bias", (2,)),
     ]
-    buffers: list[tuple[str, tuple[int, ...]]] = [("bn.running_mean", (2,)), ("bn.running_var", (2,))]
+    buffers: list[tuple[str, tuple[int, ...]]] = [
+        ("bn.running_mean", (2,)),
+        ("bn.running_var", (2,)),
+    ]
     assert Manifest.from_named_shapes(shapes).canonical_text() == canonical
     assert Manifest.from_named_shapes(shapes).fingerprint.hex() == digests[0]
     assert Manifest.from_named_shapes(shapes + buffers).fingerprint.hex() == digests[1]
@@ -426,7 +448,9 @@ def test_encoding_examples() -> None:
         mbf = re.match(r"`([0-9a-f]{4})`", row[2])
         assert m32 and m16 and mbf, row
         x = np.array([int(m32.group(1), 16)], dtype=np.uint32).view(np.float32)
-        want16 = np.array([int(m16.group(1), 16)], dtype=np.uint16).view(np.float16).astype(np.float32)
+        want16 = (
+            np.array([int(m16.group(1), 16)], dtype=np.uint16).view(np.float16).astype(np.float32)
+        )
         wantbf = np.array([int(mbf.group(1), 16) << 16], dtype=np.uint32).view(np.float32)
         assert bits(quantize(x, ValueEncoding.F16)[0]) == bits(want16[0])
         assert bits(quantize(x, ValueEncoding.BF16)[0]) == bits(wantbf[0])
@@ -484,7 +508,12 @@ def test_receive_and_relay_examples() -> None:
     def packet(sender: int, inc: int, *entries: Entry) -> bytes:
         return encode_packet(Packet(sender, inc, m.fingerprint, tuple(entries), ValueEncoding.F32))
 
-    p1 = packet(a, ia, entry(a, ia, 1, 0, [3, 7, 10], [-0.5, 0.5, -1.0]), entry(b, ib, 4, 1, [7, 11], [0.25, 1.5e-6]))
+    p1 = packet(
+        a,
+        ia,
+        entry(a, ia, 1, 0, [3, 7, 10], [-0.5, 0.5, -1.0]),
+        entry(b, ib, 4, 1, [7, 11], [0.25, 1.5e-6]),
+    )
     p2 = packet(b, ib, entry(b, ib, 4, 0, [7, 11], [0.5, 3e-6]), entry(x, ix, 2, 1, [0], [0.25]))
     p3 = packet(d, ix, entry(d, ix, 1, 0, [0], [1.0]), entry(d, ix, 2, 0, [12], [1.0]))
     before = np.array([0, 0, 1, 1, 0.1, -0.2, 0.5, -0.25, 0.75, -1, 0.125, 0.3], dtype=f)

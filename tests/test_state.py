@@ -89,9 +89,7 @@ def test_incarnation_table() -> None:
     assert s.admit(9, 100, 5) is A
     assert s.admit(9, 200, 1) is A  # a restart: accepted at once, seq restarts at 1
     assert s.admit(9, 100, 6) is A  # both incarnations are tracked
-    assert (
-        s.admit(9, 50, 1) is Admission.STALE_INCARNATION
-    )  # lower than every tracked, table full
+    assert s.admit(9, 50, 1) is Admission.STALE_INCARNATION  # lower than every tracked, table full
     assert s.admit(9, 150, 1) is A  # higher than the lowest: evicts 100
     assert s.incarnations(9) == [150, 200]
     assert s.admit(9, 100, 7) is Admission.STALE_INCARNATION  # evicted ones stay stale
@@ -107,21 +105,15 @@ def test_origin_limit_is_a_drop_not_an_eviction() -> None:
 
 
 @given(
-    st.lists(
-        st.tuples(st.integers(2, 4), st.integers(1, 6), st.integers(1, 60)), max_size=80
-    ),
+    st.lists(st.tuples(st.integers(2, 4), st.integers(1, 6), st.integers(1, 60)), max_size=80),
     st.integers(1, 40),
     st.integers(1, 3),
 )
-def test_history_round_trip(
-    items: list[tuple[int, int, int]], window: int, max_inc: int
-) -> None:
+def test_history_round_trip(items: list[tuple[int, int, int]], window: int, max_inc: int) -> None:
     s = ReceiverState(1, window=window, max_incarnations=max_inc)
     for o, i, q in items:
         s.admit(o, i, q)
-    again = ReceiverState.from_history(
-        1, s.history(), window=window, max_incarnations=max_inc
-    )
+    again = ReceiverState.from_history(1, s.history(), window=window, max_incarnations=max_inc)
     assert again.history() == s.history()
     for o in (2, 3, 4):
         assert again.incarnations(o) == s.incarnations(o)

@@ -172,7 +172,8 @@ def report() -> str:
         f"MUST-level requirements covered: {len(covered)}/{len(musts)} ({pct:.1f} %)",
         f"all requirement ids cited: {len(reqs.keys() & cites.keys())}/{len(reqs)}",
         f"uncovered MUST ids ({len(uncovered)}): " + (" ".join(uncovered) or "none"),
-        "uncovered and not excused: " + (" ".join(u for u in uncovered if u not in excused) or "none"),
+        "uncovered and not excused: "
+        + (" ".join(u for u in uncovered if u not in excused) or "none"),
         "excused but now covered (remove from spec/uncovered.txt): "
         + (" ".join(sorted(excused.keys() & set(covered), key=_key)) or "none"),
     ]
@@ -189,7 +190,9 @@ def _key(rid: str) -> tuple[str, int]:
 
 def test_spec_defines_must_requirements() -> None:
     reqs = spec_requirements()
-    assert len(must_ids(reqs)) >= 50, "the parser found too few MUST-level requirements in spec/protocol.md"
+    assert len(must_ids(reqs)) >= 50, (
+        "the parser found too few MUST-level requirements in spec/protocol.md"
+    )
 
 
 def test_every_citation_exists_in_spec() -> None:
@@ -202,7 +205,9 @@ def test_uncovered_list_is_well_formed() -> None:
     reqs = spec_requirements()
     musts = must_ids(reqs)
     excused, problems = read_uncovered()
-    problems += [f"{rid} is not a MUST-level id of spec/protocol.md" for rid in excused if rid not in musts]
+    problems += [
+        f"{rid} is not a MUST-level id of spec/protocol.md" for rid in excused if rid not in musts
+    ]
     assert not problems, "\n".join(problems)
 
 

@@ -69,10 +69,7 @@ RLY = [f"DF-RLY-{i}" for i in range(1, 5)]
 
 def f32_bits(a: NDArray[np.float32]) -> list[str]:
     """Bit patterns of f32 values as 8 lowercase hex digits each."""
-    return [
-        f"{int(b):08x}"
-        for b in np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
-    ]
+    return [f"{int(b):08x}" for b in np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)]
 
 
 def f32_from_bits(bits: Sequence[str]) -> NDArray[np.float32]:
@@ -118,9 +115,7 @@ def _pattern(mul: int, mod: int, off: int, div: float) -> NDArray[np.float32]:
 
 def _config_json(cfg: SyncConfig) -> dict[str, Any]:
     d = cfg.to_json()
-    d.pop(
-        "include_buffers"
-    )  # the manifest is given: buffers are not a receive/generate concern
+    d.pop("include_buffers")  # the manifest is given: buffers are not a receive/generate concern
     return d
 
 
@@ -235,12 +230,7 @@ def generate_cases() -> list[GenCase]:
             "residual stays (error feedback is anchor += sent value, not anchor = active).",
             ["DF-GEN-1", "DF-GEN-5"],
             _f32([0.1 * (i + 1) for i in range(N)]),
-            _f32(
-                [
-                    1e8 if i % 4 == 0 else 0.1 * (i + 1) - 0.25 * (i % 4)
-                    for i in range(N)
-                ]
-            ),
+            _f32([1e8 if i % 4 == 0 else 0.1 * (i + 1) - 0.25 * (i % 4) for i in range(N)]),
             SyncConfig(ratio=0.5),
         ),
         GenCase(
@@ -248,10 +238,7 @@ def generate_cases() -> list[GenCase]:
             "F16 send encoding: sent values are rounded to binary16 (nearest even, clamped to 65504); the "
             "anchor moves by the decoded f16 value, the rounding error stays in active - anchor.",
             ["DF-GEN-4", "DF-GEN-5"],
-            _f32(
-                [1e5, -7e4, 1 / 3, -0.1, 1 + 2**-11, 1 + 3 * 2**-11, 2**-20, 3.14159]
-                * 3
-            ),
+            _f32([1e5, -7e4, 1 / 3, -0.1, 1 + 2**-11, 1 + 3 * 2**-11, 2**-20, 3.14159] * 3),
             np.zeros(N, dtype=np.float32),
             SyncConfig(ratio=0.5, encoding=F16),
         ),
@@ -305,18 +292,12 @@ def _write_generate(vectors_dir: Path, case: GenCase) -> dict[str, Any]:
     sent_idx = [int(i) for e in entries for i in e.indices]
     assert sent_idx == want, (case.name, sent_idx, want)
     sent = quantize(d[want], case.config.encoding)
-    got_vals = (
-        np.concatenate([e.values for e in entries])
-        if entries
-        else np.empty(0, np.float32)
-    )
+    got_vals = np.concatenate([e.values for e in entries]) if entries else np.empty(0, np.float32)
     assert f32_bits(got_vals) == f32_bits(sent), case.name
     new_anchor = case.anchor.copy()
     new_anchor[want] = new_anchor[want] + sent
     assert f32_bits(eng.anchor) == f32_bits(new_anchor), case.name
-    assert [e.seq for e in entries] == list(
-        range(case.seq_start, case.seq_start + len(entries))
-    )
+    assert [e.seq for e in entries] == list(range(case.seq_start, case.seq_start + len(entries)))
     packets = eng.pack(entries, [])
     assert all(len(p) <= case.config.max_packet_size for p in packets)
     if case.exact_split:
@@ -372,12 +353,8 @@ class RecvCase:
     packets: list[bytes]
     config: SyncConfig = field(default_factory=SyncConfig)
     history: list[tuple[int, int, int]] = field(default_factory=list)
-    active: NDArray[np.float32] = field(
-        default_factory=lambda: _pattern(7, 13, 6, 16.0)
-    )
-    anchor: NDArray[np.float32] = field(
-        default_factory=lambda: _pattern(5, 11, 5, 32.0)
-    )
+    active: NDArray[np.float32] = field(default_factory=lambda: _pattern(7, 13, 6, 16.0))
+    anchor: NDArray[np.float32] = field(default_factory=lambda: _pattern(5, 11, 5, 32.0))
 
 
 def ent(
@@ -391,18 +368,12 @@ def ent(
     return Entry(origin, inc, seq, hops, np.array(idx, dtype=np.uint32), _f32(vals))
 
 
-def pkt(
-    *entries: Entry, sender: int = B, enc: ValueEncoding = F32, fp: bytes = FP
-) -> bytes:
-    return encode_packet(
-        Packet(sender, B_INC if sender == B else C_INC, fp, tuple(entries), enc)
-    )
+def pkt(*entries: Entry, sender: int = B, enc: ValueEncoding = F32, fp: bytes = FP) -> bytes:
+    return encode_packet(Packet(sender, B_INC if sender == B else C_INC, fp, tuple(entries), enc))
 
 
 def receive_cases() -> list[RecvCase]:
-    other_fp = Manifest.from_named_shapes(
-        {"fc.bias": (4,), "fc.weight": (5, 4)}
-    ).fingerprint
+    other_fp = Manifest.from_named_shapes({"fc.bias": (4,), "fc.weight": (5, 4)}).fingerprint
     return [
         RecvCase(
             "plain_apply",
@@ -601,8 +572,7 @@ def _counters_json(eng: Engine) -> dict[str, Any]:
         "entries_relayed": c["entries_relayed"],
         "errors": c["errors"],
         "drops": {
-            r: c["drops"][r]
-            for r in ("own_origin", "duplicate", "too_old", "stale_incarnation")
+            r: c["drops"][r] for r in ("own_origin", "duplicate", "too_old", "stale_incarnation")
         },
     }
 
@@ -630,24 +600,18 @@ def _write_receive(vectors_dir: Path, case: RecvCase) -> dict[str, Any]:
         for e, verdict in zip(p.entries, res.entry_outcomes[p_i], strict=True):
             if verdict is Admission.ACCEPTED:
                 for i, v in zip(e.indices.tolist(), e.values, strict=True):
-                    agg[i] = np.float32(
-                        agg.get(i, np.float32(0.0)) + np.float32(alpha * v)
-                    )
+                    agg[i] = np.float32(agg.get(i, np.float32(0.0)) + np.float32(alpha * v))
     assert sorted(agg) == res.indices.tolist(), case.name
-    assert f32_bits(_f32([agg[i] for i in sorted(agg)])) == f32_bits(res.values), (
-        case.name
-    )
+    assert f32_bits(_f32([agg[i] for i in sorted(agg)])) == f32_bits(res.values), case.name
     want_active = case.active.copy()
     want_anchor = case.anchor.copy()
     for i, v in agg.items():
         want_active[i] = np.float32(want_active[i] + v)
         want_anchor[i] = np.float32(want_anchor[i] + v)
-    assert f32_bits(active) == f32_bits(want_active) and f32_bits(
-        eng.anchor
-    ) == f32_bits(want_anchor)
-    assert (
-        len(relay_packets) <= 1
-    )  # small cases: packing is not what these vectors check
+    assert f32_bits(active) == f32_bits(want_active) and f32_bits(eng.anchor) == f32_bits(
+        want_anchor
+    )
+    assert len(relay_packets) <= 1  # small cases: packing is not what these vectors check
 
     d = vectors_dir / "receive" / case.name
     if d.exists():
@@ -720,9 +684,7 @@ if __name__ == "__main__":
     import sys
 
     out = (
-        Path(sys.argv[1])
-        if len(sys.argv) > 1
-        else Path(__file__).resolve().parents[1] / "vectors"
+        Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "vectors"
     )
     for row in build(out):
         print(row["id"], row["expect"])

@@ -74,7 +74,9 @@ class SyncConfig:
         try:
             encoding = ValueEncoding(self.encoding)
         except ValueError:
-            raise ValueError(f"encoding must be one of F32, F16, BF16, got {self.encoding!r}") from None
+            raise ValueError(
+                f"encoding must be one of F32, F16, BF16, got {self.encoding!r}"
+            ) from None
         if not isinstance(self.include_buffers, bool):
             raise TypeError("include_buffers must be a bool")
         # normalise (frozen dataclass): ints given for floats, plain ints given for the encoding
@@ -111,7 +113,9 @@ class SyncConfig:
         if "encoding" in kwargs:
             enc = kwargs["encoding"]
             try:
-                kwargs["encoding"] = ValueEncoding[enc] if isinstance(enc, str) else ValueEncoding(enc)
+                kwargs["encoding"] = (
+                    ValueEncoding[enc] if isinstance(enc, str) else ValueEncoding(enc)
+                )
             except (KeyError, ValueError):
                 raise ValueError(f"unknown encoding {enc!r}") from None
         return cls(**kwargs)

@@ -40,7 +40,11 @@ _U64_MAX = (1 << 64) - 1
 
 
 def _check_id(name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= int(value) <= _U64_MAX:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, np.integer))
+        or not 1 <= int(value) <= _U64_MAX
+    ):
         raise ValueError(f"{name} must be an integer in [1, 2**64), got {value!r}")
     return int(value)
 
@@ -205,7 +209,9 @@ class Engine:
         idx = self._selector.select(d, k, fast=fast)  # DF-GEN-3 (exact) / DF-GEN-7 (fast)
         if idx.size == 0:
             return []  # DF-GEN-8
-        sent = quantize(d[idx], self.config.encoding)  # DF-GEN-4 (the decoded value of what is sent)
+        sent = quantize(
+            d[idx], self.config.encoding
+        )  # DF-GEN-4 (the decoded value of what is sent)
         if not bool(np.isfinite(sent).all()):
             raise ValueError("cannot generate: the delta holds an infinite value")
         self._anchor[idx] = self._anchor[idx] + sent  # DF-GEN-5
@@ -250,7 +256,10 @@ class Engine:
             try:
                 pkt = decode_packet(buf, cfg.max_packet_size)
                 validate_packet(
-                    pkt, fingerprint=self._fingerprint, num_params=self.num_params, hop_limit=hop_limit
+                    pkt,
+                    fingerprint=self._fingerprint,
+                    num_params=self.num_params,
+                    hop_limit=hop_limit,
                 )
             except DecodeError as exc:  # DF-RCV-1: the whole packet, no state change
                 c.packets_rejected += 1

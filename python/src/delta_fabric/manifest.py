@@ -107,7 +107,9 @@ class Manifest:
     def to_json(self) -> dict[str, Any]:
         return {
             "version": 1,
-            "tensors": [{"name": t.name, "dtype": "f32", "shape": list(t.shape)} for t in self.tensors],
+            "tensors": [
+                {"name": t.name, "dtype": "f32", "shape": list(t.shape)} for t in self.tensors
+            ],
             "num_params": self.num_params,
             "fingerprint": self.fingerprint.hex(),
         }
@@ -119,7 +121,9 @@ class Manifest:
         specs = []
         for t in d["tensors"]:
             if t.get("dtype", "f32") != "f32":
-                raise ValueError(f"{t.get('name')!r}: dtype must be f32 in v1, got {t.get('dtype')!r}")
+                raise ValueError(
+                    f"{t.get('name')!r}: dtype must be f32 in v1, got {t.get('dtype')!r}"
+                )
             specs.append(TensorSpec(t["name"], tuple(t["shape"])))
         m = cls(specs)
         if "fingerprint" in d and d["fingerprint"] != m.fingerprint.hex():
@@ -162,9 +166,7 @@ class Manifest:
         return hash(self._fingerprint)
 
     def __repr__(self) -> str:
-        return (
-            f"Manifest({len(self.tensors)} tensors, N={self.num_params}, fp={self._fingerprint.hex()[:16]})"
-        )
+        return f"Manifest({len(self.tensors)} tensors, N={self.num_params}, fp={self._fingerprint.hex()[:16]})"
 
     def canonical_text(self) -> str:
         """The text hashed into the fingerprint (DF-MAN-5)."""
@@ -191,7 +193,9 @@ class Manifest:
         for i, t in enumerate(self.tensors):
             a, b = int(bounds[i]), int(bounds[i + 1])
             if a < b:
-                out.append(TensorSlice(i, t.name, a, b, flat[a:b].astype(np.int64) - self._offsets[i]))
+                out.append(
+                    TensorSlice(i, t.name, a, b, flat[a:b].astype(np.int64) - self._offsets[i])
+                )
         return out
 
     def split(self, flat: NDArray[np.float32]) -> dict[str, NDArray[np.float32]]:

@@ -115,7 +115,9 @@ class Counters:
             "entries_relayed": self.entries_relayed,
             "values_applied": self.values_applied,
             "errors": {c.value: self.errors.get(c, 0) for c in ErrorCode},
-            "drops": {r.value: self.drops.get(r, 0) for r in Admission if r is not Admission.ACCEPTED},
+            "drops": {
+                r.value: self.drops.get(r, 0) for r in Admission if r is not Admission.ACCEPTED
+            },
         }
 
     def copy(self) -> Counters:
