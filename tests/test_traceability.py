@@ -29,7 +29,7 @@ UNCOVERED = ROOT / "spec" / "uncovered.txt"
 ID_RE = re.compile(r"DF-[A-Z]+-\d+")
 DEF_RE = re.compile(r"^\*\*\[(DF-[A-Z]+-\d+)\]\*\*")
 MUST_RE = re.compile(r"\b(MUST|REQUIRED|SHALL)\b")
-CITE_RE = re.compile(r"\bREQ:\s*(.*)$")
+CITE_RE = re.compile(r"\bREQ:\s*(DF-[A-Z]+-\d+(?:\s*,\s*DF-[A-Z]+-\d+)*)")
 LIST_MARK = re.compile(r"^(?:[-+]\s+|\d+\.\s+)")
 SKIP_DIRS = {".git", ".venv", "target", "node_modules", "__pycache__", "_generated", "generated"}
 
