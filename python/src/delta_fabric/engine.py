@@ -209,11 +209,13 @@ class Engine:
         idx = self._selector.select(d, k, fast=fast)  # DF-GEN-3 (exact) / DF-GEN-7 (fast)
         if idx.size == 0:
             return []  # DF-GEN-8
+        # DF-GEN-9: checked on d itself, before encoding: F16/BF16 would clamp an infinity to a
+        # finite value. An infinity is the largest magnitude, so it is always among the selected.
+        if not bool(np.isfinite(d[idx]).all()):
+            raise ValueError("cannot generate: the delta holds an infinite value")
         sent = quantize(
             d[idx], self.config.encoding
         )  # DF-GEN-4 (the decoded value of what is sent)
-        if not bool(np.isfinite(sent).all()):
-            raise ValueError("cannot generate: the delta holds an infinite value")
         self._anchor[idx] = self._anchor[idx] + sent  # DF-GEN-5
         indices = idx.astype(np.uint32)
         entries = []
