@@ -130,8 +130,7 @@ pub enum EngineError {
         /// What was passed.
         got: usize,
     },
-    /// The delta holds a selected value that is not finite after encoding (nothing was sent and
-    /// no state changed).
+    /// The delta holds an infinite value (DF-GEN-9: nothing was sent and no state changed).
     NonFinite {
         /// Flat index of the first such value.
         index: u32,
@@ -422,11 +421,12 @@ impl Engine {
         let enc = self.config.encoding;
         let mut values = Vec::with_capacity(self.sel.len());
         for &i in &self.sel {
-            let v = enc.quantize(self.d[i as usize]);
-            if !v.is_finite() {
+            // DF-GEN-9: check d itself, F16/BF16 would clamp an infinity to a finite value.
+            let d = self.d[i as usize];
+            if !d.is_finite() {
                 return Err(EngineError::NonFinite { index: i });
             }
-            values.push(v);
+            values.push(enc.quantize(d));
         }
         for (&i, &v) in self.sel.iter().zip(&values) {
             let a = &mut self.anchor[i as usize];

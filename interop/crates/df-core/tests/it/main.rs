@@ -4,6 +4,7 @@
 mod codec;
 mod engine;
 mod fuzz;
+mod requirements;
 mod selection;
 mod vectors;
 mod window;
