@@ -232,6 +232,14 @@ def test_current_schema_conforms_to_released_v1(tmp_path: Path) -> None:
     assert "root_type Packet;" in text
 
 
+def test_current_snapshot_schema_conforms_to_released_v1(tmp_path: Path) -> None:
+    released = ROOT / "schema" / "released" / "snapshot-v1.0.fbs"
+    r = _conform(released, ROOT / "schema" / "snapshot.fbs", tmp_path)
+    # REQ: DF-VER-4 -- the snapshot chunk evolves under the same rules
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert 'file_identifier "DFS1";' in released.read_text()
+
+
 @pytest.mark.parametrize(
     ("old", "new"),
     [
