@@ -2,28 +2,39 @@
 """Throughput of the DeltaFabric Zenoh transport against raw Zenoh, 1 MB messages on loopback.
 
 Usage: .venv/bin/python bench/bench_transport.py [--size BYTES] [--count N] [--warmup W] [--runs R]
+       [--tune-malloc | --df-default-malloc]
 
 Two processes (sender here, receiver in a child process), two Zenoh sessions on tcp/127.0.0.1 with
 scouting off, as two nodes would run.
 
 Cases, run interleaved ``--runs`` times:
 
-- ``raw``: ``Publisher.put`` of ``size`` bytes (congestion control BLOCK, reliable) -> subscriber
-  callback that takes the payload's length (nothing copied into Python). The baseline.
+Every case sends the same encoded packet of ``size`` bytes (one F32 entry) with the same publisher QoS
+(congestion control BLOCK, reliable, priority DATA, express off), and every receiver must get every
+packet (a df run that drops one counts as 0 MB/s and is flagged):
+
+- ``raw``: ``Publisher.put`` -> subscriber callback that takes the payload's length (nothing copied
+  into Python). The baseline.
 - ``raw+copy``: the same, the callback copies the payload into a Python ``bytes``.
-- ``df drain``: ``ZenohTransport.publish`` of encoded packets of ``size`` bytes (one F32 entry) -> the
-  transport's callback copies each into its bounded queue -> the receiver loop takes them with
-  ``drain()``.
-- ``df drain+decode``: the same, and every packet is decoded with ``decode_packet``. The target case.
+- ``raw+decode``: the same, the callback copies and decodes it with ``decode_packet``: the ceiling of
+  any Python receiver that decodes.
+- ``df drain``: ``ZenohTransport.publish`` -> the transport's callback copies each packet into its
+  bounded queue -> the receiver loop takes them with ``wait_for_packets`` + ``drain()``. The
+  transport against ``raw`` (target >= 0.5).
+- ``df drain+decode``: the same, and every packet is decoded with ``decode_packet``.
 
 The receiver times the ``count`` messages after ``warmup`` messages (first to last arrival, or to the
-last drain/decode). Reported: MB/s (1 MB = 1e6 bytes) per run, best and median per case, and the ratios
-to ``raw``.
+last drain/decode). Reported: MB/s (1 MB = 1e6 bytes) per run, best and median per case, the ratios,
+and the time ``decode_packet`` took per packet in the df receiver.
 
-Where the time goes (measured on the 2-core development machine): ``decode_packet`` of a 1 MB packet
-(125,000 values) takes about 0.35 ms of CPU under the GIL; every received packet is a fresh 1 MB
-``bytes`` object, and when several wait in the queue glibc returns freed buffers to the kernel and page-
-faults them back (about 0.3-0.5 ms per MB); ``--tune-malloc`` shows the effect. Prints only; asserts nothing about timings.
+Where the time goes (2-core development machine, see ``--df-default-malloc``): every received packet
+is a fresh ``bytes`` allocated on the Zenoh callback thread and freed on the draining thread; with
+glibc's default thresholds the heap top is trimmed back to the kernel when a few packets wait and
+page-faulted in again, which costs about half the ``df drain`` throughput. The transport therefore
+fixes the thresholds (``ZenohOptions.tune_malloc``, on by default). ``decode_packet`` of a 1 MB packet
+(125,000 values) takes 0.2-0.4 ms of CPU alone and about twice that while the callback thread competes
+for the GIL, which bounds the decode cases (``raw+decode`` as well). Prints only; asserts nothing
+about timings.
 """
 
 from __future__ import annotations
@@ -94,15 +105,25 @@ def make_packet(size: int) -> bytes:
 # ------------------------------------------------------------------------------------------------------
 
 
-def _raw_receiver(listen: str, total: int, warmup: int, conn: Any, copy: bool = False) -> None:
+def _raw_receiver(listen: str, total: int, warmup: int, conn: Any, mode: str = "") -> None:
     import zenoh
+    from delta_fabric.wire import decode_packet
 
     session: Any = zenoh.open(zenoh_config([listen], []))
     state = {"n": 0, "bytes": 0, "t0": 0.0, "t1": 0.0}
     done = threading.Event()
 
     def on_sample(sample: zenoh.Sample) -> None:
-        n = len(sample.payload.to_bytes()) if copy else len(sample.payload)
+        if (
+            mode == "decode"
+        ):  # copy + decode in the callback: the ceiling of any receiver that decodes
+            buf = sample.payload.to_bytes()
+            decode_packet(buf)
+            n = len(buf)
+        elif mode == "copy":
+            n = len(sample.payload.to_bytes())
+        else:
+            n = len(sample.payload)
         state["n"] += 1
         if state["n"] == warmup:
             state["t0"] = time.perf_counter()
@@ -127,7 +148,9 @@ def _raw_receiver(listen: str, total: int, warmup: int, conn: Any, copy: bool = 
     session.close()
 
 
-def _df_receiver(listen: str, total: int, warmup: int, conn: Any, decode: bool = True) -> None:
+def _df_receiver(
+    listen: str, total: int, warmup: int, conn: Any, decode: bool = True, tune_malloc: bool = True
+) -> None:
     from delta_fabric.transports.zenoh import ZenohOptions, ZenohTransport
     from delta_fabric.wire import decode_packet
 
@@ -137,16 +160,24 @@ def _df_receiver(listen: str, total: int, warmup: int, conn: Any, decode: bool =
         listen=[listen],
         queue_capacity=4096,
         queue_bytes=1 << 31,
+        tune_malloc=tune_malloc,
     )
     with ZenohTransport(opts) as t:
         conn.send("ready")
         n = values = nbytes = 0
         t0 = t1 = 0.0
         deadline = time.monotonic() + 300
+        t_decode = 0.0
         while n + t.stats.dropped_packets < total and time.monotonic() < deadline:
             t.wait_for_packets(0.5)
             for p in t.drain():
-                k = decode_packet(p).num_values if decode else 0
+                if decode:
+                    a = time.perf_counter()
+                    k = decode_packet(p).num_values
+                    if n >= warmup:
+                        t_decode += time.perf_counter() - a
+                else:
+                    k = 0
                 n += 1
                 if n == warmup:
                     t0 = time.perf_counter()
@@ -162,6 +193,8 @@ def _df_receiver(listen: str, total: int, warmup: int, conn: Any, decode: bool =
                 "values": values,
                 "dropped": t.stats.dropped_packets,
                 "seconds": t1 - t0,
+                "decode_seconds": t_decode,
+                "malloc_tuned": t.malloc_tuned,
             }
         )
 
@@ -177,14 +210,15 @@ def _wait(conn: Any, timeout: float) -> Any:
     return conn.recv()
 
 
-def run_raw(size: int, count: int, warmup: int, copy: bool = False) -> dict[str, Any]:
+def run_raw(size: int, count: int, warmup: int, mode: str = "") -> dict[str, Any]:
     import zenoh
 
     port = free_port()
+    payload = make_packet(size)  # the same bytes as the df cases (decodable for mode "decode")
     parent, child = mp.Pipe()
     proc = mp.get_context("spawn").Process(
         target=_raw_receiver,
-        args=(f"tcp/127.0.0.1:{port}", warmup + count, warmup, child),
+        args=(f"tcp/127.0.0.1:{port}", warmup + count, warmup, child, mode),
     )
     proc.start()
     try:
@@ -193,7 +227,9 @@ def run_raw(size: int, count: int, warmup: int, copy: bool = False) -> dict[str,
         try:
             pub: Any = session.declare_publisher(
                 f"{NS}/raw",
+                # the QoS of ZenohTransport's publisher (express off in both)
                 congestion_control=zenoh.CongestionControl.BLOCK,
+                priority=zenoh.Priority.DATA,
                 reliability=zenoh.Reliability.RELIABLE,
             )
             deadline = time.monotonic() + 30
@@ -201,7 +237,6 @@ def run_raw(size: int, count: int, warmup: int, copy: bool = False) -> dict[str,
                 if time.monotonic() > deadline:
                     raise TimeoutError("no matching subscriber")
                 time.sleep(0.01)
-            payload = bytes(np.random.default_rng(1).bytes(size))
             for _ in range(warmup + count):
                 pub.put(payload)
             result: dict[str, Any] = _wait(parent, 300)
@@ -215,7 +250,9 @@ def run_raw(size: int, count: int, warmup: int, copy: bool = False) -> dict[str,
     return result
 
 
-def run_df(size: int, count: int, warmup: int, decode: bool = True) -> dict[str, Any]:
+def run_df(
+    size: int, count: int, warmup: int, decode: bool = True, tune_malloc: bool = True
+) -> dict[str, Any]:
     from delta_fabric.transports.zenoh import ZenohOptions, ZenohTransport
 
     port = free_port()
@@ -223,7 +260,7 @@ def run_df(size: int, count: int, warmup: int, decode: bool = True) -> dict[str,
     parent, child = mp.Pipe()
     proc = mp.get_context("spawn").Process(
         target=_df_receiver,
-        args=(f"tcp/127.0.0.1:{port}", warmup + count, warmup, child),
+        args=(f"tcp/127.0.0.1:{port}", warmup + count, warmup, child, decode, tune_malloc),
     )
     proc.start()
     try:
@@ -263,8 +300,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--tune-malloc",
         action="store_true",
-        help="run the receivers with MALLOC_MMAP_THRESHOLD_=32 MiB and MALLOC_TRIM_THRESHOLD_=1 GiB "
-        "(glibc then reuses freed 1 MB buffers instead of returning them to the kernel)",
+        help="run every receiver (raw ones too) with MALLOC_MMAP_THRESHOLD_=32 MiB and "
+        "MALLOC_TRIM_THRESHOLD_=1 GiB (glibc then reuses freed 1 MB buffers instead of returning them "
+        "to the kernel)",
+    )
+    ap.add_argument(
+        "--df-default-malloc",
+        action="store_true",
+        help="open the df receivers with ZenohOptions(tune_malloc=False): glibc's default thresholds "
+        "(the behaviour before the transport tuned them)",
     )
     args = ap.parse_args(argv)
     if args.tune_malloc:  # read by glibc at process start: applies to the spawned receivers
@@ -276,22 +320,41 @@ def main(argv: list[str] | None = None) -> int:
 
     cases: dict[str, Callable[[], dict[str, Any]]] = {
         "raw": lambda: run_raw(args.size, args.count, args.warmup),
-        "raw+copy": lambda: run_raw(args.size, args.count, args.warmup, copy=True),
-        "df drain": lambda: run_df(args.size, args.count, args.warmup, decode=False),
-        "df drain+decode": lambda: run_df(args.size, args.count, args.warmup, decode=True),
+        "raw+copy": lambda: run_raw(args.size, args.count, args.warmup, mode="copy"),
+        "raw+decode": lambda: run_raw(args.size, args.count, args.warmup, mode="decode"),
+        "df drain": lambda: run_df(
+            args.size, args.count, args.warmup, decode=False, tune_malloc=not args.df_default_malloc
+        ),
+        "df drain+decode": lambda: run_df(
+            args.size, args.count, args.warmup, decode=True, tune_malloc=not args.df_default_malloc
+        ),
     }
     rates: dict[str, list[float]] = {k: [] for k in cases}
+    decode_ms: list[float] = []
     print(
         f"payload {args.size} bytes, {args.count} timed messages after {args.warmup} warm-up, loopback TCP"
     )
+    malloc_tuned: set[bool] = set()
     for run in range(args.runs):  # interleaved, so load changes hit every case alike
         line = []
         for name, fn in cases.items():
             r = fn()
             rates[name].append(mbps(r))
             extra = f" (dropped {r['dropped']})" if r.get("dropped") else ""
+            if not r["ok"]:
+                extra += f" (INCOMPLETE: {r['n']} received)"
+            if "malloc_tuned" in r:
+                malloc_tuned.add(bool(r["malloc_tuned"]))
+            if r.get("decode_seconds"):
+                decode_ms.append(r["decode_seconds"] / args.count * 1e3)
             line.append(f"{name} {rates[name][-1]:7.0f}{extra}")
         print(f"run {run + 1}: " + " | ".join(line) + "  MB/s")
+    env_malloc = "environment MALLOC_*_THRESHOLD_" if args.tune_malloc else "glibc defaults"
+    print(
+        "df receivers: malloc thresholds "
+        + ("fixed by the transport (tune_malloc)" if malloc_tuned == {True} else env_malloc)
+        + f"; raw receivers: {env_malloc}"
+    )
     best = {k: max(v) for k, v in rates.items()}
     med = {k: statistics.median(v) for k, v in rates.items()}
     print("case                 best MB/s  median MB/s")
@@ -301,16 +364,23 @@ def main(argv: list[str] | None = None) -> int:
     def ratio(a: dict[str, float], num: str, den: str) -> float:
         return a[num] / a[den] if a[den] else 0.0
 
-    print(
-        "ratio deltafabric (publish -> drain + decode) / raw (put -> callback): "
-        f"best {ratio(best, 'df drain+decode', 'raw'):.2f}, median {ratio(med, 'df drain+decode', 'raw'):.2f} "
-        "(target >= 0.5)"
-    )
+    def both(num: str, den: str) -> str:
+        return f"best {ratio(best, num, den):.2f}, median {ratio(med, num, den):.2f}"
+
     print(
         "ratio deltafabric (publish -> drain) / raw (put -> callback): "
-        f"best {ratio(best, 'df drain', 'raw'):.2f}, median {ratio(med, 'df drain', 'raw'):.2f}; "
-        f"vs raw+copy: best {ratio(best, 'df drain', 'raw+copy'):.2f}"
+        f"{both('df drain', 'raw')} (target >= 0.5); vs raw+copy: {both('df drain', 'raw+copy')}"
     )
+    print(
+        "ratio deltafabric (publish -> drain + decode) / raw (put -> callback): "
+        f"{both('df drain+decode', 'raw')}; vs raw+decode (same decode in the callback): "
+        f"{both('df drain+decode', 'raw+decode')}"
+    )
+    if decode_ms:
+        print(
+            f"decode_packet in the df receiver: median {statistics.median(decode_ms):.3f} ms per packet "
+            f"(ceiling {args.size / statistics.median(decode_ms) / 1e3:.0f} MB/s from decoding alone)"
+        )
     return 0
 
 

@@ -155,9 +155,12 @@ class PacketQueue:
                 self._bytes -= len(old)
                 self.dropped_packets += 1
                 self.dropped_bytes += len(old)
+            was_empty = not self._q
             self._q.append(packet)
             self._bytes += n
-            self._nonempty.notify_all()
+            if was_empty:
+                # waiters wait only for an empty queue to fill: no wake-up per packet
+                self._nonempty.notify_all()
 
     def drain(self, max_packets: int | None = None) -> list[bytes]:
         if max_packets is not None and max_packets < 0:

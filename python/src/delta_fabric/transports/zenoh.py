@@ -21,11 +21,24 @@ LAN setting for real deployments (multicast scouting on).
 Receive path: the subscriber callback (a Zenoh thread) copies the payload into the transport's bounded
 :class:`~delta_fabric.transports.base.PacketQueue` (drop-oldest on overflow, counted) and returns; the
 training loop takes packets with the non-blocking :meth:`ZenohTransport.drain`.
+
+Allocator (``ZenohOptions.tune_malloc``, on by default): every received packet is a fresh ``bytes`` of
+its size, allocated on the Zenoh callback thread and freed on the draining thread after a few packets
+wait in the queue. With glibc's default (dynamic) thresholds the heap top is then trimmed back to the
+kernel and page-faulted in again for the next packets, which halved the receive throughput of 1 MB
+packets on loopback (bench/bench_transport.py). :func:`tune_malloc` fixes glibc's mmap threshold at
+32 MiB (the largest value, above the 16 MiB default ``max_packet_size``) and its trim threshold at
+256 MiB (the default receive-queue byte bound), once per process, unless the process already set them
+(``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``, ``GLIBC_TUNABLES``); elsewhere than glibc it
+does nothing. The process then keeps up to 256 MiB of freed heap instead of returning it at once.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
+import os
+import sys
 import threading
 import time
 from collections.abc import Collection, Sequence
@@ -70,6 +83,7 @@ __all__ = [
     "delta_key",
     "info_key",
     "snapshot_key",
+    "tune_malloc",
 ]
 
 DEFAULT_NAMESPACE = "deltafabric/default"
@@ -79,6 +93,47 @@ PACKET_SCHEMA = "deltafabric.v1.Packet"
 SNAPSHOT_SCHEMA = "deltafabric.v1.SnapshotChunk"
 
 _FORBIDDEN_NS_CHARS = set("*$?#")
+
+#: glibc ``mallopt`` parameters (malloc.h) and the values :func:`tune_malloc` sets.
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+MALLOC_MMAP_THRESHOLD = 32 * 1024 * 1024
+MALLOC_TRIM_THRESHOLD = 256 * 1024 * 1024
+_malloc_lock = threading.Lock()
+_malloc_tuned: bool | None = None
+
+
+def tune_malloc() -> bool:
+    """Fix glibc's malloc thresholds for large received packets (see the module docstring); once per
+    process, thread-safe. True when the thresholds are set (now or before), False when left alone
+    (not glibc, or the process configured them through the environment)."""
+    global _malloc_tuned
+    with _malloc_lock:
+        if _malloc_tuned is not None:
+            return _malloc_tuned
+        _malloc_tuned = False
+        if not sys.platform.startswith("linux"):
+            return False
+        tunables = os.environ.get("GLIBC_TUNABLES", "")
+        if (
+            "MALLOC_MMAP_THRESHOLD_" in os.environ
+            or "MALLOC_TRIM_THRESHOLD_" in os.environ
+            or "glibc.malloc.mmap_threshold" in tunables
+            or "glibc.malloc.trim_threshold" in tunables
+        ):
+            return False  # the process chose its own setting
+        try:
+            libc = ctypes.CDLL(None)
+            libc.gnu_get_libc_version  # noqa: B018 (present in glibc only)
+            mallopt = libc.mallopt
+        except (OSError, AttributeError):
+            return False
+        mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+        mallopt.restype = ctypes.c_int
+        ok = int(mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD)) == 1
+        ok = int(mallopt(_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD)) == 1 and ok
+        _malloc_tuned = ok
+        return ok
 
 
 def _check_namespace(ns: str) -> str:
@@ -134,6 +189,7 @@ class ZenohOptions:
     ``queue_capacity`` / ``queue_bytes``: receive queue bounds (drop-oldest on overflow).
     ``max_packet_size``: the node's DF-PAR ``max_packet_size`` (bounds the snapshot chunks it serves).
     ``extra_config``: further ``(key, json5 value)`` pairs inserted into a built config.
+    ``tune_malloc``: call :func:`tune_malloc` when the transport opens (process-wide glibc setting).
     """
 
     node_id: int
@@ -150,6 +206,7 @@ class ZenohOptions:
     queue_bytes: int = DEFAULT_QUEUE_BYTES
     max_packet_size: int = DEFAULT_MAX_PACKET_SIZE
     extra_config: Sequence[tuple[str, str]] = field(default_factory=tuple)
+    tune_malloc: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "node_id", check_node_id(self.node_id))
@@ -225,6 +282,8 @@ class ZenohTransport:
         self._queryables: list[Any] = []
         self._separators: dict[int, str] = {}
         self._owns_session = session is None
+        #: whether glibc's malloc thresholds are tuned for large packets (:func:`tune_malloc`)
+        self.malloc_tuned = tune_malloc() if options.tune_malloc else False
         try:
             self._session = session if session is not None else zenoh.open(options.build_config())
         except Exception as exc:
