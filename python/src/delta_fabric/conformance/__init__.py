@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -82,13 +83,49 @@ def _citations(vectors: Path, scenarios: Path) -> list[tuple[str, list[str]]]:
     return out
 
 
+_CITE_RE = re.compile(r"\bREQ:\s*(DF-[A-Z]+-\d+(?:\s*,\s*DF-[A-Z]+-\d+)*)")
+_TEST_FN_RE = re.compile(r"^\s*(?:async\s+)?(?:def|fn)\s+(\w+)")
+_SKIP_DIRS = {".git", ".venv", "target", "__pycache__", "_generated", "generated"}
+
+
+def _unit_test_citations(root: Path | None = None) -> list[tuple[str, list[str]]]:
+    """``REQ: DF-...`` citations in the Python and Rust test code, attributed to the enclosing test
+    function: ``pytest:tests/test_x.py::test_y`` or ``cargo:interop/.../file.rs::name``."""
+    from delta_fabric.conformance.client import REPO_ROOT
+
+    root = REPO_ROOT if root is None else root
+    out: list[tuple[str, list[str]]] = []
+    sources = [(root / "tests", "*.py", "pytest"), (root / "interop", "*.rs", "cargo")]
+    for base, pattern, runner in sources:
+        if not base.is_dir():
+            continue
+        for path in sorted(base.rglob(pattern)):
+            rel = path.relative_to(root)
+            if _SKIP_DIRS.intersection(rel.parts) or rel.name == "test_traceability.py":
+                continue
+            func = "<module>"
+            for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+                fm = _TEST_FN_RE.match(line)
+                if fm:
+                    func = fm.group(1)
+                m = _CITE_RE.search(line)
+                if m:
+                    ids = re.findall(r"DF-[A-Z]+-\d+", m.group(1))
+                    out.append((f"{runner}:{rel}::{func}", ids))
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     from delta_fabric.conformance.report import compute_coverage
 
     if args.action == "coverage":
         cov = compute_coverage(args.spec, _citations(args.vectors, args.scenarios))
-        print(json.dumps(cov.to_json(), indent=1))
-        print(f"coverage: {cov.figure()}", file=sys.stderr)
+        full = compute_coverage(
+            args.spec, _citations(args.vectors, args.scenarios) + _unit_test_citations()
+        )
+        print(json.dumps({"suite": cov.to_json(), "with_unit_tests": full.to_json()}, indent=1))
+        print(f"coverage by vectors and scenarios: {cov.figure()}", file=sys.stderr)
+        print(f"coverage with unit tests (pytest, cargo test): {full.figure()}", file=sys.stderr)
         return 0
     return run_suite(args)
 
@@ -149,6 +186,10 @@ def run_suite(args: argparse.Namespace) -> int:
         if set(x.patterns) - x.used
     }
     header["expected_failure_patterns_unused"] = stale
+    full = compute_coverage(
+        args.spec, _citations(args.vectors, args.scenarios) + _unit_test_citations()
+    )
+    header["coverage_with_unit_tests"] = full.to_json()
     counts = write_outputs(
         args.output, results, [i.name for i in impls], runner.encode_matrix, coverage, header
     )
@@ -166,7 +207,8 @@ def run_suite(args: argparse.Namespace) -> int:
     )
     print(
         f"  {counts['expected_failures']} expected failures, {counts['unexpected_failures']} unexpected "
-        f"failures, {counts['unexpected_passes']} unexpected passes; coverage: {coverage.figure()}; "
+        f"failures, {counts['unexpected_passes']} unexpected passes; coverage by vectors and "
+        f"scenarios: {coverage.figure()}, with unit tests: {full.figure()}; "
         f"results: {args.output / 'results.json'}, {args.output / 'matrix.md'}"
     )
     return 1 if counts["unexpected_failures"] or counts["unexpected_passes"] else 0

@@ -154,7 +154,16 @@ def _matrix_md(
         f"({counts['expected_failures']} expected failures, {counts['unexpected_failures']} unexpected "
         f"failures, {counts['unexpected_passes']} unexpected passes, {counts['warnings']} warnings)"
     )
-    lines += ["", f"Requirement coverage: {coverage.figure()}", ""]
+    lines += ["", f"Requirement coverage by vectors and scenarios: {coverage.figure()}"]
+    full = header.get("coverage_with_unit_tests")
+    if isinstance(full, Mapping):
+        lines.append(
+            f"Requirement coverage with unit tests (pytest, cargo test `REQ:` citations): "
+            f"{full.get('figure')}"
+        )
+        if full.get("uncovered"):
+            lines.append("Not cited by any test: " + ", ".join(full["uncovered"]))
+    lines.append("")
     lines += ["Implementations:", ""]
     for h in header.get("implementations", []):
         lines.append(
