@@ -56,7 +56,7 @@ D_INC = 0x0006_0000_0000_0300
 
 F32, F16, BF16 = ValueEncoding.F32, ValueEncoding.F16, ValueEncoding.BF16
 
-# Requirement ids (spec/DESIGN-BRIEF.md); DF-PKT-1 = packet format (numbering of make_vectors.py).
+# Requirement ids (spec/protocol.md); DF-PKT-1 = packet format (numbering of make_vectors.py).
 GEN = [f"DF-GEN-{i}" for i in range(1, 9)]
 RCV = [f"DF-RCV-{i}" for i in range(1, 8)]
 RLY = [f"DF-RLY-{i}" for i in range(1, 5)]

@@ -2,7 +2,7 @@
 //!
 //! No I/O and no framework dependency: the transport (`df-zenoh`) and the training framework
 //! (`df-burn`) build on these types. Every rule implemented here is fixed by
-//! `spec/DESIGN-BRIEF.md`; requirement ids are cited in the doc comments and tests.
+//! `spec/protocol.md`; requirement ids are cited in the doc comments and tests.
 
 pub mod codec;
 pub mod engine;
