@@ -8,7 +8,7 @@
 //!     [--namespace deltafabric/demo] [--listen tcp/127.0.0.1:P] [--connect EP]...
 //!     [--neighbours HEX16,HEX16,...] [--eval-every 50] [--wait-peers 30] [--linger 30]
 //!     [--report FILE.json] [--dump FILE.f32] [--incarnation N] [--bn-momentum 0.1]
-//!     [--max-lead 0]
+//!     [--max-lead 0] [--join] [--join-timeout 30]
 //! ```
 //!
 //! The learning rate used is `lr / cluster-size`.
@@ -25,7 +25,8 @@ pub const USAGE: &str = "df-node [train] --node-id HEX16 --data DIR --steps S [-
 [--batch 32] [--lr 0.05] [--cluster-size 1] [--momentum 0.9] [--seed 0] [--sync on|off] [--alpha 1.0] \
 [--ratio 0.05] [--sync-interval 10] [--include-buffers] [--namespace NS] [--listen EP] [--connect EP]... \
 [--neighbours HEX,HEX] [--eval-every 50] [--wait-peers SECONDS] [--linger SECONDS] [--report FILE.json] \
-[--dump FILE.f32] [--incarnation N] [--bn-momentum M] [--max-lead ROUNDS]";
+[--dump FILE.f32] [--incarnation N] [--bn-momentum M] [--max-lead ROUNDS] [--join] \
+[--join-timeout SECONDS]";
 
 fn parse<T: FromStr>(flag: &str, v: &str) -> Result<T, NodeError> {
     v.parse()
@@ -78,6 +79,13 @@ where
                 return Err(NodeError::Usage("--include-buffers takes no value".into()));
             }
             o.include_buffers = true;
+            continue;
+        }
+        if flag == "--join" {
+            if inline.is_some() {
+                return Err(NodeError::Usage("--join takes no value".into()));
+            }
+            o.join = true;
             continue;
         }
         if flag == "--help" || flag == "-h" {
@@ -151,6 +159,7 @@ where
                 o.bn_momentum = Some(m);
             }
             "--max-lead" => o.max_lead = parse(&flag, &value()?)?,
+            "--join-timeout" => o.join_timeout = seconds(&flag, &value()?)?,
             _ => {
                 return Err(NodeError::Usage(format!(
                     "unknown argument {arg:?}\n{USAGE}"
@@ -183,6 +192,9 @@ where
     }
     if o.sync_config.sync_interval == 0 {
         return Err(NodeError::Usage("--sync-interval must be > 0".into()));
+    }
+    if o.join && !o.sync {
+        return Err(NodeError::Usage("--join needs --sync on".into()));
     }
     Ok(o)
 }

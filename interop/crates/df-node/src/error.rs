@@ -30,6 +30,9 @@ pub enum NodeError {
     /// The transport failed.
     #[error("transport: {0}")]
     Transport(String),
+    /// `--join`: no verified snapshot could be fetched or imported.
+    #[error("join: {0}")]
+    Join(String),
 }
 
 impl NodeError {

@@ -8,6 +8,8 @@
 //! own + relay packets. Relay entries produced on a non-sync step are published at once.
 //!
 //! Events (one JSON object per stdout line):
+//! * with `--join`, first `{"event":"joined","index","from","num_params","incarnation","sha256",
+//!   "join_s"}` once a live peer's snapshot is fetched, verified and imported (see [`join_model`]);
 //! * `{"event":"ready","index","node","framework":"burn","num_params","fingerprint",...}`
 //! * `{"event":"progress","index","step","loss","acc","accuracy","bytes_sent"}` every 10 steps and
 //!   at each evaluation (`acc`/`accuracy` null between evaluations; `loss`: mean since the last line)
@@ -79,6 +81,11 @@ pub struct NodeOptions {
     /// Bounded staleness: sync rounds this node may run ahead of the slowest peer it hears
     /// (0: no pacing). Same rule as the Python demo node.
     pub max_lead: u64,
+    /// Late join (DF-ZEN-5): before training, start from a verified anchor snapshot fetched from
+    /// a live peer (the live `neighbours` first) instead of `init`/`seed`.
+    pub join: bool,
+    /// How long `join` may look for and fetch a snapshot.
+    pub join_timeout: Duration,
 }
 
 impl NodeOptions {
@@ -110,6 +117,8 @@ impl NodeOptions {
             incarnation: None,
             bn_momentum: None,
             max_lead: 0,
+            join: false,
+            join_timeout: Duration::from_secs(30),
         }
     }
 
@@ -181,6 +190,8 @@ pub struct Fabric {
     pub relay_values_sent: u64,
     pub values_received_applied: u64,
     pub tensors_rebuilt: u64,
+    /// The anchor came from a peer's snapshot (`--join`).
+    pub bootstrapped: bool,
     /// Accepted entries by hop count.
     pub accepted_by_hops: BTreeMap<u8, u64>,
     /// Latest `(incarnation, seq)` accepted from each origin.
@@ -217,6 +228,7 @@ impl Fabric {
             relay_values_sent: 0,
             values_received_applied: 0,
             tensors_rebuilt: 0,
+            bootstrapped: false,
             accepted_by_hops: BTreeMap::new(),
             origin_progress: HashMap::new(),
         })
@@ -383,7 +395,7 @@ impl Fabric {
             "incarnation": self.engine.incarnation(),
             "num_params": self.engine.num_params(),
             "fingerprint": hex_lower(&self.engine.manifest().fingerprint()),
-            "bootstrapped": false,
+            "bootstrapped": self.bootstrapped,
             "steps": self.steps,
             "syncs": self.syncs,
             "bytes_sent": self.bytes_sent,
@@ -422,7 +434,7 @@ pub fn default_incarnation() -> u64 {
 }
 
 /// A batch of `idx` images as tensors.
-fn batch_tensors<B: Backend>(
+pub fn batch_tensors<B: Backend>(
     split: &Split,
     idx: &[usize],
     device: &B::Device,
@@ -525,6 +537,29 @@ pub fn initial_model(
     }
 }
 
+/// Imports a fetched snapshot into `model` (parameters stay trainable) and checks that the model's
+/// canonical vector is now exactly the snapshot, so that active = anchor = snapshot.
+pub fn join_model(
+    model: Model,
+    snapshot: &[f32],
+    include_buffers: bool,
+) -> Result<Model, NodeError> {
+    let model = df_burn::import_canonical::<TrainBackend, _>(model, snapshot, include_buffers)
+        .map_err(|e| NodeError::Join(format!("importing the snapshot: {e}")))?;
+    let (_, active) = df_burn::export_canonical::<TrainBackend, _>(&model, include_buffers)?;
+    if active.len() != snapshot.len()
+        || active
+            .iter()
+            .zip(snapshot)
+            .any(|(a, b)| a.to_bits() != b.to_bits())
+    {
+        return Err(NodeError::Join(
+            "the imported snapshot does not export back bit-exactly".into(),
+        ));
+    }
+    Ok(model)
+}
+
 /// What a finished run produced.
 #[derive(Debug, Clone)]
 pub struct NodeOutcome {
@@ -567,6 +602,27 @@ pub fn run_node(
     }
     let (_, manifest) = model_manifest(&model, opts.include_buffers)?;
     let incarnation = opts.incarnation.unwrap_or_else(default_incarnation);
+    let mut transport = transport;
+    if opts.join {
+        let t_join = Instant::now();
+        let t = match (opts.sync, transport.as_mut()) {
+            (true, Some(t)) => t,
+            _ => return Err(NodeError::Join("needs sync on and a transport".into())),
+        };
+        let fingerprint = manifest.fingerprint();
+        let (from, snapshot) =
+            t.fetch_snapshot(&opts.neighbours, &fingerprint, opts.join_timeout)?;
+        model = join_model(model, &snapshot, opts.include_buffers)?;
+        channel.emit(json!({
+            "event": "joined",
+            "index": opts.index,
+            "from": format!("{from:016x}"),
+            "num_params": snapshot.len(),
+            "incarnation": incarnation,
+            "sha256": hex_lower(&Sha256::digest(f32_bytes(&snapshot))),
+            "join_s": round3(t_join.elapsed().as_secs_f64()),
+        }));
+    }
     let mut fabric = match (opts.sync, transport) {
         (true, Some(t)) => Some(Fabric::new(
             &model,
@@ -583,6 +639,9 @@ pub fn run_node(
         }
         (false, _) => None,
     };
+    if let Some(f) = fabric.as_mut() {
+        f.bootstrapped = opts.join;
+    }
     let t_wait = Instant::now();
     if let Some(f) = fabric.as_mut()
         && !opts.neighbours.is_empty()

@@ -27,6 +27,19 @@ pub trait Transport {
     fn serve_snapshots(&mut self, _incarnation: u64, _fingerprint: [u8; 32], _anchor: &[f32]) {}
     /// The anchor changed (called between two steps, only after a change).
     fn update_anchor(&mut self, _anchor: &[f32]) {}
+    /// Late join (DF-ZEN-5): fetches a verified anchor snapshot of manifest `fingerprint` from a
+    /// live peer, trying the live `preferred` peers first, within `timeout`. Returns the serving
+    /// node and the values. Default: [`NodeError::Join`] (this transport fetches no snapshots).
+    fn fetch_snapshot(
+        &mut self,
+        _preferred: &[u64],
+        _fingerprint: &[u8; 32],
+        _timeout: Duration,
+    ) -> Result<(u64, Vec<f32>), NodeError> {
+        Err(NodeError::Join(
+            "this transport cannot fetch snapshots".into(),
+        ))
+    }
     /// Transport counters for the report.
     fn stats_json(&self) -> serde_json::Value {
         serde_json::Value::Null

@@ -1,6 +1,6 @@
 //! The Zenoh transport of the node: DF-ZEN over [`df_zenoh::ZenohTransport`] (loopback endpoints,
 //! multicast scouting and gossip off, delta keys of the neighbours or `NS/v1/delta/*`, liveliness
-//! token, snapshot and info queryables serving the anchor).
+//! token, snapshot and info queryables serving the anchor, snapshot fetch for `--join`).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -11,6 +11,9 @@ use serde_json::{Value, json};
 use crate::error::NodeError;
 use crate::node::NodeOptions;
 use crate::transport::Transport;
+
+/// Longest time one `--join` fetch attempt may take before the next live peer is tried.
+const JOIN_PER_PEER: Duration = Duration::from_secs(10);
 
 fn terr(e: df_zenoh::TransportError) -> NodeError {
     NodeError::Transport(e.to_string())
@@ -95,6 +98,47 @@ impl Transport for ZenohNodeTransport {
                 Err(p) => *p.into_inner() = fresh,
             }
         }
+    }
+
+    fn fetch_snapshot(
+        &mut self,
+        preferred: &[u64],
+        fingerprint: &[u8; 32],
+        timeout: Duration,
+    ) -> Result<(u64, Vec<f32>), NodeError> {
+        let t = self.t()?;
+        let deadline = Instant::now() + timeout;
+        let left = || deadline.saturating_duration_since(Instant::now());
+        let mut last: Option<String> = None;
+        loop {
+            let live = t.peers();
+            // Live neighbours first (in the configured order), then any other live peer.
+            let mut order: Vec<u64> = preferred
+                .iter()
+                .copied()
+                .filter(|p| live.contains(p))
+                .collect();
+            order.extend(live.iter().copied().filter(|p| !preferred.contains(p)));
+            for peer in order {
+                if left().is_zero() {
+                    break;
+                }
+                // fetch_snapshot checks the fingerprint of every chunk and the whole digest.
+                match t.fetch_snapshot(peer, fingerprint, left().min(JOIN_PER_PEER)) {
+                    Ok(s) => return Ok((s.node, s.values)),
+                    Err(e) => last = Some(e.to_string().replace('\n', " ")),
+                }
+            }
+            if left().is_zero() {
+                break;
+            }
+            // Wakes on a liveliness change, else retries after a short pause.
+            let _ = t.wait_for_peers(live.len() + 1, left().min(Duration::from_millis(100)));
+        }
+        Err(NodeError::Join(match last {
+            Some(e) => format!("no snapshot within {timeout:?} (last error: {e})"),
+            None => format!("no live peer within {timeout:?}"),
+        }))
     }
 
     fn stats_json(&self) -> Value {

@@ -669,3 +669,162 @@ fn burn_steps_match_pytorch_steps() {
         );
     }
 }
+
+/// Late join over Zenoh (DF-ZEN-5): node A (in-process, Zenoh transport) trains a few steps and
+/// serves its anchor; a `df-node --join` process B starts from that snapshot (its initial canonical
+/// weights are A's anchor, bit for bit), trains, and A accepts B's entries of B's new incarnation.
+/// A `--join` with no live peer fails with exit 1 and one typed line on stderr.
+// REQ: DF-ZEN-5
+#[test]
+fn join_starts_from_a_live_peers_snapshot() {
+    use df_node::node::{Fabric, batch_tensors, sgd_config, train_step};
+    use df_node::rng::SplitMix64;
+    use std::io::{BufRead, BufReader, Write};
+    let t_start = std::time::Instant::now();
+    let dir = scratch("join");
+    let data = synthetic(96, 30);
+    write_dataset(&dir.join("data"), &data).unwrap();
+    let ns = format!("df-node-it-join/{}", std::process::id());
+    let (a_id, b_id) = (0xa1u64, 0xb2u64);
+
+    let base = ["--node-id", "c3", "--data", "d", "--steps", "1", "--join"];
+    let o = df_node::cli::parse_args(base.iter().copied()).unwrap();
+    assert!(o.join && o.join_timeout == Duration::from_secs(30));
+    let o =
+        df_node::cli::parse_args(base.iter().copied().chain(["--join-timeout", "2.5"])).unwrap();
+    assert_eq!(o.join_timeout, Duration::from_millis(2500));
+    let off = df_node::cli::parse_args(base.iter().copied().chain(["--sync", "off"]));
+    assert!(matches!(off, Err(NodeError::Usage(_))));
+
+    // Nobody to join: a typed error within --join-timeout.
+    let lonely = Command::new(env!("CARGO_BIN_EXE_df-node"))
+        .args(["--node-id", "c3", "--steps", "5", "--namespace", &ns])
+        .arg("--data")
+        .arg(dir.join("data"))
+        .args(["--listen", &format!("tcp/127.0.0.1:{}", free_port())])
+        .args(["--join", "--join-timeout", "0.5"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(lonely.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&lonely.stderr);
+    assert!(err.starts_with("df-node: join: "), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+
+    // Node A: a few training steps with sync, serving its anchor.
+    let pa = free_port();
+    let mut oa = NodeOptions::new(a_id, dir.join("data"), 10);
+    oa.sync = true;
+    oa.include_buffers = true;
+    oa.namespace = ns.clone();
+    oa.listen = Some(format!("tcp/127.0.0.1:{pa}"));
+    oa.sync_config.sync_interval = 5;
+    let mut model = initial_model(None, true, 7).unwrap();
+    let transport = df_node::zenoh::open(&oa).unwrap();
+    let mut fabric =
+        Fabric::new(&model, oa.sync_config.clone(), a_id, 11, true, transport).unwrap();
+    let mut optim = sgd_config(0.9).init::<TrainBackend, Model>();
+    let mut rng = SplitMix64::new(3);
+    for _ in 0..10 {
+        let idx: Vec<usize> = (0..16).map(|_| rng.below(data.train.len())).collect();
+        let (x, y) = batch_tensors::<TrainBackend>(&data.train, &idx, &Default::default());
+        model = train_step(model, &mut optim, x, y, 0.05).0;
+        model = fabric.step(model).unwrap();
+    }
+    assert_eq!(fabric.syncs, 2);
+    let anchor: Vec<f32> = fabric.engine().anchor().to_vec();
+    let anchor_sha = hex(&Sha256::digest(df_node::data::f32_bytes(&anchor)));
+
+    // Node B joins A.
+    let mut b = Command::new(env!("CARGO_BIN_EXE_df-node"))
+        .args(["--node-id", "b2", "--steps", "10", "--sync-interval", "5"])
+        .arg("--data")
+        .arg(dir.join("data"))
+        .args([
+            "--namespace",
+            &ns,
+            "--include-buffers",
+            "--eval-every",
+            "10",
+        ])
+        .args(["--listen", &format!("tcp/127.0.0.1:{}", free_port())])
+        .args(["--connect", &format!("tcp/127.0.0.1:{pa}")])
+        .args(["--neighbours", "a1", "--join", "--join-timeout", "10"])
+        .args(["--linger", "15"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let out = b.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<Value>();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                let _ = tx.send(v);
+            }
+        }
+    });
+    // A keeps receiving until it has accepted B's entries (B's final residual included).
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let mut events: Vec<Value> = Vec::new();
+    let mut b_incarnation = None;
+    let mut finished = false;
+    while std::time::Instant::now() < deadline {
+        while let Ok(ev) = rx.try_recv() {
+            if ev["event"] == "joined" {
+                b_incarnation = ev["incarnation"].as_u64();
+            }
+            finished |= ev["event"] == "finished";
+            events.push(ev);
+        }
+        fabric
+            .transport_mut()
+            .wait_for_packets(Duration::from_millis(50))
+            .unwrap();
+        model = fabric.poll(model).unwrap();
+        let got = fabric.origin_progress().get(&b_id).copied();
+        if finished && got.is_some_and(|(inc, seq)| Some(inc) == b_incarnation && seq >= 3) {
+            break;
+        }
+    }
+    if let Some(mut s) = b.stdin.take() {
+        let _ = s.write_all(b"stop\n");
+    }
+    let st = b.wait().unwrap();
+    reader.join().unwrap();
+    events.extend(rx.try_iter());
+    fabric.close();
+    assert!(st.success(), "B exit {st:?}");
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+    assert_eq!(kinds.first(), Some(&"joined"), "{kinds:?}");
+    let joined = &events[0];
+    assert_eq!(joined["from"], "00000000000000a1");
+    assert_eq!(joined["num_params"], anchor.len());
+    assert_eq!(
+        joined["sha256"], anchor_sha,
+        "B did not start from A's anchor"
+    );
+    let inc = b_incarnation.unwrap();
+    assert!(
+        inc > 1_600_000_000_000_000,
+        "incarnation {inc} is not epoch microseconds"
+    );
+    let done = events.iter().find(|e| e["event"] == "done").unwrap();
+    assert_eq!(done["stats"]["bootstrapped"], true);
+    assert_eq!(done["stats"]["incarnation"], inc);
+    let (got_inc, got_seq) = fabric.origin_progress()[&b_id];
+    assert_eq!(got_inc, inc);
+    assert!(got_seq >= 3, "A accepted B's entries up to seq {got_seq}");
+    let a_stats = fabric.stats();
+    assert_eq!(a_stats["receive"]["packets_rejected"], 0, "{a_stats}");
+    eprintln!(
+        "join test: B joined in {}s, whole test {:.1}s",
+        joined["join_s"],
+        t_start.elapsed().as_secs_f64()
+    );
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
