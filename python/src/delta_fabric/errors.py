@@ -1,4 +1,4 @@
-"""Typed errors of the protocol. Every rejection carries one of the spec's codes (spec section 5)."""
+"""Typed errors of the protocol. Every rejection carries one of the spec's codes (spec/protocol.md section 7.2)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ __all__ = ["DecodeError", "DeltaFabricError", "ErrorCode"]
 
 
 class ErrorCode(str, Enum):
-    """Rejection codes of spec/protocol.md section 5 (DF-ERR)."""
+    """Rejection codes of spec/protocol.md section 7.2 (DF-ERR)."""
 
     OVERSIZE = "OVERSIZE"
     BAD_IDENTIFIER = "BAD_IDENTIFIER"
