@@ -1,4 +1,4 @@
-"""SyncConfig: the brief's defaults (DF-PAR) and validation."""
+"""SyncConfig: the spec's defaults (DF-PAR) and validation."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 
-def test_defaults_are_the_briefs() -> None:
+def test_defaults_are_the_specs() -> None:
     c = SyncConfig()
     assert (c.alpha, c.ratio, c.sync_interval, c.relay_threshold) == (
         1.0,

@@ -37,7 +37,7 @@ def _check_float(name: str, value: object) -> float:
 
 @dataclass(frozen=True)
 class SyncConfig:
-    """Parameters of DF-PAR with the brief's defaults.
+    """Parameters of DF-PAR with the spec's defaults (section 3).
 
     ``alpha`` in (0, 1]; ``ratio`` in (0, 1]; ``relay_threshold`` >= 0; ``hop_limit`` in [0, 255];
     ``max_packet_size`` >= `MIN_MAX_PACKET_SIZE`; ``replay_window`` in [1, 2**20]; ``max_incarnations`` >= 1.

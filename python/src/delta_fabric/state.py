@@ -30,7 +30,7 @@ class Admission(str, Enum):
     DUPLICATE = "duplicate"  # DF-RCV-3
     TOO_OLD = "too_old"  # DF-RCV-3
     STALE_INCARNATION = "stale_incarnation"  # DF-RCV-4
-    ORIGIN_LIMIT = "origin_limit"  # receiver bound on tracked origins (not in the brief)
+    ORIGIN_LIMIT = "origin_limit"  # receiver bound on tracked origins (not fixed by the spec's table; spec DF-SEC-2)
 
     def __str__(self) -> str:
         return self.value

@@ -739,7 +739,7 @@ def validate_packet(packet: Packet, *, fingerprint: bytes, num_params: int, hop_
 
 
 # ------------------------------------------------------------------------------------------------
-# JSON (spec section 8; also the output of `delta-fabric inspect`)
+# JSON (spec/protocol.md Appendix B.2; also the output of `delta-fabric inspect`)
 # ------------------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-//! The packet wire format (brief section 4, DF-PKT) and receive-side checks (section 5, DF-RCV-1).
+//! The packet wire format (spec section 6, DF-PKT) and receive-side checks (section 7, DF-RCV-1).
 //!
 //! Check order of [`decode_packet`] (context-free; with several faults the first found is reported):
 //! 1. `OVERSIZE`, 2. `BAD_IDENTIFIER`, 3. `MALFORMED` when the root table is not readable,
@@ -649,7 +649,7 @@ pub fn encode_packet(packet: &OwnedPacket) -> Vec<u8> {
 }
 
 // ------------------------------------------------------------------------------------------------
-// JSON (brief section 8)
+// JSON (spec/protocol.md Appendix B.2)
 // ------------------------------------------------------------------------------------------------
 
 /// A u64 as 16 lowercase hex digits.
@@ -703,7 +703,7 @@ fn entry_json(
     })
 }
 
-/// The JSON object of brief section 8 (also `inspect` output).
+/// The JSON object of spec Appendix B.2 (also `inspect` output).
 pub fn packet_to_json(p: &Packet<'_>) -> Value {
     json!({
         "version_major": p.version_major,

@@ -1,7 +1,7 @@
 //! The sync engine: generation (DF-GEN), receive processing (DF-RCV) and relay packing (DF-RLY).
 //!
 //! The engine owns the anchor; the caller owns the active weights and applies
-//! [`ReceiveResult::apply_to`] to them. All arithmetic is f32 in the order the brief fixes, so the
+//! [`ReceiveResult::apply_to`] to them. All arithmetic is f32 in the order the spec fixes, so the
 //! results are bit-identical to the Python reference.
 
 use std::fmt;
@@ -17,7 +17,7 @@ use crate::manifest::Manifest;
 use crate::selection::{Selector, num_selected};
 use crate::window::{Admission, DEFAULT_MAX_ORIGINS, ReceiverState};
 
-/// Protocol parameters (brief section 1, DF-PAR) plus the send encoding.
+/// Protocol parameters (spec section 3, DF-PAR) plus the send encoding.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// Damping per hop (DF-RCV-5), used as `alpha as f32`.
@@ -36,7 +36,7 @@ pub struct Config {
     pub replay_window: u64,
     /// Incarnations tracked per origin.
     pub max_incarnations: usize,
-    /// Origins tracked (receiver bound, not in the brief).
+    /// Origins tracked (receiver bound, not fixed by the spec's table; spec DF-SEC-2).
     pub max_origins: usize,
     /// Send encoding of own and relayed entries.
     pub encoding: Encoding,

@@ -1,8 +1,8 @@
-//! Rejection codes (brief section 5, DF-ERR).
+//! Rejection codes (spec section 7.2, DF-ERR).
 
 use std::fmt;
 
-/// Why a packet was rejected. Exactly the codes of the brief's table, in its order.
+/// Why a packet was rejected. Exactly the codes of the spec's table (section 7.2), in its order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ErrorCode {
     /// `len(bytes) > max_packet_size`.
@@ -34,7 +34,7 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    /// Every code, in the brief's table order.
+    /// Every code, in the spec's table (section 7.2) order.
     pub const ALL: [ErrorCode; 13] = [
         ErrorCode::Oversize,
         ErrorCode::BadIdentifier,
@@ -51,7 +51,7 @@ impl ErrorCode {
         ErrorCode::NonFinite,
     ];
 
-    /// The code as written in the brief, e.g. `"MALFORMED"`.
+    /// The code as written in the spec, e.g. `"MALFORMED"`.
     pub fn as_str(self) -> &'static str {
         match self {
             ErrorCode::Oversize => "OVERSIZE",
@@ -70,7 +70,7 @@ impl ErrorCode {
         }
     }
 
-    /// Parses the brief's spelling (inverse of [`ErrorCode::as_str`]).
+    /// Parses the spec's spelling (inverse of [`ErrorCode::as_str`]).
     pub fn parse(s: &str) -> Option<ErrorCode> {
         ErrorCode::ALL.into_iter().find(|c| c.as_str() == s)
     }
@@ -85,7 +85,7 @@ impl fmt::Display for ErrorCode {
 /// A rejected packet: the code and a human-readable detail.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecodeError {
-    /// The brief's code.
+    /// The spec's code.
     pub code: ErrorCode,
     /// What exactly was wrong (free text, for logs).
     pub detail: String,

@@ -1,4 +1,4 @@
-//! Manifests, canonical order and fingerprint (brief section 2, DF-MAN).
+//! Manifests, canonical order and fingerprint (spec section 4, DF-MAN).
 
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};

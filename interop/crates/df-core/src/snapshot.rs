@@ -1,4 +1,4 @@
-//! Snapshot chunks (`schema/snapshot.fbs`, identifier `DFS1`, brief DF-ZEN-5): encode, decode, digest.
+//! Snapshot chunks (`schema/snapshot.fbs`, identifier `DFS1`, spec DF-ZEN-5): encode, decode, digest.
 
 use std::borrow::Cow;
 

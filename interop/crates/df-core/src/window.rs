@@ -15,7 +15,7 @@ pub enum Admission {
     TooOld,
     /// DF-RCV-4: incarnation lower than every tracked one on a full table.
     StaleIncarnation,
-    /// Receiver bound on tracked origins (not in the brief; same as the Python reference).
+    /// Receiver bound on tracked origins (not fixed by the spec's table; spec DF-SEC-2; same as the Python reference).
     OriginLimit,
 }
 

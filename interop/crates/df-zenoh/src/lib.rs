@@ -1,4 +1,4 @@
-//! The DeltaFabric v1 Zenoh binding (brief section 7, DF-ZEN), without tokio: every Zenoh call is
+//! The DeltaFabric v1 Zenoh binding (spec section 9, DF-ZEN), without tokio: every Zenoh call is
 //! resolved with [`zenoh::Wait`].
 //!
 //! Key expressions under a namespace `NS` (node ids as 16 lowercase hex digits):

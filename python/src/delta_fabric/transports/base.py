@@ -90,7 +90,7 @@ class PeerTimeoutError(TransportError, TimeoutError):
 
 
 def check_node_id(node_id: int) -> int:
-    """A node id must be an integer in ``[1, 2**64)`` (brief section 7)."""
+    """A node id must be an integer in ``[1, 2**64)`` (spec section 9)."""
     if isinstance(node_id, bool) or not isinstance(node_id, (int, np.integer)):
         raise TypeError(f"node id must be an int, got {type(node_id).__name__}")
     if not 1 <= int(node_id) <= _U64_MAX:

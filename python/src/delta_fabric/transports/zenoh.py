@@ -1,4 +1,4 @@
-"""The Zenoh binding of DeltaFabric v1 (brief section 7, DF-ZEN).
+"""The Zenoh binding of DeltaFabric v1 (spec section 9, DF-ZEN).
 
 Key expressions under the cluster namespace ``NS`` (default ``deltafabric/default``), with node ids as 16
 lowercase hex digits:

@@ -1,4 +1,4 @@
-//! The df-core integration tests (one binary): unit tests from the brief, a deterministic
+//! The df-core integration tests (one binary): unit tests from the spec, a deterministic
 //! mutation fuzz of the decoder, and every conformance vector of `conformance/vectors`.
 
 mod codec;
