@@ -48,7 +48,7 @@ from delta_fabric.wire import (
     decode_packet,
     encode_packet,
     packet_to_json,
-    quantize,
+    quantize_packet,
     validate_packet,
 )
 
@@ -1161,28 +1161,6 @@ def _check_decode(data: bytes, ctx: dict[str, Any]) -> tuple[Packet | None, Erro
     return p, None
 
 
-def _quantized(p: Packet) -> Packet:
-    return Packet(
-        p.sender,
-        p.sender_incarnation,
-        p.fingerprint,
-        tuple(
-            Entry(
-                e.origin,
-                e.incarnation,
-                e.seq,
-                e.hops,
-                e.indices,
-                quantize(e.values, p.encoding),
-            )
-            for e in p.entries
-        ),
-        p.encoding,
-        p.version_major,
-        p.version_minor,
-    )
-
-
 def write_decode_vectors(vectors_dir: Path) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for sub in ("valid", "invalid"):
@@ -1195,7 +1173,7 @@ def write_decode_vectors(vectors_dir: Path) -> list[dict[str, Any]]:
         assert v.name not in seen, v.name
         seen.add(v.name)
         if v.packet is not None:
-            data, want = encode_packet(v.packet), _quantized(v.packet)
+            data, want = encode_packet(v.packet), quantize_packet(v.packet)
         else:
             assert v.raw is not None and v.expect is not None
             data, want = v.raw, v.expect

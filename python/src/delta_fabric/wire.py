@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import IntEnum
 from typing import Any, NoReturn
 
@@ -63,6 +63,7 @@ __all__ = [
     "packet_from_json",
     "packet_to_json",
     "quantize",
+    "quantize_packet",
     "validate_packet",
 ]
 
@@ -259,6 +260,13 @@ def quantize(values: NDArray[np.float32], encoding: ValueEncoding) -> NDArray[np
 # ------------------------------------------------------------------------------------------------
 # Encoding
 # ------------------------------------------------------------------------------------------------
+
+
+def quantize_packet(packet: Packet) -> Packet:
+    """``packet`` with every entry's values as a receiver decodes them (see :func:`quantize`): what
+    ``decode_packet(encode_packet(packet))`` returns."""
+    entries = tuple(replace(e, values=quantize(e.values, packet.encoding)) for e in packet.entries)
+    return replace(packet, entries=entries)
 
 
 def encoded_size_bound(num_values: int) -> int:
