@@ -9,7 +9,7 @@ from delta_fabric.adapters import SnapshotUnavailable
 from delta_fabric.adapters.torch import Fabric, module_manifest, module_tensors
 from delta_fabric.config import SyncConfig
 from delta_fabric.manifest import Manifest
-from delta_fabric.state import Admission
+from delta_fabric.replay import Admission
 from delta_fabric.transports.memory import MemoryHub, MemoryTransport
 from delta_fabric.wire import decode_packet
 from torch import nn

@@ -24,7 +24,7 @@ from delta_fabric.demo.runner import free_ports  # noqa: E402
 from delta_fabric.errors import ErrorCode  # noqa: E402
 from delta_fabric.fabric import Fabric  # noqa: E402
 from delta_fabric.manifest import Manifest  # noqa: E402
-from delta_fabric.state import Admission  # noqa: E402
+from delta_fabric.replay import Admission  # noqa: E402
 from delta_fabric.stores.numpy import NumpyStore  # noqa: E402
 from delta_fabric.transports.zenoh import ZenohOptions, ZenohTransport  # noqa: E402
 from delta_fabric.wire import Entry, Packet, encode_packet  # noqa: E402
