@@ -130,7 +130,7 @@ def test_forgotten_close_exits_and_closes(tmp_path: Path) -> None:
     rc, _, err, _ = run_case(tmp_path, BODIES["forgot_close"], "forgot_close")
     assert rc == 0
     assert reason_lines(err) == [
-        "delta_fabric: closing 1 open transport at exit (close() was not called)"
+        "delta_fabric: closing 1 open transport at exit (not closed by the program)"
     ]
     assert_closed_once(err)
 
@@ -189,5 +189,5 @@ def test_user_sigterm_handler_is_kept(tmp_path: Path) -> None:
     assert proc.returncode == 3
     # the user's handler ran (not ours), and the exit hook still closed the transport
     assert reason_lines(err) == [
-        "delta_fabric: closing 1 open transport at exit (close() was not called)"
+        "delta_fabric: closing 1 open transport at exit (not closed by the program)"
     ]

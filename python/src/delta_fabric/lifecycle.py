@@ -11,7 +11,8 @@ What this module does, for every transport that calls `register` (the Zenoh tran
 * a hook registered with `threading`'s own exit hooks (which run *before* the non-daemon threads are
   joined) closes every transport still open and prints one line on stderr, e.g.
   ``delta_fabric: closing 1 open transport at exit (SIGTERM)``; the reason is ``SIGTERM``, the
-  uncaught exception (``uncaught KeyboardInterrupt``...) or ``close() was not called``;
+  uncaught exception (``uncaught ValueError``, ``SIGINT``...) or ``not closed by the program`` (also
+  when a multiprocessing child dies of an exception, which bypasses ``sys.excepthook``);
 * SIGTERM becomes ``SystemExit(143)`` on the main thread (so ``finally`` blocks and context managers
   run), but only when the process still has the default SIGTERM handler: a handler the application
   installed is left alone;
@@ -91,7 +92,7 @@ def close_all(reason: str) -> int:
 
 
 def _at_exit() -> None:
-    close_all(_reason or "close() was not called")
+    close_all(_reason or "not closed by the program")
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
