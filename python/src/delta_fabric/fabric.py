@@ -41,7 +41,7 @@ from delta_fabric.errors import DeltaFabricError
 from delta_fabric.manifest import Manifest
 from delta_fabric.snapshot import SnapshotError, SnapshotSource
 from delta_fabric.store import FunctionalStore, WeightStore
-from delta_fabric.transports.base import Transport, node_hex
+from delta_fabric.transports.base import Transport, check_node_id, node_hex
 
 __all__ = [
     "DEFAULT_MAX_DRAIN",
@@ -108,6 +108,7 @@ class Fabric:
             raise TypeError(
                 f"store must implement delta_fabric.store.WeightStore, got {type(store).__name__}"
             )
+        node_id = check_node_id(node_id)
         if max_drain < 1:
             raise ValueError("max_drain must be >= 1")
         if bootstrap not in (True, False, "auto"):
@@ -115,7 +116,7 @@ class Fabric:
         self.store = store
         self.transport = transport
         self.config = config if config is not None else SyncConfig()
-        self.node_id = int(node_id)
+        self.node_id = node_id
         self.framework = str(store.framework)
         self.fast_selection = fast_selection
         self.max_drain = max_drain
@@ -138,22 +139,13 @@ class Fabric:
         self._lock = threading.Lock()  # guards the anchor against a concurrent snapshot request
         self._closed = False
 
-        snapshot: Snapshot | None = None
-        if bootstrap is True or bootstrap == "auto":
-            snapshot = self._fetch_snapshot(required=bootstrap is True, timeout=bootstrap_timeout)
-        if incarnation is None:
-            incarnation = default_incarnation()
-        if snapshot is not None:
-            self.store.load(snapshot.anchor)  # active = anchor = snapshot (DF-ZEN-5)
-            self.engine = Engine.from_snapshot(
-                self.manifest, self.config, self.node_id, incarnation, snapshot
-            )
-            self.bootstrapped = True
-        else:
-            self.engine = Engine(
-                self.manifest, self.config, self.node_id, incarnation, self.store.gather()
-            )
-        self.transport.serve_snapshot(self._snapshot_source)
+        try:
+            self.engine = self._start(bootstrap, bootstrap_timeout, incarnation)
+            self.transport.serve_snapshot(self._snapshot_source)
+        except BaseException:
+            if own_transport:
+                self.transport.close()
+            raise
         log.info(
             "node %s started: framework %s, N=%d, fingerprint %s, incarnation %d%s",
             node_hex(self.node_id),
@@ -190,6 +182,25 @@ class Fabric:
         )
 
     # bootstrap ------------------------------------------------------------------------------------
+    def _start(self, bootstrap: Bootstrap, timeout: float, incarnation: int | None) -> Engine:
+        """The engine with anchor = the store's weights, or = a live peer's snapshot (loaded into
+        the store too: active = anchor, DF-ZEN-5). The store changes only once all checks passed."""
+        snapshot: Snapshot | None = None
+        if bootstrap is True or bootstrap == "auto":
+            snapshot = self._fetch_snapshot(required=bootstrap is True, timeout=timeout)
+        if incarnation is None:
+            incarnation = default_incarnation()
+        if snapshot is None:
+            return Engine(
+                self.manifest, self.config, self.node_id, incarnation, self.store.gather()
+            )
+        engine = Engine.from_snapshot(
+            self.manifest, self.config, self.node_id, incarnation, snapshot
+        )
+        self.store.load(snapshot.anchor)
+        self.bootstrapped = True
+        return engine
+
     def _fetch_snapshot(self, *, required: bool, timeout: float) -> Snapshot | None:
         """A verified snapshot from any live peer (the transport checks chunks and the digest)."""
         deadline = time.monotonic() + timeout
