@@ -190,9 +190,16 @@ def _case(path: str) -> dict[str, Any]:
     return case
 
 
-def test_engine_hooks_route_weights_and_agree_with_numpy() -> None:
-    from delta_fabric_conformance.drivers.torch import torch_apply
+def torch_apply(active: Any, indices: Any, values: Any) -> Any:
+    """DF-RCV-7 through PyTorch: ``index_add_`` in f32, as the PyTorch adapter applies an aggregate."""
+    import torch
 
+    t = torch.from_numpy(active)
+    t.index_add_(0, torch.from_numpy(indices.astype(np.int64)), torch.from_numpy(values))
+    return t.numpy()
+
+
+def test_engine_hooks_route_weights_and_agree_with_numpy() -> None:
     case = _case("receive/plain_apply/case.json")
     vector = {k: v for k, v in case.items() if k not in ("expected", "description")}
     packets = [(VECTORS / "receive/plain_apply" / str(p)).read_bytes() for p in case["packets"]]
