@@ -266,3 +266,37 @@ def test_harness_does_not_import_the_demo_or_pull_it_in() -> None:
     library = ROOT / "python" / "src" / "delta_fabric"
     assert not (library / "conformance").exists() and not (library / "demo").exists()
     assert not (library / "conformance_driver.py").exists()
+
+
+def test_harness_modules_have_no_import_cycle() -> None:
+    """Every import between the harness's modules, lazy ones included, forms no cycle (the runner and
+    the live scenarios share ``results``, not each other)."""
+    import ast
+
+    src = ROOT / "conformance" / "harness" / "src"
+    graph: dict[str, set[str]] = {}
+    for path in (src / "delta_fabric_conformance").rglob("*.py"):
+        name = ".".join(path.relative_to(src).with_suffix("").parts).removesuffix(".__init__")
+        graph[name] = {
+            node.module
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module.startswith("delta_fabric_conformance")
+        }
+    assert "delta_fabric_conformance.results" in graph["delta_fabric_conformance.live"]
+    assert "delta_fabric_conformance.runner" not in graph["delta_fabric_conformance.live"]
+
+    def reaches(start: str, target: str) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            for dep in graph.get(todo.pop(), ()):
+                if dep == target:
+                    return True
+                if dep not in seen:
+                    seen.add(dep)
+                    todo.append(dep)
+        return False
+
+    cycles = [m for m in graph if reaches(m, m)]
+    assert not cycles
