@@ -300,3 +300,19 @@ def test_harness_modules_have_no_import_cycle() -> None:
 
     cycles = [m for m in graph if reaches(m, m)]
     assert not cycles
+
+
+def test_node_args_record_accepted_entry_headers() -> None:
+    from types import SimpleNamespace
+
+    from delta_fabric.config import SyncConfig
+    from delta_fabric_conformance.kit import NodeArgs
+
+    log: list[dict[str, Any]] = []
+    args = NodeArgs(None, SyncConfig(), 1, 2, False, 0.0, log)
+    args.record_accepted(
+        [SimpleNamespace(origin=0xAB, incarnation=7, seq=3, hops=1, packet=0, entry=0)]
+    )
+    assert log == [
+        {"origin": "00000000000000ab", "incarnation": "0000000000000007", "seq": 3, "hops": 1}
+    ]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -97,6 +97,11 @@ class NodeArgs:
         )
         return fabric
 
+    def record_accepted(self, entries: Iterable[Any]) -> None:
+        """Log accepted entries (objects with ``origin``, ``incarnation``, ``seq``, ``hops``, such as
+        the engine's accepted-entry headers): for a fabric not built with :meth:`build`."""
+        self.accepted.extend(_entry_id(e) for e in entries)
+
 
 class ModelKit(Protocol):
     """A framework's digits CNN for live scenarios: the part of a driver that knows the framework.
@@ -169,6 +174,10 @@ def _entry_id(e: Any) -> dict[str, Any]:
 def _log_accepted(
     log: list[dict[str, Any]], packets: Sequence[bytes], res: ReceiveResult, max_packet_size: int
 ) -> None:
+    accepted = getattr(res, "accepted", None)
+    if accepted is not None:  # an engine result that carries the accepted entries' headers
+        log.extend(_entry_id(a) for a in accepted)
+        return
     for buf, outcome, verdicts in zip(packets, res.outcomes, res.entry_outcomes, strict=True):
         if outcome is not None or Admission.ACCEPTED not in verdicts:
             continue
