@@ -113,7 +113,7 @@ def bench_apply(n: int, ks: list[int]) -> list[dict[str, Any]]:
     peer = hub.transport(2)
     n = fab.num_params
     t_orig = timeit(original_round_trip(module), min_time=0.5, max_reps=50)
-    t_gather = timeit(fab._gather, min_time=0.3, max_reps=50)
+    t_gather = timeit(fab.store.gather, min_time=0.3, max_reps=50)
     print(f"   original per-step round trip at this N: {fmt(t_orig)}; one gather: {fmt(t_gather)}")
     print(f"{'k':>10} {'step':>12} {'marginal/entry':>15} {'vs original':>12}")
     rng = np.random.default_rng(0)

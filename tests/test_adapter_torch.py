@@ -135,7 +135,12 @@ def test_sparse_apply_in_place_touches_only_received_elements() -> None:
     assert b.stats()["values_received_applied"] == 3
 
 
-def test_hops_not_tracked_by_default() -> None:
+def test_hops_and_origin_progress_always_tracked_without_a_second_decode() -> None:
+    """The hop histogram and origin progress come from the engine's accepted headers: no packet is
+    decoded outside the engine."""
+    import delta_fabric.fabric as fabric_mod
+
+    assert not hasattr(fabric_mod, "decode_packet")
     hub = MemoryHub()
     a = Fabric(make_net(), hub.transport(1), CFG, node_id=1, incarnation=1)
     b = Fabric(make_net(), hub.transport(2), CFG, node_id=2, incarnation=1)
@@ -144,7 +149,8 @@ def test_hops_not_tracked_by_default() -> None:
     a.sync_now()
     b.step()
     assert b.stats()["receive"]["entries_accepted"] == 1
-    assert b.stats()["accepted_by_hops"] == {}
+    assert b.stats()["accepted_by_hops"] == {"0": 1}
+    assert b.origin_progress() == {1: (1, 1)}
 
 
 def test_idle_step_is_constant_work(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -157,7 +163,7 @@ def test_idle_step_is_constant_work(monkeypatch: pytest.MonkeyPatch) -> None:
     def boom(*_a: object, **_k: object) -> None:
         raise AssertionError("O(N) work on an idle step")
 
-    monkeypatch.setattr(fab, "_gather", boom)
+    monkeypatch.setattr(fab.store, "gather", boom)
     monkeypatch.setattr(fab.engine, "receive", boom)
     monkeypatch.setattr(fab.engine, "generate", boom)
     monkeypatch.setattr(torch, "cat", boom)
@@ -221,7 +227,6 @@ def test_ring_relay_alpha_one_every_node_applies_each_delta_once() -> None:
             CFG,
             node_id=i,
             incarnation=7,
-            track_hops=True,
         )
         for i in ids
     }

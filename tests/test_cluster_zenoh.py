@@ -136,7 +136,7 @@ def test_directed_ring_relay_reaches_far_node_and_origin_drops_it(
     for t in ts:
         t.wait_for_peers(2, WAIT)
     arrays = [params(0) for _ in range(3)]
-    fabs = [NumpyFabric(arrays[i], ts[i], CFG, node_id=ids[i], track_hops=True) for i in range(3)]
+    fabs = [NumpyFabric(arrays[i], ts[i], CFG, node_id=ids[i]) for i in range(3)]
     time.sleep(0.2)  # let the subscriptions propagate
     arrays[0]["fc.bias"][2] += 1.0
     fabs[0].sync_now()
