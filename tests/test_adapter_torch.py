@@ -369,3 +369,37 @@ def test_cuda_module_same_code_path() -> None:
     assert np.flatnonzero(after != before).tolist() == [b.manifest.offset("fc1.weight") + 64 + 2]
     assert b_net.fc1.weight.is_cuda and b_net.fc1.weight.data_ptr() == ptr
     np.testing.assert_array_equal(after, flat(a))
+
+
+def test_torch_store_sparse_gather_and_apply_match_the_dense_vector() -> None:
+    # REQ: DF-RCV-7
+    from delta_fabric.fabric import Fabric as CoreFabric
+    from delta_fabric.store import StoreError, WeightStore
+    from delta_fabric.stores.torch import TorchStore
+
+    net = make_net(4)
+    net.fc1.weight.data = net.fc1.weight.data.t().contiguous().t()  # non-contiguous
+    net.fc2.to(torch.bfloat16)
+    store = TorchStore(net, include_buffers=True)
+    assert isinstance(store, WeightStore)
+    dense = store.gather()
+    n = store.manifest.num_params
+    idx = np.unique(np.random.default_rng(0).integers(0, n, 300)).astype(np.uint32)
+    np.testing.assert_array_equal(store.gather(idx), dense[idx])
+    vals = np.random.default_rng(1).standard_normal(idx.size).astype(np.float32)
+    store.apply(idx, vals)
+    want = dense.copy()
+    want[idx] = want[idx] + vals
+    got = store.gather()
+    bf16 = np.zeros(n, dtype=bool)
+    for name in ("fc2.bias", "fc2.weight"):
+        off = store.manifest.offset(name)
+        bf16[off : off + store.manifest.spec(name).numel] = True
+    np.testing.assert_array_equal(got[~bf16], want[~bf16])  # f32: exactly fl32(active + agg)
+    ref = torch.from_numpy(want[bf16]).to(torch.bfloat16).to(torch.float32).numpy()
+    np.testing.assert_array_equal(got[bf16], ref)  # bf16: added in f32, rounded back
+    with pytest.raises(StoreError):
+        store.apply(idx[::-1].copy(), vals)
+    np.testing.assert_array_equal(store.gather(), got)
+    fab = CoreFabric(store, MemoryHub().transport(1), CFG, node_id=1)
+    assert fab.framework == "torch" and fab.num_params == n

@@ -204,7 +204,7 @@ class CanonicalLayout:
             part = a[self._offsets[i] : self._offsets[i + 1]].reshape(r.canonical_shape)
             if r.perm is not None:
                 part = part.transpose(np.argsort(r.perm))
-            out[r.key] = np.ascontiguousarray(part, dtype=np.float32)
+            out[r.key] = np.array(part, dtype=np.float32, order="C")  # a copy; keeps 0-d shapes
         return out
 
     # sparse -----------------------------------------------------------------------------------
