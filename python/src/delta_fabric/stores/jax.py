@@ -1,11 +1,18 @@
-"""JAX store: a DeltaFabric weight store over a Flax-style variables pytree (functional).
+"""`JaxStore`: a functional weight store over a JAX variables pytree (Flax Linen style or any other).
 
-JAX arrays are immutable, so the store holds the current ``variables`` and replaces leaves when a
-sparse aggregate arrives or a snapshot is loaded; the training loop hands its variables in and takes
-the updated ones back (``variables = fabric.update(variables)``).
+JAX arrays are immutable, so the store holds the current variables and replaces leaves when a sparse
+aggregate arrives or a snapshot is loaded; the training loop hands its variables in and takes the
+updated ones back (`delta_fabric.store.FunctionalStore`)::
 
-The canonical view (spec section 4.5, JAX/Flax rows under DF-MAN-6) is built by `flax_layout` from the
-Flax Linen conventions, or given as an explicit table of `JaxLeaf` rows for any other pytree:
+    store = JaxStore(variables, include_buffers=True)
+    with Fabric(store, transport, config, node_id=7) as fabric:
+        for x, y in batches:
+            variables, opt_state = train_step(variables, opt_state, x, y)
+            variables = fabric.update(variables)
+
+The canonical view (spec section 4.5, JAX/Flax rows under DF-MAN-6) is a
+`delta_fabric.layout.CanonicalLayout` whose keys are leaf paths (tuples of dict keys). `flax_layout`
+builds it from the Flax Linen conventions; any other pytree passes its own layout:
 
 * ``params/<layer>/kernel`` of rank 2 (``nn.Dense``, ``[in, out]``) -> ``<layer>.weight`` ``[out, in]``;
 * ``params/<layer>/kernel`` of rank 4 (``nn.Conv`` 2-D, HWIO) -> ``<layer>.weight`` OIHW, axes
@@ -22,17 +29,16 @@ synchronised (DF-MAN-4). Layer paths are renamed with ``rename`` (Flax's ``Conv_
 
 Values travel as f32. The sparse apply is ``active[i] = fl32(active[i] + v)`` (DF-RCV-7), bit-exact:
 a jitted gather of the touched elements, the f32 add on the host (XLA's CPU backend flushes
-subnormals to zero, DF-NUM-2 forbids it), a jitted scatter; f16/bf16 leaves are read as f32 and rounded
-back to nearest even. Index counts are padded to a power of two (the padding is dropped out of range), so a leaf
-compiles at most ``log2(size) + 1`` apply programs. Within one leaf, indices are int32: a leaf may
+subnormals to zero, DF-NUM-2 forbids it), a jitted scatter; f16/bf16 leaves are read as f32 and
+rounded back to nearest even. Index counts are padded to a power of two (the padding is dropped out
+of range), so a leaf compiles at most ``log2(size) + 1`` gather and scatter programs. Within one leaf, indices are int32: a leaf may
 hold up to ``2**31 - 1`` elements (the manifest as a whole may hold up to ``2**32``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import jax
@@ -40,10 +46,11 @@ import jax.numpy as jnp
 import numpy as np
 from numpy.typing import NDArray
 
-from delta_fabric.errors import DeltaFabricError
-from delta_fabric.manifest import Manifest, TensorSpec
+from delta_fabric.layout import CONV_HWIO, DENSE_IN_OUT, CanonicalLayout, LayoutError, LayoutRow
+from delta_fabric.manifest import Manifest
+from delta_fabric.store import StoreError, check_flat, check_sparse
 
-__all__ = ["JaxLeaf", "JaxStore", "UnmappableLeaf", "flax_layout", "leaf_paths"]
+__all__ = ["JaxStore", "UnmappableLeaf", "flax_layout", "leaf_paths"]
 
 #: Largest leaf the int32 indexing of the sparse apply can address.
 MAX_LEAF_SIZE = (1 << 31) - 1
@@ -51,21 +58,8 @@ MAX_LEAF_SIZE = (1 << 31) - 1
 Path = tuple[str, ...]
 
 
-class UnmappableLeaf(DeltaFabricError, ValueError):
+class UnmappableLeaf(LayoutError):
     """A leaf of the variables has no canonical PyTorch name and shape (DF-MAN-12): refused."""
-
-
-@dataclass(frozen=True)
-class JaxLeaf:
-    """One row of the mapping: the leaf at ``path`` is canonical tensor ``name``.
-
-    ``perm`` is the axis permutation from the native shape to the canonical one
-    (``canonical = native.transpose(perm)``); ``None`` means the same layout.
-    """
-
-    path: Path
-    name: str
-    perm: tuple[int, ...] | None = None
 
 
 def _key_str(k: Any) -> str:
@@ -76,17 +70,26 @@ def _key_str(k: Any) -> str:
 
 
 def leaf_paths(variables: Any) -> list[tuple[Path, Any]]:
-    """Every leaf of ``variables`` with its path (dict keys, attribute names or sequence indices)."""
+    """Every leaf of ``variables`` with its path (dict keys, attribute names or sequence indices as
+    strings), in the pytree's leaf order."""
     flat, _ = jax.tree_util.tree_flatten_with_path(variables)
     return [(tuple(_key_str(k) for k in kp), leaf) for kp, leaf in flat]
 
 
+def _dtype(leaf: Any) -> np.dtype[Any]:
+    return np.dtype(jnp.asarray(leaf).dtype)
+
+
 def _is_float(leaf: Any) -> bool:
-    return bool(jnp.issubdtype(jnp.asarray(leaf).dtype, jnp.floating))
+    return bool(jnp.issubdtype(_dtype(leaf), jnp.floating))
 
 
-#: Flax Linen leaf names of the ``params`` collection -> (canonical suffix, perm per kernel rank).
-_KERNEL_PERMS: dict[int, tuple[int, ...]] = {2: (1, 0), 4: (3, 2, 0, 1)}
+def _shape(leaf: Any) -> tuple[int, ...]:
+    return tuple(int(d) for d in jnp.shape(leaf))
+
+
+#: Flax Linen leaf names of the ``params`` collection -> canonical suffix; kernels by rank.
+_KERNEL_PERMS: dict[int, tuple[int, ...]] = {2: DENSE_IN_OUT, 4: CONV_HWIO}
 _PARAM_SUFFIX = {"bias": "bias", "scale": "weight", "embedding": "weight"}
 _STAT_SUFFIX = {"mean": "running_mean", "var": "running_var"}
 
@@ -96,15 +99,15 @@ def flax_layout(
     *,
     include_buffers: bool = False,
     rename: Mapping[str, str] | None = None,
-) -> list[JaxLeaf]:
-    """The mapping of a Flax Linen variables pytree (see the module docstring for the rules).
+) -> CanonicalLayout:
+    """The canonical layout of a Flax Linen variables pytree (rules in the module docstring).
 
     ``rename`` maps a native layer path (its parts joined with ``.``, e.g. ``"Conv_0"`` or
     ``"encoder.Dense_1"``) to its canonical path (``"conv1"``); unlisted layers keep their path.
     Raises `UnmappableLeaf` for a floating leaf no rule names.
     """
     renames = dict(rename or {})
-    rows: list[JaxLeaf] = []
+    rows: list[LayoutRow] = []
     for path, leaf in leaf_paths(variables):
         if not _is_float(leaf):
             continue  # DF-MAN-4: integer and boolean leaves are never synchronised
@@ -112,30 +115,31 @@ def flax_layout(
         if len(path) < 3 or path[0] not in ("params", "batch_stats"):
             raise UnmappableLeaf(
                 f"{where}: not a params/<layer>/<leaf> or batch_stats/<layer>/<leaf> leaf; "
-                "give an explicit JaxLeaf table for this pytree (DF-MAN-12)"
+                "pass a CanonicalLayout for this pytree (DF-MAN-12)"
             )
         collection, layer, leaf_name = path[0], ".".join(path[1:-1]), path[-1]
         canonical_layer = renames.get(layer, layer)
-        ndim = jnp.ndim(leaf)
+        shape = _shape(leaf)
         if collection == "batch_stats":
             if leaf_name not in _STAT_SUFFIX:
                 raise UnmappableLeaf(f"{where}: unknown batch statistic {leaf_name!r} (DF-MAN-12)")
             if include_buffers:
-                rows.append(JaxLeaf(path, f"{canonical_layer}.{_STAT_SUFFIX[leaf_name]}"))
+                name = f"{canonical_layer}.{_STAT_SUFFIX[leaf_name]}"
+                rows.append(LayoutRow(path, name, shape))
             continue
         if leaf_name == "kernel":
-            perm = _KERNEL_PERMS.get(ndim)
+            perm = _KERNEL_PERMS.get(len(shape))
             if perm is None:
                 raise UnmappableLeaf(
-                    f"{where}: a kernel of rank {ndim} (only Dense [in,out] and 2-D Conv HWIO "
-                    "kernels are mapped; give an explicit JaxLeaf row) (DF-MAN-12)"
+                    f"{where}: a kernel of rank {len(shape)} (only Dense [in,out] and 2-D Conv HWIO "
+                    "kernels are mapped; pass a CanonicalLayout) (DF-MAN-12)"
                 )
-            rows.append(JaxLeaf(path, f"{canonical_layer}.weight", perm))
+            rows.append(LayoutRow(path, f"{canonical_layer}.weight", shape, perm))
         elif leaf_name in _PARAM_SUFFIX:
-            rows.append(JaxLeaf(path, f"{canonical_layer}.{_PARAM_SUFFIX[leaf_name]}"))
+            rows.append(LayoutRow(path, f"{canonical_layer}.{_PARAM_SUFFIX[leaf_name]}", shape))
         else:
             raise UnmappableLeaf(f"{where}: unknown parameter {leaf_name!r} (DF-MAN-12)")
-    return rows
+    return CanonicalLayout(rows)
 
 
 def _pow2(n: int) -> int:
@@ -154,22 +158,13 @@ def _put(leaf: jax.Array, idx: jax.Array, vals: jax.Array) -> jax.Array:
     return leaf.reshape(-1).at[idx].set(vals, mode="drop").reshape(leaf.shape)
 
 
-@dataclass
-class _Tensor:
-    spec: TensorSpec
-    leaf_index: int  # position among the pytree's leaves
-    perm: tuple[int, ...] | None
-    inverse: tuple[int, ...] | None
-    native_shape: tuple[int, ...]
-    native_index: NDArray[np.int64] | None  # canonical local -> native flat (None: identity)
-
-
 class JaxStore:
-    """A functional weight store over a JAX variables pytree (see the module docstring).
+    """A `delta_fabric.store.FunctionalStore` over a JAX variables pytree (see the module docstring).
 
-    ``layout`` defaults to `flax_layout` of ``variables`` (with ``include_buffers`` and
-    ``rename``). ``variables`` is the current pytree (a new object after every `apply` or `load`);
-    `set_variables` hands in the training loop's newest one.
+    ``layout`` defaults to `flax_layout` of ``variables`` (with ``include_buffers`` and ``rename``);
+    its keys are leaf paths as `leaf_paths` spells them. Every floating leaf the layout does not name
+    is left alone (not synchronised); a layout key that is not a floating leaf of ``variables``, or a
+    leaf of more than ``2**31 - 1`` elements, raises `UnmappableLeaf`.
     """
 
     framework = "jax"
@@ -177,137 +172,107 @@ class JaxStore:
     def __init__(
         self,
         variables: Any,
-        layout: Sequence[JaxLeaf] | None = None,
+        layout: CanonicalLayout | None = None,
         *,
         include_buffers: bool = False,
         rename: Mapping[str, str] | None = None,
     ) -> None:
-        rows = (
-            list(layout)
-            if layout is not None
-            else flax_layout(variables, include_buffers=include_buffers, rename=rename)
-        )
+        if layout is None:
+            layout = flax_layout(variables, include_buffers=include_buffers, rename=rename)
+        if not layout.rows:
+            raise UnmappableLeaf("the layout names no leaf: nothing to synchronise (DF-MAN-7)")
         paths = leaf_paths(variables)
-        by_path = {p: i for i, (p, _) in enumerate(paths)}
-        seen: dict[Path, str] = {}
-        specs: list[TensorSpec] = []
-        rows_by_name: dict[str, tuple[JaxLeaf, int]] = {}
-        for row in rows:
-            where = "/".join(row.path)
-            if row.path not in by_path:
-                raise UnmappableLeaf(f"{where}: no such leaf in the variables")
-            if row.path in seen:
-                raise UnmappableLeaf(f"{where}: mapped twice ({seen[row.path]!r}, {row.name!r})")
-            seen[row.path] = row.name
-            leaf = paths[by_path[row.path]][1]
+        position = {p: i for i, (p, _) in enumerate(paths)}
+        self._slot: dict[Hashable, int] = {}  # layout key -> position among the pytree's leaves
+        for row in layout.rows:
+            key: Any = row.key
+            i = position.get(key) if isinstance(key, tuple) else None
+            if i is None:
+                raise UnmappableLeaf(f"{key!r} ({row.name}): no such leaf in the variables")
+            leaf = paths[i][1]
             if not _is_float(leaf):
-                raise UnmappableLeaf(f"{where}: dtype {jnp.asarray(leaf).dtype} is not floating")
-            shape = tuple(int(d) for d in jnp.shape(leaf))
-            if math.prod(shape) > MAX_LEAF_SIZE:
-                raise UnmappableLeaf(f"{where}: {math.prod(shape)} elements, more than 2**31 - 1")
-            if row.perm is not None and sorted(row.perm) != list(range(len(shape))):
+                raise UnmappableLeaf(f"{row.name}: dtype {_dtype(leaf)} is not floating")
+            if _shape(leaf) != row.native_shape:
                 raise UnmappableLeaf(
-                    f"{where}: {row.perm} is not a permutation of {len(shape)} axes"
+                    f"{row.name}: leaf shape {_shape(leaf)} != layout shape {row.native_shape}"
                 )
-            canonical = shape if row.perm is None else tuple(shape[a] for a in row.perm)
-            specs.append(TensorSpec(row.name, canonical))
-            rows_by_name[row.name] = (row, by_path[row.path])
-        if not specs:
-            raise UnmappableLeaf("the variables hold no floating leaf to synchronise")
-        self.manifest = Manifest(specs)  # refuses duplicate names and N > 2**32 (DF-MAN-1, -7)
-        self._tensors: list[_Tensor] = []
-        for spec in self.manifest.tensors:
-            row, li = rows_by_name[spec.name]
-            native = tuple(int(d) for d in jnp.shape(paths[li][1]))
-            perm = None if row.perm is None or row.perm == tuple(range(len(native))) else row.perm
-            index: NDArray[np.int64] | None = None
-            inverse = None
-            if perm is not None:
-                grid = np.arange(math.prod(native), dtype=np.int64).reshape(native)
-                index = np.ascontiguousarray(grid.transpose(perm)).reshape(-1)
-                inverse = tuple(int(a) for a in np.argsort(perm))
-            self._tensors.append(_Tensor(spec, li, perm, inverse, native, index))
-        self._offsets = np.asarray(self.manifest.offsets, dtype=np.int64)
+            if math.prod(row.native_shape) > MAX_LEAF_SIZE:
+                raise UnmappableLeaf(f"{row.name}: more than 2**31 - 1 elements in one leaf")
+            self._slot[row.key] = i
+        self.layout = layout
         self._treedef: Any = jax.tree_util.tree_structure(variables)
         self._leaves: list[Any] = [leaf for _, leaf in paths]
         self.gathers = 0
 
-    # -- the variables ----------------------------------------------------------------------------
     @property
-    def variables(self) -> Any:
-        """The current variables (rebuilt with the updated leaves)."""
+    def manifest(self) -> Manifest:
+        return self.layout.manifest
+
+    # -- the variables (FunctionalStore) ----------------------------------------------------------
+    def state(self) -> Any:
+        """The current variables (the pytree rebuilt with the updated leaves)."""
         return jax.tree_util.tree_unflatten(self._treedef, self._leaves)
 
-    def set_variables(self, variables: Any) -> None:
-        """Take the training loop's newest variables (same structure, shapes and dtypes)."""
-        leaves, treedef = jax.tree_util.tree_flatten(variables)
+    def set_state(self, state: Any) -> None:
+        """Take the training loop's newest variables (same structure, shapes and dtypes, else
+        `StoreError` and nothing changes)."""
+        leaves, treedef = jax.tree_util.tree_flatten(state)
         if treedef != self._treedef:
-            raise ValueError(f"variables have another structure: {treedef} != {self._treedef}")
-        for t in self._tensors:
-            new, old = leaves[t.leaf_index], self._leaves[t.leaf_index]
-            if jnp.shape(new) != jnp.shape(old) or jnp.asarray(new).dtype != jnp.asarray(old).dtype:
-                raise ValueError(
-                    f"{t.spec.name}: leaf changed from {jnp.shape(old)} {jnp.asarray(old).dtype} "
-                    f"to {jnp.shape(new)} {jnp.asarray(new).dtype}"
+            raise StoreError(f"variables have another structure: {treedef} != {self._treedef}")
+        for row in self.layout.rows:
+            i = self._slot[row.key]
+            new, old = leaves[i], self._leaves[i]
+            if _shape(new) != _shape(old) or _dtype(new) != _dtype(old):
+                raise StoreError(
+                    f"{row.name}: leaf changed from {_shape(old)} {_dtype(old)} "
+                    f"to {_shape(new)} {_dtype(new)}"
                 )
         self._leaves = list(leaves)
 
-    # -- the store operations -----------------------------------------------------------------------
-    def gather(self, indices: NDArray[Any] | None = None) -> NDArray[np.float32]:
-        """The canonical flat f32 view (DF-MAN-3), or only the values at sorted ``indices``."""
-        self.gathers += 1
-        if indices is None:
-            host = jax.device_get([self._leaves[t.leaf_index] for t in self._tensors])
-            out = np.empty(self.manifest.num_params, dtype=np.float32)
-            for i, (t, a) in enumerate(zip(self._tensors, host, strict=True)):
-                arr = np.asarray(a).astype(np.float32, copy=False)
-                if t.perm is not None:
-                    arr = arr.transpose(t.perm)
-                out[self._offsets[i] : self._offsets[i + 1]] = arr.reshape(-1)
-            return out
-        idx = np.asarray(indices)
-        picked = np.empty(idx.shape[0], dtype=np.float32)
-        for sl in self.manifest.locate(idx):
-            t = self._tensors[sl.tensor]
-            native = sl.local if t.native_index is None else t.native_index[sl.local]
-            leaf = np.asarray(jax.device_get(self._leaves[t.leaf_index])).reshape(-1)
-            picked[sl.start : sl.stop] = leaf[native].astype(np.float32)
-        return picked
+    @property
+    def variables(self) -> Any:
+        """Alias of `state`."""
+        return self.state()
 
-    def apply(self, indices: NDArray[Any], values: NDArray[np.float32]) -> None:
+    # -- the store operations -----------------------------------------------------------------------
+    def gather(self, indices: NDArray[np.uint32] | None = None) -> NDArray[np.float32]:
+        """The canonical flat f32 view (DF-MAN-3), or only the values at sorted ``indices``."""
+        if indices is None:
+            self.gathers += 1
+            host = jax.device_get([self._leaves[self._slot[k]] for k in self.layout.keys])
+            return self.layout.to_canonical(dict(zip(self.layout.keys, host, strict=True)))
+        check_sparse(self.manifest, indices)
+        out = np.empty(indices.size, dtype=np.float32)
+        for s in self.layout.locate(indices):
+            leaf = np.asarray(jax.device_get(self._leaves[self._slot[s.key]]))
+            out[s.lo : s.hi] = leaf.reshape(-1)[s.native].astype(np.float32)
+        return out
+
+    def apply(self, indices: NDArray[np.uint32], values: NDArray[np.float32]) -> None:
         """``active[i] = fl32(active[i] + v)`` for sorted unique flat ``indices`` (DF-RCV-7)."""
-        vals = np.asarray(values, dtype=np.float32)
-        for sl in self.manifest.locate(np.asarray(indices)):
-            t = self._tensors[sl.tensor]
-            native = sl.local if t.native_index is None else t.native_index[sl.local]
-            k = native.shape[0]
+        check_sparse(self.manifest, indices, values)
+        for s in self.layout.locate(indices):
+            i = self._slot[s.key]
+            leaf = self._leaves[i]
+            k = s.hi - s.lo
             size = _pow2(k)
-            idx = np.full(size, t.spec.numel, dtype=np.int32)  # padding: out of range, dropped
-            idx[:k] = native
-            leaf = self._leaves[t.leaf_index]
+            idx = np.full(size, self.layout.numel(s.key), dtype=np.int32)  # padding: dropped
+            idx[:k] = s.native
             cur = np.asarray(jax.device_get(_take(leaf, idx)))
             new = np.zeros(size, dtype=cur.dtype)
             # The f32 add runs on the host: XLA's CPU backend flushes subnormals to zero, which
-            # DF-NUM-2 forbids; gather and scatter only move bits.
-            total = cur[:k].astype(np.float32) + vals[sl.start : sl.stop]
+            # DF-NUM-2 forbids; the jitted gather and scatter only move bits.
+            total = cur[:k].astype(np.float32) + values[s.lo : s.hi]
             new[:k] = total.astype(cur.dtype)  # round to nearest even back to f16/bf16 (DF-MAN-4)
-            self._leaves[t.leaf_index] = _put(leaf, idx, new)
+            self._leaves[i] = _put(leaf, idx, new)
 
     def load(self, flat: NDArray[np.float32]) -> None:
         """Overwrite every synchronised leaf from a canonical flat f32 vector (a snapshot)."""
-        src = np.asarray(flat, dtype=np.float32)
-        if src.shape != (self.manifest.num_params,):
-            raise ValueError(f"expected {self.manifest.num_params} values, got shape {src.shape}")
-        for i, t in enumerate(self._tensors):
-            canon = src[self._offsets[i] : self._offsets[i + 1]].reshape(t.spec.shape)
-            native = canon if t.inverse is None else canon.transpose(t.inverse)
-            old = self._leaves[t.leaf_index]
+        native = self.layout.from_canonical(check_flat(self.manifest, flat))
+        for key, arr in native.items():
+            i = self._slot[key]
+            old = self._leaves[i]
             # convert on the host (RNE, subnormals kept), then move the bits to the device
-            new = jnp.asarray(np.ascontiguousarray(native).astype(jnp.asarray(old).dtype))
+            new = jnp.asarray(arr.astype(_dtype(old)))
             sharding = getattr(old, "sharding", None)
-            self._leaves[t.leaf_index] = jax.device_put(new, sharding) if sharding else new
-
-    def layout(self) -> list[JaxLeaf]:
-        """The rows in canonical order (native path, canonical name, permutation)."""
-        paths = [p for p, _ in leaf_paths(self.variables)]
-        return [JaxLeaf(paths[t.leaf_index], t.spec.name, t.perm) for t in self._tensors]
+            self._leaves[i] = jax.device_put(new, sharding) if sharding is not None else new
