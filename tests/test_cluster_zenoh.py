@@ -21,12 +21,12 @@ zenoh = pytest.importorskip("zenoh")
 
 from delta_fabric.adapters import FabricBase, NumpyFabric  # noqa: E402
 from delta_fabric.config import SyncConfig  # noqa: E402
-from delta_fabric.demo.runner import free_ports  # noqa: E402
 from delta_fabric.errors import ErrorCode  # noqa: E402
 from delta_fabric.manifest import Manifest  # noqa: E402
 from delta_fabric.state import Admission  # noqa: E402
 from delta_fabric.transports.zenoh import ZenohOptions, ZenohTransport  # noqa: E402
 from delta_fabric.wire import Entry, Packet, encode_packet  # noqa: E402
+from delta_fabric_demo.runner import free_ports  # noqa: E402
 
 WAIT = 10.0  # bound for anything that should take milliseconds
 CFG = SyncConfig(ratio=0.25, sync_interval=5)

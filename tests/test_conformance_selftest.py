@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from delta_fabric.cli import main as cli_main
-from delta_fabric.conformance.runner import vector_test_id
+from delta_fabric_conformance.runner import vector_test_id
 
 ROOT = Path(__file__).resolve().parents[1]
 REGISTRY = ROOT / "interop" / "implementations.json"
@@ -47,7 +47,7 @@ def _registry(tmp: Path, fakes: list[str], with_python: bool = True) -> Path:
 
 def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, dict[str, Any]]:
     out_dir = Path(args[args.index("--output") + 1])
-    rc = cli_main(["conformance", "run", *args])
+    rc = cli_main(["conformance", "run", "--suite", str(ROOT), *args])
     printed = capsys.readouterr().out
     return rc, printed, json.loads((out_dir / "results.json").read_text())
 
@@ -61,10 +61,11 @@ def fake_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, dict[s
     out = tmp / "out"
     import argparse
 
-    from delta_fabric.conformance import run_suite
+    from delta_fabric_conformance.cli import run_suite
 
     ns = argparse.Namespace(
         action="run",
+        suite=ROOT,
         output=out,
         impl=[],
         enforce_recommended=False,
@@ -166,14 +167,15 @@ def test_exit_status_summary_and_outputs(fake_run: tuple[int, str, dict[str, Any
 def test_every_message_schema_checked_by_runner() -> None:
     """The schema the runner validates against accepts the protocol document's example session and
     rejects responses with two outcome members or a wrong error code."""
-    from delta_fabric.conformance.client import schema_validator
+    from delta_fabric_conformance.client import schema_validator
 
-    resp = schema_validator("response")
+    schema = ROOT / "conformance" / "driver-protocol.schema.json"
+    resp = schema_validator(schema, "response")
     text = (ROOT / "conformance" / "driver-protocol.md").read_text()
     block = text.split("## 8. Example session")[1]
     lines = [ln[2:] for ln in block.splitlines() if ln.startswith(("> {", "< {"))]
     assert len(lines) == 8
-    req = schema_validator("request")
+    req = schema_validator(schema, "request")
     for ln in lines:
         msg = json.loads(ln)
         v = req if "cmd" in msg else resp

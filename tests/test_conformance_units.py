@@ -7,11 +7,11 @@ import math
 from pathlib import Path
 
 import pytest
-from delta_fabric.conformance.compare import diff_json, f32_bits
-from delta_fabric.conformance.engine_checks import check_engine_result
-from delta_fabric.conformance.live import load_scenarios
-from delta_fabric.conformance.registry import ExpectedFailures, load_registry
-from delta_fabric.conformance.report import compute_coverage, spec_requirement_ids
+from delta_fabric_conformance.compare import diff_json, f32_bits
+from delta_fabric_conformance.engine_checks import check_engine_result
+from delta_fabric_conformance.live import load_scenarios
+from delta_fabric_conformance.registry import ExpectedFailures, load_registry
+from delta_fabric_conformance.report import compute_coverage, spec_requirement_ids
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,7 +86,7 @@ def test_spec_requirement_levels() -> None:
 
 
 def test_coverage_of_the_checked_in_suite() -> None:
-    from delta_fabric.conformance import _citations
+    from delta_fabric_conformance.cli import _citations
 
     cov = compute_coverage(
         ROOT / "spec" / "protocol.md",
@@ -147,14 +147,16 @@ def test_registry_rejects_duplicates(tmp_path: Path) -> None:
 
 
 def test_levels_and_verdicts(tmp_path: Path) -> None:
-    from delta_fabric.conformance.runner import Options, Runner
+    from delta_fabric_conformance.runner import Options, Runner
+    from delta_fabric_conformance.suite import Suite
 
     xf = tmp_path / "xf"
     xf.mkdir()
     (xf / "a.txt").write_text("Required.x.y.listed\n")
     impls = load_registry(ROOT / "interop" / "implementations.json")[:1]
     impls = [type(impls[0])(**{**impls[0].__dict__, "name": "a"})]
-    r = Runner(impls, Options(output=tmp_path / "o", expected_failures=xf))
+    suite = Suite.at(ROOT)
+    r = Runner(impls, Options.from_suite(suite, tmp_path / "o", expected_failures=xf))
     assert r.add("Recommended.x.y.z", "RECOMMENDED", ["a"], "failed").verdict == "warning"
     assert r.add("Required.x.y.z", "REQUIRED", ["a"], "failed").verdict == "unexpected_failure"
     assert r.add("Required.x.y.listed", "REQUIRED", ["a"], "failed").verdict == "expected_failure"
@@ -163,7 +165,8 @@ def test_levels_and_verdicts(tmp_path: Path) -> None:
     )
     assert r.add("Required.x.y.u", "REQUIRED", ["a"], "unsupported").verdict == "ok"
     strict = Runner(
-        impls, Options(output=tmp_path / "o", expected_failures=xf, enforce_recommended=True)
+        impls,
+        Options.from_suite(suite, tmp_path / "o", expected_failures=xf, enforce_recommended=True),
     )
     assert (
         strict.add("Recommended.x.y.z", "RECOMMENDED", ["a"], "failed").verdict

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from delta_fabric.demo.data import (
+from delta_fabric_demo.data import (
     class_groups,
     load_split,
     partition,
     read_partition,
     write_partition,
 )
-from delta_fabric.demo.runner import topology
+from delta_fabric_demo.runner import topology
 
 
 def test_class_groups() -> None:
@@ -93,7 +93,7 @@ def test_init_file_is_canonical_and_round_trips(tmp_path: Path) -> None:
     # REQ: DF-MAN-3
     torch = pytest.importorskip("torch")
     from delta_fabric.adapters.torch import module_manifest
-    from delta_fabric.demo.model import DigitsCNN, init_model, load_canonical, save_canonical
+    from delta_fabric_demo.model import DigitsCNN, init_model, load_canonical, save_canonical
 
     model = init_model(7)
     path = tmp_path / "init.f32"
@@ -116,7 +116,7 @@ def test_init_file_is_canonical_and_round_trips(tmp_path: Path) -> None:
 def test_burn_without_binary_is_a_usage_error(tmp_path: Path) -> None:
     import argparse
 
-    from delta_fabric.demo import add_arguments, run
+    from delta_fabric_demo import add_arguments, run
 
     p = argparse.ArgumentParser()
     add_arguments(p)

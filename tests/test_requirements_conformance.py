@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from delta_fabric.cli import main as cli_main
-from delta_fabric.conformance.runner import vector_test_id
+from delta_fabric_conformance.runner import vector_test_id
 
 ROOT = Path(__file__).resolve().parents[1]
 REGISTRY = ROOT / "interop" / "implementations.json"
@@ -31,15 +31,15 @@ RELEASED = ROOT / "schema" / "released" / "v1.0.fbs"
 # codec commands (decode, encode). Written to a temporary file at test time.
 CODEC_DRIVER = """
 import sys
-sys.path.insert(0, {src!r})
-from delta_fabric.conformance_driver import Driver, main
+sys.path[:0] = {src!r}
+from delta_fabric_conformance.kit import Driver, main
 
 
 class Codec(Driver):
     name = "codec"
 
     def __init__(self):
-        super().__init__()
+        super().__init__(framework="numpy")
         for cmd in ("generate", "receive", "peer"):
             del self.handlers[cmd]
 
@@ -62,6 +62,8 @@ def _run_suite(tmp: Path, registry: Path, impl: str) -> tuple[int, dict[str, Any
         [
             "conformance",
             "run",
+            "--suite",
+            str(ROOT),
             "--output",
             str(out),
             "--registry",
@@ -138,6 +140,8 @@ def test_required_failure_makes_the_run_fail(tmp_path: Path) -> None:
         [
             "conformance",
             "run",
+            "--suite",
+            str(ROOT),
             "--output",
             str(tmp_path / "out"),
             "--registry",
@@ -167,20 +171,17 @@ def test_codec_target_is_judged_on_codec_vectors_only(tmp_path: Path) -> None:
     """A codec claim (decode and encode only) passes every decode/encode vector; node-only vectors
     (generate, receive) do not apply to it and are reported unsupported, not failed (DF-CNF-1)."""
     driver = tmp_path / "codec_driver.py"
-    driver.write_text(CODEC_DRIVER.format(src=str(ROOT / "python" / "src")))
+    src = [str(ROOT / "python" / "src"), str(ROOT / "conformance" / "harness" / "src")]
+    driver.write_text(CODEC_DRIVER.format(src=src))
     impl = {
         "name": "codec",
         "language": "python",
-        "framework": "torch",
+        "framework": "numpy",
         "description": "codec-only wrapper of the reference driver",
         "command": [sys.executable, str(driver)],
         "build": "",
         "capabilities": ["decode", "encode"],
     }
-    # the hello reports the framework found at run time: register the same
-    from delta_fabric.conformance_driver import Driver
-
-    impl["framework"] = Driver().framework()
     reg = tmp_path / "implementations.json"
     reg.write_text(json.dumps({"version": 1, "implementations": [impl]}))
     rc, results, _ = _run_suite(tmp_path, reg, "codec")

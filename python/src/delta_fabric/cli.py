@@ -1,4 +1,8 @@
-"""The `delta-fabric` command: a thin dispatcher; each subcommand lives in its own module."""
+"""The `delta-fabric` command: a thin dispatcher; each subcommand lives in its own module.
+
+``demo`` and ``conformance`` live in their own packages (``delta-fabric-demo``,
+``delta-fabric-conformance``); the command delegates to them when they are installed.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +11,20 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-# subcommand -> (module, help). Each module exposes `add_arguments(parser)` and `run(args) -> int`.
-SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "inspect": ("delta_fabric.cli_inspect", "decode a packet file and print it as JSON"),
-    "demo": ("delta_fabric.demo", "train a local cluster on the digits data set and report"),
-    "conformance": ("delta_fabric.conformance", "run the conformance suite"),
+# subcommand -> (module, help, distribution that provides the module).
+# Each module exposes `add_arguments(parser)` and `run(args) -> int`.
+SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
+    "inspect": ("delta_fabric.cli_inspect", "decode a packet file and print it as JSON", ""),
+    "demo": (
+        "delta_fabric_demo",
+        "train a local cluster on the digits data set and report",
+        "delta-fabric-demo (python/demo)",
+    ),
+    "conformance": (
+        "delta_fabric_conformance.cli",
+        "run the conformance suite",
+        "delta-fabric-conformance (conformance/harness)",
+    ),
 }
 
 
@@ -21,10 +34,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     wanted = argv[0] if argv and argv[0] in SUBCOMMANDS else None
     modules = {}
-    for name, (module_name, help_text) in SUBCOMMANDS.items():
+    for name, (module_name, help_text, dist) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text)
         if name == wanted:  # import only the module that runs (torch and zenoh are slow to import)
-            module = importlib.import_module(module_name)
+            try:
+                module = importlib.import_module(module_name)
+            except ModuleNotFoundError as exc:
+                if exc.name is None or not module_name.startswith(exc.name):
+                    raise
+                print(
+                    f"delta-fabric {name}: the package {dist} is not installed "
+                    f"(pip install -e {dist.split('(')[-1].rstrip(')')})",
+                    file=sys.stderr,
+                )
+                return 2
             module.add_arguments(p)
             modules[name] = module
     args = parser.parse_args(argv)

@@ -6,12 +6,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from delta_fabric.adapters.torch import module_manifest, module_tensors
+from delta_fabric.manifest import Manifest
 from numpy.typing import NDArray
 from torch import nn
 from torch.nn import functional as F
-
-from delta_fabric.adapters.torch import module_manifest, module_tensors
-from delta_fabric.manifest import Manifest
 
 __all__ = ["DigitsCNN", "init_model", "load_canonical", "save_canonical"]
 

@@ -1,21 +1,32 @@
-"""Run a generate or receive vector's input through the reference engine (the Python driver's
-``generate`` and ``receive`` commands). The vector format is ``conformance/vectors/README.md``."""
+"""Run a generate or receive vector's input through the reference engine (a Python driver's ``generate``
+and ``receive`` commands). The vector format is ``conformance/vectors/README.md``.
+
+A framework's driver can route the weights through its own store with two hooks: ``gather`` (generate:
+the canonical active vector, loaded into the framework and read back) and ``apply`` (receive: the
+accepted aggregate added to the active weights by the framework). Both default to plain NumPy.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
-
 from delta_fabric.config import SyncConfig
 from delta_fabric.engine import Engine
 from delta_fabric.manifest import Manifest, TensorSpec
 from delta_fabric.state import ReceiverState
 from delta_fabric.wire import Entry, decode_packet, packet_to_json
+from numpy.typing import NDArray
 
-__all__ = ["bits_of", "f32_from_bits", "run_generate", "run_receive"]
+__all__ = ["Apply", "Gather", "bits_of", "f32_from_bits", "run_generate", "run_receive"]
+
+#: ``gather(active) -> active'``: load the canonical f32 vector into the framework, read it back.
+Gather = Callable[[NDArray[np.float32]], NDArray[np.float32]]
+#: ``apply(active, indices, values) -> active'``: DF-RCV-7, ``active[i] = fl32(active[i] + values)``.
+Apply = Callable[
+    [NDArray[np.float32], NDArray[np.uint32], NDArray[np.float32]], NDArray[np.float32]
+]
 
 
 def f32_from_bits(bits: Sequence[str]) -> NDArray[np.float32]:
@@ -67,10 +78,20 @@ def _node(v: Mapping[str, Any]) -> Mapping[str, Any]:
     return node if isinstance(node, Mapping) else {}
 
 
-def run_generate(v: Mapping[str, Any]) -> dict[str, Any]:
-    """DF-GEN on a generate vector's input: entries generated and the anchor after error feedback."""
+def _flat_f32(a: NDArray[np.float32], n: int, hook: str) -> NDArray[np.float32]:
+    out = np.ascontiguousarray(a, dtype=np.float32).reshape(-1)
+    if out.size != n:
+        raise ValueError(f"the {hook} hook returned {out.size} values, expected {n}")
+    return out
+
+
+def run_generate(v: Mapping[str, Any], *, gather: Gather | None = None) -> dict[str, Any]:
+    """DF-GEN on a generate vector's input: entries generated and the anchor after error feedback.
+    ``gather`` reads the active weights back through the framework (default: as given)."""
     node = _node(v)
     active = _vector(v, "active")
+    if gather is not None:
+        active = _flat_f32(gather(active.copy()), active.size, "gather")
     anchor = _vector(v, "anchor")
     cfg = _config(v.get("config", {}))
     eng = Engine(
@@ -93,8 +114,11 @@ def run_generate(v: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def run_receive(v: Mapping[str, Any], packets: Sequence[bytes]) -> dict[str, Any]:
-    """One receive step (DF-RCV, DF-RLY) of a node set up as the vector says."""
+def run_receive(
+    v: Mapping[str, Any], packets: Sequence[bytes], *, apply: Apply | None = None
+) -> dict[str, Any]:
+    """One receive step (DF-RCV, DF-RLY) of a node set up as the vector says. ``apply`` adds the
+    aggregate to the active weights through the framework (default: NumPy, in place)."""
     node = _node(v)
     active = _vector(node, "active")
     anchor = _vector(node, "anchor")
@@ -110,7 +134,10 @@ def run_receive(v: Mapping[str, Any], packets: Sequence[bytes]) -> dict[str, Any
             max_incarnations=cfg.max_incarnations,
         )
     res = eng.receive(list(packets))
-    res.apply_to(active)
+    if apply is None:
+        res.apply_to(active)
+    else:
+        active = _flat_f32(apply(active.copy(), res.indices, res.values), active.size, "apply")
     relay = [packet_to_json(decode_packet(p, cfg.max_packet_size)) for p in eng.pack([], res.relay)]
     counters = eng.counters.to_json()
     return {

@@ -1,6 +1,9 @@
-"""The conformance suite runner (``delta-fabric conformance run --output DIR``).
+"""The conformance suite's command line (``delta-fabric-conformance run --output DIR``, also reachable as
+``delta-fabric conformance run ...`` and ``python -m delta_fabric_conformance run ...``).
 
-Reads ``interop/implementations.json``, starts every driver (``conformance/driver-protocol.md``), runs the
+Finds the suite data as :mod:`delta_fabric_conformance.suite` says (``--suite DIR``,
+``$DELTA_FABRIC_SUITE``, or the checkout around the current directory), reads
+``interop/implementations.json``, starts every driver (``conformance/driver-protocol.md``), runs the
 vectors of ``conformance/vectors/index.json``, the encode producer x consumer matrix and the live
 scenarios of ``conformance/scenarios/``, and writes ``DIR/results.json`` and ``DIR/matrix.md``.
 """
@@ -12,17 +15,24 @@ import json
 import re
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_arguments", "run"]
+from delta_fabric_conformance.suite import ENV_VAR, Suite, SuiteNotFound, find_suite
+
+__all__ = ["add_arguments", "main", "run", "run_suite"]
+
+_SUITE_HELP = (
+    f"suite root: a DeltaFabric checkout holding conformance/, interop/ and spec/ (default: "
+    f"${ENV_VAR}, else the current directory or its nearest parent that is one)"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from delta_fabric.conformance.client import REPO_ROOT
-
     sub = parser.add_subparsers(dest="action", required=True)
     p = sub.add_parser("run", help="run the suite against the registered implementations")
+    p.add_argument("--suite", type=Path, default=None, metavar="DIR", help=_SUITE_HELP)
     p.add_argument(
         "--output", type=Path, required=True, help="directory for results.json, matrix.md, logs"
     )
@@ -38,13 +48,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="an unexpected RECOMMENDED failure fails the run too",
     )
-    p.add_argument("--registry", type=Path, default=REPO_ROOT / "interop" / "implementations.json")
-    p.add_argument("--vectors", type=Path, default=REPO_ROOT / "conformance" / "vectors")
-    p.add_argument("--scenarios", type=Path, default=REPO_ROOT / "conformance" / "scenarios")
-    p.add_argument(
-        "--expected-failures", type=Path, default=REPO_ROOT / "conformance" / "expected-failures"
-    )
-    p.add_argument("--spec", type=Path, default=REPO_ROOT / "spec" / "protocol.md")
+    p.add_argument("--registry", type=Path, default=None, help="default: SUITE/interop/...")
+    p.add_argument("--vectors", type=Path, default=None, help="default: SUITE/conformance/vectors")
+    p.add_argument("--scenarios", type=Path, default=None)
+    p.add_argument("--expected-failures", type=Path, default=None)
+    p.add_argument("--spec", type=Path, default=None, help="default: SUITE/spec/protocol.md")
     p.add_argument(
         "--tests",
         action="append",
@@ -64,13 +72,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     c = sub.add_parser(
         "coverage", help="print requirement coverage of vectors and scenarios vs the spec"
     )
-    c.add_argument("--vectors", type=Path, default=REPO_ROOT / "conformance" / "vectors")
-    c.add_argument("--scenarios", type=Path, default=REPO_ROOT / "conformance" / "scenarios")
-    c.add_argument("--spec", type=Path, default=REPO_ROOT / "spec" / "protocol.md")
+    c.add_argument("--suite", type=Path, default=None, metavar="DIR", help=_SUITE_HELP)
+    c.add_argument("--vectors", type=Path, default=None)
+    c.add_argument("--scenarios", type=Path, default=None)
+    c.add_argument("--spec", type=Path, default=None)
+
+
+def _resolve(args: argparse.Namespace) -> Suite:
+    """Find the suite and fill every path argument left at its default from it."""
+    suite = find_suite(getattr(args, "suite", None))
+    defaults = {
+        "registry": suite.registry,
+        "vectors": suite.vectors,
+        "scenarios": suite.scenarios,
+        "expected_failures": suite.expected_failures,
+        "spec": suite.spec,
+    }
+    for key, value in defaults.items():
+        if getattr(args, key, value) is None:
+            setattr(args, key, value)
+    args.suite = suite.root
+    return suite
 
 
 def _citations(vectors: Path, scenarios: Path) -> list[tuple[str, list[str]]]:
-    from delta_fabric.conformance.live import load_scenarios
+    from delta_fabric_conformance.live import load_scenarios  # numpy: imported only when needed
 
     out: list[tuple[str, list[str]]] = []
     index = vectors / "index.json"
@@ -88,12 +114,10 @@ _TEST_FN_RE = re.compile(r"^\s*(?:async\s+)?(?:def|fn)\s+(\w+)")
 _SKIP_DIRS = {".git", ".venv", "target", "__pycache__", "_generated", "generated"}
 
 
-def _unit_test_citations(root: Path | None = None) -> list[tuple[str, list[str]]]:
-    """``REQ: DF-...`` citations in the Python and Rust test code, attributed to the enclosing test
-    function: ``pytest:tests/test_x.py::test_y`` or ``cargo:interop/.../file.rs::name``."""
-    from delta_fabric.conformance.client import REPO_ROOT
-
-    root = REPO_ROOT if root is None else root
+def _unit_test_citations(root: Path) -> list[tuple[str, list[str]]]:
+    """``REQ: DF-...`` citations in the Python and Rust test code under the suite root ``root``,
+    attributed to the enclosing test function: ``pytest:tests/test_x.py::test_y`` or
+    ``cargo:interop/.../file.rs::name``."""
     out: list[tuple[str, list[str]]] = []
     sources = [(root / "tests", "*.py", "pytest"), (root / "interop", "*.rs", "cargo")]
     for base, pattern, runner in sources:
@@ -116,12 +140,18 @@ def _unit_test_citations(root: Path | None = None) -> list[tuple[str, list[str]]
 
 
 def run(args: argparse.Namespace) -> int:
-    from delta_fabric.conformance.report import compute_coverage
+    """Run the parsed command; a missing suite is one line on stderr and exit status 2."""
+    try:
+        _resolve(args)
+    except SuiteNotFound as exc:
+        print(f"conformance: {exc}", file=sys.stderr)
+        return 2
+    from delta_fabric_conformance.report import compute_coverage
 
     if args.action == "coverage":
         cov = compute_coverage(args.spec, _citations(args.vectors, args.scenarios))
         full = compute_coverage(
-            args.spec, _citations(args.vectors, args.scenarios) + _unit_test_citations()
+            args.spec, _citations(args.vectors, args.scenarios) + _unit_test_citations(args.suite)
         )
         print(json.dumps({"suite": cov.to_json(), "with_unit_tests": full.to_json()}, indent=1))
         print(f"coverage by vectors and scenarios: {cov.figure()}", file=sys.stderr)
@@ -131,9 +161,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_suite(args: argparse.Namespace) -> int:
-    from delta_fabric.conformance.registry import load_registry
-    from delta_fabric.conformance.report import compute_coverage, write_outputs
-    from delta_fabric.conformance.runner import Options, Runner
+    """``run``: ``args`` as :func:`add_arguments` parses them, every path filled (see :func:`run`)."""
+    from delta_fabric_conformance.registry import load_registry
+    from delta_fabric_conformance.report import compute_coverage, write_outputs
+    from delta_fabric_conformance.runner import Options, Runner
+
+    suite = Suite.at(args.suite)
 
     impls = load_registry(args.registry)
     if args.impl:
@@ -142,8 +175,9 @@ def run_suite(args: argparse.Namespace) -> int:
             print(f"conformance: unknown implementation(s) {unknown}", file=sys.stderr)
             return 2
         impls = [i for i in impls if i.name in args.impl]
-    opts = Options(
-        output=args.output,
+    opts = Options.from_suite(
+        suite,
+        args.output,
         impls=list(args.impl),
         registry=args.registry,
         vectors=args.vectors,
@@ -167,7 +201,9 @@ def run_suite(args: argparse.Namespace) -> int:
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0)),
         "duration_s": round(time.time() - t0, 2),
         "implementations": [
-            {
+            {"name": r.name, "skipped": r.skipped}
+            if r.skipped is not None
+            else {
                 "name": r.name,
                 "registered_framework": r.impl.framework,
                 "command": list(r.impl.command),
@@ -187,12 +223,15 @@ def run_suite(args: argparse.Namespace) -> int:
     }
     header["expected_failure_patterns_unused"] = stale
     full = compute_coverage(
-        args.spec, _citations(args.vectors, args.scenarios) + _unit_test_citations()
+        args.spec, _citations(args.vectors, args.scenarios) + _unit_test_citations(args.suite)
     )
     header["coverage_with_unit_tests"] = full.to_json()
     counts = write_outputs(
         args.output, results, [i.name for i in impls], runner.encode_matrix, coverage, header
     )
+    for skipped in runner.runs:
+        if skipped.skipped is not None:
+            print(f"  skipped: {skipped.name}: {skipped.skipped}", file=sys.stderr)
     for r in results:
         if r.verdict in ("unexpected_failure", "unexpected_pass"):
             print(
@@ -203,7 +242,7 @@ def run_suite(args: argparse.Namespace) -> int:
             print(f"  warning: {r.id} [{', '.join(r.impls)}] {r.message[:300]}", file=sys.stderr)
     print(
         f"conformance: {counts['passed']} passed, {counts['failed']} failed, "
-        f"{counts['unsupported']} unsupported"
+        f"{counts['unsupported']} unsupported, {counts['skipped']} skipped"
     )
     print(
         f"  {counts['expected_failures']} expected failures, {counts['unexpected_failures']} unexpected "
@@ -212,3 +251,10 @@ def run_suite(args: argparse.Namespace) -> int:
         f"results: {args.output / 'results.json'}, {args.output / 'matrix.md'}"
     )
     return 1 if counts["unexpected_failures"] or counts["unexpected_passes"] else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``delta-fabric-conformance`` console script."""
+    parser = argparse.ArgumentParser(prog="delta-fabric-conformance", description=__doc__)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

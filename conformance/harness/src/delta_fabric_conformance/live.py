@@ -21,15 +21,21 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from delta_fabric.conformance.client import DriverClient, ProtocolViolation
-from delta_fabric.conformance.compare import f32_bits
-
-if TYPE_CHECKING:
-    from delta_fabric.conformance.runner import ImplRun, Runner
+from delta_fabric_conformance.client import DriverClient, ProtocolViolation
+from delta_fabric_conformance.compare import f32_bits
+from delta_fabric_conformance.kit.models import model_manifest
+from delta_fabric_conformance.results import (
+    FAILED,
+    PASSED,
+    UNSUPPORTED,
+    ImplRun,
+    ResultSink,
+    level_prefix,
+)
 
 __all__ = ["ScenarioError", "free_ports", "load_scenarios", "run_scenarios"]
 
@@ -102,14 +108,12 @@ class ScenarioRun:
 
     def __init__(
         self,
-        runner: Runner,
+        runner: ResultSink,
         sc: Mapping[str, Any],
         roles: Mapping[str, ImplRun],
         tag: str,
         work: Path,
     ) -> None:
-        from delta_fabric.conformance.peer import model_manifest
-
         self.runner = runner
         self.sc = sc
         self.tag = tag
@@ -125,7 +129,11 @@ class ScenarioRun:
             name = str(spec["name"])
             impl = roles[str(spec["role"])]
             client = DriverClient(
-                impl.name, impl.impl.argv(), work / "logs" / f"{name}.{impl.name}.stderr.log"
+                impl.name,
+                impl.impl.argv(),
+                work / "logs" / f"{name}.{impl.name}.stderr.log",
+                schema=runner.opts.schema,
+                cwd=runner.opts.cwd,
             )
             node = Node(
                 name,
@@ -324,7 +332,7 @@ class ScenarioRun:
         }
 
     def data_files(self, n: Node, which: str) -> dict[str, Any]:
-        from delta_fabric.conformance.digits import write_shards
+        from delta_fabric_conformance.digits import write_shards
 
         if not self.data:
             trainers = [m.name for m in self.nodes.values()]
@@ -534,17 +542,13 @@ def _pairs(sc: Mapping[str, Any], runs: Sequence[ImplRun]) -> list[tuple[ImplRun
 
 
 def _test_id(sc: Mapping[str, Any], a: ImplRun, b: ImplRun, runs: Sequence[ImplRun]) -> str:
-    from delta_fabric.conformance.runner import level_prefix
-
     fws = [r.framework for r in runs]
     same_fw = len(set(fws)) != len(fws)
     left, right = (a.name, b.name) if same_fw else (a.framework, b.framework)
     return f"{level_prefix(str(sc.get('level', 'REQUIRED')))}.live.{left}_x_{right}.{sc['id']}"
 
 
-def run_scenarios(runner: Runner, runs: list[ImplRun]) -> None:
-    from delta_fabric.conformance.runner import FAILED, PASSED, UNSUPPORTED
-
+def run_scenarios(runner: ResultSink, runs: list[ImplRun]) -> None:
     for sc in load_scenarios(runner.opts.scenarios):
         if runner.opts.scenario_names and sc["id"] not in runner.opts.scenario_names:
             continue
@@ -632,7 +636,7 @@ def _notes(
 
 
 def _baseline(
-    runner: Runner, sc: Mapping[str, Any], runs: Sequence[ImplRun]
+    runner: ResultSink, sc: Mapping[str, Any], runs: Sequence[ImplRun]
 ) -> dict[str, Any] | None:
     """Run the scenario with every role on the baseline framework's implementation (e.g. all PyTorch)."""
     fw = sc["baseline"]["framework"]

@@ -19,7 +19,7 @@ __all__ = [
 
 _ID_DEF = re.compile(r"\*\*\[(DF-[A-Z]+-\d+)\]\*\*")
 _NORMATIVE = re.compile(r"\b(MUST|MUST NOT|REQUIRED|SHALL|SHALL NOT)\b")
-_MARK = {"passed": "✓", "failed": "✕", "unsupported": "?"}
+_MARK = {"passed": "✓", "failed": "✕", "unsupported": "?", "skipped": "skip"}
 
 
 _INDEX_ROW = re.compile(r"^\|\s*(DF-[A-Z]+-\d+)\s*\|[^|]*\|\s*([A-Z ]+?)\s*\|\s*$", re.MULTILINE)
@@ -112,6 +112,7 @@ def summary_counts(results: Sequence[Any]) -> dict[str, int]:
         "passed": 0,
         "failed": 0,
         "unsupported": 0,
+        "skipped": 0,
         "expected_failures": 0,
         "unexpected_failures": 0,
         "unexpected_passes": 0,
@@ -150,7 +151,7 @@ def _matrix_md(
     counts = summary_counts(results)
     lines.append(
         f"`conformance: {counts['passed']} passed, {counts['failed']} failed, "
-        f"{counts['unsupported']} unsupported` "
+        f"{counts['unsupported']} unsupported, {counts['skipped']} skipped` "
         f"({counts['expected_failures']} expected failures, {counts['unexpected_failures']} unexpected "
         f"failures, {counts['unexpected_passes']} unexpected passes, {counts['warnings']} warnings)"
     )
@@ -166,13 +167,16 @@ def _matrix_md(
     lines.append("")
     lines += ["Implementations:", ""]
     for h in header.get("implementations", []):
+        if h.get("skipped"):
+            lines.append(f"- `{h['name']}`: SKIPPED: {h['skipped']}")
+            continue
         lines.append(
             f"- `{h['name']}`: {h.get('language', '?')} / {h.get('framework', '?')} "
             f"{h.get('version', '')} capabilities: {', '.join(h.get('capabilities', []))}"
         )
     lines += [
         "",
-        "✓ passed, ✕ failed, ? unsupported; (xfail) listed in expected-failures, (XPASS) listed but passed",
+        "✓ passed, ✕ failed, ? unsupported, skip: skipped (optional, not installed); (xfail) listed in expected-failures, (XPASS) listed but passed",
         "",
     ]
 

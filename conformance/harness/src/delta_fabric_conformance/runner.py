@@ -9,20 +9,26 @@ import json
 import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from delta_fabric.conformance.client import REPO_ROOT, DriverClient, ProtocolViolation, Reply
-from delta_fabric.conformance.compare import diff_json
-from delta_fabric.conformance.registry import ExpectedFailures, Implementation
+from delta_fabric_conformance.client import Reply
+from delta_fabric_conformance.compare import diff_json
+from delta_fabric_conformance.engine_checks import check_engine_result
+from delta_fabric_conformance.live import run_scenarios
+from delta_fabric_conformance.registry import ExpectedFailures, Implementation
+from delta_fabric_conformance.results import (
+    FAILED,
+    PASSED,
+    SKIPPED,
+    UNSUPPORTED,
+    ImplRun,
+    Options,
+    TestResult,
+    level_prefix,
+)
 
-__all__ = ["Options", "Runner", "TestResult", "level_prefix"]
-
-MAX_RESTARTS = 3
-HELLO_TIMEOUT = 120.0
-CALL_TIMEOUT = 30.0
-PASSED, FAILED, UNSUPPORTED = "passed", "failed", "unsupported"
+__all__ = ["Options", "Runner", "TestResult", "level_prefix", "vector_test_id"]
 #: Commands every registered implementation must answer (an `unsupported` answer fails the test).
 REQUIRED_COMMANDS = frozenset({"hello", "decode", "stop"})
 PROTOCOL_RULES = {
@@ -32,57 +38,6 @@ PROTOCOL_RULES = {
     "timeout": "Required.protocol.lifecycle.responsive",
     "exited": "Required.protocol.lifecycle.no_crash",
 }
-
-
-def level_prefix(level: str) -> str:
-    lv = level.upper()
-    if lv not in ("REQUIRED", "RECOMMENDED"):
-        raise ValueError(f"unknown level {level!r}")
-    return "Required" if lv == "REQUIRED" else "Recommended"
-
-
-@dataclass
-class TestResult:
-    id: str
-    level: str  # REQUIRED | RECOMMENDED
-    impls: tuple[str, ...]
-    result: str  # passed | failed | unsupported
-    message: str = ""
-    requirements: list[str] = field(default_factory=list)
-    expected_failure: str | None = None  # the expected-failures pattern naming this test
-    verdict: str = ""  # ok | expected_failure | unexpected_failure | unexpected_pass | warning
-    duration_s: float = 0.0
-    category: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "level": self.level,
-            "impls": list(self.impls),
-            "result": self.result,
-            "verdict": self.verdict,
-            "message": self.message,
-            "requirements": self.requirements,
-            "expected_failure": self.expected_failure,
-            "duration_s": round(self.duration_s, 4),
-            "category": self.category,
-        }
-
-
-@dataclass
-class Options:
-    output: Path
-    impls: list[str] = field(default_factory=list)
-    registry: Path = REPO_ROOT / "interop" / "implementations.json"
-    vectors: Path = REPO_ROOT / "conformance" / "vectors"
-    scenarios: Path = REPO_ROOT / "conformance" / "scenarios"
-    expected_failures: Path = REPO_ROOT / "conformance" / "expected-failures"
-    spec: Path = REPO_ROOT / "spec" / "protocol.md"
-    tests: list[str] = field(default_factory=list)  # fnmatch patterns; empty = all
-    scenario_names: list[str] = field(default_factory=list)  # empty = all
-    live: bool = True
-    enforce_recommended: bool = False
-    verbose: bool = False
 
 
 def vector_test_id(row: Mapping[str, Any], level: str = "REQUIRED") -> str:
@@ -98,84 +53,10 @@ def vector_test_id(row: Mapping[str, Any], level: str = "REQUIRED") -> str:
     return f"{level_prefix(level)}.{vid}"
 
 
-class ImplRun:
-    """One implementation's long-lived driver (vectors and encode) and its protocol record."""
-
-    def __init__(self, impl: Implementation, log_dir: Path) -> None:
-        self.impl = impl
-        self.client = DriverClient(impl.name, impl.argv(), log_dir / f"{impl.name}.stderr.log")
-        self.hello: dict[str, Any] | None = None
-        self.caps: set[str] = set()
-        self.restarts = 0
-        self.abandoned: str | None = None
-        self.violations: dict[str, list[str]] = {}
-
-    @property
-    def name(self) -> str:
-        return self.impl.name
-
-    @property
-    def framework(self) -> str:
-        return str(self.hello["framework"]) if self.hello else self.impl.framework
-
-    def record(self, v: ProtocolViolation, context: str) -> None:
-        self.violations.setdefault(v.rule, []).append(f"{context}: {v}")
-
-    def start(self) -> str | None:
-        """Start the driver and shake hands; returns a failure message or None."""
-        self.client.start()
-        try:
-            r = self.client.request(
-                {"cmd": "hello", "versions": [1], "spec_version": "1.0"}, timeout=HELLO_TIMEOUT
-            )
-        except ProtocolViolation as v:
-            self.record(v, "hello")
-            return str(v)
-        if r.kind != "ok":
-            return f"hello answered {r.kind}: {r.body}"
-        if r.body["name"] != self.impl.name:
-            return f"hello name {r.body['name']!r} != registry name {self.impl.name!r}"
-        self.hello = r.body
-        self.caps = set(r.body["capabilities"])
-        return None
-
-    def restart(self) -> bool:
-        """After a protocol violation: start again, unless the restart budget is spent."""
-        if self.abandoned is not None:
-            return False
-        if self.restarts >= MAX_RESTARTS:
-            self.abandoned = f"driver abandoned after {MAX_RESTARTS} restarts"
-            self.client.kill()
-            return False
-        self.restarts += 1
-        problem = self.start()
-        if problem is not None:
-            self.abandoned = f"driver failed to restart: {problem}"
-            self.client.kill()
-            return False
-        return True
-
-    def call(
-        self, args: Mapping[str, Any], context: str, timeout: float = CALL_TIMEOUT
-    ) -> Reply | str:
-        """A checked request; a string is the failure message (protocol violation, dead driver)."""
-        if self.abandoned is not None:
-            return self.abandoned
-        if not self.client.alive and not self.restart():
-            return self.abandoned or "driver not running"
-        try:
-            return self.client.request(args, timeout=timeout)
-        except ProtocolViolation as v:
-            self.record(v, context)
-            self.restart()
-            return f"protocol violation: {v}"
-
-
 class Runner:
     def __init__(self, impls: list[Implementation], opts: Options) -> None:
         self.opts = opts
-        self.log_dir = opts.output / "logs"
-        self.runs = [ImplRun(i, self.log_dir) for i in impls]
+        self.runs = [ImplRun(i, opts) for i in impls]
         self.results: list[TestResult] = []
         self.xfail = {
             i.name: ExpectedFailures.load(opts.expected_failures / f"{i.name}.txt") for i in impls
@@ -215,6 +96,8 @@ class Runner:
             )
         elif result == PASSED:
             verdict = "unexpected_pass" if pattern else "ok"
+        elif result == SKIPPED:
+            verdict = "skipped"
         else:
             verdict = "ok"
         r = TestResult(
@@ -248,16 +131,28 @@ class Runner:
             if valid:
                 self.run_encode(row, live)
         if self.opts.live:
-            from delta_fabric.conformance.live import run_scenarios
-
             run_scenarios(self, live)
         for run in self.runs:
             self.finish(run)
         return self.results
 
     def handshake(self, run: ImplRun) -> None:
+        missing = run.impl.missing_requirements()
+        if missing is not None and run.impl.optional:
+            # an optional implementation whose framework is not installed: reported, never failed
+            run.skipped = f"optional implementation not run: {missing}"
+            self.add(
+                "Required.protocol.hello.handshake",
+                "REQUIRED",
+                [run.name],
+                SKIPPED,
+                run.skipped,
+            )
+            return
         t0 = time.monotonic()
         problem = run.start()
+        if problem is not None and missing is not None:
+            problem += f" ({missing})"
         if problem is not None and "status 127" in problem and run.impl.build:
             problem += f" (command not found: build it with `{run.impl.build}`)"
         reqs: list[str] = []
@@ -303,6 +198,8 @@ class Runner:
             )
 
     def finish(self, run: ImplRun) -> None:
+        if run.skipped is not None:
+            return
         if run.hello is not None and run.abandoned is None:
             ok = run.client.stop()
             self.add(
@@ -433,7 +330,6 @@ class Runner:
         if r.kind == "rejected":
             return FAILED, f"{kind} answered rejected ({r.body['code']}); results are expected"
         expected = data.get("expected", {})
-        from delta_fabric.conformance.engine_checks import check_engine_result
 
         problem = check_engine_result(kind, data, expected, r.body)
         return (PASSED, "") if problem is None else (FAILED, problem)

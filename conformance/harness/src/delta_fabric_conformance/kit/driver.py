@@ -1,13 +1,14 @@
-"""The Python reference driver of the conformance suite (``conformance/driver-protocol.md``).
+"""The request loop of a Python driver (``conformance/driver-protocol.md``): JSON lines on stdin, exactly
+one JSON line per request on stdout (flushed), logs on stderr (prefixed ``[<name>-driver]``, with the
+traceback of every errored request).
 
-Run as ``python -m delta_fabric.conformance_driver``: JSON lines on stdin, exactly one JSON line per request
-on stdout (flushed), logs on stderr. Every command is an in-process call into :mod:`delta_fabric`:
-``decode``/``encode`` into :mod:`delta_fabric.wire`, ``generate``/``receive`` into the sans-IO
-:class:`~delta_fabric.engine.Engine`, ``peer`` into :mod:`delta_fabric.conformance.peer` (the Zenoh
-transport and the NumPy / PyTorch adapters).
-
-Other drivers can reuse :class:`Driver` and override one handler (the runner's self-test does exactly that
-to plant faults in fake drivers).
+Every command is an in-process call into :mod:`delta_fabric`: ``decode``/``encode`` into
+:mod:`delta_fabric.wire`, ``generate``/``receive`` into the sans-IO engine (through the framework's
+``gather``/``apply`` hooks when given), ``peer`` into :class:`~delta_fabric_conformance.kit.peer.PeerHost`
+(the Zenoh transport, the NumPy adapter for the flat model and the driver's :class:`ModelKit` for the
+digits CNN). A framework's driver is a :class:`Driver` built with its name, framework and model kit
+(see :mod:`delta_fabric_conformance.drivers.torch`). Drivers can also override one handler (the
+runner's self-test does exactly that to plant faults in fake drivers).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from collections.abc import Callable, Mapping
 from typing import IO, Any
 
 from delta_fabric import __version__
-from delta_fabric.conformance.engine_io import run_generate, run_receive
 from delta_fabric.errors import DecodeError
 from delta_fabric.wire import (
     decode_packet,
@@ -30,6 +30,9 @@ from delta_fabric.wire import (
     packet_to_json,
     validate_packet,
 )
+
+from delta_fabric_conformance.kit.engine_io import Apply, Gather, run_generate, run_receive
+from delta_fabric_conformance.kit.peer import ModelKit, NodeFactory, PeerHost
 
 __all__ = ["Driver", "Rejected", "Skipped", "main"]
 
@@ -53,20 +56,40 @@ class Skipped(Exception):
 Handler = Callable[[Mapping[str, Any]], dict[str, Any]]
 
 
-def _log(msg: str) -> None:
-    print(f"[python-driver] {msg}", file=sys.stderr, flush=True)
-
-
 class Driver:
-    """Request dispatch. ``handlers`` maps command names to functions returning the ``ok`` result."""
+    """Request dispatch. ``handlers`` maps command names to functions returning the ``ok`` result.
+
+    ``name`` is the registry name (``hello``'s ``name``), ``framework`` the framework it reports.
+    ``kit`` builds, trains and evaluates the digits CNN in that framework (capability ``peer.train``);
+    without one the driver runs the ``flat`` live model only. ``node_factory`` replaces how a live
+    node is built (default: :class:`~delta_fabric_conformance.kit.peer.PeerNode` with ``kit``);
+    ``gather`` / ``apply`` route the ``generate`` / ``receive`` vectors through the framework.
+    """
 
     name = "python"
     language = "python"
 
-    def __init__(self) -> None:
-        self._peer: Any = (
-            None  # delta_fabric.conformance.peer.PeerHost, created on the first peer request
-        )
+    def __init__(
+        self,
+        name: str | None = None,
+        framework: str = "numpy",
+        kit: ModelKit | None = None,
+        *,
+        node_factory: NodeFactory | None = None,
+        gather: Gather | None = None,
+        apply: Apply | None = None,
+        version: str = __version__,
+    ) -> None:
+        if kit is not None and kit.framework != framework:
+            raise ValueError(f"model kit for {kit.framework!r} given to a {framework!r} driver")
+        self.name = name or type(self).name
+        self._framework = framework
+        self.kit = kit
+        self.node_factory = node_factory
+        self.gather = gather
+        self.apply = apply
+        self.version = version
+        self._peer: PeerHost | None = None  # created on the first peer request
         self.handlers: dict[str, Handler] = {
             "hello": self.hello,
             "decode": self.decode,
@@ -79,8 +102,12 @@ class Driver:
         self.stopping = False
 
     # commands --------------------------------------------------------------------------------------
+    def log(self, msg: str) -> None:
+        """One line on stderr, prefixed with the driver's name."""
+        print(f"[{self.name}-driver] {msg}", file=sys.stderr, flush=True)
+
     def framework(self) -> str:
-        return "torch" if importlib.util.find_spec("torch") is not None else "numpy"
+        return self._framework
 
     def capabilities(self) -> list[str]:
         caps = [
@@ -95,7 +122,7 @@ class Driver:
         if importlib.util.find_spec("zenoh") is None:
             return caps
         caps += ["peer", "peer.snapshot"]
-        if self.framework() == "torch":
+        if self.kit is not None or self.node_factory is not None:
             caps.append("peer.train")
         return caps
 
@@ -105,7 +132,7 @@ class Driver:
             raise ValueError(f"driver protocol versions {versions} not supported (this driver: 1)")
         return {
             "name": self.name,
-            "version": __version__,
+            "version": self.version,
             "language": self.language,
             "framework": self.framework(),
             "spec_version": SPEC_VERSION,
@@ -133,17 +160,15 @@ class Driver:
         return {"packet": base64.b64encode(encode_packet(pkt)).decode("ascii")}
 
     def generate(self, req: Mapping[str, Any]) -> dict[str, Any]:
-        return run_generate(req["vector"])
+        return run_generate(req["vector"], gather=self.gather)
 
     def receive(self, req: Mapping[str, Any]) -> dict[str, Any]:
         packets = [base64.b64decode(p, validate=True) for p in req["packets"]]
-        return run_receive(req["vector"], packets)
+        return run_receive(req["vector"], packets, apply=self.apply)
 
     def peer(self, req: Mapping[str, Any]) -> dict[str, Any]:
         if self._peer is None:
-            from delta_fabric.conformance.peer import PeerHost
-
-            self._peer = PeerHost(framework=self.framework())
+            self._peer = PeerHost(self.kit, node_factory=self.node_factory)
         events: list[dict[str, Any]] = self._peer.run(
             str(req["session"]), list(req["script"]), float(req["timeout_s"])
         )
@@ -172,13 +197,9 @@ class Driver:
         except Skipped as exc:
             return {"skipped": {"reason": str(exc)}}
         except Exception as exc:
-            _log(f"{cmd} failed: {type(exc).__name__}: {exc}")
-            return {
-                "errored": {
-                    "message": f"{type(exc).__name__}: {exc}",
-                    "traceback": traceback.format_exc(),
-                }
-            }
+            tb = traceback.format_exc()
+            self.log(f"{cmd} failed: {type(exc).__name__}: {exc}\n{tb.rstrip()}")
+            return {"errored": {"message": f"{type(exc).__name__}: {exc}", "traceback": tb}}
 
     def write(self, out: IO[str], seq: Any, body: Mapping[str, Any]) -> None:
         out.write(json.dumps({"seq": seq, **body}, separators=(",", ":"), allow_nan=False) + "\n")
@@ -193,7 +214,7 @@ class Driver:
                 if not isinstance(req, dict):
                     raise ValueError("request is not a JSON object")
             except ValueError as exc:
-                _log(f"unreadable request: {exc}")
+                self.log(f"unreadable request: {exc}")
                 self.write(out, 0, {"errored": {"message": f"unreadable request: {exc}"}})
                 continue
             self.write(out, req.get("seq", 0), self.respond(req))
@@ -204,15 +225,12 @@ class Driver:
         return 0
 
 
-def main(driver: Driver | None = None) -> int:
-    # Keep stdout for protocol lines only: anything a library prints goes to stderr.
+def main(driver: Driver) -> int:
+    """Serve ``driver`` on stdin/stdout until ``stop`` or end of input. Keeps stdout for protocol lines
+    only: anything a library prints goes to stderr."""
     protocol_out = sys.stdout
     sys.stdout = sys.stderr
     try:
-        return (driver or Driver()).serve(sys.stdin, protocol_out)
+        return driver.serve(sys.stdin, protocol_out)
     finally:
         sys.stdout = protocol_out
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,7 @@
 """`delta-fabric demo`: a local DeltaFabric cluster on loopback Zenoh, trained on label-skewed
 digits.
 
-Three runs in one invocation (each node is a separate process, see `delta_fabric.demo.node`):
+Three runs in one invocation (each node is a separate process, see `delta_fabric_demo.node`):
 
 1. ``sync``: the cluster (default 3 nodes, ring) with DeltaFabric sync;
 2. ``nosync``: the same nodes, same data and settings, no sync (flag ``--skip-nosync``);
@@ -32,7 +32,24 @@ import numpy as np
 
 __all__ = ["add_arguments", "run"]
 
-FRAMEWORKS = ("torch", "burn")
+
+@dataclass(frozen=True)
+class NodeLauncher:
+    """How the demo starts one framework's node. Every node speaks the same command line and stdout
+    protocol (``delta_fabric_demo.node``); a Python node runs as ``python -m python_module``, a
+    native one as ``binary`` (found on PATH, or given with ``--<framework>-bin``)."""
+
+    python_module: str | None = None
+    binary: str | None = None
+    forkable: bool = False  # may start forked from the PyTorch forkserver (--launcher forkserver)
+
+
+#: framework -> launcher: adding a framework's demo node is one row here.
+NODE_LAUNCHERS: dict[str, NodeLauncher] = {
+    "torch": NodeLauncher(python_module="delta_fabric_demo.node", forkable=True),
+    "burn": NodeLauncher(binary="df-node"),
+}
+FRAMEWORKS = tuple(NODE_LAUNCHERS)
 DEFAULT_STEPS = 1200
 BASE_LR = 0.05
 
@@ -87,7 +104,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=("forkserver", "subprocess"),
         default="forkserver" if sys.platform.startswith("linux") else "subprocess",
         help="how PyTorch nodes start: forked from a server that imported torch once, or "
-        "`python -m delta_fabric.demo.node` each",
+        "`python -m delta_fabric_demo.node` each",
     )
     p.add_argument(
         "--timeout", type=float, default=600.0, help="give up on a run after this many s"
@@ -163,7 +180,7 @@ _HELP_CACHE: dict[str, str] = {}
 
 
 def _burn_supports(binary: str, flag: str) -> bool:
-    """Whether ``df-node --help`` mentions ``flag``."""
+    """Whether ``<binary> --help`` (``df-node``) mentions ``flag``."""
     if binary not in _HELP_CACHE:
         try:
             proc = subprocess.run(
@@ -201,21 +218,21 @@ def _node_command(spec: NodeSpec, args: argparse.Namespace, common: dict[str, An
         argv += ["--connect", c]
     if spec.neighbours:
         argv += ["--neighbours", ",".join(f"{x:016x}" for x in spec.neighbours)]
-    # options a df-node build may not know yet: passed to it only when its --help lists them
-    burn = spec.framework == "burn"
-    if not burn or _burn_supports(common["burn_bin"], "--max-lead"):
+    # options a native node build may not know yet: passed to it only when its --help lists them
+    launcher = NODE_LAUNCHERS[spec.framework]
+    binary = common["bins"].get(spec.framework) if launcher.binary else None
+    if binary is None or _burn_supports(binary, "--max-lead"):
         argv += ["--max-lead", str(args.max_lead)]
-    if spec.bn_momentum is not None and (
-        not burn or _burn_supports(common["burn_bin"], "--bn-momentum")
-    ):
+    if spec.bn_momentum is not None and (binary is None or _burn_supports(binary, "--bn-momentum")):
         argv += ["--bn-momentum", repr(spec.bn_momentum)]
-    if burn:
-        return [common["burn_bin"], *argv]
-    return [sys.executable, "-m", "delta_fabric.demo.node", *argv]
+    if binary is not None:
+        return [binary, *argv]
+    assert launcher.python_module is not None
+    return [sys.executable, "-m", launcher.python_module, *argv]
 
 
 class _Child:
-    """A node process started as ``df-node`` / ``python -m delta_fabric.demo.node`` (stdio
+    """A node process started as ``df-node`` / ``python -m delta_fabric_demo.node`` (stdio
     protocol)."""
 
     def __init__(self, spec: NodeSpec, cmd: list[str], log: Path, events: queue.Queue[Any]) -> None:
@@ -284,7 +301,7 @@ class _ForkChild(_Child):
     def __init__(
         self, spec: NodeSpec, argv: list[str], log: Path, events: queue.Queue[Any], ctx: Any
     ) -> None:
-        from delta_fabric.demo.node import child_entry
+        from delta_fabric_demo.node import child_entry
 
         self.spec = spec
         self.done = None
@@ -340,7 +357,7 @@ def _fork_context() -> Any:
 
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(
-            ["torch", "delta_fabric.demo.node", "delta_fabric.adapters.torch"]
+            ["torch", "delta_fabric_demo.node", "delta_fabric.adapters.torch"]
         )
         _FORK_CTX = ctx
     return _FORK_CTX
@@ -366,7 +383,7 @@ def _run_phase(
             for spec in specs:
                 cmd = _node_command(spec, args, common)
                 log = logs / f"{run_name}-node{spec.index}.log"
-                if spec.framework == "torch" and args.launcher == "forkserver":
+                if NODE_LAUNCHERS[spec.framework].forkable and args.launcher == "forkserver":
                     children.append(_ForkChild(spec, cmd[3:], log, events, _fork_context()))
                 else:
                     children.append(_Child(spec, cmd, log, events))
@@ -551,19 +568,23 @@ def run(args: argparse.Namespace) -> int:
     if n < 1 or args.steps < 1:
         print("demo: need at least one node and one step", file=sys.stderr)
         return 2
-    burn_bin = None
-    if "burn" in frameworks:
-        burn_bin = args.burn_bin or shutil.which("df-node")
-        if not burn_bin or not Path(burn_bin).exists():
+    bins: dict[str, str] = {}
+    for fw in sorted(set(frameworks)):
+        name = NODE_LAUNCHERS[fw].binary
+        if name is None:
+            continue
+        found = getattr(args, f"{fw}_bin", None) or shutil.which(name)
+        if not found or not Path(found).exists():
             print(
-                "demo: a burn node was asked for but the df-node binary was not found "
-                "(build interop/ and put df-node on PATH, or pass --burn-bin)",
+                f"demo: a {fw} node was asked for but the {name} binary was not found "
+                f"(build interop/ and put {name} on PATH, or pass --{fw}-bin)",
                 file=sys.stderr,
             )
             return 2
+        bins[fw] = found
 
-    from delta_fabric.demo.data import load_split, partition, write_partition
-    from delta_fabric.demo.model import init_model, save_canonical
+    from delta_fabric_demo.data import load_split, partition, write_partition
+    from delta_fabric_demo.model import init_model, save_canonical
 
     out: Path = args.output
     out.mkdir(parents=True, exist_ok=True)
@@ -593,7 +614,7 @@ def run(args: argparse.Namespace) -> int:
         "init": init_path.resolve(),
         "steps": args.steps,
         "include_buffers": include_buffers,
-        "burn_bin": burn_bin,
+        "bins": bins,
         "namespace": f"deltafabric/demo-{os.getpid()}-{int(time.time())}",
     }
     base_id = 0xDF00_0000_0000_0000

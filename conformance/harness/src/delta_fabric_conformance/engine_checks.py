@@ -8,7 +8,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from delta_fabric.conformance.compare import diff_json
+from delta_fabric_conformance.compare import diff_json
 
 __all__ = ["check_engine_result"]
 

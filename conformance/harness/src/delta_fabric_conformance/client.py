@@ -18,8 +18,6 @@ import jsonschema
 
 __all__ = ["DriverClient", "ProtocolViolation", "Reply", "schema_validator"]
 
-REPO_ROOT = Path(__file__).resolve().parents[4]
-SCHEMA_PATH = REPO_ROOT / "conformance" / "driver-protocol.schema.json"
 KINDS = ("ok", "rejected", "skipped", "errored", "unsupported")
 
 
@@ -41,28 +39,29 @@ class Reply:
 
 
 @cache
-def _schema() -> dict[str, Any]:
-    with open(SCHEMA_PATH, encoding="utf-8") as f:
+def _schema(path: Path) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as f:
         s: dict[str, Any] = json.load(f)
     return s
 
 
-def schema_validator(ref: str) -> jsonschema.protocols.Validator:
-    """A validator of the schema's ``#/$defs/...`` member ``ref`` (e.g. ``response``, ``result/hello``)."""
-    return _validator(ref)
+def schema_validator(schema: Path, ref: str) -> jsonschema.protocols.Validator:
+    """A validator of the ``#/$defs/...`` member ``ref`` (e.g. ``response``, ``result/hello``) of the
+    driver-protocol schema at ``schema`` (``conformance/driver-protocol.schema.json``)."""
+    return _validator(schema, ref)
 
 
 @cache
-def _validator(ref: str) -> jsonschema.protocols.Validator:
-    s = _schema()
+def _validator(schema: Path, ref: str) -> jsonschema.protocols.Validator:
+    s = _schema(schema)
     sub = {"$schema": s["$schema"], "$defs": s["$defs"], "$ref": f"#/$defs/{ref}"}
     cls = jsonschema.validators.validator_for(sub)
     v: jsonschema.protocols.Validator = cls(sub)
     return v
 
 
-def _schema_error(ref: str, obj: Any) -> str | None:
-    err = jsonschema.exceptions.best_match(_validator(ref).iter_errors(obj))
+def _schema_error(schema: Path, ref: str, obj: Any) -> str | None:
+    err = jsonschema.exceptions.best_match(_validator(schema, ref).iter_errors(obj))
     if err is None:
         return None
     path = "/".join(str(p) for p in err.absolute_path)
@@ -74,9 +73,10 @@ class DriverClient:
     dead or killed: call `start` again)."""
 
     def __init__(
-        self, name: str, command: Sequence[str], log_path: Path, cwd: Path = REPO_ROOT
+        self, name: str, command: Sequence[str], log_path: Path, *, schema: Path, cwd: Path
     ) -> None:
         self.name = name
+        self.schema = schema
         self.command = list(command)
         self.log_path = log_path
         self.cwd = cwd
@@ -160,7 +160,7 @@ class DriverClient:
             raise ProtocolViolation("exited", f"driver not running (exit status {p and p.poll()})")
         self._seq += 1
         msg = {"v": 1, "seq": self._seq, **args}
-        problem = _schema_error("request", msg)
+        problem = _schema_error(self.schema, "request", msg)
         if problem is not None:  # a bug of the runner or of a scenario file, not of the driver
             raise ValueError(f"the runner built an invalid request: {problem}")
         try:
@@ -199,7 +199,7 @@ class DriverClient:
             raise ProtocolViolation(
                 "framing", f"non-JSON line on stdout: {line[:120].decode(errors='replace')!r}"
             ) from None
-        problem = _schema_error("response", msg)
+        problem = _schema_error(self.schema, "response", msg)
         if problem is not None:
             self.kill()
             raise ProtocolViolation("schema", problem)
@@ -210,8 +210,8 @@ class DriverClient:
             )
         kind = next(k for k in KINDS if k in msg)
         body = msg[kind]
-        if kind == "ok" and cmd in _schema()["$defs"]["result"]:
-            problem = _schema_error(f"result/{cmd}", body)
+        if kind == "ok" and cmd in _schema(self.schema)["$defs"]["result"]:
+            problem = _schema_error(self.schema, f"result/{cmd}", body)
             if problem is not None:
                 self.kill()
                 raise ProtocolViolation("schema", problem)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import importlib.util
 import json
 import sys
 from dataclasses import dataclass, field
@@ -14,7 +15,12 @@ __all__ = ["ExpectedFailures", "Implementation", "load_registry"]
 
 @dataclass(frozen=True)
 class Implementation:
-    """One registry entry. ``command`` is an argv list; ``{python}`` is replaced by the runner's Python."""
+    """One registry entry. ``command`` is an argv list; ``{python}`` is replaced by the runner's Python.
+
+    ``requires`` lists what the driver needs to start, as ``{"python": [module, ...]}`` (modules importable
+    by the runner's Python, which runs ``{python}`` drivers). An ``optional`` implementation whose
+    requirements are missing is reported as skipped with the reason instead of failing.
+    """
 
     name: str
     language: str
@@ -23,6 +29,8 @@ class Implementation:
     capabilities: tuple[str, ...]
     build: str = ""
     description: str = ""
+    optional: bool = False
+    requires_python: tuple[str, ...] = ()
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Implementation:
@@ -32,6 +40,15 @@ class Implementation:
         cmd = d["command"]
         if isinstance(cmd, str) or not all(isinstance(c, str) for c in cmd) or not cmd:
             raise ValueError(f"{d['name']}: command must be a non-empty list of strings")
+        requires = d.get("requires", {})
+        if not isinstance(requires, dict) or set(requires) - {"python"}:
+            raise ValueError(f"{d['name']}: requires must be an object with only a 'python' list")
+        modules = requires.get("python", [])
+        if isinstance(modules, str) or not all(isinstance(m, str) and m for m in modules):
+            raise ValueError(f"{d['name']}: requires.python must be a list of module names")
+        optional = d.get("optional", False)
+        if not isinstance(optional, bool):
+            raise ValueError(f"{d['name']}: optional must be true or false")
         return cls(
             name=str(d["name"]),
             language=str(d["language"]),
@@ -40,10 +57,28 @@ class Implementation:
             capabilities=tuple(str(c) for c in d["capabilities"]),
             build=str(d.get("build", "")),
             description=str(d.get("description", "")),
+            optional=optional,
+            requires_python=tuple(modules),
+        )
+
+    def missing_requirements(self) -> str | None:
+        """Why the driver cannot start here (a one-line reason), or None when nothing is missing."""
+        missing = [m for m in self.requires_python if not _importable(m)]
+        if not missing:
+            return None
+        return f"Python module(s) {', '.join(missing)} not installed for {sys.executable}" + (
+            f" (install: {self.build})" if self.build else ""
         )
 
     def argv(self) -> list[str]:
         return [sys.executable if c == "{python}" else c for c in self.command]
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package is missing, or a malformed name
+        return False
 
 
 def load_registry(path: Path) -> list[Implementation]:

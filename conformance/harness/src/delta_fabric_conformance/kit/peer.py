@@ -1,11 +1,14 @@
-"""Live scripted nodes of the Python driver's ``peer`` command (driver protocol section 5.6).
+"""Live scripted nodes of a Python driver's ``peer`` command (driver protocol section 5.6), and the
+model kit a framework plugs into them.
 
 A node is the package's own adapter loop on the Zenoh transport
 (:class:`~delta_fabric.transports.zenoh.ZenohTransport`): :class:`~delta_fabric.adapters.numpy.NumpyFabric`
-over a flat f32 vector for the ``flat`` model (scripted deltas are added to it), and the PyTorch
-:class:`~delta_fabric.adapters.torch.Fabric` around the demo's ``DigitsCNN`` for ``digits_cnn`` (trained
-with plain SGD, ``Fabric.step()`` after every optimizer step). The only additions are a log of accepted
-entries (the fabric's ``on_accepted`` callback) and a log of published packets (a transport wrapper).
+over a flat f32 vector for the ``flat`` model (scripted deltas are added to it, no framework needed), and
+for ``digits_cnn`` the framework's fabric around the framework's digits CNN, both built by the driver's
+:class:`ModelKit` (trained with plain SGD, ``fabric.step()`` after every optimizer step). The only
+additions are a log of accepted entries (the fabric's ``on_accepted`` callback, :func:`accepted_logger`)
+and a log of published packets (a
+transport wrapper). :class:`PeerHost` takes a ``node_factory`` to replace :class:`PeerNode` altogether.
 """
 
 from __future__ import annotations
@@ -14,49 +17,155 @@ import base64
 import hashlib
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
-from numpy.typing import NDArray
-
-from delta_fabric.adapters._base import FabricBase
 from delta_fabric.adapters.numpy import NumpyFabric
 from delta_fabric.config import SyncConfig
 from delta_fabric.engine import AcceptedEntry
-from delta_fabric.manifest import Manifest, TensorSpec
+from delta_fabric.manifest import Manifest
 from delta_fabric.state import Counters
 from delta_fabric.transports.base import SnapshotProvider, TransportStats
 from delta_fabric.wire import decode_packet, encode_packet, packet_from_json
+from numpy.typing import NDArray
 
-__all__ = ["PeerHost", "PeerNode", "model_manifest"]
+from delta_fabric_conformance.kit.models import model_manifest
 
-#: The demo's digits CNN (``delta_fabric.demo.model.DigitsCNN``, ``df_node::model::DigitsCnn``).
-DIGITS_CNN: tuple[tuple[str, tuple[int, ...]], ...] = (
-    ("bn1.bias", (16,)),
-    ("bn1.running_mean", (16,)),
-    ("bn1.running_var", (16,)),
-    ("bn1.weight", (16,)),
-    ("conv1.bias", (16,)),
-    ("conv1.weight", (16, 1, 3, 3)),
-    ("fc1.bias", (64,)),
-    ("fc1.weight", (64, 256)),
-    ("fc2.bias", (10,)),
-    ("fc2.weight", (10, 64)),
-)
+__all__ = [
+    "KitFabric",
+    "ModelKit",
+    "NodeArgs",
+    "NodeFactory",
+    "PeerHost",
+    "PeerNode",
+    "accepted_logger",
+    "load_data",
+    "logging_fabric",
+]
 
 
-def model_manifest(model: Mapping[str, Any], include_buffers: bool = False) -> Manifest:
-    """The manifest of a scenario model (driver protocol 5.6 ``model``)."""
-    kind = model["kind"]
-    if kind == "flat":
-        return Manifest(TensorSpec(str(t["name"]), tuple(t["shape"])) for t in model["tensors"])
-    if kind == "digits_cnn":
-        return Manifest(
-            TensorSpec(name, shape)
-            for name, shape in DIGITS_CNN
-            if include_buffers or not name.startswith("bn1.running_")
+class KitFabric(Protocol):
+    """What a live node uses of a fabric (the adapters' ``FabricBase`` API)."""
+
+    @property
+    def manifest(self) -> Manifest: ...
+
+    @property
+    def incarnation(self) -> int: ...
+
+    @property
+    def steps(self) -> int: ...
+
+    @property
+    def engine(self) -> Any: ...  # .counters: delta_fabric Counters
+
+    def step(self) -> int: ...
+
+    def poll(self) -> int: ...
+
+    def sync_now(self) -> int: ...
+
+    def snapshot(self) -> Any: ...  # .anchor: the f32 anchor vector
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class NodeArgs:
+    """Everything a live node's fabric is built from, except the model."""
+
+    transport: Any  # a delta_fabric Transport (wrapped: it records what is published)
+    config: SyncConfig
+    node_id: int
+    incarnation: int
+    bootstrap: bool  # load a live peer's snapshot before the first step (DF-ZEN-5)
+    bootstrap_timeout: float
+    accepted: list[dict[str, Any]]  # the log every accepted entry must be appended to
+
+    def build(self, fabric_class: type[Any], model: Any) -> KitFabric:
+        """``fabric_class(model, transport, config, node_id=..., ...)`` that logs accepted entries:
+        the one line a :class:`ModelKit` needs for an adapter with the standard constructor."""
+        cls = logging_fabric(fabric_class)
+        fabric: KitFabric = cls(
+            model,
+            self.transport,
+            self.config,
+            node_id=self.node_id,
+            incarnation=self.incarnation,
+            bootstrap=self.bootstrap,
+            bootstrap_timeout=self.bootstrap_timeout,
+            accepted=self.accepted,
         )
-    raise ValueError(f"unknown model kind {kind!r}")
+        return fabric
+
+    def fabric(self, store: Any) -> KitFabric:
+        """A `delta_fabric.fabric.Fabric` around a weight store (``delta_fabric.store.WeightStore``)
+        that logs accepted entries: the one line a :class:`ModelKit` needs for a store."""
+        from delta_fabric.fabric import Fabric
+
+        fabric: KitFabric = Fabric(
+            store,
+            self.transport,
+            self.config,
+            node_id=self.node_id,
+            incarnation=self.incarnation,
+            bootstrap=self.bootstrap,
+            bootstrap_timeout=self.bootstrap_timeout,
+            on_accepted=accepted_logger(self.accepted),
+        )
+        return fabric
+
+
+class ModelKit(Protocol):
+    """A framework's digits CNN for live scenarios: the part of a driver that knows the framework.
+
+    ``weights`` and every vector are canonical flat f32 (the manifest's order and shapes); data rows are
+    ``[n, 64]`` f32 pixels (row-major 8x8 images) with ``int64`` labels.
+    """
+
+    #: the ``framework`` a driver reports in ``hello`` (``torch``, ``jax``, ...)
+    framework: str
+
+    def make_model(
+        self, manifest: Manifest, weights: NDArray[np.float32], config: SyncConfig
+    ) -> Any:
+        """The digits CNN with these canonical weights; its manifest must equal ``manifest``."""
+        ...
+
+    def make_fabric(self, model: Any, args: NodeArgs) -> KitFabric:
+        """The node around ``model`` (usually ``args.build(FrameworkFabric, model)``)."""
+        ...
+
+    def train_step(
+        self,
+        model: Any,
+        fabric: KitFabric,
+        x: NDArray[np.float32],
+        y: NDArray[np.int64],
+        lr: float,
+    ) -> Any:
+        """One plain SGD step on the batch (mean cross-entropy, training mode), then ``fabric.step()``.
+        Returns the model (a functional framework returns the updated one)."""
+        ...
+
+    def predict(self, model: Any, fabric: KitFabric, x: NDArray[np.float32]) -> NDArray[np.int64]:
+        """Class predictions in evaluation mode (BatchNorm uses its running statistics)."""
+        ...
+
+    def active(self, model: Any, fabric: KitFabric) -> NDArray[np.float32]:
+        """The model's current canonical flat weights."""
+        ...
+
+
+def load_data(data: Mapping[str, Any]) -> tuple[NDArray[np.float32], NDArray[np.int64]]:
+    """A ``data`` argument of ``train`` / ``evaluate`` (driver protocol 5.6): rows and labels."""
+    n = int(data["count"])
+    x = np.fromfile(str(data["x"]), dtype="<f4").reshape(n, 64).astype(np.float32)
+    y = np.fromfile(str(data["y"]), dtype=np.uint8).astype(np.int64)
+    if y.size != n:
+        raise ValueError(f"data: {y.size} labels for {n} rows")
+    return x, y
 
 
 def _sha(a: NDArray[np.float32]) -> str:
@@ -65,15 +174,6 @@ def _sha(a: NDArray[np.float32]) -> str:
 
 def _b64(a: NDArray[np.float32]) -> str:
     return base64.b64encode(np.ascontiguousarray(a, dtype="<f4").tobytes()).decode("ascii")
-
-
-def _load_data(data: Mapping[str, Any]) -> tuple[NDArray[np.float32], NDArray[np.int64]]:
-    n = int(data["count"])
-    x = np.fromfile(str(data["x"]), dtype="<f4").reshape(n, 64).astype(np.float32)
-    y = np.fromfile(str(data["y"]), dtype=np.uint8).astype(np.int64)
-    if y.size != n:
-        raise ValueError(f"data: {y.size} labels for {n} rows")
-    return x, y
 
 
 def _entry_id(e: Any) -> dict[str, Any]:
@@ -85,8 +185,9 @@ def _entry_id(e: Any) -> dict[str, Any]:
     }
 
 
-def _log_accepted(log: list[dict[str, Any]]) -> Callable[[Sequence[AcceptedEntry]], None]:
-    """An ``on_accepted`` callback appending every accepted entry's header to ``log``."""
+def accepted_logger(log: list[dict[str, Any]]) -> Callable[[Sequence[AcceptedEntry]], None]:
+    """An ``on_accepted`` callback (`delta_fabric.fabric.Fabric`) appending every accepted entry's
+    ``{origin, incarnation, seq, hops}`` to ``log``."""
 
     def on_accepted(entries: Sequence[AcceptedEntry]) -> None:
         log.extend(_entry_id(e) for e in entries)
@@ -94,10 +195,27 @@ def _log_accepted(log: list[dict[str, Any]]) -> Callable[[Sequence[AcceptedEntry
     return on_accepted
 
 
-def _torch_fabric_class() -> Callable[..., FabricBase]:
-    from delta_fabric.adapters.torch import Fabric
+_T = TypeVar("_T")
+_LOGGING: dict[type[Any], type[Any]] = {}
 
-    return Fabric
+
+def logging_fabric(base: type[_T]) -> type[_T]:
+    """A subclass of the adapter class ``base`` whose constructor takes ``accepted=`` (a list) and
+    appends every accepted entry's ``{origin, incarnation, seq, hops}`` to it (through the fabric's
+    ``on_accepted`` callback). Cached per class."""
+    cached = _LOGGING.get(base)
+    if cached is not None:
+        return cached
+    parent: Any = base
+
+    class Logging(parent):  # type: ignore[misc]
+        def __init__(self, *args: Any, accepted: list[dict[str, Any]], **kw: Any) -> None:
+            super().__init__(*args, on_accepted=accepted_logger(accepted), **kw)
+
+    Logging.__name__ = Logging.__qualname__ = f"Logging{base.__name__}"
+    _LOGGING[base] = Logging
+    out: type[_T] = Logging
+    return out
 
 
 class _RecordingTransport:
@@ -153,10 +271,10 @@ class _RecordingTransport:
 
 
 class PeerNode:
-    """One live node (one ``peer`` session)."""
+    """One live node (one ``peer`` session). ``kit`` builds the digits CNN (None: flat model only)."""
 
-    def __init__(self, join: Mapping[str, Any], framework: str) -> None:
-        self.framework = framework
+    def __init__(self, join: Mapping[str, Any], kit: ModelKit | None = None) -> None:
+        self.kit = kit
         self.join_args = dict(join)
         self.node_id = int(join["node_id"], 16)
         self.model = dict(join["model"])
@@ -178,30 +296,16 @@ class PeerNode:
         elif init["kind"] not in ("zeros", "snapshot"):
             raise ValueError(f"unknown init kind {init['kind']!r}")
         if self.model["kind"] == "digits_cnn":
-            self.module = self._make_module(self.flat)
+            if kit is None:
+                raise ValueError(
+                    "this driver has no model kit: the digits_cnn model is not supported"
+                )
+            self.module = kit.make_model(self.manifest, self.flat.copy(), self.config)
         self.fabric = self._make_fabric(
             int(join["incarnation"], 16),
             bootstrap=init["kind"] == "snapshot",
             timeout=float(init.get("timeout_s", 30.0)),
         )
-
-    def _make_module(self, flat: NDArray[np.float32]) -> Any:
-        import torch
-
-        # One thread: live scenarios run several nodes on few cores, and intra-op threads of a small
-        # model only contend (measured: 15x slower with the default thread count on 2 cores).
-        torch.set_num_threads(1)
-        from delta_fabric.adapters.torch import module_manifest, module_tensors
-        from delta_fabric.demo.model import DigitsCNN
-
-        m = DigitsCNN()
-        if module_manifest(m, self.config.include_buffers) != self.manifest:
-            raise ValueError("DigitsCNN's manifest differs from the scenario model's")
-        views = self.manifest.split(flat)
-        with torch.no_grad():
-            for name, t in module_tensors(m, self.config.include_buffers).items():
-                t.copy_(torch.from_numpy(views[name]).reshape(t.shape))
-        return m
 
     def _open_transport(self) -> _RecordingTransport:
         from delta_fabric.transports.zenoh import ZenohOptions, ZenohTransport
@@ -222,22 +326,24 @@ class PeerNode:
         )
         return _RecordingTransport(ZenohTransport(opts))
 
-    def _make_fabric(self, incarnation: int, *, bootstrap: bool, timeout: float) -> FabricBase:
+    def _make_fabric(self, incarnation: int, *, bootstrap: bool, timeout: float) -> KitFabric:
         self.transport = self._open_transport()
-        common: dict[str, Any] = {
-            "node_id": self.node_id,
-            "incarnation": incarnation,
-            "bootstrap": bootstrap,
-            "bootstrap_timeout": timeout,
-            "on_accepted": _log_accepted(self.accepted),
-        }
-        fabric: FabricBase
+        args = NodeArgs(
+            self.transport,
+            self.config,
+            self.node_id,
+            incarnation,
+            bootstrap,
+            timeout,
+            self.accepted,
+        )
+        fabric: KitFabric
         if self.module is not None:
-            cls = _torch_fabric_class()
-            fabric = cls(self.module, self.transport, self.config, **common)
+            assert self.kit is not None
+            fabric = self.kit.make_fabric(self.module, args)
         else:
             arrays = self.manifest.split(self.flat)  # views: the fabric updates self.flat in place
-            fabric = NumpyFabric(arrays, self.transport, self.config, **common)
+            fabric = args.build(NumpyFabric, arrays)
         if fabric.manifest.fingerprint != self.manifest.fingerprint:
             raise ValueError("the adapter's manifest differs from the scenario model's")
         return fabric
@@ -328,7 +434,7 @@ class PeerNode:
         self.fabric = self._make_fabric(incarnation, bootstrap=False, timeout=0.0)
 
     def counters(self) -> Counters:
-        total = self.fabric.engine.counters.copy()
+        total: Counters = self.fabric.engine.counters.copy()
         for c in self.past_counters:
             total.packets_received += c.packets_received
             total.packets_accepted += c.packets_accepted
@@ -344,8 +450,8 @@ class PeerNode:
 
     def active(self) -> NDArray[np.float32]:
         if self.module is not None:
-            out: NDArray[np.float32] = self.fabric.active_vector()
-            return out
+            assert self.kit is not None
+            return np.ascontiguousarray(self.kit.active(self.module, self.fabric), dtype=np.float32)
         flat: NDArray[np.float32] = np.array(self.flat, dtype=np.float32)
         return flat
 
@@ -371,51 +477,45 @@ class PeerNode:
 
     # training (capability peer.train) ---------------------------------------------------------------
     def train(self, args: Mapping[str, Any]) -> int:
-        import torch
-
-        m = self.module
-        if m is None:
+        if self.module is None or self.kit is None:
             raise ValueError("train needs the digits_cnn model")
-        x, y = _load_data(args["data"])
+        x, y = load_data(args["data"])
         gen = np.random.default_rng(int(args.get("seed", 0)))
         steps = int(args["steps"])
         bs = int(args.get("batch_size", 32))
-        opt = torch.optim.SGD(m.parameters(), lr=float(args["lr"]))
-        loss_fn = torch.nn.CrossEntropyLoss()
-        xt, yt = torch.from_numpy(x).reshape(-1, 1, 8, 8), torch.from_numpy(y)
-        m.train()
+        lr = float(args["lr"])
         for _ in range(steps):
-            idx = torch.from_numpy(gen.integers(0, x.shape[0], size=bs))
-            opt.zero_grad()
-            loss_fn(m(xt[idx]), yt[idx]).backward()
-            opt.step()
-            self.fabric.step()  # the adapter: receive/apply/relay, generate every sync_interval
+            idx = gen.integers(0, x.shape[0], size=bs)
+            # the kit: one SGD step, then fabric.step() (receive/apply/relay, generate every interval)
+            self.module = self.kit.train_step(self.module, self.fabric, x[idx], y[idx], lr)
         if self.transport is not None:
             self.transport.take()  # what training published is not reported entry by entry
         return steps
 
     def evaluate(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        import torch
-
-        m = self.module
-        if m is None:
+        if self.module is None or self.kit is None:
             raise ValueError("evaluate needs the digits_cnn model")
-        x, y = _load_data(args["data"])
-        m.eval()  # BatchNorm running statistics
-        with torch.no_grad():
-            pred = m(torch.from_numpy(x).reshape(-1, 1, 8, 8)).argmax(dim=1).numpy()
-        m.train()
+        x, y = load_data(args["data"])
+        pred = np.asarray(self.kit.predict(self.module, self.fabric, x), dtype=np.int64)
         per_class = [
             float((pred[y == c] == c).mean()) if (y == c).any() else 0.0 for c in range(10)
         ]
         return {"op": "evaluate", "accuracy": float((pred == y).mean()), "per_class": per_class}
 
 
-class PeerHost:
-    """The sessions of one driver process."""
+#: Builds the node of one session from its ``join`` instruction.
+NodeFactory = Callable[[Mapping[str, Any]], PeerNode]
 
-    def __init__(self, framework: str) -> None:
-        self.framework = framework
+
+class PeerHost:
+    """The sessions of one driver process. A session's node is ``node_factory(join)``, by default
+    ``PeerNode(join, kit)``."""
+
+    def __init__(
+        self, kit: ModelKit | None = None, *, node_factory: NodeFactory | None = None
+    ) -> None:
+        self.kit = kit
+        self.node_factory: NodeFactory = node_factory or (lambda join: PeerNode(join, kit))
         self.nodes: dict[str, PeerNode] = {}
 
     def close(self) -> None:
@@ -446,7 +546,7 @@ class PeerHost:
         if op == "join":
             if session in self.nodes:
                 raise ValueError(f"session {session!r} already joined")
-            node = PeerNode(ins, self.framework)
+            node = self.node_factory(ins)
             self.nodes[session] = node
             return {
                 "op": "join",

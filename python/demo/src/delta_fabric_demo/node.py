@@ -1,4 +1,4 @@
-"""One demo node: ``python -m delta_fabric.demo.node ...`` (PyTorch). The Rust ``df-node`` takes the
+"""One demo node: ``python -m delta_fabric_demo.node ...`` (PyTorch). The Rust ``df-node`` takes the
 same command line and speaks the same line protocol, so the demo can mix frameworks in one cluster.
 
 Command line (all nodes of a run get the same values except identity and endpoints)::
@@ -10,7 +10,7 @@ Command line (all nodes of a run get the same values except identity and endpoin
     [--max-lead ROUNDS] [--bn-momentum M]    (the demo passes these two to df-node only when its
                                               --help lists them)
 
-``--data DIR`` holds the partition files (see `delta_fabric.demo.data`), ``--init FILE`` the initial
+``--data DIR`` holds the partition files (see `delta_fabric_demo.data`), ``--init FILE`` the initial
 canonical weights (raw little-endian f32, canonical order, with BatchNorm running statistics when
 ``--include-buffers``). Batches: uniform sampling with replacement from the node's partition with a
 NumPy generator seeded ``seed * 1000 + index``.
@@ -155,7 +155,7 @@ def _stop_watcher() -> threading.Event:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m delta_fabric.demo.node", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m delta_fabric_demo.node", description=__doc__)
     add_node_arguments(parser)
     return parser.parse_args(argv)
 
@@ -168,12 +168,12 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
     """Train one node (see the module docstring); reports through ``channel``."""
     t_entry = time.monotonic()
     import torch
-    from torch.nn import functional as F
-
     from delta_fabric.adapters.torch import Fabric, module_manifest
     from delta_fabric.config import SyncConfig
-    from delta_fabric.demo.data import read_partition
-    from delta_fabric.demo.model import DigitsCNN, load_canonical
+    from torch.nn import functional as F
+
+    from delta_fabric_demo.data import read_partition
+    from delta_fabric_demo.model import DigitsCNN, load_canonical
 
     torch.set_num_threads(1)
     _emit = channel.emit

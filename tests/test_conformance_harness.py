@@ -1,0 +1,261 @@
+"""The conformance harness as its own package: where it finds the suite, optional implementations
+(skipped with the reason, never failed), the driver kit's seams, and the ``delta-fabric`` delegation."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from delta_fabric.cli import SUBCOMMANDS
+from delta_fabric.cli import main as cli_main
+from delta_fabric_conformance.cli import main as harness_main
+from delta_fabric_conformance.kit import Driver, PeerHost, run_generate, run_receive
+from delta_fabric_conformance.registry import Implementation, load_registry
+from delta_fabric_conformance.suite import ENV_VAR, Suite, SuiteNotFound, find_suite
+
+ROOT = Path(__file__).resolve().parents[1]
+VECTORS = ROOT / "conformance" / "vectors"
+MISSING = "delta_fabric_no_such_framework"
+
+
+# --- where the suite is -----------------------------------------------------------------------------
+def test_suite_paths_from_root_or_its_conformance_folder() -> None:
+    for given in (ROOT, ROOT / "conformance"):
+        s = Suite.at(given)
+        assert s.root == ROOT
+        assert (s.vectors / "index.json").is_file() and s.schema.is_file()
+        assert s.registry.is_file() and s.spec.is_file() and s.scenarios.is_dir()
+
+
+def test_find_suite_explicit_env_then_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    assert find_suite(ROOT).root == ROOT
+    assert find_suite(cwd=ROOT / "tests" / "fake_drivers").root == ROOT  # nearest parent
+    with pytest.raises(SuiteNotFound, match="--suite DIR"):
+        find_suite(cwd=tmp_path)
+    monkeypatch.setenv(ENV_VAR, str(ROOT))
+    assert find_suite(cwd=tmp_path).root == ROOT
+    monkeypatch.setenv(ENV_VAR, str(tmp_path))
+    with pytest.raises(SuiteNotFound, match=ENV_VAR):
+        find_suite(cwd=ROOT)
+    with pytest.raises(SuiteNotFound, match="no conformance suite at"):
+        find_suite(tmp_path / "absent")
+
+
+def test_missing_suite_is_one_line_and_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert harness_main(["run", "--output", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--suite DIR" in err
+    assert not (tmp_path / "out").exists()
+    assert harness_main(["coverage", "--suite", str(tmp_path)]) == 2
+    assert "no conformance suite at" in capsys.readouterr().err
+
+
+# --- optional implementations ----------------------------------------------------------------------
+def _entry(name: str, **kw: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "language": "python",
+        "framework": "jaxish",
+        "command": ["{python}", "-c", f"import {MISSING}"],
+        "capabilities": ["decode"],
+        **kw,
+    }
+
+
+def _write_registry(tmp: Path, *entries: Mapping[str, Any]) -> Path:
+    p = tmp / "implementations.json"
+    p.write_text(json.dumps({"version": 1, "implementations": list(entries)}))
+    return p
+
+
+def _run(registry: Path, out: Path) -> int:
+    args = ["--suite", str(ROOT), "--registry", str(registry), "--no-live", "--output", str(out)]
+    return cli_main(["conformance", "run", *args])
+
+
+def test_registry_optional_and_requires(tmp_path: Path) -> None:
+    reg = _write_registry(
+        tmp_path,
+        _entry("a", optional=True, requires={"python": [MISSING, "numpy"]}, build="pip install x"),
+        _entry("b"),
+    )
+    a, b = load_registry(reg)
+    assert a.optional and a.requires_python == (MISSING, "numpy")
+    reason = a.missing_requirements()
+    assert reason is not None and MISSING in reason and "numpy" not in reason
+    assert "pip install x" in reason
+    assert not b.optional and b.missing_requirements() is None
+    # the checked-in registry names what the Python driver needs
+    registry = load_registry(ROOT / "interop" / "implementations.json")
+    python = next(i for i in registry if i.name == "python")
+    assert set(python.requires_python) >= {"torch"}
+    for bad in (
+        {"optional": "yes"},
+        {"requires": ["torch"]},
+        {"requires": {"rust": ["x"]}},
+        {"requires": {"python": "torch"}},
+    ):
+        with pytest.raises(ValueError):
+            Implementation.from_json(_entry("c", **bad))
+
+
+def test_optional_implementation_not_installed_is_skipped_with_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reg = _write_registry(tmp_path, _entry("jaxish", optional=True, requires={"python": [MISSING]}))
+    out = tmp_path / "out"
+    rc = _run(reg, out)
+    captured = capsys.readouterr()
+    assert rc == 0  # a skipped optional implementation never fails the run
+    results = json.loads((out / "results.json").read_text())
+    (only,) = results["tests"]
+    assert only["id"] == "Required.protocol.hello.handshake"
+    assert only["result"] == "skipped" and only["verdict"] == "skipped"
+    assert MISSING in only["message"] and "not installed" in only["message"]
+    assert results["summary"]["skipped"] == 1 and results["summary"]["failed"] == 0
+    assert results["implementations"] == [{"name": "jaxish", "skipped": only["message"]}]
+    assert f"skipped: jaxish: optional implementation not run: Python module(s) {MISSING}" in (
+        captured.err
+    )
+    assert "1 skipped" in captured.out
+    assert "`jaxish`: SKIPPED:" in (out / "matrix.md").read_text()
+    assert not (out / "logs" / "jaxish.stderr.log").exists()  # never started
+
+
+def test_required_implementation_not_installed_fails_naming_what_is_missing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reg = _write_registry(tmp_path, _entry("jaxish", requires={"python": [MISSING]}))
+    out = tmp_path / "out"
+    rc = _run(reg, out)
+    capsys.readouterr()
+    assert rc == 1
+    results = json.loads((out / "results.json").read_text())
+    hs = next(t for t in results["tests"] if t["id"] == "Required.protocol.hello.handshake")
+    assert hs["result"] == "failed" and MISSING in hs["message"]
+    assert results["summary"]["skipped"] == 0
+
+
+# --- the delta-fabric entry point delegates ----------------------------------------------------------
+def test_delta_fabric_conformance_names_the_package_when_missing(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    module, help_text, dist = SUBCOMMANDS["conformance"]
+    assert module.startswith("delta_fabric_conformance") and "delta-fabric-conformance" in dist
+    monkeypatch.setitem(
+        SUBCOMMANDS, "conformance", ("delta_fabric_absent_pkg.cli", help_text, dist)
+    )
+    assert cli_main(["conformance", "run", "--output", "x"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "delta-fabric-conformance" in err and "conformance/harness" in err
+
+
+# --- the driver kit -----------------------------------------------------------------------------------
+def test_driver_framework_is_explicit_and_capabilities_follow_the_kit() -> None:
+    from delta_fabric_conformance.drivers.numpy import make_driver as numpy_driver
+    from delta_fabric_conformance.drivers.torch import TorchKit
+    from delta_fabric_conformance.drivers.torch import make_driver as torch_driver
+
+    t = torch_driver().hello({"versions": [1]})
+    assert (t["name"], t["framework"]) == ("python", "torch")
+    n = numpy_driver().hello({"versions": [1]})
+    assert (n["name"], n["framework"]) == ("python-numpy", "numpy")
+    if "peer" in t["capabilities"]:  # zenoh installed
+        assert "peer.train" in t["capabilities"] and "peer.train" not in n["capabilities"]
+    with pytest.raises(ValueError, match="model kit"):
+        Driver("x", "jax", TorchKit())
+
+
+def test_driver_logs_with_its_name_and_the_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    d = Driver("mydriver", "numpy")
+    out = d.respond({"cmd": "generate", "vector": {}})
+    assert "errored" in out and "Traceback" in out["errored"]["traceback"]
+    err = capsys.readouterr().err
+    assert err.startswith("[mydriver-driver] generate failed: KeyError")
+    assert "Traceback (most recent call last)" in err
+
+
+def _case(path: str) -> dict[str, Any]:
+    case: dict[str, Any] = json.loads((VECTORS / path).read_text())
+    return case
+
+
+def test_engine_hooks_route_weights_and_agree_with_numpy() -> None:
+    from delta_fabric_conformance.drivers.torch import torch_apply
+
+    case = _case("receive/plain_apply/case.json")
+    vector = {k: v for k, v in case.items() if k not in ("expected", "description")}
+    packets = [(VECTORS / "receive/plain_apply" / str(p)).read_bytes() for p in case["packets"]]
+    calls: list[int] = []
+
+    def counting_apply(active: Any, indices: Any, values: Any) -> Any:
+        calls.append(int(indices.size))
+        return torch_apply(active, indices, values)
+
+    plain = run_receive(vector, packets)
+    hooked = run_receive(vector, packets, apply=counting_apply)
+    assert calls and calls[0] > 0
+    assert hooked == plain
+    with pytest.raises(ValueError, match="apply hook returned"):
+        run_receive(vector, packets, apply=lambda a, i, v: a[:-1])
+
+    gen = _case("generate/basic.json")
+    gvec = {k: v for k, v in gen.items() if k not in ("expected", "description")}
+    seen: list[np.ndarray[Any, Any]] = []
+
+    def gather(active: Any) -> Any:
+        seen.append(active.copy())
+        return active
+
+    assert run_generate(gvec, gather=gather) == run_generate(gvec)
+    assert len(seen) == 1
+    with pytest.raises(ValueError, match="gather hook returned"):
+        run_generate(gvec, gather=lambda a: np.zeros(1, dtype=np.float32))
+
+
+def test_peer_host_builds_nodes_with_the_node_factory() -> None:
+    joined: list[Mapping[str, Any]] = []
+
+    class FakeNode:
+        def __init__(self, join: Mapping[str, Any]) -> None:
+            joined.append(join)
+            self.manifest = type("M", (), {"fingerprint": b"\x01" * 8, "num_params": 3})()
+            self.closed = False
+
+        def report(self, weights: bool) -> dict[str, Any]:
+            return {"op": "report", "weights": weights}
+
+        def close(self) -> None:
+            self.closed = True
+
+    host = PeerHost(node_factory=FakeNode)  # type: ignore[arg-type]
+    events = host.run(
+        "s", [{"op": "join", "node_id": "01"}, {"op": "report", "weights": True}], 5.0
+    )
+    assert joined == [{"op": "join", "node_id": "01"}]
+    assert events == [
+        {"op": "join", "fingerprint": "01" * 8, "num_params": 3},
+        {"op": "report", "weights": True},
+    ]
+    node = host.nodes["s"]
+    host.close()
+    assert node.closed and not host.nodes  # type: ignore[attr-defined]
+
+
+def test_harness_does_not_import_the_demo_or_pull_it_in() -> None:
+    harness = ROOT / "conformance" / "harness" / "src" / "delta_fabric_conformance"
+    for path in harness.rglob("*.py"):
+        assert "delta_fabric_demo" not in path.read_text(encoding="utf-8"), path
+    library = ROOT / "python" / "src" / "delta_fabric"
+    assert not (library / "conformance").exists() and not (library / "demo").exists()
+    assert not (library / "conformance_driver.py").exists()
