@@ -28,10 +28,11 @@ synchronised (DF-MAN-4). Layer paths are renamed with ``rename`` (Flax's ``Conv_
 ``conv1``).
 
 Values travel as f32. The sparse apply is ``active[i] = fl32(active[i] + v)`` (DF-RCV-7), bit-exact:
-a jitted gather of the touched elements, the f32 add on the host (XLA's CPU backend flushes
-subnormals to zero, DF-NUM-2 forbids it), a jitted scatter; f16/bf16 leaves are read as f32 and
-rounded back to nearest even. Index counts are padded to a power of two (the padding is dropped out
-of range), so a leaf compiles at most ``log2(size) + 1`` gather and scatter programs. Within one leaf, indices are int32: a leaf may
+the f32 add runs on the host (XLA's CPU backend flushes subnormals to zero, DF-NUM-2 forbids it);
+f16/bf16 leaves are read as f32 and rounded back to nearest even. Leaves of up to `HOST_APPLY_MAX`
+elements make the round trip whole; larger ones move only the touched elements with a jitted gather
+and scatter, their index counts padded to a power of two (at least `MIN_BUCKET`; the padding is
+dropped out of range), so such a leaf compiles at most ``log2(size) - 5`` programs of each. Within one leaf, indices are int32: a leaf may
 hold up to ``2**31 - 1`` elements (the manifest as a whole may hold up to ``2**32``).
 """
 
@@ -54,6 +55,11 @@ __all__ = ["JaxStore", "UnmappableLeaf", "flax_layout", "leaf_paths"]
 
 #: Largest leaf the int32 indexing of the sparse apply can address.
 MAX_LEAF_SIZE = (1 << 31) - 1
+#: Leaves of up to this many elements are updated by a round trip through the host (no XLA
+#: compilation at all); larger ones move only the touched elements (jitted gather and scatter).
+HOST_APPLY_MAX = 1 << 16
+#: Smallest padded index count of the jitted gather and scatter (fewer programs to compile).
+MIN_BUCKET = 64
 
 Path = tuple[str, ...]
 
@@ -77,7 +83,8 @@ def leaf_paths(variables: Any) -> list[tuple[Path, Any]]:
 
 
 def _dtype(leaf: Any) -> np.dtype[Any]:
-    return np.dtype(jnp.asarray(leaf).dtype)
+    dtype = getattr(leaf, "dtype", None)  # arrays: no conversion (this runs on every update)
+    return np.dtype(dtype) if dtype is not None else np.asarray(leaf).dtype
 
 
 def _is_float(leaf: Any) -> bool:
@@ -85,7 +92,8 @@ def _is_float(leaf: Any) -> bool:
 
 
 def _shape(leaf: Any) -> tuple[int, ...]:
-    return tuple(int(d) for d in jnp.shape(leaf))
+    shape = getattr(leaf, "shape", None)
+    return tuple(int(d) for d in (shape if shape is not None else np.shape(leaf)))
 
 
 #: Flax Linen leaf names of the ``params`` collection -> canonical suffix; kernels by rank.
@@ -156,6 +164,13 @@ def _take(leaf: jax.Array, idx: jax.Array) -> jax.Array:
 def _put(leaf: jax.Array, idx: jax.Array, vals: jax.Array) -> jax.Array:
     """``leaf.flat[idx] = vals`` (a copy of the bits; padding indices out of range are dropped)."""
     return leaf.reshape(-1).at[idx].set(vals, mode="drop").reshape(leaf.shape)
+
+
+def _like(host: NDArray[Any], old: Any) -> Any:
+    """``host`` as a JAX array placed like ``old`` (same sharding / device)."""
+    new = jnp.asarray(host)
+    sharding = getattr(old, "sharding", None)
+    return jax.device_put(new, sharding) if sharding is not None else new
 
 
 class JaxStore:
@@ -249,21 +264,31 @@ class JaxStore:
         return out
 
     def apply(self, indices: NDArray[np.uint32], values: NDArray[np.float32]) -> None:
-        """``active[i] = fl32(active[i] + v)`` for sorted unique flat ``indices`` (DF-RCV-7)."""
+        """``active[i] = fl32(active[i] + v)`` for sorted unique flat ``indices`` (DF-RCV-7).
+
+        The f32 add runs on the host, in NumPy: XLA's CPU backend flushes subnormals to zero, which
+        DF-NUM-2 forbids. A leaf of up to `HOST_APPLY_MAX` elements makes the round trip whole (no
+        compilation); a larger one moves only the touched elements (jitted gather and scatter, which
+        copy bits)."""
         check_sparse(self.manifest, indices, values)
         for s in self.layout.locate(indices):
             i = self._slot[s.key]
             leaf = self._leaves[i]
+            vals = values[s.lo : s.hi]
+            if self.layout.numel(s.key) <= HOST_APPLY_MAX:
+                host = np.array(jax.device_get(leaf))  # a writable copy
+                flat = host.reshape(-1)
+                # read as f32, add in f32, round to nearest even back to f16/bf16 (DF-MAN-4)
+                flat[s.native] = (flat[s.native].astype(np.float32) + vals).astype(host.dtype)
+                self._leaves[i] = _like(host, leaf)
+                continue
             k = s.hi - s.lo
-            size = _pow2(k)
+            size = max(MIN_BUCKET, _pow2(k))
             idx = np.full(size, self.layout.numel(s.key), dtype=np.int32)  # padding: dropped
             idx[:k] = s.native
             cur = np.asarray(jax.device_get(_take(leaf, idx)))
             new = np.zeros(size, dtype=cur.dtype)
-            # The f32 add runs on the host: XLA's CPU backend flushes subnormals to zero, which
-            # DF-NUM-2 forbids; the jitted gather and scatter only move bits.
-            total = cur[:k].astype(np.float32) + values[s.lo : s.hi]
-            new[:k] = total.astype(cur.dtype)  # round to nearest even back to f16/bf16 (DF-MAN-4)
+            new[:k] = (cur[:k].astype(np.float32) + vals).astype(cur.dtype)
             self._leaves[i] = _put(leaf, idx, new)
 
     def load(self, flat: NDArray[np.float32]) -> None:
@@ -273,6 +298,4 @@ class JaxStore:
             i = self._slot[key]
             old = self._leaves[i]
             # convert on the host (RNE, subnormals kept), then move the bits to the device
-            new = jnp.asarray(arr.astype(_dtype(old)))
-            sharding = getattr(old, "sharding", None)
-            self._leaves[i] = jax.device_put(new, sharding) if sharding is not None else new
+            self._leaves[i] = _like(arr.astype(_dtype(old)), old)
