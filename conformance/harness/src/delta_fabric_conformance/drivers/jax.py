@@ -47,6 +47,7 @@ class JaxKit:
         if store.manifest != manifest:
             raise ValueError("the JAX digits CNN's manifest differs from the scenario model's")
         store.load(weights)
+        jax_digits.warm_up(store.state(), 32)  # compile now, not during the first training steps
         return JaxModel(store, jax_digits.zeros_like_params(store.state()))
 
     def make_fabric(self, model: JaxModel, args: NodeArgs) -> KitFabric:

@@ -19,7 +19,15 @@ import jax.numpy as jnp
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["EPS", "digits_variables", "forward", "predict", "sgd_step", "zeros_like_params"]
+__all__ = [
+    "EPS",
+    "digits_variables",
+    "forward",
+    "predict",
+    "sgd_step",
+    "warm_up",
+    "zeros_like_params",
+]
 
 #: BatchNorm epsilon (PyTorch's default).
 EPS = 1e-5
@@ -136,3 +144,13 @@ def _predict(variables: Variables, x: jax.Array) -> jax.Array:
 def predict(variables: Variables, x: NDArray[np.float32]) -> NDArray[np.int64]:
     """Predicted classes in inference mode (BatchNorm running statistics)."""
     return np.asarray(_predict(variables, jnp.asarray(x)), dtype=np.int64)
+
+
+def warm_up(variables: Variables, batch_size: int) -> None:
+    """Compile `sgd_step` for ``batch_size`` rows ahead of training (a node that compiles during
+    its first steps falls seconds behind its peers). Changes nothing."""
+    x = jnp.zeros((batch_size, 64), jnp.float32)
+    y = jnp.zeros((batch_size,), jnp.int32)
+    f = jnp.float32(0.0)
+    _out, _, loss = sgd_step(variables, zeros_like_params(variables), x, y, f, f, f)
+    loss.block_until_ready()
