@@ -11,7 +11,7 @@ from delta_fabric.config import SyncConfig
 from delta_fabric.engine import AcceptedEntry, Engine, Snapshot, max_values_per_entry
 from delta_fabric.errors import ErrorCode
 from delta_fabric.manifest import Manifest
-from delta_fabric.state import Admission
+from delta_fabric.replay import Admission
 from delta_fabric.wire import (
     PACKET_OVERHEAD_BOUND,
     Entry,

@@ -202,3 +202,53 @@ def test_package_root_imports_neither_torch_nor_zenoh() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_adapter_shims_keep_the_old_constructors_and_hook() -> None:
+    """The `delta_fabric.adapters` shims: old signatures (``track_hops`` accepted, a no-op),
+    ``arrays`` / ``gathers`` / ``active_vector``, and the ``_count_hops`` override point that
+    subclasses written for the old adapters use (fed from the engine's headers, no decode)."""
+    from delta_fabric.adapters import FabricBase, NumpyFabric
+
+    seen: list[tuple[int, int]] = []
+
+    class Logging(NumpyFabric):
+        def _count_hops(self, packets: Sequence[bytes], res: Any) -> None:
+            super()._count_hops(packets, res)
+            seen.extend((e.origin, e.seq) for e in res.accepted)
+
+    hub = MemoryHub()
+    wa = np.zeros(3, np.float32)
+    a = NumpyFabric({"w": wa}, hub.transport(1), CFG, node_id=1, track_hops=True)
+    b = Logging({"w": np.zeros(3, np.float32)}, hub.transport(2), CFG, node_id=2)
+    assert isinstance(a, Fabric) and FabricBase is Fabric
+    wa[1] = 2.0
+    a.sync_now()
+    b.step()
+    assert seen == [(1, 1)] and b.accepted_by_hops == {0: 1}
+    assert b.arrays["w"].tolist() == [0.0, 2.0, 0.0] and b.active_vector().tolist() == [0, 2, 0]
+    assert a.gathers == 2  # the initial anchor and one generation
+    c = NumpyFabric.join({"w": np.ones(3, np.float32)}, hub.transport(3), CFG, node_id=3)
+    assert c.bootstrapped and c.arrays["w"].tolist() == a.engine.anchor.tolist()
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2**64, True, "1"])
+def test_bad_node_id_is_refused_before_anything_happens(bad: Any) -> None:
+    hub = MemoryHub()
+    t = hub.transport(5)
+    with pytest.raises((TypeError, ValueError)):
+        Fabric(NumpyStore({"w": np.zeros(2, np.float32)}), t, node_id=bad)
+    assert t.stats.published_packets == 0
+
+
+def test_failed_start_changes_nothing_and_closes_an_owned_transport() -> None:
+    hub = MemoryHub()
+    wa = np.arange(3, dtype=np.float32)
+    Fabric(NumpyStore({"w": wa}), hub.transport(1), CFG, node_id=1)
+    wb = np.full(3, 7.0, dtype=np.float32)
+    tb = hub.transport(2)
+    with pytest.raises(ValueError, match="incarnation"):  # checked before the snapshot is loaded
+        Fabric.join(NumpyStore({"w": wb}), tb, CFG, node_id=2, incarnation=0, own_transport=True)
+    assert wb.tolist() == [7.0, 7.0, 7.0]
+    with pytest.raises(DeltaFabricError):
+        tb.publish(b"x")  # owned: closed by the failed constructor

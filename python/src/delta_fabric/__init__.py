@@ -20,9 +20,10 @@ from delta_fabric.engine import (
 from delta_fabric.errors import DecodeError, DeltaFabricError, ErrorCode
 from delta_fabric.fabric import Fabric, FabricClosedError, SnapshotUnavailable
 from delta_fabric.layout import CONV_HWIO, DENSE_IN_OUT, CanonicalLayout, LayoutError
+from delta_fabric.log import _configure_from_env
 from delta_fabric.manifest import Manifest, TensorSlice, TensorSpec
+from delta_fabric.replay import Admission, Counters, ReceiverState, ReplayWindow
 from delta_fabric.selection import Selector, reference_select
-from delta_fabric.state import Admission, Counters, ReceiverState, ReplayWindow
 from delta_fabric.store import FunctionalStore, StoreError, WeightStore
 from delta_fabric.stores.numpy import NumpyStore
 from delta_fabric.transports.base import Transport, TransportClosedError, TransportError
@@ -41,6 +42,8 @@ from delta_fabric.wire import (
 )
 
 __version__ = "0.1.0"
+
+_configure_from_env()  # silent unless DELTA_FABRIC_LOG is set (delta_fabric.log)
 
 __all__ = [
     "CONV_HWIO",

@@ -21,8 +21,8 @@ from numpy.typing import NDArray
 from delta_fabric.config import SyncConfig
 from delta_fabric.errors import DecodeError, ErrorCode
 from delta_fabric.manifest import Manifest
+from delta_fabric.replay import DEFAULT_MAX_ORIGINS, Admission, Counters, ReceiverState
 from delta_fabric.selection import Selector
-from delta_fabric.state import DEFAULT_MAX_ORIGINS, Admission, Counters, ReceiverState
 from delta_fabric.wire import (
     PACKET_OVERHEAD_BOUND,
     Entry,

@@ -15,7 +15,7 @@ import numpy as np
 from delta_fabric.config import SyncConfig
 from delta_fabric.engine import Engine
 from delta_fabric.manifest import Manifest, TensorSpec
-from delta_fabric.state import ReceiverState
+from delta_fabric.replay import ReceiverState
 from delta_fabric.wire import Entry, decode_packet, packet_to_json
 from numpy.typing import NDArray
 

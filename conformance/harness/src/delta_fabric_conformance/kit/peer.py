@@ -25,7 +25,7 @@ from delta_fabric.adapters.numpy import NumpyFabric
 from delta_fabric.config import SyncConfig
 from delta_fabric.engine import AcceptedEntry
 from delta_fabric.manifest import Manifest
-from delta_fabric.state import Counters
+from delta_fabric.replay import Counters
 from delta_fabric.transports.base import SnapshotProvider, TransportStats
 from delta_fabric.wire import decode_packet, encode_packet, packet_from_json
 from numpy.typing import NDArray
