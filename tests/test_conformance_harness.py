@@ -190,9 +190,16 @@ def _case(path: str) -> dict[str, Any]:
     return case
 
 
-def test_engine_hooks_route_weights_and_agree_with_numpy() -> None:
-    from delta_fabric_conformance.drivers.torch import torch_apply
+def torch_apply(active: Any, indices: Any, values: Any) -> Any:
+    """DF-RCV-7 through PyTorch: ``index_add_`` in f32, as the PyTorch adapter applies an aggregate."""
+    import torch
 
+    t = torch.from_numpy(active)
+    t.index_add_(0, torch.from_numpy(indices.astype(np.int64)), torch.from_numpy(values))
+    return t.numpy()
+
+
+def test_engine_hooks_route_weights_and_agree_with_numpy() -> None:
     case = _case("receive/plain_apply/case.json")
     vector = {k: v for k, v in case.items() if k not in ("expected", "description")}
     packets = [(VECTORS / "receive/plain_apply" / str(p)).read_bytes() for p in case["packets"]]
@@ -259,3 +266,53 @@ def test_harness_does_not_import_the_demo_or_pull_it_in() -> None:
     library = ROOT / "python" / "src" / "delta_fabric"
     assert not (library / "conformance").exists() and not (library / "demo").exists()
     assert not (library / "conformance_driver.py").exists()
+
+
+def test_harness_modules_have_no_import_cycle() -> None:
+    """Every import between the harness's modules, lazy ones included, forms no cycle (the runner and
+    the live scenarios share ``results``, not each other)."""
+    import ast
+
+    src = ROOT / "conformance" / "harness" / "src"
+    graph: dict[str, set[str]] = {}
+    for path in (src / "delta_fabric_conformance").rglob("*.py"):
+        name = ".".join(path.relative_to(src).with_suffix("").parts).removesuffix(".__init__")
+        graph[name] = {
+            node.module
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module.startswith("delta_fabric_conformance")
+        }
+    assert "delta_fabric_conformance.results" in graph["delta_fabric_conformance.live"]
+    assert "delta_fabric_conformance.runner" not in graph["delta_fabric_conformance.live"]
+
+    def reaches(start: str, target: str) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            for dep in graph.get(todo.pop(), ()):
+                if dep == target:
+                    return True
+                if dep not in seen:
+                    seen.add(dep)
+                    todo.append(dep)
+        return False
+
+    cycles = [m for m in graph if reaches(m, m)]
+    assert not cycles
+
+
+def test_node_args_record_accepted_entry_headers() -> None:
+    from types import SimpleNamespace
+
+    from delta_fabric.config import SyncConfig
+    from delta_fabric_conformance.kit import NodeArgs
+
+    log: list[dict[str, Any]] = []
+    args = NodeArgs(None, SyncConfig(), 1, 2, False, 0.0, log)
+    args.record_accepted(
+        [SimpleNamespace(origin=0xAB, incarnation=7, seq=3, hops=1, packet=0, entry=0)]
+    )
+    assert log == [
+        {"origin": "00000000000000ab", "incarnation": "0000000000000007", "seq": 3, "hops": 1}
+    ]

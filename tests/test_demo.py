@@ -128,3 +128,41 @@ def test_burn_without_binary_is_a_usage_error(tmp_path: Path) -> None:
     )  # fmt: skip
     assert run(args) == 2
     assert not (tmp_path / "out").exists()
+
+
+def test_node_command_comes_from_the_launcher_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import argparse
+    import dataclasses
+
+    from delta_fabric_demo import add_arguments, runner
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    args = p.parse_args([])
+    spec = runner.NodeSpec(
+        run="sync", index=0, framework="torch", node_id=1, data_dir=tmp_path, lr=0.1, sync=True
+    )
+    common = {
+        "init": tmp_path / "init.f32",
+        "steps": 5,
+        "include_buffers": True,
+        "bins": {"burn": "/bin/false"},  # a native node whose --help lists no optional flag
+        "namespace": "ns",
+    }
+    torch_cmd = runner._node_command(spec, args, common)
+    assert torch_cmd[:3] == [sys.executable, "-m", "delta_fabric_demo.node"]
+    assert "--max-lead" in torch_cmd
+    burn_cmd = runner._node_command(dataclasses.replace(spec, framework="burn"), args, common)
+    assert burn_cmd[0] == "/bin/false" and burn_cmd[1:] == [
+        a for a in torch_cmd[3:] if a not in ("--max-lead", str(args.max_lead))
+    ]
+    # a new framework's node is one row of the table
+    monkeypatch.setitem(
+        runner.NODE_LAUNCHERS, "jax", runner.NodeLauncher(python_module="my_jax_node")
+    )
+    jax_cmd = runner._node_command(dataclasses.replace(spec, framework="jax"), args, common)
+    assert jax_cmd == [sys.executable, "-m", "my_jax_node", *torch_cmd[3:]]
+    bad = p.parse_args(["--frameworks", "torch,nope", "--output", str(tmp_path / "out")])
+    assert runner.run(bad) == 2

@@ -13,7 +13,7 @@ from pathlib import Path
 _ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(_ROOT / "python" / "src"), str(_ROOT / "conformance" / "harness" / "src")]
 
-from delta_fabric_conformance.drivers.torch import TorchKit, torch_apply  # noqa: E402
+from delta_fabric_conformance.drivers.torch import TorchKit  # noqa: E402
 from delta_fabric_conformance.kit import Driver as KitDriver  # noqa: E402
 from delta_fabric_conformance.kit import Rejected, main  # noqa: E402
 
@@ -24,4 +24,4 @@ class Driver(KitDriver):
     """The PyTorch reference driver (registered like it), named after the fake's class attribute."""
 
     def __init__(self) -> None:
-        super().__init__(None, "torch", TorchKit(), apply=torch_apply)
+        super().__init__(None, "torch", TorchKit())

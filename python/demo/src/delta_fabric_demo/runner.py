@@ -49,7 +49,6 @@ NODE_LAUNCHERS: dict[str, NodeLauncher] = {
     "torch": NodeLauncher(python_module="delta_fabric_demo.node", forkable=True),
     "burn": NodeLauncher(binary="df-node"),
 }
-FRAMEWORKS = tuple(NODE_LAUNCHERS)
 DEFAULT_STEPS = 1200
 BASE_LR = 0.05
 
@@ -179,7 +178,7 @@ def topology(n: int, kind: str) -> tuple[list[list[int]], list[list[int]]]:
 _HELP_CACHE: dict[str, str] = {}
 
 
-def _burn_supports(binary: str, flag: str) -> bool:
+def _native_supports(binary: str, flag: str) -> bool:
     """Whether ``<binary> --help`` (``df-node``) mentions ``flag``."""
     if binary not in _HELP_CACHE:
         try:
@@ -221,9 +220,11 @@ def _node_command(spec: NodeSpec, args: argparse.Namespace, common: dict[str, An
     # options a native node build may not know yet: passed to it only when its --help lists them
     launcher = NODE_LAUNCHERS[spec.framework]
     binary = common["bins"].get(spec.framework) if launcher.binary else None
-    if binary is None or _burn_supports(binary, "--max-lead"):
+    if binary is None or _native_supports(binary, "--max-lead"):
         argv += ["--max-lead", str(args.max_lead)]
-    if spec.bn_momentum is not None and (binary is None or _burn_supports(binary, "--bn-momentum")):
+    if spec.bn_momentum is not None and (
+        binary is None or _native_supports(binary, "--bn-momentum")
+    ):
         argv += ["--bn-momentum", repr(spec.bn_momentum)]
     if binary is not None:
         return [binary, *argv]
@@ -555,9 +556,10 @@ def run(args: argparse.Namespace) -> int:
     frameworks: list[str]
     if args.frameworks:
         frameworks = [f.strip() for f in args.frameworks.split(",") if f.strip()]
-        bad = [f for f in frameworks if f not in FRAMEWORKS]
+        bad = [f for f in frameworks if f not in NODE_LAUNCHERS]
         if bad:
-            print(f"demo: unknown framework(s) {bad}; choose from {FRAMEWORKS}", file=sys.stderr)
+            known = tuple(NODE_LAUNCHERS)
+            print(f"demo: unknown framework(s) {bad}; choose from {known}", file=sys.stderr)
             return 2
         if args.nodes is not None and args.nodes != len(frameworks):
             print("demo: --nodes disagrees with the length of --frameworks", file=sys.stderr)

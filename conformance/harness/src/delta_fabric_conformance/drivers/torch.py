@@ -3,37 +3,46 @@
 Run as ``python -m delta_fabric_conformance.drivers.torch``. The model is the reference digits CNN (spec
 section 4.5): conv1 = Conv2d(1,16,3,padding=1); bn1 = BatchNorm2d(16); relu; max_pool2d(2); flatten
 (C, H, W order) 256; fc1 = Linear(256,64); relu; fc2 = Linear(64,10). Input: pixels/16 as [B,1,8,8].
+PyTorch is imported by the first live digits node only: the vector commands never need it.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from delta_fabric.adapters.torch import Fabric, module_manifest, module_tensors
 from delta_fabric.config import SyncConfig
 from delta_fabric.manifest import Manifest
 from numpy.typing import NDArray
-from torch import nn
-from torch.nn import functional as F
 
 from delta_fabric_conformance.kit import Driver, KitFabric, NodeArgs, main
 
+if TYPE_CHECKING:
+    from torch import nn
 
-class DigitsCNN(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
-        self.bn1 = nn.BatchNorm2d(16)
-        self.fc1 = nn.Linear(256, 64)
-        self.fc2 = nn.Linear(64, 10)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x.reshape(-1, 1, 8, 8)))), 2)
-        out: torch.Tensor = self.fc2(F.relu(self.fc1(x.flatten(1))))
-        return out
+@cache
+def digits_cnn_class() -> type[nn.Module]:
+    import torch
+    from torch import nn
+    from torch.nn import functional as F
+
+    class DigitsCNN(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
+            self.bn1 = nn.BatchNorm2d(16)
+            self.fc1 = nn.Linear(256, 64)
+            self.fc2 = nn.Linear(64, 10)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = F.max_pool2d(F.relu(self.bn1(self.conv1(x.reshape(-1, 1, 8, 8)))), 2)
+            out: torch.Tensor = self.fc2(F.relu(self.fc1(x.flatten(1))))
+            return out
+
+    return DigitsCNN
 
 
 class TorchKit:
@@ -44,9 +53,12 @@ class TorchKit:
     def make_model(
         self, manifest: Manifest, weights: NDArray[np.float32], config: SyncConfig
     ) -> Any:
+        import torch
+        from delta_fabric.adapters.torch import module_manifest, module_tensors
+
         # one intra-op thread: live scenarios run several nodes on few cores (15x slower otherwise)
         torch.set_num_threads(1)
-        m = DigitsCNN()
+        m = digits_cnn_class()()
         if module_manifest(m, config.include_buffers) != manifest:
             raise ValueError("DigitsCNN's manifest differs from the scenario model's")
         with torch.no_grad():
@@ -55,9 +67,14 @@ class TorchKit:
         return m
 
     def make_fabric(self, model: Any, args: NodeArgs) -> KitFabric:
+        from delta_fabric.adapters.torch import Fabric
+
         return args.build(Fabric, model)
 
     def train_step(self, model: Any, fabric: KitFabric, x: Any, y: Any, lr: float) -> Any:
+        import torch
+        from torch.nn import functional as F
+
         model.train()
         model.zero_grad()
         loss = F.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y))
@@ -69,6 +86,8 @@ class TorchKit:
         return model
 
     def predict(self, model: Any, fabric: KitFabric, x: Any) -> NDArray[np.int64]:
+        import torch
+
         model.eval()
         with torch.no_grad():
             out: NDArray[np.int64] = model(torch.from_numpy(x)).argmax(dim=1).numpy()
@@ -79,16 +98,8 @@ class TorchKit:
         return np.asarray(fabric.active_vector(), dtype=np.float32)  # type: ignore[attr-defined]
 
 
-def torch_apply(active: Any, indices: Any, values: Any) -> NDArray[np.float32]:
-    """DF-RCV-7 through PyTorch: ``index_add_`` in f32, as the adapter applies an aggregate."""
-    t = torch.from_numpy(active)
-    t.index_add_(0, torch.from_numpy(indices.astype(np.int64)), torch.from_numpy(values))
-    out: NDArray[np.float32] = t.numpy()
-    return out
-
-
 def make_driver() -> Driver:
-    return Driver("python", "torch", TorchKit(), apply=torch_apply)
+    return Driver("python", "torch", TorchKit())
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@ over a flat f32 vector for the ``flat`` model (scripted deltas are added to it, 
 for ``digits_cnn`` the framework's fabric around the framework's digits CNN, both built by the driver's
 :class:`ModelKit` (trained with plain SGD, ``fabric.step()`` after every optimizer step). The only
 additions are a log of accepted entries (the fabric's ``on_accepted`` callback, :func:`accepted_logger`)
-and a log of published packets (a
-transport wrapper). :class:`PeerHost` takes a ``node_factory`` to replace :class:`PeerNode` altogether.
+and a log of published packets (a transport wrapper). :class:`PeerHost` takes a ``node_factory`` to
+replace :class:`PeerNode` altogether.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -115,6 +115,11 @@ class NodeArgs:
             on_accepted=accepted_logger(self.accepted),
         )
         return fabric
+
+    def record_accepted(self, entries: Iterable[Any]) -> None:
+        """Log accepted entries (objects with ``origin``, ``incarnation``, ``seq``, ``hops``, such as
+        the engine's accepted-entry headers): for a fabric not built with :meth:`build`."""
+        self.accepted.extend(_entry_id(e) for e in entries)
 
 
 class ModelKit(Protocol):
