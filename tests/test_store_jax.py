@@ -23,7 +23,7 @@ from delta_fabric.manifest import Manifest  # noqa: E402
 from delta_fabric.store import FunctionalStore, StoreError  # noqa: E402
 from delta_fabric.stores.jax import JaxStore, UnmappableLeaf  # noqa: E402
 from delta_fabric_conformance.drivers import jax_digits  # noqa: E402
-from delta_fabric_conformance.drivers.torch import DigitsCNN  # noqa: E402
+from delta_fabric_demo.model import DigitsCNN  # noqa: E402
 from numpy.typing import NDArray  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
