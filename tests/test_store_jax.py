@@ -387,3 +387,37 @@ def test_mixed_sync_torch_and_jax_over_memory() -> None:
     assert late.gather().tobytes() == tnode.snapshot().anchor.tobytes()
     for f in (tnode, jnode, joiner):
         f.close()
+
+
+def test_driver_protocol_digits_cnn_example() -> None:
+    """The example of driver protocol 5.6 ("The digits CNN"), in PyTorch and in JAX: conv1.bias = 1,
+    bn1.weight = 1, every other weight 0, running statistics 0 / 1. Inference: the logits are fc2.bias;
+    one training forward pass (batch mean 1, variance 0): running_mean becomes 0.1, running_var 0.9."""
+    m = DigitsCNN()
+    store = JaxStore(jax_digits.digits_variables(), include_buffers=True)
+    views = store.manifest.split(np.zeros(store.manifest.num_params, np.float32))
+    views["conv1.bias"][:] = 1.0
+    views["bn1.weight"][:] = 1.0
+    views["bn1.running_var"][:] = 1.0
+    views["fc2.bias"][:] = np.arange(10, dtype=np.float32)
+    flat = store.manifest.flatten(views)
+    store.load(flat)
+    with torch.no_grad():
+        for name, t in module_tensors(m, True).items():
+            t.copy_(torch.from_numpy(views[name]).reshape(t.shape))
+    x, _ = batch(8)
+    m.eval()
+    with torch.no_grad():
+        np.testing.assert_array_equal(
+            m(torch.from_numpy(x).reshape(-1, 1, 8, 8)).numpy()[0], views["fc2.bias"]
+        )
+    logits, _ = jax_digits.forward(store.state(), jnp.asarray(x), False)
+    np.testing.assert_array_equal(np.asarray(logits)[3], views["fc2.bias"])
+    m.train()
+    with torch.no_grad():
+        m(torch.from_numpy(x).reshape(-1, 1, 8, 8))
+    np.testing.assert_allclose(m.bn1.running_var.numpy(), 0.9, rtol=0, atol=1e-7)
+    np.testing.assert_allclose(m.bn1.running_mean.numpy(), 0.1, rtol=0, atol=1e-7)
+    _, stats = jax_digits.forward(store.state(), jnp.asarray(x), True)
+    np.testing.assert_allclose(np.asarray(stats["bn1"]["var"]), 0.9, rtol=0, atol=1e-7)
+    np.testing.assert_allclose(np.asarray(stats["bn1"]["mean"]), 0.1, rtol=0, atol=1e-7)
