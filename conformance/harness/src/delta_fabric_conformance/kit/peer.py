@@ -6,8 +6,9 @@ A node is the package's own adapter loop on the Zenoh transport
 over a flat f32 vector for the ``flat`` model (scripted deltas are added to it, no framework needed), and
 for ``digits_cnn`` the framework's fabric around the framework's digits CNN, both built by the driver's
 :class:`ModelKit` (trained with plain SGD, ``fabric.step()`` after every optimizer step). The only
-additions are a log of accepted entries (:func:`logging_fabric`) and a log of published packets (a
-transport wrapper). :class:`PeerHost` takes a ``node_factory`` to replace :class:`PeerNode` altogether.
+additions are a log of accepted entries (the fabric's ``on_accepted`` callback, :func:`accepted_logger`)
+and a log of published packets (a transport wrapper). :class:`PeerHost` takes a ``node_factory`` to
+replace :class:`PeerNode` altogether.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 from delta_fabric.adapters.numpy import NumpyFabric
 from delta_fabric.config import SyncConfig
-from delta_fabric.engine import ReceiveResult
+from delta_fabric.engine import AcceptedEntry
 from delta_fabric.manifest import Manifest
-from delta_fabric.replay import Admission, Counters
+from delta_fabric.replay import Counters
 from delta_fabric.transports.base import SnapshotProvider, TransportStats
 from delta_fabric.wire import decode_packet, encode_packet, packet_from_json
 from numpy.typing import NDArray
@@ -38,6 +39,7 @@ __all__ = [
     "NodeFactory",
     "PeerHost",
     "PeerNode",
+    "accepted_logger",
     "load_data",
     "logging_fabric",
 ]
@@ -94,6 +96,23 @@ class NodeArgs:
             bootstrap=self.bootstrap,
             bootstrap_timeout=self.bootstrap_timeout,
             accepted=self.accepted,
+        )
+        return fabric
+
+    def fabric(self, store: Any) -> KitFabric:
+        """A `delta_fabric.fabric.Fabric` around a weight store (``delta_fabric.store.WeightStore``)
+        that logs accepted entries: the one line a :class:`ModelKit` needs for a store."""
+        from delta_fabric.fabric import Fabric
+
+        fabric: KitFabric = Fabric(
+            store,
+            self.transport,
+            self.config,
+            node_id=self.node_id,
+            incarnation=self.incarnation,
+            bootstrap=self.bootstrap,
+            bootstrap_timeout=self.bootstrap_timeout,
+            on_accepted=accepted_logger(self.accepted),
         )
         return fabric
 
@@ -171,19 +190,14 @@ def _entry_id(e: Any) -> dict[str, Any]:
     }
 
 
-def _log_accepted(
-    log: list[dict[str, Any]], packets: Sequence[bytes], res: ReceiveResult, max_packet_size: int
-) -> None:
-    accepted = getattr(res, "accepted", None)
-    if accepted is not None:  # an engine result that carries the accepted entries' headers
-        log.extend(_entry_id(a) for a in accepted)
-        return
-    for buf, outcome, verdicts in zip(packets, res.outcomes, res.entry_outcomes, strict=True):
-        if outcome is not None or Admission.ACCEPTED not in verdicts:
-            continue
-        for e, v in zip(decode_packet(buf, max_packet_size).entries, verdicts, strict=True):
-            if v is Admission.ACCEPTED:
-                log.append(_entry_id(e))
+def accepted_logger(log: list[dict[str, Any]]) -> Callable[[Sequence[AcceptedEntry]], None]:
+    """An ``on_accepted`` callback (`delta_fabric.fabric.Fabric`) appending every accepted entry's
+    ``{origin, incarnation, seq, hops}`` to ``log``."""
+
+    def on_accepted(entries: Sequence[AcceptedEntry]) -> None:
+        log.extend(_entry_id(e) for e in entries)
+
+    return on_accepted
 
 
 _T = TypeVar("_T")
@@ -192,23 +206,16 @@ _LOGGING: dict[type[Any], type[Any]] = {}
 
 def logging_fabric(base: type[_T]) -> type[_T]:
     """A subclass of the adapter class ``base`` whose constructor takes ``accepted=`` (a list) and
-    appends every accepted entry's ``{origin, incarnation, seq, hops}`` to it (the adapters'
-    ``track_hops`` hook). Cached per class."""
+    appends every accepted entry's ``{origin, incarnation, seq, hops}`` to it (through the fabric's
+    ``on_accepted`` callback). Cached per class."""
     cached = _LOGGING.get(base)
     if cached is not None:
         return cached
-    if not callable(getattr(base, "_count_hops", None)):
-        raise TypeError(f"{base.__name__} has no accepted-entry hook (_count_hops)")
     parent: Any = base
 
     class Logging(parent):  # type: ignore[misc]
         def __init__(self, *args: Any, accepted: list[dict[str, Any]], **kw: Any) -> None:
-            self.accepted_log = accepted
-            super().__init__(*args, track_hops=True, **kw)
-
-        def _count_hops(self, packets: Sequence[bytes], res: ReceiveResult) -> None:
-            super()._count_hops(packets, res)
-            _log_accepted(self.accepted_log, packets, res, self.config.max_packet_size)
+            super().__init__(*args, on_accepted=accepted_logger(accepted), **kw)
 
     Logging.__name__ = Logging.__qualname__ = f"Logging{base.__name__}"
     _LOGGING[base] = Logging
