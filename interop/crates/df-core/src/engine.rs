@@ -8,117 +8,15 @@ use std::fmt;
 
 use serde_json::{Value, json};
 
-use crate::codec::{
-    Encoding, OwnedEntry, OwnedPacket, PACKET_OVERHEAD_BOUND, decode_packet, encode_packet,
-    entry_size_bound, validate_packet,
-};
+use crate::config::SyncConfig;
 use crate::error::ErrorCode;
 use crate::manifest::Manifest;
+use crate::replay::{Admission, ReceiverState};
 use crate::selection::{Selector, num_selected};
-use crate::window::{Admission, DEFAULT_MAX_ORIGINS, ReceiverState};
-
-/// Protocol parameters (spec section 3, DF-PAR) plus the send encoding.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Config {
-    /// Damping per hop (DF-RCV-5), used as `alpha as f32`.
-    pub alpha: f64,
-    /// Selection ratio r (DF-GEN-2).
-    pub ratio: f64,
-    /// Local steps between two generations (used by the node, not the engine).
-    pub sync_interval: u32,
-    /// Damped values with `|u| < threshold` are not relayed (compared as real numbers: f64).
-    pub relay_threshold: f64,
-    /// Maximum `Entry.hops`.
-    pub hop_limit: u8,
-    /// Maximum packet size in bytes.
-    pub max_packet_size: usize,
-    /// Replay window width W.
-    pub replay_window: u64,
-    /// Incarnations tracked per origin.
-    pub max_incarnations: usize,
-    /// Origins tracked (receiver bound, not fixed by the spec's table; spec DF-SEC-2).
-    pub max_origins: usize,
-    /// Send encoding of own and relayed entries.
-    pub encoding: Encoding,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            alpha: 1.0,
-            ratio: 0.05,
-            sync_interval: 10,
-            relay_threshold: 1e-6,
-            hop_limit: 16,
-            max_packet_size: crate::codec::DEFAULT_MAX_PACKET_SIZE,
-            replay_window: 1024,
-            max_incarnations: 4,
-            max_origins: DEFAULT_MAX_ORIGINS,
-            encoding: Encoding::F32,
-        }
-    }
-}
-
-impl Config {
-    /// Reads the keys present in a JSON object (Python `SyncConfig.to_json` shape); others keep
-    /// their defaults. Unknown keys are ignored.
-    pub fn from_json(v: &Value) -> Result<Config, String> {
-        let mut c = Config::default();
-        let f = |k: &str| v.get(k).and_then(Value::as_f64);
-        let u = |k: &str| v.get(k).and_then(Value::as_u64);
-        if let Some(x) = f("alpha") {
-            c.alpha = x;
-        }
-        if let Some(x) = f("ratio") {
-            c.ratio = x;
-        }
-        if let Some(x) = f("relay_threshold") {
-            c.relay_threshold = x;
-        }
-        if let Some(x) = u("sync_interval") {
-            c.sync_interval = u32::try_from(x).map_err(|_| "sync_interval too large")?;
-        }
-        if let Some(x) = u("hop_limit") {
-            c.hop_limit = u8::try_from(x).map_err(|_| "hop_limit > 255")?;
-        }
-        if let Some(x) = u("max_packet_size") {
-            c.max_packet_size = usize::try_from(x).map_err(|_| "max_packet_size too large")?;
-        }
-        if let Some(x) = u("replay_window") {
-            c.replay_window = x;
-        }
-        if let Some(x) = u("max_incarnations") {
-            c.max_incarnations = usize::try_from(x).map_err(|_| "max_incarnations too large")?;
-        }
-        if let Some(x) = u("max_origins") {
-            c.max_origins = usize::try_from(x).map_err(|_| "max_origins too large")?;
-        }
-        match v.get("encoding") {
-            None => {}
-            Some(Value::String(s)) => {
-                c.encoding = Encoding::from_name(s).ok_or_else(|| format!("bad encoding {s}"))?
-            }
-            Some(Value::Number(n)) => {
-                c.encoding = n
-                    .as_u64()
-                    .and_then(|x| u8::try_from(x).ok())
-                    .and_then(Encoding::from_u8)
-                    .ok_or("bad encoding")?
-            }
-            Some(_) => return Err("bad encoding".into()),
-        }
-        Ok(c)
-    }
-
-    /// Largest number of values one generated entry may carry so that a packet holding it alone
-    /// stays within `max_packet_size` (by the size bounds of [`crate::codec`]).
-    pub fn max_values_per_entry(&self) -> usize {
-        let room = self
-            .max_packet_size
-            .saturating_sub(PACKET_OVERHEAD_BOUND + entry_size_bound(0));
-        (room / 8).max(1)
-    }
-}
+use crate::wire::{
+    OwnedEntry, OwnedPacket, PACKET_OVERHEAD_BOUND, decode_packet, encode_packet, entry_size_bound,
+    validate_packet,
+};
 
 /// Engine errors (misuse by the caller, never caused by received bytes).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -265,7 +163,7 @@ impl ReceiveResult {
 #[derive(Debug)]
 pub struct Engine {
     manifest: Manifest,
-    config: Config,
+    config: SyncConfig,
     node_id: u64,
     incarnation: u64,
     anchor: Vec<f32>,
@@ -285,7 +183,7 @@ impl Engine {
     /// A node with this manifest, config, id, incarnation and initial anchor (N values).
     pub fn new(
         manifest: Manifest,
-        config: Config,
+        config: SyncConfig,
         node_id: u64,
         incarnation: u64,
         anchor: Vec<f32>,
@@ -343,7 +241,7 @@ impl Engine {
         &self.manifest
     }
     /// The config.
-    pub fn config(&self) -> &Config {
+    pub fn config(&self) -> &SyncConfig {
         &self.config
     }
     /// Own node id.

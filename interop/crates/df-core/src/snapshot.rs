@@ -5,8 +5,8 @@ use std::borrow::Cow;
 use flatbuffers::{FlatBufferBuilder, VerifierOptions};
 use sha2::{Digest, Sha256};
 
-use crate::codec::{FINGERPRINT_SIZE, VERSION_MAJOR, VERSION_MINOR, f32s};
 use crate::generated::snapshot::deltafabric::v_1 as fb;
+use crate::wire::{FINGERPRINT_SIZE, VERSION_MAJOR, VERSION_MINOR, f32s};
 
 /// The snapshot file identifier.
 pub const SNAPSHOT_IDENTIFIER: &[u8; 4] = b"DFS1";
