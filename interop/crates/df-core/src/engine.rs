@@ -8,7 +8,7 @@ use std::fmt;
 
 use serde_json::{Value, json};
 
-use crate::config::SyncConfig;
+use crate::config::{ConfigError, SyncConfig};
 use crate::error::ErrorCode;
 use crate::manifest::Manifest;
 use crate::replay::{Admission, ReceiverState};
@@ -35,6 +35,8 @@ pub enum EngineError {
     },
     /// Invalid construction parameter.
     Invalid(String),
+    /// A configuration parameter outside its allowed range (DF-PAR-11).
+    Config(ConfigError),
 }
 
 impl fmt::Display for EngineError {
@@ -45,11 +47,25 @@ impl fmt::Display for EngineError {
             }
             EngineError::NonFinite { index } => write!(f, "non-finite delta at index {index}"),
             EngineError::Invalid(s) => f.write_str(s),
+            EngineError::Config(e) => write!(f, "configuration: {e}"),
         }
     }
 }
 
-impl std::error::Error for EngineError {}
+impl std::error::Error for EngineError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            EngineError::Config(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<ConfigError> for EngineError {
+    fn from(e: ConfigError) -> Self {
+        EngineError::Config(e)
+    }
+}
 
 /// Receiver counters: rejected packets per code, dropped entries per reason, acceptances.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -204,9 +220,7 @@ impl Engine {
                 "node id and incarnation must be non-zero".into(),
             ));
         }
-        if !(config.ratio > 0.0 && config.ratio <= 1.0) {
-            return Err(EngineError::Invalid("ratio must be in (0, 1]".into()));
-        }
+        config.validate().map_err(EngineError::Config)?;
         let state = ReceiverState::new(
             node_id,
             config.replay_window,

@@ -48,7 +48,7 @@ pub mod generated {
     pub mod snapshot;
 }
 
-pub use config::SyncConfig;
+pub use config::{ConfigError, SyncConfig};
 pub use engine::{Counters, Engine, EngineError, Outcome, ReceiveResult};
 pub use error::{DecodeError, ErrorCode};
 pub use manifest::{Manifest, TensorSpec};

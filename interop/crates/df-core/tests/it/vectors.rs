@@ -147,7 +147,7 @@ fn run_decode(dir: &Path, rel: &str) -> Result<(), String> {
 
 fn node_engine(j: &Value, anchor: Vec<f32>) -> Result<Engine, String> {
     let m = Manifest::from_json(s(j, "manifest")?)?;
-    let cfg = SyncConfig::from_json(s(j, "config")?)?;
+    let cfg = SyncConfig::from_json(s(j, "config")?).map_err(|e| e.to_string())?;
     let node = s(j, "node")?;
     Engine::new(
         m,
