@@ -147,6 +147,24 @@ pub enum Outcome {
     Rejected(ErrorCode),
 }
 
+/// The header of one entry the replay window accepted (DF-RCV-3, DF-RCV-4), with where it was:
+/// what a node layer needs (e.g. to track live origins) without decoding the packets again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AcceptedEntry {
+    /// Origin node id.
+    pub origin: u64,
+    /// Origin incarnation.
+    pub incarnation: u64,
+    /// Sequence number within (origin, incarnation).
+    pub seq: u64,
+    /// `Entry.hops` as received (before the relay increment).
+    pub hops: u8,
+    /// Index of the packet in the `packets` given to [`Engine::receive`].
+    pub packet: usize,
+    /// Index of the entry in that packet.
+    pub entry: usize,
+}
+
 /// The result of one receive step.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ReceiveResult {
@@ -160,6 +178,9 @@ pub struct ReceiveResult {
     pub outcomes: Vec<Outcome>,
     /// Per packet, the admission of each entry (empty for a rejected packet).
     pub entry_outcomes: Vec<Vec<Admission>>,
+    /// The accepted entries in acceptance order (packet order, then entry order): one per
+    /// [`Admission::Accepted`] of `entry_outcomes`.
+    pub accepted: Vec<AcceptedEntry>,
     /// What this step added to the counters.
     pub counters: Counters,
 }
@@ -377,7 +398,7 @@ impl Engine {
         let c = &mut res.counters;
         self.touched_list.clear();
         let mut u: Vec<f32> = Vec::new();
-        for buf in packets {
+        for (packet_index, buf) in packets.iter().enumerate() {
             c.packets_received += 1;
             let pkt = match decode_packet(buf, self.config.max_packet_size)
                 .and_then(|p| validate_packet(&p, &fp, n as u64, self.config.hop_limit).map(|()| p))
@@ -394,7 +415,7 @@ impl Engine {
             c.packets_accepted += 1;
             res.outcomes.push(Outcome::Ok);
             let mut admissions = Vec::with_capacity(pkt.entries.len());
-            for e in &pkt.entries {
+            for (entry_index, e) in pkt.entries.iter().enumerate() {
                 let a = self.state.admit(e.origin, e.incarnation, e.seq);
                 admissions.push(a);
                 if a != Admission::Accepted {
@@ -402,6 +423,14 @@ impl Engine {
                     continue;
                 }
                 c.entries_accepted += 1;
+                res.accepted.push(AcceptedEntry {
+                    origin: e.origin,
+                    incarnation: e.incarnation,
+                    seq: e.seq,
+                    hops: e.hops,
+                    packet: packet_index,
+                    entry: entry_index,
+                });
                 u.clear();
                 u.extend(e.values.iter().map(|&v| alpha * v));
                 for (&i, &x) in e.indices.iter().zip(&u) {

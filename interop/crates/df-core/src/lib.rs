@@ -49,7 +49,7 @@ pub mod generated {
 }
 
 pub use config::{ConfigError, SyncConfig};
-pub use engine::{Counters, Engine, EngineError, Outcome, ReceiveResult};
+pub use engine::{AcceptedEntry, Counters, Engine, EngineError, Outcome, ReceiveResult};
 pub use error::{DecodeError, ErrorCode};
 pub use manifest::{Manifest, TensorSpec};
 pub use replay::{Admission, ReceiverState, ReplayWindow};

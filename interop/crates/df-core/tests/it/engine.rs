@@ -178,3 +178,59 @@ fn pack_greedy() {
     assert_eq!(sizes, vec![1, 1, 1]);
     assert_eq!(e2.relay_dropped_oversize(), 0);
 }
+
+#[test]
+fn receive_reports_the_accepted_entry_headers() {
+    // REQ: DF-RCV-3, DF-RCV-4 (only entries the replay window accepts are reported)
+    let mut b = engine(2, SyncConfig::default());
+    let fp = b.manifest().fingerprint();
+    let entry = |origin: u64, inc: u64, seq: u64, hops: u8| df_core::OwnedEntry {
+        origin,
+        incarnation: inc,
+        seq,
+        hops,
+        indices: vec![1, 5],
+        values: vec![0.25, -1.0],
+    };
+    let mut p0 = df_core::OwnedPacket::new(7, 1, fp, ValueEncoding::F32);
+    p0.entries = vec![entry(7, 1, 1, 0), entry(8, 3, 4, 2), entry(7, 1, 1, 0)];
+    let mut p2 = df_core::OwnedPacket::new(9, 1, fp, ValueEncoding::F16);
+    p2.entries = vec![entry(2, 1, 1, 0), entry(9, 5, 1, 1)];
+    let bad = {
+        let mut p = p0.clone();
+        p.fingerprint = vec![0; 32];
+        encode_packet(&p)
+    };
+    let bufs = [encode_packet(&p0), bad, encode_packet(&p2)];
+    let views: Vec<&[u8]> = bufs.iter().map(|b| &b[..]).collect();
+    let r = b.receive(&views);
+    assert_eq!(
+        r.outcomes,
+        vec![
+            Outcome::Ok,
+            Outcome::Rejected(ErrorCode::FingerprintMismatch),
+            Outcome::Ok
+        ]
+    );
+    let got: Vec<(u64, u64, u64, u8, usize, usize)> = r
+        .accepted
+        .iter()
+        .map(|a| (a.origin, a.incarnation, a.seq, a.hops, a.packet, a.entry))
+        .collect();
+    // the duplicate (packet 0, entry 2), the rejected packet 1 and the own origin (packet 2,
+    // entry 0) are not reported
+    assert_eq!(
+        got,
+        vec![(7, 1, 1, 0, 0, 0), (8, 3, 4, 2, 0, 1), (9, 5, 1, 1, 2, 1)]
+    );
+    let accepted_in_outcomes = r
+        .entry_outcomes
+        .iter()
+        .flatten()
+        .filter(|a| **a == Admission::Accepted)
+        .count();
+    assert_eq!(r.accepted.len(), accepted_in_outcomes);
+    assert_eq!(r.counters.entries_accepted, 3);
+    // a replay of the same packets is accepted nowhere
+    assert!(b.receive(&views).accepted.is_empty());
+}
