@@ -7,6 +7,7 @@ mod fuzz;
 mod replay;
 mod requirements;
 mod selection;
+mod snapshot;
 mod vectors;
 mod wire;
 
