@@ -9,8 +9,9 @@ use std::fmt;
 
 use serde_json::{Map, Value, json};
 
+use crate::encodings::ValueEncoding;
 use crate::replay::DEFAULT_MAX_ORIGINS;
-use crate::wire::{PACKET_OVERHEAD_BOUND, ValueEncoding, entry_size_bound};
+use crate::wire::{PACKET_OVERHEAD_BOUND, entry_size_bound};
 
 /// Smallest accepted `max_packet_size`: a packet with one entry of one value (DF-PAR-6, DF-RLY-3).
 pub const MIN_MAX_PACKET_SIZE: usize = PACKET_OVERHEAD_BOUND + 128 + 8;

@@ -5,6 +5,7 @@
 //! `spec/protocol.md`; requirement ids are cited in the doc comments and tests.
 
 pub mod config;
+pub mod encodings;
 pub mod engine;
 pub mod error;
 pub mod manifest;
@@ -49,11 +50,12 @@ pub mod generated {
 }
 
 pub use config::{ConfigError, SyncConfig};
+pub use encodings::{CODECS, ValueCodec, ValueEncoding};
 pub use engine::{AcceptedEntry, Counters, Engine, EngineError, Outcome, ReceiveResult};
 pub use error::{DecodeError, ErrorCode};
 pub use manifest::{Manifest, TensorSpec};
 pub use replay::{Admission, ReceiverState, ReplayWindow};
 pub use wire::{
-    DEFAULT_MAX_PACKET_SIZE, Entry, OwnedEntry, OwnedPacket, Packet, ValueEncoding, decode_packet,
-    encode_packet, validate_packet,
+    DEFAULT_MAX_PACKET_SIZE, Entry, OwnedEntry, OwnedPacket, Packet, decode_packet, encode_packet,
+    validate_packet,
 };
