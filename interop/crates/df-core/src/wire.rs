@@ -13,6 +13,7 @@
 //! This is the same order as the Python reference (`delta_fabric.wire`).
 
 use std::borrow::Cow;
+use std::fmt;
 
 use flatbuffers::{FlatBufferBuilder, VerifierOptions, WIPOffset};
 use serde_json::{Value, json};
@@ -551,6 +552,37 @@ pub fn encode_packet(packet: &OwnedPacket) -> Vec<u8> {
 // JSON (spec/protocol.md Appendix B.2)
 // ------------------------------------------------------------------------------------------------
 
+/// A JSON value that is not the packet (or entry, id, value) it should be (spec Appendix B.2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JsonError(pub String);
+
+impl fmt::Display for JsonError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for JsonError {}
+
+impl From<String> for JsonError {
+    fn from(s: String) -> Self {
+        JsonError(s)
+    }
+}
+
+impl From<&str> for JsonError {
+    fn from(s: &str) -> Self {
+        JsonError(s.to_string())
+    }
+}
+
+/// The message, for callers that report errors as strings.
+impl From<JsonError> for String {
+    fn from(e: JsonError) -> String {
+        e.0
+    }
+}
+
 /// A u64 as 16 lowercase hex digits.
 pub fn hex16(x: u64) -> String {
     format!("{x:016x}")
@@ -568,19 +600,19 @@ pub fn f32_to_json(v: f32) -> Value {
 }
 
 /// Inverse of [`f32_to_json`] (a number is rounded to the nearest f32).
-pub fn f32_from_json(v: &Value) -> Result<f32, String> {
+pub fn f32_from_json(v: &Value) -> Result<f32, JsonError> {
     match v {
         Value::String(s) => match s.as_str() {
             "nan" => Ok(f32::NAN),
             "inf" => Ok(f32::INFINITY),
             "-inf" => Ok(f32::NEG_INFINITY),
-            _ => Err(format!("bad value {s:?}")),
+            _ => Err(JsonError(format!("bad value {s:?}"))),
         },
         Value::Number(n) => n
             .as_f64()
             .map(|x| x as f32)
-            .ok_or_else(|| format!("bad value {n}")),
-        other => Err(format!("bad value {other}")),
+            .ok_or_else(|| JsonError(format!("bad value {n}"))),
+        other => Err(JsonError(format!("bad value {other}"))),
     }
 }
 
@@ -632,11 +664,15 @@ pub fn owned_packet_to_json(p: &OwnedPacket) -> Value {
 }
 
 /// Parses a 16-hex-digit id (or a JSON integer).
-pub fn u64_from_json(v: &Value, what: &str) -> Result<u64, String> {
+pub fn u64_from_json(v: &Value, what: &str) -> Result<u64, JsonError> {
     match v {
-        Value::String(s) => u64::from_str_radix(s, 16).map_err(|e| format!("{what}: {e}")),
-        Value::Number(n) => n.as_u64().ok_or_else(|| format!("{what}: not a u64")),
-        _ => Err(format!("{what}: expected a hex string")),
+        Value::String(s) => {
+            u64::from_str_radix(s, 16).map_err(|e| JsonError(format!("{what}: {e}")))
+        }
+        Value::Number(n) => n
+            .as_u64()
+            .ok_or_else(|| JsonError(format!("{what}: not a u64"))),
+        _ => Err(JsonError(format!("{what}: expected a hex string"))),
     }
 }
 
@@ -650,7 +686,7 @@ fn as_u64(v: &Value, what: &str) -> Result<u64, String> {
 }
 
 /// An entry from its JSON object.
-pub fn entry_from_json(e: &Value) -> Result<OwnedEntry, String> {
+pub fn entry_from_json(e: &Value) -> Result<OwnedEntry, JsonError> {
     let indices = get(e, "indices")?
         .as_array()
         .ok_or("indices: not a list")?
@@ -664,7 +700,7 @@ pub fn entry_from_json(e: &Value) -> Result<OwnedEntry, String> {
         .ok_or("values: not a list")?
         .iter()
         .map(f32_from_json)
-        .collect::<Result<Vec<f32>, String>>()?;
+        .collect::<Result<Vec<f32>, JsonError>>()?;
     let hops = as_u64(get(e, "hops")?, "hops")?;
     Ok(OwnedEntry {
         origin: u64_from_json(get(e, "origin")?, "origin")?,
@@ -677,7 +713,7 @@ pub fn entry_from_json(e: &Value) -> Result<OwnedEntry, String> {
 }
 
 /// Inverse of [`packet_to_json`].
-pub fn packet_from_json(v: &Value) -> Result<OwnedPacket, String> {
+pub fn packet_from_json(v: &Value) -> Result<OwnedPacket, JsonError> {
     let entries = get(v, "entries")?
         .as_array()
         .ok_or("entries: not a list")?

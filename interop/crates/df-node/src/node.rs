@@ -171,7 +171,7 @@ pub fn model_manifest(
         name: s.name.clone(),
         shape: s.shape.iter().map(|&d| d as u64).collect(),
     });
-    let manifest = Manifest::new(specs).map_err(NodeError::Manifest)?;
+    let manifest = Manifest::new(specs).map_err(|e| NodeError::Manifest(e.to_string()))?;
     Ok((layout, manifest))
 }
 
