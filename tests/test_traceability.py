@@ -114,6 +114,24 @@ def test_vectors_count_only_for_implementations_that_run_them(tmp_path: Path) ->
     assert decode_only <= rust.keys() and not decode_only & python.keys()
 
 
+def test_not_applicable_ids_are_must_ids_that_nothing_covers() -> None:
+    """An id excluded for an implementation is a MUST id, and not one its own tests cover (then it
+    applies after all, and the exclusion is stale)."""
+    smap = tr.SourceMap.load()
+    musts = tr.must_ids(tr.spec_requirements())
+    cites = tr.collect(smap=smap)
+    problems: list[str] = []
+    for impl, ids in smap.not_applicable.items():
+        own = tr.covered_for(cites, smap, impl)
+        problems += [f"{impl}: {rid} is not a MUST-level id" for rid in ids if rid not in musts]
+        problems += [
+            f"{impl}: {rid} is not applicable but cited by {sorted(own[rid])}"
+            for rid in ids
+            if rid in own
+        ]
+    assert not problems, "\n".join(problems)
+
+
 def test_uncovered_lists_are_well_formed() -> None:
     musts = tr.must_ids(tr.spec_requirements())
     problems: list[str] = []

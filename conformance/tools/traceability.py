@@ -21,6 +21,9 @@ generator): their citations count for every implementation, but only for the ids
 ``implementation_independent`` in the map (requirements on the conformance process and the spec's
 evolution, not on a node's behaviour); for any other id they count for no implementation.
 
+An id listed under ``not_applicable`` for an implementation (a requirement on another framework's nodes)
+is left out of that implementation's count.
+
 Run ``python conformance/tools/traceability.py`` for the report.
 """
 
@@ -119,6 +122,7 @@ class SourceMap:
     implementations: list[str]
     rules: dict[str, str | dict[str, str]]  # path or glob -> target, or {function | "*": target}
     independent: dict[str, str]  # id -> why it constrains no single implementation
+    not_applicable: dict[str, dict[str, str]]  # impl -> id -> why it does not apply to that impl
 
     @classmethod
     def load(cls, root: Path = ROOT) -> SourceMap:
@@ -130,6 +134,7 @@ class SourceMap:
             implementations=[str(i["name"]) for i in registry["implementations"]],
             rules=dict(d["sources"]),
             independent=dict(d["implementation_independent"]),
+            not_applicable={k: dict(v) for k, v in d.get("not_applicable", {}).items()},
         )
 
     def rule_for(self, rel: str) -> str | dict[str, str] | None:
@@ -155,6 +160,11 @@ class SourceMap:
                 out.append(
                     f'spec/traceability.json: {pattern}: a per-function rule needs a "*" default'
                 )
+        out += [
+            f"spec/traceability.json: not_applicable: unknown implementation {impl!r}"
+            for impl in self.not_applicable
+            if impl not in self.implementations
+        ]
         return out
 
 
@@ -321,12 +331,17 @@ def covered_for(cites: Citations, smap: SourceMap, impl: str) -> dict[str, set[s
 
 
 def uncovered(root: Path = ROOT) -> dict[str, list[str]]:
-    """impl -> sorted MUST ids not covered for it."""
+    """impl -> sorted MUST ids that apply to it and are not covered for it."""
     smap = SourceMap.load(root)
     musts = must_ids(spec_requirements(root))
     cites = collect(root, smap)
     return {
-        impl: sorted(musts - covered_for(cites, smap, impl).keys(), key=id_key)
+        impl: sorted(
+            musts
+            - covered_for(cites, smap, impl).keys()
+            - smap.not_applicable.get(impl, {}).keys(),
+            key=id_key,
+        )
         for impl in smap.implementations
     }
 
@@ -352,12 +367,21 @@ def read_uncovered(path: Path) -> tuple[dict[str, str], list[str]]:
 
 
 def figures(root: Path = ROOT) -> dict[str, dict[str, Any]]:
-    """impl -> {"covered": n, "must": n, "uncovered": [ids]} (for reports)."""
+    """impl -> {"covered": n, "must": n, "uncovered": [ids], "not_applicable": [ids]} (for reports);
+    ``must`` counts the MUST ids that apply to the implementation."""
     musts = must_ids(spec_requirements(root))
-    return {
-        impl: {"covered": len(musts) - len(ids), "must": len(musts), "uncovered": ids}
-        for impl, ids in uncovered(root).items()
-    }
+    na = SourceMap.load(root).not_applicable
+    out: dict[str, dict[str, Any]] = {}
+    for impl, ids in uncovered(root).items():
+        skip = sorted(musts & na.get(impl, {}).keys(), key=id_key)
+        must = len(musts) - len(skip)
+        out[impl] = {
+            "covered": must - len(ids),
+            "must": must,
+            "uncovered": ids,
+            "not_applicable": skip,
+        }
+    return out
 
 
 def report(root: Path = ROOT) -> str:
@@ -367,8 +391,11 @@ def report(root: Path = ROOT) -> str:
         listed, _ = read_uncovered(uncovered_path(root, impl))
         ids = fig["uncovered"]
         lines += [
-            f"{impl}: MUST-level requirements covered {fig['covered']}/{fig['must']} ({pct:.1f} %)",
+            f"{impl}: MUST-level requirements that apply, covered: {fig['covered']}/{fig['must']} "
+            f"({pct:.1f} %)",
             f"  uncovered ({len(ids)}): " + (" ".join(ids) or "none"),
+            "  not applicable (spec/traceability.json): "
+            + (" ".join(fig["not_applicable"]) or "none"),
             f"  uncovered but not in {uncovered_path(root, impl).name}: "
             + (" ".join(i for i in ids if i not in listed) or "none"),
             f"  listed in {uncovered_path(root, impl).name} but covered (remove them): "

@@ -6,6 +6,7 @@ mod engine;
 mod fuzz;
 mod replay;
 mod requirements;
+mod requirements_per_impl;
 mod selection;
 mod snapshot;
 mod vectors;
