@@ -132,6 +132,48 @@ def test_not_applicable_ids_are_must_ids_that_nothing_covers() -> None:
     assert not problems, "\n".join(problems)
 
 
+def test_citations_count_for_the_mapped_implementations_only(tmp_path: Path) -> None:
+    """A file's citations count for the implementation(s) its rule names, per top-level function when
+    the rule says so; harness citations count only for implementation-independent ids."""
+    import json
+    import shutil
+
+    for rel in ("spec/protocol.md", "interop/implementations.json"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / rel, tmp_path / rel)
+    (tmp_path / "conformance" / "vectors").mkdir(parents=True)
+    (tmp_path / "conformance" / "vectors" / "index.json").write_text(
+        '{"version": 1, "vectors": []}'
+    )
+    rules = {
+        "tests/test_mixed.py": ["python", "rust"],
+        "tests/test_split.py": {"*": "harness", "test_py": "python"},
+    }
+    independent = {"DF-CNF-1": "process"}
+    (tmp_path / "spec" / "traceability.json").write_text(
+        json.dumps({"sources": rules, "implementation_independent": independent})
+    )
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_mixed.py").write_text(
+        "def test_a() -> None:\n    # REQ: DF-GEN-1\n"
+    )
+    (tmp_path / "tests" / "test_split.py").write_text(
+        "# REQ: DF-CNF-1, DF-GEN-2\n"
+        "def test_py() -> None:\n    # REQ: DF-GEN-3\n"
+        "def test_other() -> None:\n    # REQ: DF-GEN-4\n"
+    )
+    (tmp_path / "tests" / "test_unmapped.py").write_text("# REQ: DF-GEN-5\n")
+    smap = tr.SourceMap.load(tmp_path)
+    assert smap.problems() == []
+    cites = tr.collect(tmp_path, smap)
+    assert cites.unmapped == ["tests/test_unmapped.py"]
+    python = tr.covered_for(cites, smap, "python").keys()
+    rust = tr.covered_for(cites, smap, "rust").keys()
+    assert python == {"DF-GEN-1", "DF-GEN-3", "DF-CNF-1"}
+    assert rust == {"DF-GEN-1", "DF-CNF-1"}
+    assert cites.all.keys() == {f"DF-GEN-{i}" for i in range(1, 6)} | {"DF-CNF-1"}
+
+
 def test_uncovered_lists_are_well_formed() -> None:
     musts = tr.must_ids(tr.spec_requirements())
     problems: list[str] = []

@@ -115,12 +115,27 @@ def id_key(rid: str) -> tuple[str, int]:
 # ------------------------------------------------------------------------------------------------- map
 
 
+Target = (
+    str | list[str]
+)  # an implementation, "harness", or several (a test that runs against several)
+Rule = Target | dict[str, Target]  # or per top-level function, "*" the default
+
+
+def targets_of(target: object) -> list[str]:
+    """The targets a rule value names (a name or a list of names)."""
+    if isinstance(target, str):
+        return [target]
+    if isinstance(target, list):
+        return [str(t) for t in target]
+    return []
+
+
 @dataclass
 class SourceMap:
     """``spec/traceability.json``: which implementation each citing source runs against."""
 
     implementations: list[str]
-    rules: dict[str, str | dict[str, str]]  # path or glob -> target, or {function | "*": target}
+    rules: dict[str, Rule]  # path or glob -> target(s), or {function | "*": target(s)}
     independent: dict[str, str]  # id -> why it constrains no single implementation
     not_applicable: dict[str, dict[str, str]]  # impl -> id -> why it does not apply to that impl
 
@@ -137,7 +152,7 @@ class SourceMap:
             not_applicable={k: dict(v) for k, v in d.get("not_applicable", {}).items()},
         )
 
-    def rule_for(self, rel: str) -> str | dict[str, str] | None:
+    def rule_for(self, rel: str) -> Rule | None:
         """The rule of a source: its exact path first, else the first glob that matches."""
         if rel in self.rules:
             return self.rules[rel]
@@ -150,7 +165,10 @@ class SourceMap:
         out: list[str] = []
         targets = set(self.implementations) | {HARNESS}
         for pattern, target in self.rules.items():
-            named = [target] if isinstance(target, str) else list(target.values())
+            values = list(target.values()) if isinstance(target, dict) else [target]
+            named = [t for v in values for t in targets_of(v)]
+            if not named or any(not targets_of(v) for v in values):
+                out.append(f"spec/traceability.json: {pattern}: empty or malformed target")
             out += [
                 f"spec/traceability.json: {pattern}: unknown target {t!r}"
                 for t in named
@@ -266,13 +284,11 @@ def collect(root: Path = ROOT, smap: SourceMap | None = None) -> Citations:
             if not m:
                 continue
             cited = True
-            target = None
-            if isinstance(rule, str):
-                target = rule
-            elif isinstance(rule, dict):
-                target = rule.get(func, rule.get("*"))
+            chosen = rule.get(func, rule.get("*")) if isinstance(rule, dict) else rule
             for rid in ID_RE.findall(m.group(1)):
-                cites.add(target, rid, f"{rel}:{n}")
+                cites.add(None, rid, f"{rel}:{n}")
+                for target in targets_of(chosen):
+                    cites.add(target, rid, f"{rel}:{n}")
         if cited and rule is None:
             cites.unmapped.append(rel)
 
