@@ -22,9 +22,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from delta_fabric.adapters.torch import Fabric
 from delta_fabric.config import SyncConfig
 from delta_fabric.engine import Engine
+from delta_fabric.fabric import Fabric
+from delta_fabric.stores.torch import TorchStore
 from delta_fabric.transports.memory import MemoryHub
 from delta_fabric.wire import Entry
 from torch import nn
@@ -95,7 +96,9 @@ def bench_idle(sizes: list[int]) -> list[dict[str, Any]]:
     for n in sizes:
         module = make_module(n)
         hub = MemoryHub()
-        fab = Fabric(module, hub.transport(1), SyncConfig(sync_interval=NEVER), node_id=1)
+        fab = Fabric(
+            TorchStore(module), hub.transport(1), SyncConfig(sync_interval=NEVER), node_id=1
+        )
         hub.transport(2)
         t_fab = timeit(fab.step)
         t_orig = timeit(original_round_trip(module), min_time=0.5, max_reps=50)
@@ -109,11 +112,11 @@ def bench_apply(n: int, ks: list[int]) -> list[dict[str, Any]]:
     print(f"\n2) apply k incoming entries at N = {n:,} (drain + receive + in-place apply + relay)")
     module = make_module(n)
     hub = MemoryHub()
-    fab = Fabric(module, hub.transport(1), SyncConfig(sync_interval=NEVER), node_id=1)
+    fab = Fabric(TorchStore(module), hub.transport(1), SyncConfig(sync_interval=NEVER), node_id=1)
     peer = hub.transport(2)
     n = fab.num_params
     t_orig = timeit(original_round_trip(module), min_time=0.5, max_reps=50)
-    t_gather = timeit(fab._gather, min_time=0.3, max_reps=50)
+    t_gather = timeit(fab.store.gather, min_time=0.3, max_reps=50)
     print(f"   original per-step round trip at this N: {fmt(t_orig)}; one gather: {fmt(t_gather)}")
     print(f"{'k':>10} {'step':>12} {'marginal/entry':>15} {'vs original':>12}")
     rng = np.random.default_rng(0)
@@ -153,7 +156,7 @@ def bench_apply(n: int, ks: list[int]) -> list[dict[str, Any]]:
 def bench_sync(n: int) -> dict[str, Any]:
     module = make_module(n)
     hub = MemoryHub()
-    fab = Fabric(module, hub.transport(1), SyncConfig(sync_interval=1), node_id=1)
+    fab = Fabric(TorchStore(module), hub.transport(1), SyncConfig(sync_interval=1), node_id=1)
     hub.transport(2)
     gen = torch.Generator().manual_seed(0)
     params = list(module.parameters())

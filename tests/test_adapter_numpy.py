@@ -1,11 +1,12 @@
-"""The NumPy adapter (generic framework binding) over the in-process memory transport."""
+"""`NumpyStore` (generic framework binding) driven by `Fabric` over the in-process memory transport."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from delta_fabric.adapters import NumpyFabric, SnapshotUnavailable
 from delta_fabric.config import SyncConfig
+from delta_fabric.fabric import Fabric, SnapshotUnavailable
+from delta_fabric.stores.numpy import NumpyStore
 from delta_fabric.transports.memory import MemoryHub
 from numpy.typing import NDArray
 
@@ -24,7 +25,7 @@ def arrays(seed: int = 0, dtype: type = np.float32) -> dict[str, NDArray[np.floa
 def test_manifest_canonical_order() -> None:
     # REQ: DF-MAN-2
     hub = MemoryHub()
-    fab = NumpyFabric(arrays(), hub.transport(1), CFG, node_id=1, incarnation=1)
+    fab = Fabric(NumpyStore(arrays()), hub.transport(1), CFG, node_id=1, incarnation=1)
     assert fab.manifest.names == ("emb", "layer.bias", "layer.weight")
     assert fab.num_params == 8 + 3 + 12
 
@@ -32,11 +33,11 @@ def test_manifest_canonical_order() -> None:
 def test_rejects_bad_arrays() -> None:
     hub = MemoryHub()
     with pytest.raises(TypeError):
-        NumpyFabric({"a": np.arange(3)}, hub.transport(1), CFG, node_id=1)
+        Fabric(NumpyStore({"a": np.arange(3)}), hub.transport(1), CFG, node_id=1)
     ro = np.zeros(3, dtype=np.float32)
     ro.flags.writeable = False
     with pytest.raises(ValueError):
-        NumpyFabric({"a": ro}, hub.transport(2), CFG, node_id=2)
+        Fabric(NumpyStore({"a": ro}), hub.transport(2), CFG, node_id=2)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -44,15 +45,16 @@ def test_apply_in_place_only_affected(dtype: type) -> None:
     # REQ: DF-RCV-7
     hub = MemoryHub()
     a_arr, b_arr = arrays(0, dtype), arrays(0, dtype)
-    a = NumpyFabric(a_arr, hub.transport(1), CFG, node_id=1, incarnation=1)
-    b = NumpyFabric(b_arr, hub.transport(2), CFG, node_id=2, incarnation=1)
+    a = Fabric(NumpyStore(a_arr), hub.transport(1), CFG, node_id=1, incarnation=1)
+    b_store = NumpyStore(b_arr)
+    b = Fabric(b_store, hub.transport(2), CFG, node_id=2, incarnation=1)
     ids = {k: id(v) for k, v in b_arr.items()}
     copies = {k: v.copy() for k, v in b_arr.items()}
     a_arr["layer.weight"][2, 1] += 0.5
     a_arr["emb"][1, 0, 1] -= 2.0
     a.sync_now()
     b.step()
-    assert {k: id(v) for k, v in b.arrays.items()} == ids
+    assert {k: id(v) for k, v in b_store.arrays.items()} == ids
     for k, v in b_arr.items():
         diff = np.argwhere(v != copies[k]).tolist()
         want = {"layer.weight": [[2, 1]], "emb": [[1, 0, 1]], "layer.bias": []}[k]
@@ -66,8 +68,8 @@ def test_non_contiguous_array() -> None:
     base = np.zeros((4, 3), dtype=np.float32)
     view = base.T  # (3, 4), Fortran order
     a_arr = {"w": np.zeros((3, 4), dtype=np.float32)}
-    a = NumpyFabric(a_arr, hub.transport(1), CFG, node_id=1, incarnation=1)
-    b = NumpyFabric({"w": view}, hub.transport(2), CFG, node_id=2, incarnation=1)
+    a = Fabric(NumpyStore(a_arr), hub.transport(1), CFG, node_id=1, incarnation=1)
+    b = Fabric(NumpyStore({"w": view}), hub.transport(2), CFG, node_id=2, incarnation=1)
     a_arr["w"][1, 3] = 1.25
     a.sync_now()
     b.step()
@@ -77,12 +79,12 @@ def test_non_contiguous_array() -> None:
 
 def test_idle_step_is_constant_work(monkeypatch: pytest.MonkeyPatch) -> None:
     hub = MemoryHub()
-    fab = NumpyFabric(arrays(), hub.transport(1), CFG, node_id=1, incarnation=1)
+    fab = Fabric(NumpyStore(arrays()), hub.transport(1), CFG, node_id=1, incarnation=1)
 
     def boom(*_a: object, **_k: object) -> None:
         raise AssertionError("O(N) work on an idle step")
 
-    monkeypatch.setattr(fab, "_gather", boom)
+    monkeypatch.setattr(fab.store, "gather", boom)
     monkeypatch.setattr(fab.engine, "receive", boom)
     for _ in range(CFG.sync_interval - 1):
         fab.step()
@@ -91,12 +93,12 @@ def test_idle_step_is_constant_work(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_join_from_snapshot() -> None:
     hub = MemoryHub()
     a_arr = arrays(0)
-    a = NumpyFabric(a_arr, hub.transport(1), CFG, node_id=1, incarnation=3)
+    a = Fabric(NumpyStore(a_arr), hub.transport(1), CFG, node_id=1, incarnation=3)
     a_arr["layer.bias"] += 1.0
     a.sync_now()
     b_arr = arrays(5, np.float64)
-    b = NumpyFabric.join(b_arr, hub.transport(2), CFG, node_id=2, timeout=5.0)
+    b = Fabric.join(NumpyStore(b_arr), hub.transport(2), CFG, node_id=2, timeout=5.0)
     assert b.bootstrapped and b.incarnation > 3
     np.testing.assert_array_equal(b.active_vector(), a.engine.anchor)
     with pytest.raises(SnapshotUnavailable):
-        NumpyFabric.join(arrays(), MemoryHub().transport(9), CFG, node_id=9, timeout=0.2)
+        Fabric.join(NumpyStore(arrays()), MemoryHub().transport(9), CFG, node_id=9, timeout=0.2)

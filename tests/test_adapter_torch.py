@@ -1,15 +1,16 @@
-"""The PyTorch adapter over the in-process memory transport."""
+"""`TorchStore` driven by `Fabric` over the in-process memory transport (and the `adapters.torch` shim)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
-from delta_fabric.adapters import SnapshotUnavailable
-from delta_fabric.adapters.torch import Fabric, module_manifest, module_tensors
+from delta_fabric.adapters.torch import Fabric as ShimFabric
 from delta_fabric.config import SyncConfig
+from delta_fabric.fabric import Fabric, SnapshotUnavailable
 from delta_fabric.manifest import Manifest
-from delta_fabric.state import Admission
+from delta_fabric.replay import Admission
+from delta_fabric.stores.torch import TorchStore, module_manifest, module_tensors
 from delta_fabric.transports.memory import MemoryHub, MemoryTransport
 from delta_fabric.wire import decode_packet
 from torch import nn
@@ -75,7 +76,7 @@ def test_fabric_uses_config_include_buffers_and_flat_layout() -> None:
     # REQ: DF-MAN-3
     hub = MemoryHub()
     net = make_net()
-    fab = Fabric(
+    fab = ShimFabric(  # the shim: include_buffers defaults to the config's
         net,
         hub.transport(1),
         SyncConfig(include_buffers=True),
@@ -90,6 +91,9 @@ def test_fabric_uses_config_include_buffers_and_flat_layout() -> None:
         n = sd[name].numel()
         np.testing.assert_array_equal(v[off : off + n], sd[name].reshape(-1).numpy())
     assert np.array_equal(fab.engine.anchor, v)  # the anchor starts as the module's weights
+    assert isinstance(fab, Fabric) and isinstance(fab.store, TorchStore) and fab.module is net
+    assert all(t is fab.store.tensors[n] for n, t in fab.tensors.items())
+    assert fab.gathers == fab.store.gathers == 2  # the initial anchor and flat()
 
 
 def test_tied_weights_rejected() -> None:
@@ -104,10 +108,11 @@ def test_sparse_apply_in_place_touches_only_received_elements() -> None:
     # REQ: DF-RCV-7
     hub = MemoryHub()
     a_net, b_net = make_net(), make_net()
-    a = Fabric(a_net, hub.transport(1), CFG, node_id=1, incarnation=1)
-    b = Fabric(b_net, hub.transport(2), CFG, node_id=2, incarnation=1)
-    ptrs = {n: t.data_ptr() for n, t in b.tensors.items()}
-    objs = {n: id(t) for n, t in b.tensors.items()}
+    a = Fabric(TorchStore(a_net), hub.transport(1), CFG, node_id=1, incarnation=1)
+    b_store = TorchStore(b_net)
+    b = Fabric(b_store, hub.transport(2), CFG, node_id=2, incarnation=1)
+    ptrs = {n: t.data_ptr() for n, t in b_store.tensors.items()}
+    objs = {n: id(t) for n, t in b_store.tensors.items()}
     before = flat(b)
     with torch.no_grad():
         a_net.fc1.weight[3, 7] += 0.5
@@ -130,38 +135,47 @@ def test_sparse_apply_in_place_touches_only_received_elements() -> None:
     assert changed.tolist() == want
     np.testing.assert_array_equal(after, flat(a))
     np.testing.assert_array_equal(b.engine.anchor, after)  # anchor and active moved together
-    assert {n: t.data_ptr() for n, t in b.tensors.items()} == ptrs  # in place, same storage
-    assert {n: id(t) for n, t in b.tensors.items()} == objs
+    assert {n: t.data_ptr() for n, t in b_store.tensors.items()} == ptrs  # in place, same storage
+    assert {n: id(t) for n, t in b_store.tensors.items()} == objs
     assert b.stats()["values_received_applied"] == 3
 
 
-def test_hops_not_tracked_by_default() -> None:
+def test_hops_and_origin_progress_always_tracked_without_a_second_decode() -> None:
+    """The hop histogram and origin progress come from the engine's accepted headers: no packet is
+    decoded outside the engine."""
+    import delta_fabric.fabric as fabric_mod
+
+    assert not hasattr(fabric_mod, "decode_packet")
     hub = MemoryHub()
-    a = Fabric(make_net(), hub.transport(1), CFG, node_id=1, incarnation=1)
-    b = Fabric(make_net(), hub.transport(2), CFG, node_id=2, incarnation=1)
+    a_net = make_net()
+    a = Fabric(TorchStore(a_net), hub.transport(1), CFG, node_id=1, incarnation=1)
+    b = Fabric(TorchStore(make_net()), hub.transport(2), CFG, node_id=2, incarnation=1)
     with torch.no_grad():
-        a.module.fc2.bias.add_(1.0)  # type: ignore[operator]
+        a_net.fc2.bias.add_(1.0)
     a.sync_now()
     b.step()
     assert b.stats()["receive"]["entries_accepted"] == 1
-    assert b.stats()["accepted_by_hops"] == {}
+    assert b.stats()["accepted_by_hops"] == {"0": 1}
+    assert b.origin_progress() == {1: (1, 1)}
 
 
 def test_idle_step_is_constant_work(monkeypatch: pytest.MonkeyPatch) -> None:
     """A step without sync and without traffic gathers nothing, receives nothing, copies nothing."""
     hub = MemoryHub()
     net = make_net()
-    fab = Fabric(net, hub.transport(1), SyncConfig(sync_interval=10), node_id=1, incarnation=1)
+    fab = Fabric(
+        TorchStore(net), hub.transport(1), SyncConfig(sync_interval=10), node_id=1, incarnation=1
+    )
     hub.transport(2)  # a silent peer
 
     def boom(*_a: object, **_k: object) -> None:
         raise AssertionError("O(N) work on an idle step")
 
-    monkeypatch.setattr(fab, "_gather", boom)
+    monkeypatch.setattr(fab.store, "gather", boom)
     monkeypatch.setattr(fab.engine, "receive", boom)
     monkeypatch.setattr(fab.engine, "generate", boom)
     monkeypatch.setattr(torch, "cat", boom)
-    monkeypatch.setattr(fab.module, "state_dict", boom)
+    monkeypatch.setattr(net, "state_dict", boom)
     for _ in range(9):
         assert fab.step() == 0
     assert fab.steps == 9
@@ -171,15 +185,16 @@ def test_idle_step_is_constant_work(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_sync_step_gathers_once_and_publishes() -> None:
     hub = MemoryHub()
     net = make_net()
+    store = TorchStore(net)
     fab = Fabric(
-        net,
+        store,
         hub.transport(1),
         SyncConfig(sync_interval=3, ratio=0.05),
         node_id=1,
         incarnation=1,
     )
     peer = hub.transport(2)
-    g0 = fab.gathers  # the initial anchor
+    g0 = store.gathers  # the initial anchor
     opt = torch.optim.SGD(net.parameters(), lr=0.1)
     x = torch.randn(4, 1, 8, 8)
     for step in range(1, 7):
@@ -188,7 +203,7 @@ def test_sync_step_gathers_once_and_publishes() -> None:
         opt.step()
         published = fab.step()
         assert published == (1 if step % 3 == 0 else 0)
-    assert fab.gathers - g0 == 2
+    assert store.gathers - g0 == 2
     st = fab.stats()
     pkts = peer.drain()
     assert st["packets_sent"] == len(pkts) == 2
@@ -216,12 +231,11 @@ def test_ring_relay_alpha_one_every_node_applies_each_delta_once() -> None:
     TAPS.update({i: hub.transport(100 + i, neighbours=[i]) for i in ids})
     fabs = {
         i: Fabric(
-            nets[i],
+            TorchStore(nets[i]),
             hub.transport(i, neighbours=ring[i]),
             CFG,
             node_id=i,
             incarnation=7,
-            track_hops=True,
         )
         for i in ids
     }
@@ -253,13 +267,13 @@ def test_bootstrap_join_loads_snapshot_and_new_incarnation_is_accepted() -> None
     # REQ: DF-RCV-4
     hub = MemoryHub()
     a_net = make_net(0)
-    a = Fabric(a_net, hub.transport(1), CFG, node_id=1, incarnation=5)
+    a = Fabric(TorchStore(a_net), hub.transport(1), CFG, node_id=1, incarnation=5)
     with torch.no_grad():
         for p in a_net.parameters():
             p.mul_(1.5)
     a.sync_now()
     b_net = make_net(123)  # different weights: the snapshot must replace them
-    b = Fabric.join(b_net, hub.transport(2), CFG, node_id=2, timeout=5.0)
+    b = Fabric.join(TorchStore(b_net), hub.transport(2), CFG, node_id=2, timeout=5.0)
     assert b.bootstrapped and b.stats()["bootstrapped"]
     np.testing.assert_array_equal(flat(b), a.engine.anchor)
     np.testing.assert_array_equal(b.engine.anchor, a.engine.anchor)
@@ -277,7 +291,7 @@ def test_bootstrap_required_without_peer_fails_and_auto_falls_back() -> None:
     hub = MemoryHub()
     with pytest.raises(SnapshotUnavailable):
         Fabric(
-            make_net(),
+            TorchStore(make_net()),
             hub.transport(1),
             CFG,
             node_id=1,
@@ -286,7 +300,9 @@ def test_bootstrap_required_without_peer_fails_and_auto_falls_back() -> None:
         )
     net = make_net(3)
     before = {k: v.clone() for k, v in net.state_dict().items()}
-    fab = Fabric(net, hub.transport(2), CFG, node_id=2, bootstrap="auto", bootstrap_timeout=0.2)
+    fab = Fabric(
+        TorchStore(net), hub.transport(2), CFG, node_id=2, bootstrap="auto", bootstrap_timeout=0.2
+    )
     assert not fab.bootstrapped
     for k, v in net.state_dict().items():
         assert torch.equal(v, before[k])
@@ -295,10 +311,10 @@ def test_bootstrap_required_without_peer_fails_and_auto_falls_back() -> None:
 def test_restart_same_node_id_deltas_accepted_at_once() -> None:
     # REQ: DF-RCV-4
     hub = MemoryHub()
-    a = Fabric(make_net(), hub.transport(1), CFG, node_id=1, incarnation=10)
+    a = Fabric(TorchStore(make_net()), hub.transport(1), CFG, node_id=1, incarnation=10)
     b_net = make_net()
     tb = hub.transport(2)
-    b = Fabric(b_net, tb, CFG, node_id=2, incarnation=10)
+    b = Fabric(TorchStore(b_net), tb, CFG, node_id=2, incarnation=10)
     for _ in range(3):  # b sends seqs 1..3
         with torch.no_grad():
             b_net.fc2.bias.add_(0.1)
@@ -306,7 +322,9 @@ def test_restart_same_node_id_deltas_accepted_at_once() -> None:
         a.step()
     tb.close()
     b2_net = make_net(9)
-    b2 = Fabric.join(b2_net, hub.transport(2), CFG, node_id=2, timeout=5.0)  # seq restarts at 1
+    b2 = Fabric.join(
+        TorchStore(b2_net), hub.transport(2), CFG, node_id=2, timeout=5.0
+    )  # seq restarts at 1
     with torch.no_grad():
         b2_net.fc2.weight.add_(0.2)
     b2.sync_now()
@@ -322,8 +340,8 @@ def test_non_contiguous_parameter_is_updated_correctly() -> None:
         b_net.fc1.weight.detach().t().contiguous().t()
     )  # strides (1, 8)
     assert not b_net.fc1.weight.is_contiguous()
-    a = Fabric(a_net, hub.transport(1), CFG, node_id=1, incarnation=1)
-    b = Fabric(b_net, hub.transport(2), CFG, node_id=2, incarnation=1)
+    a = Fabric(TorchStore(a_net), hub.transport(1), CFG, node_id=1, incarnation=1)
+    b = Fabric(TorchStore(b_net), hub.transport(2), CFG, node_id=2, incarnation=1)
     with torch.no_grad():
         a_net.fc1.weight[5, 33] += 3.0
     a.sync_now()
@@ -335,8 +353,8 @@ def test_non_contiguous_parameter_is_updated_correctly() -> None:
 def test_double_precision_module() -> None:
     hub = MemoryHub()
     a_net, b_net = make_net().double(), make_net().double()
-    a = Fabric(a_net, hub.transport(1), CFG, node_id=1, incarnation=1)
-    b = Fabric(b_net, hub.transport(2), CFG, node_id=2, incarnation=1)
+    a = Fabric(TorchStore(a_net), hub.transport(1), CFG, node_id=1, incarnation=1)
+    b = Fabric(TorchStore(b_net), hub.transport(2), CFG, node_id=2, incarnation=1)
     with torch.no_grad():
         a_net.fc1.bias[0] += 0.5
     a.sync_now()
@@ -352,8 +370,8 @@ def test_cuda_module_same_code_path() -> None:
     hub = MemoryHub()
     dev = torch.device("cuda")
     a_net, b_net = make_net().to(dev), make_net().to(dev)
-    a = Fabric(a_net, hub.transport(1), CFG, node_id=1, incarnation=1)
-    b = Fabric(b_net, hub.transport(2), CFG, node_id=2, incarnation=1)
+    a = Fabric(TorchStore(a_net), hub.transport(1), CFG, node_id=1, incarnation=1)
+    b = Fabric(TorchStore(b_net), hub.transport(2), CFG, node_id=2, incarnation=1)
     ptr = b_net.fc1.weight.data_ptr()
     before = flat(b)
     with torch.no_grad():
@@ -364,3 +382,35 @@ def test_cuda_module_same_code_path() -> None:
     assert np.flatnonzero(after != before).tolist() == [b.manifest.offset("fc1.weight") + 64 + 2]
     assert b_net.fc1.weight.is_cuda and b_net.fc1.weight.data_ptr() == ptr
     np.testing.assert_array_equal(after, flat(a))
+
+
+def test_torch_store_sparse_gather_and_apply_match_the_dense_vector() -> None:
+    # REQ: DF-RCV-7
+    from delta_fabric.store import StoreError, WeightStore
+
+    net = make_net(4)
+    net.fc1.weight.data = net.fc1.weight.data.t().contiguous().t()  # non-contiguous
+    net.fc2.to(torch.bfloat16)
+    store = TorchStore(net, include_buffers=True)
+    assert isinstance(store, WeightStore)
+    dense = store.gather()
+    n = store.manifest.num_params
+    idx = np.unique(np.random.default_rng(0).integers(0, n, 300)).astype(np.uint32)
+    np.testing.assert_array_equal(store.gather(idx), dense[idx])
+    vals = np.random.default_rng(1).standard_normal(idx.size).astype(np.float32)
+    store.apply(idx, vals)
+    want = dense.copy()
+    want[idx] = want[idx] + vals
+    got = store.gather()
+    bf16 = np.zeros(n, dtype=bool)
+    for name in ("fc2.bias", "fc2.weight"):
+        off = store.manifest.offset(name)
+        bf16[off : off + store.manifest.spec(name).numel] = True
+    np.testing.assert_array_equal(got[~bf16], want[~bf16])  # f32: exactly fl32(active + agg)
+    ref = torch.from_numpy(want[bf16]).to(torch.bfloat16).to(torch.float32).numpy()
+    np.testing.assert_array_equal(got[bf16], ref)  # bf16: added in f32, rounded back
+    with pytest.raises(StoreError):
+        store.apply(idx[::-1].copy(), vals)
+    np.testing.assert_array_equal(store.gather(), got)
+    fab = Fabric(store, MemoryHub().transport(1), CFG, node_id=1)
+    assert fab.framework == "torch" and fab.num_params == n

@@ -19,12 +19,13 @@ import pytest
 
 zenoh = pytest.importorskip("zenoh")
 
-from delta_fabric.adapters import FabricBase, NumpyFabric  # noqa: E402
 from delta_fabric.config import SyncConfig  # noqa: E402
 from delta_fabric.demo.runner import free_ports  # noqa: E402
 from delta_fabric.errors import ErrorCode  # noqa: E402
+from delta_fabric.fabric import Fabric  # noqa: E402
 from delta_fabric.manifest import Manifest  # noqa: E402
-from delta_fabric.state import Admission  # noqa: E402
+from delta_fabric.replay import Admission  # noqa: E402
+from delta_fabric.stores.numpy import NumpyStore  # noqa: E402
 from delta_fabric.transports.zenoh import ZenohOptions, ZenohTransport  # noqa: E402
 from delta_fabric.wire import Entry, Packet, encode_packet  # noqa: E402
 
@@ -76,7 +77,7 @@ def transport(
     return t
 
 
-def pump(fabs: list[FabricBase], until: Callable[[], bool], timeout: float = WAIT) -> None:
+def pump(fabs: list[Fabric], until: Callable[[], bool], timeout: float = WAIT) -> None:
     """Poll every node (receive + relay, no generation) until ``until()`` or the timeout."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -88,13 +89,13 @@ def pump(fabs: list[FabricBase], until: Callable[[], bool], timeout: float = WAI
     raise AssertionError("condition not reached in time")
 
 
-def accepted(f: FabricBase) -> int:
+def accepted(f: Fabric) -> int:
     return int(f.stats()["receive"]["entries_accepted"])
 
 
 def test_two_node_exchange_torch(ns: str, stack: ExitStack) -> None:
     torch = pytest.importorskip("torch")
-    from delta_fabric.adapters.torch import Fabric
+    from delta_fabric.stores.torch import TorchStore
 
     pa, pb = free_ports(2)
     ta = transport(stack, ns, 0xA1, pa)
@@ -105,8 +106,8 @@ def test_two_node_exchange_torch(ns: str, stack: ExitStack) -> None:
     net_a = torch.nn.Linear(5, 3)
     net_b = torch.nn.Linear(5, 3)
     net_b.load_state_dict(net_a.state_dict())
-    a = Fabric(net_a, ta, CFG, node_id=0xA1)
-    b = Fabric(net_b, tb, CFG, node_id=0xB2)
+    a = Fabric(TorchStore(net_a), ta, CFG, node_id=0xA1)
+    b = Fabric(TorchStore(net_b), tb, CFG, node_id=0xB2)
     with torch.no_grad():
         net_a.weight[1, 2] += 0.5
         net_b.bias[0] -= 0.25
@@ -136,7 +137,7 @@ def test_directed_ring_relay_reaches_far_node_and_origin_drops_it(
     for t in ts:
         t.wait_for_peers(2, WAIT)
     arrays = [params(0) for _ in range(3)]
-    fabs = [NumpyFabric(arrays[i], ts[i], CFG, node_id=ids[i], track_hops=True) for i in range(3)]
+    fabs = [Fabric(NumpyStore(arrays[i]), ts[i], CFG, node_id=ids[i]) for i in range(3)]
     time.sleep(0.2)  # let the subscriptions propagate
     arrays[0]["fc.bias"][2] += 1.0
     fabs[0].sync_now()
@@ -161,7 +162,8 @@ CHILD = textwrap.dedent(
     """
     import sys, time
     import numpy as np
-    from delta_fabric.adapters import NumpyFabric
+    from delta_fabric.fabric import Fabric
+    from delta_fabric.stores.numpy import NumpyStore
     from delta_fabric.config import SyncConfig
     from delta_fabric.transports.zenoh import ZenohOptions, ZenohTransport
     ns, node, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -170,7 +172,7 @@ CHILD = textwrap.dedent(
                                     connect=connect))
     rng = np.random.default_rng(node)
     arrays = {"fc.weight": np.zeros((4, 6), np.float32), "fc.bias": np.zeros(4, np.float32)}
-    fab = NumpyFabric(arrays, t, SyncConfig(ratio=0.25, sync_interval=5), node_id=node)
+    fab = Fabric(NumpyStore(arrays), t, SyncConfig(ratio=0.25, sync_interval=5), node_id=node)
     t.wait_for_peers(2, 10.0)
     print("ready", flush=True)
     while True:
@@ -199,11 +201,11 @@ def test_node_killed_mid_run_others_keep_stepping(ns: str, stack: ExitStack) -> 
     assert child.stdout.readline().strip() == "ready"
     arr_a = {k: np.zeros_like(v) for k, v in params().items()}
     arr_b = {k: np.zeros_like(v) for k, v in params().items()}
-    a = NumpyFabric(arr_a, ta, CFG, node_id=ids[0])
-    b = NumpyFabric(arr_b, tb, CFG, node_id=ids[1])
+    a = Fabric(NumpyStore(arr_a), ta, CFG, node_id=ids[0])
+    b = Fabric(NumpyStore(arr_b), tb, CFG, node_id=ids[1])
     rng = np.random.default_rng(1)
 
-    def train_step(f: NumpyFabric, arr: dict[str, np.ndarray]) -> float:
+    def train_step(f: Fabric, arr: dict[str, np.ndarray]) -> float:
         arr["fc.bias"] += rng.standard_normal(4).astype(np.float32) * 1e-3
         t0 = time.monotonic()
         f.step()
@@ -240,8 +242,8 @@ def test_restarted_node_bootstraps_and_new_incarnation_is_accepted(
     tb = transport(stack, ns, 0xBB, pb, connect=[pa])
     ta.wait_for_peers(1, WAIT)
     arr_a, arr_b = params(0), params(0)
-    a = NumpyFabric(arr_a, ta, CFG, node_id=0xAA)
-    b = NumpyFabric(arr_b, tb, CFG, node_id=0xBB)
+    a = Fabric(NumpyStore(arr_a), ta, CFG, node_id=0xAA)
+    b = Fabric(NumpyStore(arr_b), tb, CFG, node_id=0xBB)
     for k in range(3):  # b sends seqs 1..3 of its first incarnation
         arr_b["fc.weight"][k, k] += 0.5
         b.sync_now()
@@ -253,7 +255,7 @@ def test_restarted_node_bootstraps_and_new_incarnation_is_accepted(
     tb2 = transport(stack, ns, 0xBB, pb2, connect=[pa])
     tb2.wait_for_peers(1, WAIT)
     arr_b2 = params(99)  # stale local weights: the snapshot replaces them
-    b2 = NumpyFabric.join(arr_b2, tb2, CFG, node_id=0xBB, timeout=WAIT)
+    b2 = Fabric.join(NumpyStore(arr_b2), tb2, CFG, node_id=0xBB, timeout=WAIT)
     assert b2.bootstrapped
     assert b2.incarnation > old_incarnation
     np.testing.assert_array_equal(b2.active_vector(), a.engine.anchor)
@@ -279,7 +281,7 @@ def test_invalid_packets_rejected_counted_and_move_no_weight(ns: str, stack: Exi
     ta.wait_for_peers(1, WAIT)
     attacker.wait_for_peers(1, WAIT)
     arr = params(0)
-    a = NumpyFabric(arr, ta, CFG, node_id=0xAA)
+    a = Fabric(NumpyStore(arr), ta, CFG, node_id=0xAA)
     before = a.active_vector()
     anchor_before = a.engine.anchor.copy()
     fp = a.manifest.fingerprint

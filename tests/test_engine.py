@@ -8,10 +8,10 @@ import math
 import numpy as np
 import pytest
 from delta_fabric.config import SyncConfig
-from delta_fabric.engine import Engine, Snapshot, max_values_per_entry
+from delta_fabric.engine import AcceptedEntry, Engine, Snapshot, max_values_per_entry
 from delta_fabric.errors import ErrorCode
 from delta_fabric.manifest import Manifest
-from delta_fabric.state import Admission
+from delta_fabric.replay import Admission
 from delta_fabric.wire import (
     PACKET_OVERHEAD_BOUND,
     Entry,
@@ -243,6 +243,32 @@ def test_two_entries_of_one_origin_in_one_step_both_counted_and_relayed() -> Non
     assert res.indices.tolist() == [0, 1] and res.values.tolist() == [3.0, 4.0]
     assert [(x.origin, x.seq, x.hops) for x in res.relay] == [(2, 2, 1), (2, 3, 1)]
     assert res.entry_outcomes[1] == [Admission.DUPLICATE]
+
+
+def test_accepted_headers_from_the_decoded_packets() -> None:
+    # REQ: DF-RCV-1, DF-RCV-2, DF-RCV-3
+    """``ReceiveResult.accepted`` lists the header of every accepted entry, in acceptance order, with
+    its packet and entry index; rejected packets and dropped entries (own origin, duplicate) are not
+    in it, and hops are the received ones (before the relay's increment)."""
+    e = engine()
+    bad = packet(entry(3, 1, [0], [1.0]), fp=bytes(32))  # fingerprint mismatch: whole packet out
+    res = e.receive(
+        [
+            packet(entry(1, 1, [0], [1.0], inc=1001), entry(2, 5, [1], [1.0], hops=2), sender=2),
+            bad,
+            packet(entry(2, 5, [1], [1.0]), entry(4, 9, [2, 3], [1.0, 2.0], inc=7, hops=1)),
+        ]
+    )
+    assert res.accepted == [
+        AcceptedEntry(origin=2, incarnation=1, seq=5, hops=2, packet=0, entry=1),
+        AcceptedEntry(origin=4, incarnation=7, seq=9, hops=1, packet=2, entry=1),
+    ]
+    assert res.accepted_entries == 2 == e.counters.entries_accepted
+    assert res.outcomes == [None, ErrorCode.FINGERPRINT_MISMATCH, None]
+    assert [(x.origin, x.hops) for x in res.relay] == [(2, 3), (4, 2)]
+    with pytest.raises(AttributeError):
+        res.accepted[0].seq = 1  # type: ignore[misc]
+    assert e.receive([bad]).accepted == []
 
 
 def test_fingerprint_mismatch_rejected_and_state_unchanged() -> None:

@@ -11,7 +11,7 @@ import pytest
 from delta_fabric.config import SyncConfig
 from delta_fabric.engine import Engine
 from delta_fabric.manifest import Manifest
-from delta_fabric.state import ReceiverState
+from delta_fabric.replay import ReceiverState
 from delta_fabric.wire import Packet, decode_packet, encode_packet, packet_to_json
 from numpy.typing import NDArray
 

@@ -11,10 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from delta_fabric.adapters.numpy import NumpyFabric
-from delta_fabric.adapters.torch import Fabric, module_tensors
 from delta_fabric.config import MIN_MAX_PACKET_SIZE, SyncConfig
 from delta_fabric.engine import Engine
+from delta_fabric.fabric import Fabric
+from delta_fabric.stores.numpy import NumpyStore
+from delta_fabric.stores.torch import TorchStore, module_tensors
 from delta_fabric.transports.base import PacketQueue, TransportError
 from delta_fabric.transports.memory import MemoryHub
 from delta_fabric.wire import Entry, decode_packet
@@ -47,8 +48,12 @@ def _count_generate(engine: Engine, steps: Callable[[], int]) -> list[int]:
 def test_numpy_adapter_generates_once_per_sync_interval(interval: int, steps: int) -> None:
     hub = MemoryHub()
     w = np.zeros(10, dtype=np.float32)
-    fab = NumpyFabric(
-        {"w": w}, hub.transport(1), SyncConfig(sync_interval=interval), node_id=1, incarnation=1
+    fab = Fabric(
+        NumpyStore({"w": w}),
+        hub.transport(1),
+        SyncConfig(sync_interval=interval),
+        node_id=1,
+        incarnation=1,
     )
     calls = _count_generate(fab.engine, lambda: fab.steps)
     for s in range(1, steps + 1):
@@ -64,8 +69,8 @@ def test_generation_never_interleaves_with_receive_and_is_published_before_the_n
     a_w = np.zeros(8, dtype=np.float32)
     b_w = np.zeros(8, dtype=np.float32)
     cfg = SyncConfig(sync_interval=2, ratio=0.25)
-    a = NumpyFabric({"w": a_w}, hub.transport(1), cfg, node_id=1, incarnation=1)
-    b = NumpyFabric({"w": b_w}, hub.transport(2), cfg, node_id=2, incarnation=1)
+    a = Fabric(NumpyStore({"w": a_w}), hub.transport(1), cfg, node_id=1, incarnation=1)
+    b = Fabric(NumpyStore({"w": b_w}), hub.transport(2), cfg, node_id=2, incarnation=1)
     order: list[str] = []
     for name, meth in (("receive", "receive"), ("generate", "generate")):
         orig = getattr(a.engine, meth)
@@ -89,7 +94,7 @@ def test_generation_never_interleaves_with_receive_and_is_published_before_the_n
     assert order.count("generate") == 3
 
 
-def hub_pending(fab: NumpyFabric) -> list[bytes]:
+def hub_pending(fab: Fabric) -> list[bytes]:
     """Packets queued at ``fab`` right now (consumed: fed to its engine like a step would)."""
     pkts = fab.transport.drain()
     fab.engine.receive(pkts)
@@ -107,7 +112,8 @@ def test_torch_adapter_generates_once_per_sync_interval() -> None:
     torch.manual_seed(0)
     model = Small()
     hub = MemoryHub()
-    fab = Fabric(model, hub.transport(1), SyncConfig(sync_interval=4), node_id=1, incarnation=1)
+    store = TorchStore(model)
+    fab = Fabric(store, hub.transport(1), SyncConfig(sync_interval=4), node_id=1, incarnation=1)
     calls = _count_generate(fab.engine, lambda: fab.steps)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for _ in range(17):
@@ -118,7 +124,7 @@ def test_torch_adapter_generates_once_per_sync_interval() -> None:
         fab.step()
     # REQ: DF-GEN-10
     assert calls == [4, 8, 12, 16]
-    assert fab.gathers == 1 + 4  # the initial anchor, then one gather per generation only
+    assert store.gathers == 1 + 4  # the initial anchor, then one gather per generation only
 
 
 # -------------------------------------------------------------------------------------------------
@@ -134,8 +140,8 @@ def test_num_batches_tracked_is_never_written() -> None:
     nbt = dst.get_buffer("bn.num_batches_tracked")
     hub = MemoryHub()
     cfg = SyncConfig(sync_interval=1, ratio=1.0, include_buffers=True)
-    a = Fabric(src, hub.transport(1), cfg, node_id=1, incarnation=1)
-    b = Fabric(dst, hub.transport(2), cfg, node_id=2, incarnation=1)
+    a = Fabric(TorchStore(src, True), hub.transport(1), cfg, node_id=1, incarnation=1)
+    b = Fabric(TorchStore(dst, True), hub.transport(2), cfg, node_id=2, incarnation=1)
     assert "bn.num_batches_tracked" not in a.manifest.names
     assert "bn.running_mean" in a.manifest.names
     with torch.no_grad():
@@ -152,7 +158,9 @@ def test_num_batches_tracked_is_never_written() -> None:
     # bootstrap from a snapshot: a joiner's counter is untouched too
     joiner = Small()
     joiner.get_buffer("bn.num_batches_tracked").fill_(7)
-    c = Fabric.join(joiner, hub.transport(3), cfg, node_id=3, incarnation=1, timeout=5.0)
+    c = Fabric.join(
+        TorchStore(joiner, True), hub.transport(3), cfg, node_id=3, incarnation=1, timeout=5.0
+    )
     assert c.bootstrapped
     assert torch.equal(joiner.get_buffer("bn.running_mean"), src.get_buffer("bn.running_mean"))
     # REQ: DF-MAN-11
@@ -195,7 +203,7 @@ def test_torch_adapter_refuses_unmappable_models(make: Callable[[], nn.Module]) 
     with pytest.raises(ValueError):
         module_tensors(model, include_buffers=False)
     with pytest.raises(ValueError):
-        Fabric(model, hub.transport(1), SyncConfig(), node_id=1, incarnation=1)
+        Fabric(TorchStore(model), hub.transport(1), SyncConfig(), node_id=1, incarnation=1)
 
 
 def test_numpy_adapter_refuses_non_float_arrays() -> None:
@@ -203,7 +211,7 @@ def test_numpy_adapter_refuses_non_float_arrays() -> None:
     for i, bad in enumerate((np.zeros(3, dtype=np.int32), np.zeros(3, dtype=np.complex64))):
         # REQ: DF-MAN-12
         with pytest.raises(TypeError):
-            NumpyFabric({"w": bad}, hub.transport(i + 1), SyncConfig(), node_id=i + 1)
+            Fabric(NumpyStore({"w": bad}), hub.transport(i + 1), SyncConfig(), node_id=i + 1)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -246,7 +254,7 @@ def test_every_generated_entry_is_published_or_the_error_surfaces() -> None:
     hub = MemoryHub()
     w = np.zeros(300, dtype=np.float32)
     cfg = SyncConfig(sync_interval=1, ratio=0.5, max_packet_size=MIN_MAX_PACKET_SIZE + 400)
-    fab = NumpyFabric({"w": w}, hub.transport(1), cfg, node_id=1, incarnation=1)
+    fab = Fabric(NumpyStore({"w": w}), hub.transport(1), cfg, node_id=1, incarnation=1)
     peer = hub.transport(2)
     generated: list[Entry] = []
     orig = fab.engine.generate

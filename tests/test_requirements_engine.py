@@ -9,7 +9,7 @@ from delta_fabric.config import MIN_MAX_PACKET_SIZE, SyncConfig
 from delta_fabric.engine import Engine
 from delta_fabric.errors import ErrorCode
 from delta_fabric.manifest import Manifest, TensorSpec
-from delta_fabric.state import DEFAULT_MAX_ORIGINS, Admission
+from delta_fabric.replay import DEFAULT_MAX_ORIGINS, Admission
 from delta_fabric.wire import Entry, Packet, ValueEncoding, decode_packet, encode_packet
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

@@ -473,7 +473,7 @@ def test_packet_example_hex_dump_decodes_to_its_json() -> None:
 
 def test_replay_window_trace() -> None:
     # REQ: DF-RCV-3, DF-RCV-4, DF-RCV-12
-    from delta_fabric.state import ReceiverState
+    from delta_fabric.replay import ReceiverState
 
     state = ReceiverState(0x99, window=4, max_incarnations=2)
     rows = [r for r in table_rows(section("7.4")) if r[0].isdigit()]

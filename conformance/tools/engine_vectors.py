@@ -20,7 +20,7 @@ import numpy as np
 from delta_fabric.config import SyncConfig
 from delta_fabric.engine import Engine
 from delta_fabric.manifest import Manifest
-from delta_fabric.state import Admission, ReceiverState
+from delta_fabric.replay import Admission, ReceiverState
 from delta_fabric.wire import (
     Entry,
     Packet,

@@ -22,8 +22,8 @@ from delta_fabric.config import SyncConfig
 from delta_fabric.encodings import codec
 from delta_fabric.errors import DecodeError, ErrorCode
 from delta_fabric.manifest import Manifest
+from delta_fabric.replay import DEFAULT_MAX_ORIGINS, Admission, Counters, ReceiverState
 from delta_fabric.selection import Selector
-from delta_fabric.state import DEFAULT_MAX_ORIGINS, Admission, Counters, ReceiverState
 from delta_fabric.wire import (
     PACKET_OVERHEAD_BOUND,
     Entry,
@@ -34,7 +34,7 @@ from delta_fabric.wire import (
     validate_packet,
 )
 
-__all__ = ["Engine", "ReceiveResult", "Snapshot", "max_values_per_entry"]
+__all__ = ["AcceptedEntry", "Engine", "ReceiveResult", "Snapshot", "max_values_per_entry"]
 
 _U64_MAX = (1 << 64) - 1
 
@@ -64,6 +64,21 @@ def max_values_per_entry(max_packet_size: int) -> int:
     return lo
 
 
+@dataclass(frozen=True, slots=True)
+class AcceptedEntry:
+    """The header of one entry the engine accepted (DF-RCV-2..4), taken from the packet it already
+    decoded: ``origin``, ``incarnation``, ``seq`` and ``hops`` as received (before the relay's
+    increment), ``packet`` the index of its packet in the `Engine.receive` call and ``entry`` its
+    index within that packet."""
+
+    origin: int
+    incarnation: int
+    seq: int
+    hops: int
+    packet: int
+    entry: int
+
+
 @dataclass
 class ReceiveResult:
     """Outcome of one `Engine.receive` call.
@@ -71,14 +86,15 @@ class ReceiveResult:
     ``indices`` (sorted, unique, u32) and ``values`` (f32) are the step's aggregate (DF-RCV-6), already
     applied to the anchor; the caller applies them to its active weights (`apply_to`). ``outcomes`` has
     one item per packet: ``None`` when accepted, else its error code; ``entry_outcomes`` lists the
-    `Admission` of every entry of each packet (empty for a rejected packet).
+    `Admission` of every entry of each packet (empty for a rejected packet). ``accepted`` holds the
+    header of every accepted entry in acceptance order (no layer needs to decode a packet again).
     """
 
     indices: NDArray[np.uint32]
     values: NDArray[np.float32]
     relay: list[Entry] = field(default_factory=list)
     rejected: list[tuple[int, ErrorCode]] = field(default_factory=list)
-    accepted_entries: int = 0
+    accepted: list[AcceptedEntry] = field(default_factory=list)
     outcomes: list[ErrorCode | None] = field(default_factory=list)
     entry_outcomes: list[list[Admission]] = field(default_factory=list)
 
@@ -93,6 +109,11 @@ class ReceiveResult:
     @property
     def empty(self) -> bool:
         return self.indices.size == 0
+
+    @property
+    def accepted_entries(self) -> int:
+        """How many entries were accepted (``len(accepted)``)."""
+        return len(self.accepted)
 
 
 @dataclass(frozen=True)
@@ -276,13 +297,13 @@ class Engine:
             c.packets_accepted += 1
             res.outcomes.append(None)
             verdicts: list[Admission] = []
-            for e in pkt.entries:
+            for j, e in enumerate(pkt.entries):
                 verdict = self.state.admit(e.origin, e.incarnation, e.seq)  # DF-RCV-2..4
                 verdicts.append(verdict)
                 if verdict is not Admission.ACCEPTED:
                     c.count_drop(verdict)
                     continue
-                res.accepted_entries += 1
+                res.accepted.append(AcceptedEntry(e.origin, e.incarnation, e.seq, e.hops, i, j))
                 u = np.multiply(e.values, alpha, dtype=np.float32)  # DF-RCV-5: fl32(alpha_f32 * v)
                 parts_idx.append(e.indices)
                 parts_val.append(u)

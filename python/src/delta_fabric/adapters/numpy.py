@@ -1,11 +1,6 @@
-"""NumPy adapter: keep named float NumPy arrays in sync (a generic binding for any framework).
-
-The arrays are the active weights and are updated in place: pass arrays that share memory with your
-framework's tensors (e.g. ``tensor.numpy()`` on CPU, JAX/TF host buffers you copy back) or copy them
-in and out around `NumpyFabric.step`. Every array must be a writable floating array (f16, f32, f64,
-...); values travel as f32 (DF-MAN). Canonical names are the mapping's keys (they must follow
-DF-MAN-1).
-"""
+"""Compatibility shim: ``NumpyFabric(arrays, transport, ...)`` is
+``Fabric(NumpyStore(arrays), transport, ...)`` (`delta_fabric.fabric`, `delta_fabric.stores.numpy`).
+``track_hops`` is accepted and ignored (hop counts are always kept, at no cost)."""
 
 from __future__ import annotations
 
@@ -15,20 +10,18 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from delta_fabric.adapters._base import DEFAULT_MAX_DRAIN, Bootstrap, FabricBase
 from delta_fabric.config import SyncConfig
-from delta_fabric.manifest import Manifest, TensorSpec
+from delta_fabric.fabric import DEFAULT_MAX_DRAIN, AcceptedCallback, Bootstrap, Fabric
+from delta_fabric.stores.numpy import NumpyStore
 from delta_fabric.transports.base import Transport
 
 __all__ = ["NumpyFabric"]
 
 
-class NumpyFabric(FabricBase):
-    """A DeltaFabric node over named float NumPy arrays (updated in place).
+class NumpyFabric(Fabric):
+    """A `Fabric` over a `NumpyStore` (the arrays are updated in place)."""
 
-    Same behaviour as the PyTorch `delta_fabric.adapters.torch.Fabric`: call `step` after every
-    local update; ``bootstrap`` / `join` load a live peer's snapshot into the arrays.
-    """
+    store: NumpyStore
 
     def __init__(
         self,
@@ -43,36 +36,24 @@ class NumpyFabric(FabricBase):
         fast_selection: bool = False,
         max_drain: int = DEFAULT_MAX_DRAIN,
         track_hops: bool = False,
+        on_accepted: AcceptedCallback | None = None,
     ) -> None:
-        cfg = config if config is not None else SyncConfig()
+        del track_hops  # always on now
         super().__init__(
+            NumpyStore(dict(arrays)),
             transport,
-            cfg,
+            config,
             node_id=node_id,
             incarnation=incarnation,
+            bootstrap=bootstrap,
+            bootstrap_timeout=bootstrap_timeout,
             fast_selection=fast_selection,
             max_drain=max_drain,
-            track_hops=track_hops,
-            framework="numpy",
+            on_accepted=on_accepted,
         )
-        for name, a in arrays.items():
-            if not isinstance(a, np.ndarray):
-                raise TypeError(f"{name!r}: expected a NumPy array, got {type(a).__name__}")
-            if not np.issubdtype(a.dtype, np.floating):
-                raise TypeError(f"{name!r}: dtype {a.dtype} is not floating")
-            if not a.flags.writeable:
-                raise ValueError(f"{name!r}: array is read-only")
-        manifest = Manifest(TensorSpec(n, tuple(a.shape)) for n, a in arrays.items())
-        self._arrays: list[NDArray[Any]] = [arrays[n] for n in manifest.names]
-        self._offsets = np.asarray(manifest.offsets, dtype=np.int64)
-        self._flat_views: list[NDArray[Any] | None] = [
-            a.reshape(-1) if a.flags.c_contiguous else None for a in self._arrays
-        ]
-        self.gathers = 0
-        self._init_engine(manifest, bootstrap, bootstrap_timeout)
 
     @classmethod
-    def join(
+    def join(  # type: ignore[override]
         cls,
         arrays: Mapping[str, NDArray[Any]],
         transport: Transport,
@@ -82,6 +63,7 @@ class NumpyFabric(FabricBase):
         incarnation: int | None = None,
         timeout: float = 10.0,
         track_hops: bool = False,
+        **kw: Any,
     ) -> NumpyFabric:
         """Late join / restart: load a live peer's snapshot into the arrays, fresh incarnation."""
         return cls(
@@ -92,41 +74,16 @@ class NumpyFabric(FabricBase):
             incarnation=incarnation,
             bootstrap=True,
             bootstrap_timeout=timeout,
-            track_hops=track_hops,
+            **kw,
         )
 
     @property
     def arrays(self) -> dict[str, NDArray[Any]]:
-        return dict(zip(self.manifest.names, self._arrays, strict=True))
+        return {str(k): a for k, a in self.store.arrays.items()}
 
-    def _gather(self) -> NDArray[np.float32]:
-        self.gathers += 1
-        out = np.empty(self.manifest.num_params, dtype=np.float32)
-        for i, a in enumerate(self._arrays):
-            out[self._offsets[i] : self._offsets[i + 1]] = a.reshape(-1)
-        return out
-
-    def _apply(self, indices: NDArray[np.uint32], values: NDArray[np.float32]) -> None:
-        bounds = np.searchsorted(indices, self._offsets, side="left")
-        for i, a in enumerate(self._arrays):
-            lo, hi = int(bounds[i]), int(bounds[i + 1])
-            if lo == hi:
-                continue
-            local = indices[lo:hi].astype(np.int64) - self._offsets[i]
-            v = values[lo:hi]
-            flat = self._flat_views[i]
-            if flat is not None:
-                if a.dtype == np.float32:
-                    flat[local] = flat[local] + v  # fl32(active + agg), DF-RCV-7
-                else:
-                    flat[local] = (flat[local].astype(np.float32) + v).astype(a.dtype)
-            else:
-                coords = np.unravel_index(local, a.shape)
-                a[coords] = (a[coords].astype(np.float32) + v).astype(a.dtype)
-
-    def _load(self, flat: NDArray[np.float32]) -> None:
-        for i, a in enumerate(self._arrays):
-            a[...] = flat[self._offsets[i] : self._offsets[i + 1]].reshape(a.shape).astype(a.dtype)
+    @property
+    def gathers(self) -> int:
+        return self.store.gathers
 
     def active_vector(self) -> NDArray[np.float32]:
-        return self._gather()
+        return self.store.gather()

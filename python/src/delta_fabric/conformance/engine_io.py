@@ -12,7 +12,7 @@ from numpy.typing import NDArray
 from delta_fabric.config import SyncConfig
 from delta_fabric.engine import Engine
 from delta_fabric.manifest import Manifest, TensorSpec
-from delta_fabric.state import ReceiverState
+from delta_fabric.replay import ReceiverState
 from delta_fabric.wire import Entry, decode_packet, packet_to_json
 
 __all__ = ["bits_of", "f32_from_bits", "run_generate", "run_receive"]

@@ -5,7 +5,7 @@ A node is the package's own adapter loop on the Zenoh transport
 over a flat f32 vector for the ``flat`` model (scripted deltas are added to it), and the PyTorch
 :class:`~delta_fabric.adapters.torch.Fabric` around the demo's ``DigitsCNN`` for ``digits_cnn`` (trained
 with plain SGD, ``Fabric.step()`` after every optimizer step). The only additions are a log of accepted
-entries (the adapters' ``track_hops`` hook) and a log of published packets (a transport wrapper).
+entries (the fabric's ``on_accepted`` callback) and a log of published packets (a transport wrapper).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from numpy.typing import NDArray
 from delta_fabric.adapters._base import FabricBase
 from delta_fabric.adapters.numpy import NumpyFabric
 from delta_fabric.config import SyncConfig
-from delta_fabric.engine import ReceiveResult
+from delta_fabric.engine import AcceptedEntry
 from delta_fabric.manifest import Manifest, TensorSpec
-from delta_fabric.state import Admission, Counters
+from delta_fabric.replay import Counters
 from delta_fabric.transports.base import SnapshotProvider, TransportStats
 from delta_fabric.wire import decode_packet, encode_packet, packet_from_json
 
@@ -85,44 +85,19 @@ def _entry_id(e: Any) -> dict[str, Any]:
     }
 
 
-def _log_accepted(
-    log: list[dict[str, Any]], packets: Sequence[bytes], res: ReceiveResult, max_packet_size: int
-) -> None:
-    for buf, outcome, verdicts in zip(packets, res.outcomes, res.entry_outcomes, strict=True):
-        if outcome is not None or Admission.ACCEPTED not in verdicts:
-            continue
-        for e, v in zip(decode_packet(buf, max_packet_size).entries, verdicts, strict=True):
-            if v is Admission.ACCEPTED:
-                log.append(_entry_id(e))
+def _log_accepted(log: list[dict[str, Any]]) -> Callable[[Sequence[AcceptedEntry]], None]:
+    """An ``on_accepted`` callback appending every accepted entry's header to ``log``."""
 
+    def on_accepted(entries: Sequence[AcceptedEntry]) -> None:
+        log.extend(_entry_id(e) for e in entries)
 
-class _LoggingNumpyFabric(NumpyFabric):
-    """NumpyFabric that logs every accepted entry (through the ``track_hops`` hook)."""
-
-    def __init__(self, *args: Any, accepted: list[dict[str, Any]], **kw: Any) -> None:
-        self.accepted_log = accepted
-        super().__init__(*args, track_hops=True, **kw)
-
-    def _count_hops(self, packets: Sequence[bytes], res: ReceiveResult) -> None:
-        super()._count_hops(packets, res)
-        _log_accepted(self.accepted_log, packets, res, self.config.max_packet_size)
+    return on_accepted
 
 
 def _torch_fabric_class() -> Callable[..., FabricBase]:
     from delta_fabric.adapters.torch import Fabric
 
-    class _LoggingTorchFabric(Fabric):
-        """The PyTorch Fabric, logging every accepted entry."""
-
-        def __init__(self, *args: Any, accepted: list[dict[str, Any]], **kw: Any) -> None:
-            self.accepted_log = accepted
-            super().__init__(*args, track_hops=True, **kw)
-
-        def _count_hops(self, packets: Sequence[bytes], res: ReceiveResult) -> None:
-            super()._count_hops(packets, res)
-            _log_accepted(self.accepted_log, packets, res, self.config.max_packet_size)
-
-    return _LoggingTorchFabric
+    return Fabric
 
 
 class _RecordingTransport:
@@ -254,7 +229,7 @@ class PeerNode:
             "incarnation": incarnation,
             "bootstrap": bootstrap,
             "bootstrap_timeout": timeout,
-            "accepted": self.accepted,
+            "on_accepted": _log_accepted(self.accepted),
         }
         fabric: FabricBase
         if self.module is not None:
@@ -262,7 +237,7 @@ class PeerNode:
             fabric = cls(self.module, self.transport, self.config, **common)
         else:
             arrays = self.manifest.split(self.flat)  # views: the fabric updates self.flat in place
-            fabric = _LoggingNumpyFabric(arrays, self.transport, self.config, **common)
+            fabric = NumpyFabric(arrays, self.transport, self.config, **common)
         if fabric.manifest.fingerprint != self.manifest.fingerprint:
             raise ValueError("the adapter's manifest differs from the scenario model's")
         return fabric
@@ -369,7 +344,7 @@ class PeerNode:
 
     def active(self) -> NDArray[np.float32]:
         if self.module is not None:
-            out: NDArray[np.float32] = self.fabric.active_vector()  # type: ignore[attr-defined]
+            out: NDArray[np.float32] = self.fabric.active_vector()
             return out
         flat: NDArray[np.float32] = np.array(self.flat, dtype=np.float32)
         return flat

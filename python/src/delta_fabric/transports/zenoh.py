@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import logging
 import os
 import sys
 import threading
@@ -50,6 +51,8 @@ import numpy as np
 import zenoh
 from numpy.typing import NDArray
 
+from delta_fabric import lifecycle
+from delta_fabric.log import init_zenoh_log
 from delta_fabric.snapshot import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_MAX_PACKET_SIZE,
@@ -93,6 +96,8 @@ PACKET_SCHEMA = "deltafabric.v1.Packet"
 SNAPSHOT_SCHEMA = "deltafabric.v1.SnapshotChunk"
 
 _FORBIDDEN_NS_CHARS = set("*$?#")
+
+log = logging.getLogger("delta_fabric.transport")
 
 #: glibc ``mallopt`` parameters (malloc.h) and the values :func:`tune_malloc` sets.
 _M_TRIM_THRESHOLD = -1
@@ -284,6 +289,7 @@ class ZenohTransport:
         self._owns_session = session is None
         #: whether glibc's malloc thresholds are tuned for large packets (:func:`tune_malloc`)
         self.malloc_tuned = tune_malloc() if options.tune_malloc else False
+        init_zenoh_log()
         try:
             self._session = session if session is not None else zenoh.open(options.build_config())
         except Exception as exc:
@@ -325,6 +331,18 @@ class ZenohTransport:
         except Exception:
             self._teardown()
             raise
+        # zenoh-python's callback threads keep the process alive until this transport is closed:
+        # make sure it is, however the process ends (delta_fabric.lifecycle).
+        lifecycle.register(self, "transport")
+        log.info(
+            "transport of node %s open: namespace %s, mode %s, listen %s, connect %s%s",
+            node_hex(self._node_id),
+            self._ns,
+            options.mode,
+            list(options.listen) or "-",
+            list(options.connect) or "-",
+            f", config file {options.config_file}" if options.config_file is not None else "",
+        )
 
     # callbacks (Zenoh threads) -------------------------------------------------------------------------
     def _on_sample(self, sample: zenoh.Sample) -> None:
@@ -338,10 +356,18 @@ class ZenohTransport:
             return
         with self._lock:
             if sample.kind == zenoh.SampleKind.PUT:
+                changed = node not in self._peers
                 self._peers.add(node)
             else:
+                changed = node in self._peers
                 self._peers.discard(node)
             self._peers_changed.notify_all()
+        if changed:
+            log.info(
+                "peer %s %s",
+                node_hex(node),
+                "joined" if sample.kind == zenoh.SampleKind.PUT else "left",
+            )
 
     def _on_snapshot_query(self, query: zenoh.Query) -> None:
         srv = self._server
@@ -613,8 +639,10 @@ class ZenohTransport:
         if self._closed:
             return
         self._closed = True
+        lifecycle.unregister(self)
         self._server = None
         self._teardown()
+        log.info("transport of node %s closed", node_hex(self._node_id))
         with self._lock:
             self._peers.clear()
             self._peers_changed.notify_all()

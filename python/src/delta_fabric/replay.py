@@ -1,4 +1,5 @@
-"""Receiver state: replay windows (DF-RCV-3), incarnation tables (DF-RCV-4) and counters."""
+"""Replay protection, the receiver state: replay windows (DF-RCV-3), incarnation tables (DF-RCV-4) and
+counters (module `delta_fabric.replay`; `df_core::replay` in Rust)."""
 
 from __future__ import annotations
 

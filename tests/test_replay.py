@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from delta_fabric.errors import ErrorCode
-from delta_fabric.state import Admission, Counters, ReceiverState, ReplayWindow
+from delta_fabric.replay import Admission, Counters, ReceiverState, ReplayWindow
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

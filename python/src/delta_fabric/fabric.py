@@ -1,0 +1,437 @@
+"""The node: one `Fabric` drives any `delta_fabric.store.WeightStore` over any transport.
+
+Usage (PyTorch; any store works the same)::
+
+    from delta_fabric import Fabric, SyncConfig
+    from delta_fabric.stores.torch import TorchStore
+
+    with Fabric(TorchStore(model), transport, SyncConfig(), node_id=7) as fabric:
+        for x, y in loader:
+            loss_fn(model(x), y).backward()
+            optimizer.step(); optimizer.zero_grad()
+            fabric.step()
+
+Functional frameworks (a `delta_fabric.store.FunctionalStore`, e.g. JAX) write
+``variables = fabric.update(variables)`` instead of ``fabric.step()``.
+
+`Fabric.step` drains the transport without waiting, hands what arrived to the sans-IO `Engine` (which
+applies the aggregate to the anchor), applies the same aggregate to the store, generates on every
+``sync_interval``-th step and publishes own and relay packets. A step with no sync and no traffic does
+O(1) work: one ``drain`` call that returns nothing, one modulo. The engine reports the header of every
+accepted entry (`AcceptedEntry`), which feeds the hop histogram, `origin_progress` and the optional
+``on_accepted`` callback; no packet is decoded twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from delta_fabric.config import SyncConfig
+from delta_fabric.engine import AcceptedEntry, Engine, ReceiveResult, Snapshot
+from delta_fabric.errors import DeltaFabricError
+from delta_fabric.manifest import Manifest
+from delta_fabric.snapshot import SnapshotError, SnapshotSource
+from delta_fabric.store import FunctionalStore, WeightStore
+from delta_fabric.transports.base import Transport, check_node_id, node_hex
+
+__all__ = [
+    "DEFAULT_MAX_DRAIN",
+    "AcceptedCallback",
+    "Bootstrap",
+    "Fabric",
+    "FabricClosedError",
+    "SnapshotUnavailable",
+    "default_incarnation",
+]
+
+log = logging.getLogger("delta_fabric.fabric")
+
+#: ``True``: a peer's snapshot is required; ``"auto"``: used when one answers in time; ``False``: never.
+Bootstrap = bool | Literal["auto"]
+#: Called after each receive that accepted entries, with their headers in acceptance order.
+AcceptedCallback = Callable[[Sequence[AcceptedEntry]], None]
+
+#: Upper bound on packets taken from the transport in one step (the rest wait for the next step).
+DEFAULT_MAX_DRAIN = 4096
+
+
+class SnapshotUnavailable(DeltaFabricError, RuntimeError):
+    """A bootstrap was required but no live peer delivered a valid snapshot in time."""
+
+
+class FabricClosedError(DeltaFabricError, RuntimeError):
+    """The fabric was used after `Fabric.close`."""
+
+
+def default_incarnation() -> int:
+    """Microseconds since the Unix epoch (DF-RCV-4's recommendation; increasing across restarts)."""
+    return max(1, time.time_ns() // 1000)
+
+
+class Fabric:
+    """A DeltaFabric node around a weight store (see the module docstring).
+
+    ``config`` defaults to ``SyncConfig()``. ``incarnation`` defaults to microseconds since the epoch.
+    ``bootstrap``: ``True`` fetches the anchor snapshot of a live peer into the store (required;
+    `SnapshotUnavailable` after ``bootstrap_timeout``), ``"auto"`` fetches one when a peer answers in
+    time and else starts from the store's current weights, ``False`` never fetches. The fabric serves
+    snapshots of its anchor through the transport. ``fast_selection``: DF-GEN-7's approximate
+    selection. ``max_drain``: packets taken per step. ``on_accepted``: see `AcceptedCallback`.
+    ``own_transport``: `close` (and leaving a ``with`` block) also closes the transport.
+    """
+
+    def __init__(
+        self,
+        store: WeightStore,
+        transport: Transport,
+        config: SyncConfig | None = None,
+        *,
+        node_id: int,
+        incarnation: int | None = None,
+        bootstrap: Bootstrap = False,
+        bootstrap_timeout: float = 10.0,
+        fast_selection: bool = False,
+        max_drain: int = DEFAULT_MAX_DRAIN,
+        on_accepted: AcceptedCallback | None = None,
+        own_transport: bool = False,
+    ) -> None:
+        if not isinstance(store, WeightStore):
+            raise TypeError(
+                f"store must implement delta_fabric.store.WeightStore, got {type(store).__name__}"
+            )
+        node_id = check_node_id(node_id)
+        if max_drain < 1:
+            raise ValueError("max_drain must be >= 1")
+        if bootstrap not in (True, False, "auto"):
+            raise ValueError(f"bootstrap must be True, False or 'auto', got {bootstrap!r}")
+        self.store = store
+        self.transport = transport
+        self.config = config if config is not None else SyncConfig()
+        self.node_id = node_id
+        self.framework = str(store.framework)
+        self.fast_selection = fast_selection
+        self.max_drain = max_drain
+        self.on_accepted = on_accepted
+        self.own_transport = own_transport
+        self.manifest: Manifest = store.manifest
+        self.steps = 0
+        self.syncs = 0
+        self.bytes_sent = 0
+        self.packets_sent = 0
+        self.own_entries_sent = 0
+        self.own_values_sent = 0
+        self.relay_entries_sent = 0
+        self.relay_values_sent = 0
+        self.values_received_applied = 0
+        self.accepted_by_hops: dict[int, int] = {}
+        self._origin_progress: dict[int, tuple[int, int]] = {}
+        self.bootstrapped = False
+        self.snapshots_served = 0
+        self._lock = threading.Lock()  # guards the anchor against a concurrent snapshot request
+        self._closed = False
+
+        try:
+            self.engine = self._start(bootstrap, bootstrap_timeout, incarnation)
+            self.transport.serve_snapshot(self._snapshot_source)
+        except BaseException:
+            if own_transport:
+                self.transport.close()
+            raise
+        log.info(
+            "node %s started: framework %s, N=%d, fingerprint %s, incarnation %d%s",
+            node_hex(self.node_id),
+            self.framework,
+            self.manifest.num_params,
+            self.manifest.fingerprint.hex()[:16],
+            self.engine.incarnation,
+            ", bootstrapped from a peer's snapshot" if self.bootstrapped else "",
+        )
+
+    @classmethod
+    def join(
+        cls,
+        store: WeightStore,
+        transport: Transport,
+        config: SyncConfig | None = None,
+        *,
+        node_id: int,
+        incarnation: int | None = None,
+        timeout: float = 10.0,
+        **kw: Any,
+    ) -> Fabric:
+        """Late join or restart: load a live peer's snapshot into the store, fresh incarnation
+        (``bootstrap=True``; `SnapshotUnavailable` after ``timeout``)."""
+        return cls(
+            store,
+            transport,
+            config,
+            node_id=node_id,
+            incarnation=incarnation,
+            bootstrap=True,
+            bootstrap_timeout=timeout,
+            **kw,
+        )
+
+    # bootstrap ------------------------------------------------------------------------------------
+    def _start(self, bootstrap: Bootstrap, timeout: float, incarnation: int | None) -> Engine:
+        """The engine with anchor = the store's weights, or = a live peer's snapshot (loaded into
+        the store too: active = anchor, DF-ZEN-5). The store changes only once all checks passed."""
+        snapshot: Snapshot | None = None
+        if bootstrap is True or bootstrap == "auto":
+            snapshot = self._fetch_snapshot(required=bootstrap is True, timeout=timeout)
+        if incarnation is None:
+            incarnation = default_incarnation()
+        if snapshot is None:
+            return Engine(
+                self.manifest, self.config, self.node_id, incarnation, self.store.gather()
+            )
+        engine = Engine.from_snapshot(
+            self.manifest, self.config, self.node_id, incarnation, snapshot
+        )
+        self.store.load(snapshot.anchor)
+        self.bootstrapped = True
+        return engine
+
+    def _fetch_snapshot(self, *, required: bool, timeout: float) -> Snapshot | None:
+        """A verified snapshot from any live peer (the transport checks chunks and the digest)."""
+        deadline = time.monotonic() + timeout
+        last: Exception | None = None
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                anchor, server_incarnation = self.transport.fetch_snapshot(
+                    None, self.manifest.fingerprint, timeout=max(0.05, remaining)
+                )
+            except (SnapshotError, TimeoutError, OSError) as exc:
+                last = exc
+                log.debug("snapshot fetch failed: %s", exc)
+            else:
+                snap = Snapshot(
+                    self.manifest.fingerprint, np.asarray(anchor, dtype=np.float32).copy()
+                )
+                if self._snapshot_ok(snap):
+                    log.info(
+                        "snapshot fetched: %d values from a peer at incarnation %d",
+                        snap.anchor.size,
+                        server_incarnation,
+                    )
+                    return snap
+                last = ValueError("snapshot of the wrong size or with a non-finite value")
+                log.debug("snapshot refused: %s", last)
+            if not required or time.monotonic() >= deadline:
+                break
+            time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+        if required:
+            raise SnapshotUnavailable(
+                f"no valid snapshot from a live peer within {timeout:.1f}s: {last}"
+            )
+        log.info("no snapshot from a peer within %.1fs: starting from own weights", timeout)
+        return None
+
+    def _snapshot_ok(self, snap: Snapshot) -> bool:
+        a = np.asarray(snap.anchor)
+        return (
+            bytes(snap.fingerprint) == self.manifest.fingerprint
+            and a.dtype == np.float32
+            and a.shape == (self.manifest.num_params,)
+            and bool(np.isfinite(a).all())
+        )
+
+    def _snapshot_source(self) -> SnapshotSource:
+        """The provider given to ``transport.serve_snapshot`` (runs on the network thread)."""
+        with self._lock:  # SnapshotSource copies the anchor: a consistent state between two steps
+            src = SnapshotSource(
+                self.engine.incarnation,
+                self.manifest.fingerprint,
+                self.engine.anchor,
+                self.framework,
+            )
+        self.snapshots_served += 1
+        log.info("snapshot served (%d so far)", self.snapshots_served)
+        return src
+
+    # properties -----------------------------------------------------------------------------------
+    @property
+    def incarnation(self) -> int:
+        return self.engine.incarnation
+
+    @property
+    def num_params(self) -> int:
+        return self.manifest.num_params
+
+    @property
+    def fingerprint(self) -> bytes:
+        return self.manifest.fingerprint
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def snapshot(self) -> Snapshot:
+        """A consistent copy of the anchor (safe to call from a transport thread)."""
+        with self._lock:
+            return self.engine.snapshot()
+
+    def active_vector(self) -> NDArray[np.float32]:
+        """The store's active weights as a canonical flat f32 vector (a fresh array)."""
+        return self.store.gather()
+
+    # the loop -------------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise FabricClosedError(f"fabric of node {node_hex(self.node_id)} is closed")
+
+    def step(self) -> int:
+        """Call once after every local optimizer step. Returns the number of packets published.
+
+        Never waits for packets (the transport's queue is drained as it is); only ``publish`` can
+        block, under the transport's congestion control. O(1) when this is not a sync step and
+        nothing arrived. `FabricClosedError` after `close`.
+        """
+        self._check_open()
+        self.steps += 1
+        packets: Sequence[bytes] = self.transport.drain(self.max_drain)
+        sync = self.steps % self.config.sync_interval == 0
+        if not packets and not sync:
+            return 0
+        return self._process(packets, sync)
+
+    def update(self, state: Any) -> Any:
+        """`step` for a `delta_fabric.store.FunctionalStore`: hand the loop's current native state to
+        the store, step, and return the state with the received updates applied
+        (``variables = fabric.update(variables)``)."""
+        self._check_open()
+        store = self.store
+        if not isinstance(store, FunctionalStore):
+            raise TypeError(
+                f"update() needs a FunctionalStore; {type(store).__name__} is updated in place, "
+                "call step() instead"
+            )
+        store.set_state(state)
+        self.step()
+        return store.state()
+
+    def poll(self) -> int:
+        """Receive, apply and relay what is pending without generating (e.g. while idle or winding
+        down); does not count as a step. Returns the number of packets published."""
+        self._check_open()
+        packets = self.transport.drain(self.max_drain)
+        return self._process(packets, False) if packets else 0
+
+    def sync_now(self) -> int:
+        """Receive what is pending and generate now, regardless of the step count."""
+        self._check_open()
+        return self._process(self.transport.drain(self.max_drain), True)
+
+    def _process(self, packets: Sequence[bytes], sync: bool) -> int:
+        relay = []
+        own = []
+        res: ReceiveResult | None = None
+        with self._lock:
+            if packets:
+                res = self.engine.receive(packets)
+                if res.indices.size:
+                    self.store.apply(res.indices, res.values)
+                    self.values_received_applied += int(res.indices.size)
+                relay = res.relay
+                if res.rejected and log.isEnabledFor(logging.DEBUG):
+                    for i, code in res.rejected:
+                        log.debug("packet %d of %d rejected: %s", i, len(packets), code.value)
+            if sync:
+                self.syncs += 1
+                own = self.engine.generate(self.store.gather(), fast=self.fast_selection)
+            out = self.engine.pack(own, relay) if (own or relay) else []
+        if res is not None and res.accepted:
+            self._count_hops(packets, res)
+        for e in own:
+            self.own_entries_sent += 1
+            self.own_values_sent += int(e.indices.size)
+        for e in relay:
+            self.relay_entries_sent += 1
+            self.relay_values_sent += int(e.indices.size)
+        for pkt in out:
+            self.transport.publish(pkt)
+            self.bytes_sent += len(pkt)
+            self.packets_sent += 1
+        return len(out)
+
+    def _count_hops(self, packets: Sequence[bytes], res: ReceiveResult) -> None:
+        """Hop histogram, origin progress and ``on_accepted`` from the engine's accepted headers
+        (no decode). Kept under this name for subclasses written against the old adapters, which
+        override it; new code passes ``on_accepted`` instead."""
+        accepted = res.accepted
+        hist = self.accepted_by_hops
+        progress = self._origin_progress
+        for e in accepted:
+            hist[e.hops] = hist.get(e.hops, 0) + 1
+            cur = progress.get(e.origin)
+            if cur is None or (e.incarnation, e.seq) > cur:
+                progress[e.origin] = (e.incarnation, e.seq)
+        if self.on_accepted is not None:
+            self.on_accepted(accepted)
+
+    def origin_progress(self) -> dict[int, tuple[int, int]]:
+        """Latest ``(incarnation, seq)`` accepted from each origin."""
+        return dict(self._origin_progress)
+
+    def stats(self) -> dict[str, Any]:
+        """Counters: steps, syncs, bytes and packets sent, own/relayed entries, receive counters."""
+        transport_stats = dataclasses.asdict(self.transport.stats)
+        return {
+            "node_id": f"{self.node_id:016x}",
+            "framework": self.framework,
+            "incarnation": self.engine.incarnation,
+            "num_params": self.num_params,
+            "fingerprint": self.fingerprint.hex(),
+            "bootstrapped": self.bootstrapped,
+            "steps": self.steps,
+            "syncs": self.syncs,
+            "bytes_sent": self.bytes_sent,
+            "packets_sent": self.packets_sent,
+            "own_entries_sent": self.own_entries_sent,
+            "own_values_sent": self.own_values_sent,
+            "relay_entries_sent": self.relay_entries_sent,
+            "relay_values_sent": self.relay_values_sent,
+            "values_received_applied": self.values_received_applied,
+            "accepted_by_hops": {str(h): n for h, n in sorted(self.accepted_by_hops.items())},
+            "snapshots_served": self.snapshots_served,
+            "receive": self.engine.counters.to_json(),
+            "transport": transport_stats,
+        }
+
+    # lifecycle ------------------------------------------------------------------------------------
+    def close(self, *, close_transport: bool | None = None) -> None:
+        """Stop the node (later `step` calls raise `FabricClosedError`); idempotent. Closes the
+        transport too when ``close_transport`` (default: the ``own_transport`` argument)."""
+        if close_transport is None:
+            close_transport = self.own_transport
+        if not self._closed:
+            self._closed = True
+            log.info(
+                "node %s closed after %d steps, %d syncs",
+                node_hex(self.node_id),
+                self.steps,
+                self.syncs,
+            )
+        if close_transport:
+            self.transport.close()
+
+    def __enter__(self) -> Fabric:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,122 @@
+"""`TorchStore`: a PyTorch ``nn.Module``'s tensors as the active weights (CPU or CUDA, in place).
+
+The manifest (DF-MAN) is built from ``state_dict`` keys: every floating parameter, plus floating
+buffers (BatchNorm running statistics) when ``include_buffers``; integer buffers never. PyTorch's
+layouts are the canonical ones (spec section 4.5), so no permutation is needed. Received elements are
+updated in place under ``torch.no_grad()``: ``index_add_`` on contiguous f32 tensors, an f32
+read-add-round-trip otherwise (DF-MAN-4). ``gather()`` is one ``torch.cat`` moved to the CPU once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+from torch import nn
+
+from delta_fabric.manifest import Manifest, TensorSpec
+from delta_fabric.store import check_flat, check_sparse
+
+__all__ = ["TorchStore", "module_manifest", "module_tensors"]
+
+
+def module_tensors(module: nn.Module, include_buffers: bool) -> dict[str, torch.Tensor]:
+    """The tensors a node synchronises, by canonical name (``state_dict`` key), in canonical order.
+
+    Every parameter, whatever its ``requires_grad``; floating persistent buffers only with
+    ``include_buffers``; integer buffers (``num_batches_tracked``) never (DF-MAN-4). Refused
+    (``ValueError``, DF-MAN-12): tied parameters (one tensor under two names, each would receive
+    every delta twice) and parameters with a dtype that has no f32 view (complex).
+    """
+    params = {id(p) for p in module.parameters()}
+    chosen: dict[str, torch.Tensor] = {}
+    seen: dict[int, str] = {}
+    for name, t in module.state_dict(keep_vars=True).items():
+        is_param = isinstance(t, nn.Parameter) or id(t) in params
+        if is_param and (t.is_complex() or not t.is_floating_point()):
+            # DF-MAN-12: no canonical f32 view of this parameter; refuse rather than guess
+            raise ValueError(
+                f"parameter {name!r} has dtype {t.dtype}, which protocol v1 cannot carry"
+            )
+        if not t.is_floating_point():
+            continue
+        if not is_param and not include_buffers:
+            continue
+        key = id(t)
+        if key in seen:
+            raise ValueError(f"{name!r} and {seen[key]!r} are the same tensor (tied weights)")
+        seen[key] = name
+        chosen[name] = t
+    return {name: chosen[name] for name in sorted(chosen, key=lambda s: s.encode("utf-8"))}
+
+
+def module_manifest(module: nn.Module, include_buffers: bool = False) -> Manifest:
+    """The manifest of ``module`` (DF-MAN-1..4)."""
+    tensors = module_tensors(module, include_buffers)
+    return Manifest(TensorSpec(n, tuple(t.shape)) for n, t in tensors.items())
+
+
+class TorchStore:
+    """A `delta_fabric.store.WeightStore` over a module's parameters (and buffers, optionally)."""
+
+    framework = "torch"
+
+    def __init__(self, module: nn.Module, include_buffers: bool = False) -> None:
+        self.module = module
+        self.include_buffers = bool(include_buffers)
+        named = module_tensors(module, self.include_buffers)
+        self._manifest = Manifest(TensorSpec(n, tuple(t.shape)) for n, t in named.items())
+        self._tensors: list[torch.Tensor] = [named[n] for n in self._manifest.names]
+        self._offsets = np.asarray(self._manifest.offsets, dtype=np.int64)
+        self.gathers = 0
+
+    @property
+    def manifest(self) -> Manifest:
+        return self._manifest
+
+    @property
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """The synchronised tensors by canonical name (the live objects)."""
+        return dict(zip(self._manifest.names, self._tensors, strict=True))
+
+    def gather(self, indices: NDArray[np.uint32] | None = None) -> NDArray[np.float32]:
+        with torch.no_grad():
+            if indices is None:
+                self.gathers += 1
+                flat = torch.cat([t.detach().reshape(-1).to(torch.float32) for t in self._tensors])
+                out: NDArray[np.float32] = flat.cpu().numpy()  # torch.cat made a fresh tensor
+                return out
+            check_sparse(self._manifest, indices)
+            res = np.empty(indices.size, dtype=np.float32)
+            for s in self._manifest.locate(indices):
+                t = self._tensors[s.tensor]
+                idx = torch.from_numpy(s.local).to(t.device)
+                part = t.detach().reshape(-1).index_select(0, idx).to(torch.float32)
+                res[s.start : s.stop] = part.cpu().numpy()
+            return res
+
+    def apply(self, indices: NDArray[np.uint32], values: NDArray[np.float32]) -> None:
+        check_sparse(self._manifest, indices, values)
+        with torch.no_grad():
+            for s in self._manifest.locate(indices):
+                t = self._tensors[s.tensor]
+                vals = torch.from_numpy(np.ascontiguousarray(values[s.start : s.stop]))
+                vals = vals.to(device=t.device)
+                if t.dtype == torch.float32 and t.is_contiguous():
+                    idx = torch.from_numpy(s.local).to(t.device)
+                    t.data.view(-1).index_add_(0, idx, vals)  # fl32(active + agg), DF-RCV-7
+                    continue
+                # other dtypes or strides: read as f32, add in f32, write back rounded (DF-MAN-4)
+                coords = np.unravel_index(s.local, tuple(t.shape))
+                idx_t = tuple(
+                    torch.from_numpy(np.ascontiguousarray(c)).to(t.device) for c in coords
+                )
+                cur = t.data[idx_t].to(torch.float32)
+                t.data[idx_t] = (cur + vals).to(t.dtype)
+
+    def load(self, flat: NDArray[np.float32]) -> None:
+        src = torch.from_numpy(np.ascontiguousarray(check_flat(self._manifest, flat)))
+        with torch.no_grad():
+            for ti, t in enumerate(self._tensors):
+                a, b = int(self._offsets[ti]), int(self._offsets[ti + 1])
+                t.data.copy_(src[a:b].view(t.shape).to(device=t.device, dtype=t.dtype))
