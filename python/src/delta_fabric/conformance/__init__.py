@@ -148,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
         for name, fig in (per_impl or {}).items():
             print(
                 f"coverage for {name} (tests, vectors and scenarios that run against it): "
-                f"{fig['covered']}/{fig['must']} MUST ids, uncovered: {' '.join(fig['uncovered'])}",
+                f"{fig['covered']}/{fig['must']} MUST ids, uncovered: {' '.join(fig['uncovered']) or 'none'}",
                 file=sys.stderr,
             )
         return 0
