@@ -1,227 +1,206 @@
-"""Traceability: every MUST-level requirement of spec/protocol.md is cited by a test, or excused.
+"""Traceability, per implementation: every MUST-level requirement of spec/protocol.md is covered, for each
+implementation of interop/implementations.json, by a test or a conformance vector or scenario that runs
+against that implementation, or is listed in that implementation's ``spec/uncovered-<impl>.txt``.
 
-A requirement is a paragraph or table row of spec/protocol.md that starts with a bold bracketed id such as
-``**[DF-GEN-3]**``. It is MUST-level when its text contains MUST, MUST NOT, REQUIRED, SHALL or SHALL NOT.
+The rules (what "runs against an implementation" means) are in conformance/tools/traceability.py; the
+checked-in map of test sources to implementations is spec/traceability.json. A citation is a comment
+``REQ: DF-XXX-N`` (comma-separated lists allowed) in a test source, or the ``requirements`` list of a vector
+(conformance/vectors/index.json) or scenario (conformance/scenarios/*.json).
 
-Citations are collected from:
-  * ``REQ: DF-XXX-N`` comments (comma-separated lists allowed) in tests/**/*.py, python/tests/**/*.py,
-    conformance/**/*.py and interop/**/*.rs;
-  * the ``requirements`` lists of conformance/vectors/index.json and of conformance/scenarios/*.json.
+The tests fail when a citation names an id the spec does not define (a typo); when a citing source is not
+mapped in spec/traceability.json; when an uncovered list is malformed or lists a non-MUST id; and when the
+uncovered MUST ids of an implementation differ from its list in either direction, so the lists only shrink
+and never go stale.
 
-The test fails when a citation names an id that the spec does not define (a typo), when a MUST-level id is
-cited nowhere and is not listed in spec/uncovered.txt (``DF-XXX-N  reason``, one per line), or when
-spec/uncovered.txt is malformed or lists an id that is not a MUST-level id of the spec.
-
-Run ``python tests/test_traceability.py`` for the coverage report.
+Run ``python conformance/tools/traceability.py`` for the report.
 """
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Iterable, Iterator
+import fnmatch
+import importlib.util
+import sys
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[1]
-SPEC = ROOT / "spec" / "protocol.md"
-UNCOVERED = ROOT / "spec" / "uncovered.txt"
-
-ID_RE = re.compile(r"DF-[A-Z]+-\d+")
-DEF_RE = re.compile(r"^\*\*\[(DF-[A-Z]+-\d+)\]\*\*")
-MUST_RE = re.compile(r"\b(MUST|REQUIRED|SHALL)\b")
-CITE_RE = re.compile(r"\bREQ:\s*(DF-[A-Z]+-\d+(?:\s*,\s*DF-[A-Z]+-\d+)*)")
-LIST_MARK = re.compile(r"^(?:[-+]\s+|\d+\.\s+)")
-SKIP_DIRS = {".git", ".venv", "target", "node_modules", "__pycache__", "_generated", "generated"}
 
 
-def _requirement_blocks(text: str) -> Iterator[tuple[str, str]]:
-    """Yield (id, text) for every paragraph or table row that starts with a bold bracketed id."""
-    current: list[str] | None = None
-    in_code = False
-    for line in text.splitlines():
-        if line.lstrip().startswith("```"):
-            in_code = not in_code
-            if current is not None:
-                yield current[0], current[1]
-                current = None
-            continue
-        if in_code:
-            continue
-        stripped = line.strip()
-        if stripped.startswith("|"):
-            if current is not None:
-                yield current[0], current[1]
-                current = None
-            first_cell = stripped.strip("|").split("|")[0].strip()
-            m = DEF_RE.match(first_cell)
-            if m:
-                yield m.group(1), stripped
-            continue
-        m = DEF_RE.match(LIST_MARK.sub("", stripped))
-        if m:
-            if current is not None:
-                yield current[0], current[1]
-            current = [m.group(1), stripped]
-        elif current is not None and stripped and not stripped.startswith("#"):
-            current[1] += " " + stripped
-        elif current is not None:
-            yield current[0], current[1]
-            current = None
-    if current is not None:
-        yield current[0], current[1]
+def _load() -> ModuleType:
+    path = ROOT / "conformance" / "tools" / "traceability.py"
+    spec = importlib.util.spec_from_file_location("df_traceability", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses resolve their module by name
+    spec.loader.exec_module(mod)
+    return mod
 
 
-def spec_requirements() -> dict[str, str]:
-    """Map every requirement id defined in the spec to its paragraph/row text."""
-    out: dict[str, str] = {}
-    for rid, body in _requirement_blocks(SPEC.read_text(encoding="utf-8")):
-        out.setdefault(rid, body)
-    return out
-
-
-def must_ids(reqs: dict[str, str]) -> set[str]:
-    return {rid for rid, body in reqs.items() if MUST_RE.search(body)}
-
-
-def _source_files() -> Iterator[Path]:
-    patterns = [
-        (ROOT / "tests", "*.py"),
-        (ROOT / "python" / "tests", "*.py"),
-        (ROOT / "conformance", "*.py"),
-        (ROOT / "interop", "*.rs"),
-    ]
-    for base, pattern in patterns:
-        if not base.is_dir():
-            continue
-        for path in sorted(base.rglob(pattern)):
-            if SKIP_DIRS.intersection(path.relative_to(ROOT).parts):
-                continue
-            yield path
-
-
-def _json_requirement_lists(node: object) -> Iterator[str]:
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if key == "requirements" and isinstance(value, list):
-                for item in value:
-                    if isinstance(item, str):
-                        yield item
-            else:
-                yield from _json_requirement_lists(value)
-    elif isinstance(node, list):
-        for item in node:
-            yield from _json_requirement_lists(item)
-
-
-def _json_files() -> Iterable[Path]:
-    files = [ROOT / "conformance" / "vectors" / "index.json"]
-    scen = ROOT / "conformance" / "scenarios"
-    if scen.is_dir():
-        files += sorted(scen.glob("*.json"))
-    return [f for f in files if f.is_file()]
-
-
-def collect_citations() -> dict[str, set[str]]:
-    """Map every cited id to the set of places (relative paths) that cite it."""
-    cites: dict[str, set[str]] = {}
-    for path in _source_files():
-        rel = str(path.relative_to(ROOT))
-        if rel == "tests/test_traceability.py":
-            continue
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            m = CITE_RE.search(line)
-            if m:
-                for rid in ID_RE.findall(m.group(1)):
-                    cites.setdefault(rid, set()).add(rel)
-    for path in _json_files():
-        rel = str(path.relative_to(ROOT))
-        for rid in _json_requirement_lists(json.loads(path.read_text(encoding="utf-8"))):
-            cites.setdefault(rid, set()).add(rel)
-    return cites
-
-
-def read_uncovered() -> tuple[dict[str, str], list[str]]:
-    """Return ({id: reason}, [problems]) from spec/uncovered.txt."""
-    excused: dict[str, str] = {}
-    problems: list[str] = []
-    if not UNCOVERED.is_file():
-        return excused, problems
-    for n, raw in enumerate(UNCOVERED.read_text(encoding="utf-8").splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        m = re.fullmatch(r"(DF-[A-Z]+-\d+)\s+(\S.*)", line)
-        if not m:
-            problems.append(f"spec/uncovered.txt:{n}: expected 'DF-XXX-N  reason', got {raw!r}")
-            continue
-        if m.group(1) in excused:
-            problems.append(f"spec/uncovered.txt:{n}: {m.group(1)} listed twice")
-        excused[m.group(1)] = m.group(2)
-    return excused, problems
-
-
-def report() -> str:
-    reqs = spec_requirements()
-    musts = must_ids(reqs)
-    cites = collect_citations()
-    covered = sorted(musts & cites.keys(), key=_key)
-    uncovered = sorted(musts - cites.keys(), key=_key)
-    excused, _ = read_uncovered()
-    pct = 100.0 * len(covered) / max(len(musts), 1)
-    lines = [
-        f"MUST-level requirements covered: {len(covered)}/{len(musts)} ({pct:.1f} %)",
-        f"all requirement ids cited: {len(reqs.keys() & cites.keys())}/{len(reqs)}",
-        f"uncovered MUST ids ({len(uncovered)}): " + (" ".join(uncovered) or "none"),
-        "uncovered and not excused: "
-        + (" ".join(u for u in uncovered if u not in excused) or "none"),
-        "excused but now covered (remove from spec/uncovered.txt): "
-        + (" ".join(sorted(excused.keys() & set(covered), key=_key)) or "none"),
-    ]
-    return "\n".join(lines)
-
-
-def _key(rid: str) -> tuple[str, int]:
-    prefix, num = rid.rsplit("-", 1)
-    return prefix, int(num)
-
-
-# --------------------------------------------------------------------------------------------- tests
+tr = _load()
 
 
 def test_spec_defines_must_requirements() -> None:
-    reqs = spec_requirements()
-    assert len(must_ids(reqs)) >= 50, (
+    assert len(tr.must_ids(tr.spec_requirements())) >= 50, (
         "the parser found too few MUST-level requirements in spec/protocol.md"
     )
 
 
 def test_every_citation_exists_in_spec() -> None:
-    reqs = spec_requirements()
-    unknown = {rid: sorted(where) for rid, where in collect_citations().items() if rid not in reqs}
+    reqs = tr.spec_requirements()
+    unknown = {rid: sorted(where) for rid, where in tr.collect().all.items() if rid not in reqs}
     assert not unknown, f"cited requirement ids not defined in spec/protocol.md: {unknown}"
 
 
-def test_uncovered_list_is_well_formed() -> None:
-    reqs = spec_requirements()
-    musts = must_ids(reqs)
-    excused, problems = read_uncovered()
+def test_every_citing_source_is_mapped_to_an_implementation() -> None:
+    smap = tr.SourceMap.load()
+    problems = smap.problems() + [
+        f"{rel}: cites requirements but spec/traceability.json does not say what it runs against"
+        for rel in tr.collect(smap=smap).unmapped
+    ]
+    musts = tr.must_ids(tr.spec_requirements())
     problems += [
-        f"{rid} is not a MUST-level id of spec/protocol.md" for rid in excused if rid not in musts
+        f"implementation_independent: {rid} is not a MUST-level id"
+        for rid in smap.independent
+        if rid not in musts
     ]
     assert not problems, "\n".join(problems)
 
 
-def test_every_must_requirement_is_covered_or_excused() -> None:
-    reqs = spec_requirements()
-    musts = must_ids(reqs)
-    cites = collect_citations()
-    excused, _ = read_uncovered()
-    print("\n" + report())
-    missing = sorted(musts - cites.keys() - excused.keys(), key=_key)
-    assert not missing, (
-        f"MUST-level requirements cited by no test and not listed in spec/uncovered.txt: {missing}"
+def test_map_rules_all_match_something() -> None:
+    smap = tr.SourceMap.load()
+    rels = [p.relative_to(ROOT).as_posix() for p in tr.source_files()]
+    stale = [p for p in smap.rules if not any(r == p or fnmatch.fnmatchcase(r, p) for r in rels)]
+    assert not stale, f"spec/traceability.json rules that name no source file: {stale}"
+
+
+def test_harness_citations_cover_only_implementation_independent_ids() -> None:
+    """A test of the runner proves nothing about a node: it cannot cover a node requirement."""
+    smap = tr.SourceMap.load()
+    cites = tr.collect(smap=smap)
+    for impl in smap.implementations:
+        own = cites.by_target.get(impl, {})
+        extra = tr.covered_for(cites, smap, impl).keys() - own.keys()
+        assert extra <= smap.independent.keys(), (impl, sorted(extra - smap.independent.keys()))
+
+
+def test_vectors_count_only_for_implementations_that_run_them(tmp_path: Path) -> None:
+    """A vector whose capability an implementation does not declare, or that its expected-failure list
+    names, does not cover anything for it."""
+    import json
+    import shutil
+
+    for rel in ("spec/protocol.md", "spec/traceability.json", "conformance/vectors/index.json"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / rel, tmp_path / rel)
+    (tmp_path / "conformance" / "scenarios").mkdir()
+    registry = json.loads((ROOT / "interop" / "implementations.json").read_text())
+    for impl in registry["implementations"]:
+        if impl["name"] == "rust":
+            impl["capabilities"] = [c for c in impl["capabilities"] if c != "receive"]
+    (tmp_path / "interop").mkdir()
+    (tmp_path / "interop" / "implementations.json").write_text(json.dumps(registry))
+    xf = tmp_path / "conformance" / "expected-failures"
+    xf.mkdir()
+    (xf / "python.txt").write_text("Required.decode.*  # planted\n")
+    cites = tr.collect(tmp_path)
+    rows = json.loads((ROOT / "conformance" / "vectors" / "index.json").read_text())["vectors"]
+    receive_only = {r for row in rows if row["kind"] == "receive" for r in row["requirements"]}
+    receive_only -= {r for row in rows if row["kind"] != "receive" for r in row["requirements"]}
+    decode_only = {r for row in rows if row["kind"] == "decode" for r in row["requirements"]}
+    decode_only -= {r for row in rows if row["kind"] != "decode" for r in row["requirements"]}
+    assert receive_only and decode_only
+    rust, python = cites.by_target.get("rust", {}), cites.by_target.get("python", {})
+    assert receive_only <= python.keys() and not receive_only & rust.keys()
+    assert decode_only <= rust.keys() and not decode_only & python.keys()
+
+
+def test_not_applicable_ids_are_must_ids_that_nothing_covers() -> None:
+    """An id excluded for an implementation is a MUST id, and not one its own tests cover (then it
+    applies after all, and the exclusion is stale)."""
+    smap = tr.SourceMap.load()
+    musts = tr.must_ids(tr.spec_requirements())
+    cites = tr.collect(smap=smap)
+    problems: list[str] = []
+    for impl, ids in smap.not_applicable.items():
+        own = tr.covered_for(cites, smap, impl)
+        problems += [f"{impl}: {rid} is not a MUST-level id" for rid in ids if rid not in musts]
+        problems += [
+            f"{impl}: {rid} is not applicable but cited by {sorted(own[rid])}"
+            for rid in ids
+            if rid in own
+        ]
+    assert not problems, "\n".join(problems)
+
+
+def test_citations_count_for_the_mapped_implementations_only(tmp_path: Path) -> None:
+    """A file's citations count for the implementation(s) its rule names, per top-level function when
+    the rule says so; harness citations count only for implementation-independent ids."""
+    import json
+    import shutil
+
+    for rel in ("spec/protocol.md", "interop/implementations.json"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / rel, tmp_path / rel)
+    (tmp_path / "conformance" / "vectors").mkdir(parents=True)
+    (tmp_path / "conformance" / "vectors" / "index.json").write_text(
+        '{"version": 1, "vectors": []}'
     )
+    rules = {
+        "tests/test_mixed.py": ["python", "rust"],
+        "tests/test_split.py": {"*": "harness", "test_py": "python"},
+    }
+    independent = {"DF-CNF-1": "process"}
+    (tmp_path / "spec" / "traceability.json").write_text(
+        json.dumps({"sources": rules, "implementation_independent": independent})
+    )
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_mixed.py").write_text(
+        "def test_a() -> None:\n    # REQ: DF-GEN-1\n"
+    )
+    (tmp_path / "tests" / "test_split.py").write_text(
+        "# REQ: DF-CNF-1, DF-GEN-2\n"
+        "def test_py() -> None:\n    # REQ: DF-GEN-3\n"
+        "def test_other() -> None:\n    # REQ: DF-GEN-4\n"
+    )
+    (tmp_path / "tests" / "test_unmapped.py").write_text("# REQ: DF-GEN-5\n")
+    smap = tr.SourceMap.load(tmp_path)
+    assert smap.problems() == []
+    cites = tr.collect(tmp_path, smap)
+    assert cites.unmapped == ["tests/test_unmapped.py"]
+    python = tr.covered_for(cites, smap, "python").keys()
+    rust = tr.covered_for(cites, smap, "rust").keys()
+    assert python == {"DF-GEN-1", "DF-GEN-3", "DF-CNF-1"}
+    assert rust == {"DF-GEN-1", "DF-CNF-1"}
+    assert cites.all.keys() == {f"DF-GEN-{i}" for i in range(1, 6)} | {"DF-CNF-1"}
+
+
+def test_uncovered_lists_are_well_formed() -> None:
+    musts = tr.must_ids(tr.spec_requirements())
+    problems: list[str] = []
+    for impl in tr.SourceMap.load().implementations:
+        path = tr.uncovered_path(ROOT, impl)
+        listed, bad = tr.read_uncovered(path)
+        problems += bad + [
+            f"{path.name}: {rid} is not a MUST-level id" for rid in listed if rid not in musts
+        ]
+    assert not problems, "\n".join(problems)
+    assert not (ROOT / "spec" / "uncovered.txt").exists(), "replaced by spec/uncovered-<impl>.txt"
+
+
+def test_uncovered_lists_match_the_actual_coverage() -> None:
+    print("\n" + tr.report())
+    diffs: list[str] = []
+    for impl, ids in tr.uncovered().items():
+        path = tr.uncovered_path(ROOT, impl)
+        listed, _ = tr.read_uncovered(path)
+        new = [rid for rid in ids if rid not in listed]
+        gone = sorted(listed.keys() - set(ids), key=tr.id_key)
+        if new:
+            diffs.append(f"{impl}: not covered for {impl} and not listed in {path.name}: {new}")
+        if gone:
+            diffs.append(f"{impl}: covered now, remove from {path.name}: {gone}")
+    assert not diffs, "\n".join(diffs)
 
 
 if __name__ == "__main__":
-    print(report())
+    print(tr.report())

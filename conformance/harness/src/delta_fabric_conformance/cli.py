@@ -139,6 +139,23 @@ def _unit_test_citations(root: Path) -> list[tuple[str, list[str]]]:
     return out
 
 
+def _per_implementation_coverage(root: Path) -> dict[str, Any] | None:
+    """MUST coverage per implementation, by the rules of ``conformance/tools/traceability.py`` (the ones
+    ``tests/test_traceability.py`` enforces): ``{impl: {"covered", "must", "uncovered"}}``; None when
+    ``root`` is not a repository checkout holding that tool."""
+    import importlib.util
+
+    path = root / "conformance" / "tools" / "traceability.py"
+    spec = importlib.util.spec_from_file_location("df_traceability", path)
+    if not path.is_file() or spec is None or spec.loader is None:
+        return None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses resolve their module by name
+    spec.loader.exec_module(mod)
+    figures: dict[str, Any] = mod.figures(root)
+    return figures
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the parsed command; a missing suite is one line on stderr and exit status 2."""
     try:
@@ -153,9 +170,17 @@ def run(args: argparse.Namespace) -> int:
         full = compute_coverage(
             args.spec, _citations(args.vectors, args.scenarios) + _unit_test_citations(args.suite)
         )
-        print(json.dumps({"suite": cov.to_json(), "with_unit_tests": full.to_json()}, indent=1))
+        per_impl = _per_implementation_coverage(args.spec.resolve().parents[1])
+        out = {"suite": cov.to_json(), "with_unit_tests": full.to_json()}
+        print(json.dumps(out | {"per_implementation": per_impl}, indent=1))
         print(f"coverage by vectors and scenarios: {cov.figure()}", file=sys.stderr)
-        print(f"coverage with unit tests (pytest, cargo test): {full.figure()}", file=sys.stderr)
+        print(f"coverage with unit tests of any language: {full.figure()}", file=sys.stderr)
+        for name, fig in (per_impl or {}).items():
+            print(
+                f"coverage for {name} (tests, vectors and scenarios that run against it): "
+                f"{fig['covered']}/{fig['must']} MUST ids, uncovered: {' '.join(fig['uncovered']) or 'none'}",
+                file=sys.stderr,
+            )
         return 0
     return run_suite(args)
 

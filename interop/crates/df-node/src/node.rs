@@ -28,7 +28,7 @@ use burn::optim::{GradientsParams, Optimizer, SgdConfig};
 use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use df_burn::CanonicalLayout;
-use df_core::{Admission, Config, Engine, Manifest};
+use df_core::{Admission, Engine, Manifest, SyncConfig};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -62,7 +62,7 @@ pub struct NodeOptions {
     pub momentum: f64,
     pub seed: u64,
     pub sync: bool,
-    pub sync_config: Config,
+    pub sync_config: SyncConfig,
     pub include_buffers: bool,
     pub namespace: String,
     pub listen: Option<String>,
@@ -103,7 +103,7 @@ impl NodeOptions {
             momentum: 0.9,
             seed: 0,
             sync: false,
-            sync_config: Config::default(),
+            sync_config: SyncConfig::default(),
             include_buffers: false,
             namespace: "deltafabric/demo".into(),
             listen: None,
@@ -171,7 +171,7 @@ pub fn model_manifest(
         name: s.name.clone(),
         shape: s.shape.iter().map(|&d| d as u64).collect(),
     });
-    let manifest = Manifest::new(specs).map_err(NodeError::Manifest)?;
+    let manifest = Manifest::new(specs).map_err(|e| NodeError::Manifest(e.to_string()))?;
     Ok((layout, manifest))
 }
 
@@ -202,7 +202,7 @@ impl Fabric {
     /// A fabric whose anchor is the model's current canonical vector.
     pub fn new(
         model: &Model,
-        config: Config,
+        config: SyncConfig,
         node_id: u64,
         incarnation: u64,
         include_buffers: bool,

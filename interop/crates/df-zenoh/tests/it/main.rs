@@ -5,7 +5,7 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use df_core::{Encoding, OwnedEntry, OwnedPacket, decode_packet, encode_packet};
+use df_core::{OwnedEntry, OwnedPacket, ValueEncoding, decode_packet, encode_packet};
 use df_zenoh::{
     SnapshotSource, TransportConfig, TransportError, ZenohTransport, parse_chunk_params, parse_node,
 };
@@ -78,7 +78,7 @@ fn two_sessions_exchange_liveliness_and_snapshot() {
 
     // a packet from A reaches B (publish until the subscription has propagated)
     let fp = [7u8; 32];
-    let mut p = OwnedPacket::new(a_id, 9, fp, Encoding::F32);
+    let mut p = OwnedPacket::new(a_id, 9, fp, ValueEncoding::F32);
     p.entries.push(OwnedEntry {
         origin: a_id,
         incarnation: 9,
