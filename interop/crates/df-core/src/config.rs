@@ -134,8 +134,9 @@ pub struct SyncConfig {
     pub alpha: f64,
     /// DF-PAR-2: selection ratio r (DF-GEN-2); `0 < ratio <= 1`.
     pub ratio: f64,
-    /// DF-PAR-3: local steps between two generations (used by the node, not the engine); `>= 1`.
-    pub sync_interval: u64,
+    /// DF-PAR-3: local steps between two generations (used by the node, not the engine); `>= 1`
+    /// (this implementation's bound: `u32::MAX`).
+    pub sync_interval: u32,
     /// DF-PAR-4: damped values with `|u| < threshold` are not relayed (compared as real numbers:
     /// f64); finite, `>= 0`.
     pub relay_threshold: f64,
@@ -183,7 +184,7 @@ impl SyncConfig {
     pub fn new(
         alpha: f64,
         ratio: f64,
-        sync_interval: u64,
+        sync_interval: u32,
         relay_threshold: f64,
         hop_limit: u8,
         max_packet_size: usize,
@@ -283,7 +284,9 @@ impl SyncConfig {
             c.relay_threshold = json_float("relay_threshold", x)?;
         }
         if let Some(x) = obj.get("sync_interval") {
-            c.sync_interval = json_int("sync_interval", x, 1, u64::MAX)?;
+            let n = json_int("sync_interval", x, 1, u64::MAX)?;
+            c.sync_interval = u32::try_from(n)
+                .map_err(|_| out_of_range("sync_interval", format!("<= {}", u32::MAX), n))?;
         }
         if let Some(x) = obj.get("hop_limit") {
             c.hop_limit = json_int("hop_limit", x, 0, 255)? as u8;

@@ -241,6 +241,10 @@ fn from_json_refuses_unknown_keys_types_and_values() {
             "sync_interval must be >= 1, got 0",
         ),
         (
+            json!({"sync_interval": 4_294_967_296u64}),
+            "sync_interval must be <= 4294967295, got 4294967296",
+        ),
+        (
             json!({"max_packet_size": 100}),
             "max_packet_size must be [296, 2147483647], got 100",
         ),
