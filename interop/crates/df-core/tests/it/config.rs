@@ -35,8 +35,8 @@ fn name_of(e: &ConfigError) -> &'static str {
 
 #[test]
 fn defaults_are_the_spec_table() {
-    // REQ: DF-PAR-11 (defaults), DF-PAR-1, DF-PAR-2, DF-PAR-3, DF-PAR-4, DF-PAR-5, DF-PAR-6,
-    // DF-PAR-7, DF-PAR-8, DF-PAR-9, DF-PAR-10
+    // REQ: DF-PAR-1, DF-PAR-2, DF-PAR-3, DF-PAR-4, DF-PAR-5, DF-PAR-6, DF-PAR-7, DF-PAR-8
+    // REQ: DF-PAR-9, DF-PAR-10, DF-PAR-11 (the defaults of the spec's table)
     let c = SyncConfig::default();
     assert_eq!(c.alpha, 1.0);
     assert_eq!(c.ratio, 0.05);
