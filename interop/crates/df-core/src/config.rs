@@ -324,8 +324,9 @@ impl SyncConfig {
         c.validated()
     }
 
-    /// The JSON object of the Python `SyncConfig.to_json` (plus `max_origins`); inverse of
-    /// [`SyncConfig::from_json`].
+    /// The JSON object of the Python `SyncConfig.to_json` (the spec's ten parameters), plus
+    /// `max_origins` only when it is not the default (so the Python reference reads the output
+    /// of a default-bounded config); inverse of [`SyncConfig::from_json`].
     pub fn to_json(&self) -> Value {
         let mut m = Map::new();
         m.insert("alpha".into(), json!(self.alpha));
@@ -338,7 +339,9 @@ impl SyncConfig {
         m.insert("max_incarnations".into(), json!(self.max_incarnations));
         m.insert("include_buffers".into(), json!(self.include_buffers));
         m.insert("encoding".into(), json!(self.encoding.name()));
-        m.insert("max_origins".into(), json!(self.max_origins));
+        if self.max_origins != DEFAULT_MAX_ORIGINS {
+            m.insert("max_origins".into(), json!(self.max_origins));
+        }
         Value::Object(m)
     }
 

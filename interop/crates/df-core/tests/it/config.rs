@@ -208,6 +208,30 @@ fn from_json_reads_every_key_and_round_trips() {
     assert_eq!(c.encoding, ValueEncoding::BF16);
     assert_eq!(c.max_origins, 7);
     assert_eq!(SyncConfig::from_json(&c.to_json()), Ok(c));
+    // the default-bounded config has exactly the keys of the Python reference's to_json
+    let keys: Vec<String> = SyncConfig::default()
+        .to_json()
+        .as_object()
+        .expect("object")
+        .keys()
+        .cloned()
+        .collect();
+    let mut python = vec![
+        "alpha",
+        "ratio",
+        "sync_interval",
+        "relay_threshold",
+        "hop_limit",
+        "max_packet_size",
+        "replay_window",
+        "max_incarnations",
+        "encoding",
+        "include_buffers",
+    ];
+    python.sort_unstable();
+    let mut keys = keys;
+    keys.sort();
+    assert_eq!(keys, python);
     // the wire value of the encoding is accepted too
     let f16 = SyncConfig::from_json(&json!({"encoding": 1})).expect("valid");
     assert_eq!(f16.encoding, ValueEncoding::F16);
