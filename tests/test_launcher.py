@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -414,3 +415,54 @@ def test_run_three_nodes_of_the_example_agree(tmp_path: Path) -> None:
     closing_lines = [json.loads(ln) for ln in metrics.read_text().splitlines() if '"close"' in ln]
     assert sorted(c["node_id"] for c in closing_lines) == sorted(n for n, _, _ in losses)
     assert all(c["steps"] == 200 and c["bytes_sent"] > 0 for c in closing_lines)
+
+
+def test_fabric_from_env_refuses_bad_input_and_leaves_nothing_open() -> None:
+    from delta_fabric import lifecycle
+
+    before = lifecycle.open_count()
+    with pytest.raises(EnvError, match="DELTA_FABRIC_SYNC_INTERVAL"):
+        Fabric.from_env(
+            NumpyStore({"w": np.zeros(4, np.float32)}), env={"DELTA_FABRIC_SYNC_INTERVAL": "x"}
+        )
+    with pytest.raises(TypeError, match="WeightStore"):
+        Fabric.from_env(object(), env={"DELTA_FABRIC_NODE_ID": "3"})  # type: ignore[arg-type]
+    assert lifecycle.open_count() == before
+
+
+INTERRUPTIBLE = """
+import os, sys, time
+marks = os.path.join(os.path.dirname(os.path.abspath(__file__)), "marks")
+os.makedirs(marks, exist_ok=True)
+try:
+    open(os.path.join(marks, os.environ["DELTA_FABRIC_LOCAL_RANK"]), "w").close()
+    time.sleep(120)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    sys.exit(130)
+"""
+
+
+def test_ctrl_c_is_passed_on_to_every_node(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(INTERRUPTIBLE)
+    proc = subprocess.Popen(
+        [*CLI, "run", "--nodes", "2", "--grace", "5", str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "marks").is_dir() or len(os.listdir(tmp_path / "marks")) < 2:
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+    assert proc.returncode == 130, (out, err)
+    assert sorted(ln for ln in out.splitlines()) == ["[0]: interrupted", "[1]: interrupted"]
+    assert "delta-fabric run: SIGINT: stopping every node" in err

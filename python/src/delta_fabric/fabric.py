@@ -209,7 +209,11 @@ class Fabric:
             kw["metrics"] = path
             kw.setdefault("metrics_interval", interval)
         transport = ZenohTransport(options)
-        return cls(store, transport, cfg, node_id=options.node_id, own_transport=True, **kw)
+        try:
+            return cls(store, transport, cfg, node_id=options.node_id, own_transport=True, **kw)
+        except BaseException:
+            transport.close()  # also when an argument was refused before the fabric owned it
+            raise
 
     @classmethod
     def join(

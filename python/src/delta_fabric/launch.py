@@ -8,7 +8,9 @@ starts ``train.py`` three times on loopback: each process gets its own port, the
 others and the other ``DELTA_FABRIC_*`` variables (`delta_fabric.env`), which ``Fabric.from_env`` reads.
 Each line a node prints is prefixed with ``[<local rank>]:``. When a node fails, the launcher stops the
 others (SIGTERM, then SIGKILL after ``--grace`` seconds) and exits with the failing node's code; Ctrl-C
-(or SIGTERM) stops them all the same way; ``--timeout`` bounds the whole run (exit 124).
+(or SIGTERM) is passed on to every node (then SIGKILL after ``--grace``) and the launcher exits with
+130 (143); ``--timeout`` bounds the whole run (exit 124). Each node runs in its own process group, so
+whatever a node started is stopped with it.
 
 Several machines: the first machine listens on an address the others can reach, e.g.
 ``delta-fabric run --listen tcp/0.0.0.0:7447 --nodes 2 train.py``; on start it prints the one line that
@@ -502,7 +504,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"delta-fabric run: {name}: stopping every node", file=say, flush=True)
         for s, h in previous.items():  # a second Ctrl-C is not caught while stopping
             signal.signal(s, h)
-        _stop(nodes, args.grace)
+        _stop(nodes, args.grace, exc.signum)  # the same signal (KeyboardInterrupt on Ctrl-C)
         _drain(sel, nodes, width)
         code = 128 + exc.signum
     finally:
