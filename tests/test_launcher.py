@@ -7,10 +7,12 @@ default). Every wait is bounded.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -466,3 +468,100 @@ def test_ctrl_c_is_passed_on_to_every_node(tmp_path: Path) -> None:
     assert proc.returncode == 130, (out, err)
     assert sorted(ln for ln in out.splitlines()) == ["[0]: interrupted", "[1]: interrupted"]
     assert "delta-fabric run: SIGINT: stopping every node" in err
+
+
+JOINER = """
+import numpy as np
+from delta_fabric import Fabric, NumpyStore, SyncConfig, env
+store = NumpyStore({"w": np.zeros(64, np.float32)})
+with Fabric.from_env(store, SyncConfig(ratio=0.25, sync_interval=1)) as fabric:
+    peers = fabric.transport.wait_for_peers((env.nodes() or 1) - 1, timeout=30)
+    print("namespace", fabric.transport.namespace, "peers", len(peers), flush=True)
+"""
+
+
+def test_second_machine_joins_with_the_printed_line(tmp_path: Path) -> None:
+    """Two launchers (two "machines" on loopback): the second runs the line the first printed."""
+    script = tmp_path / "train.py"
+    script.write_text(JOINER)
+    port = free_port()
+    first = subprocess.Popen(
+        [
+            *CLI,
+            "run",
+            "--listen",
+            f"tcp/127.0.0.1:{port}",
+            "--advertise",
+            "127.0.0.1",
+            "--world-size",
+            "2",
+            "--namespace",
+            "dftest/join",
+            "--timeout",
+            "60",
+            str(script),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert first.stderr is not None
+        line = ""
+        for _ in range(10):  # the header: one line per node, then the join line
+            line = first.stderr.readline()
+            if line.startswith("to join this run: "):
+                break
+        prefix = "to join this run: delta-fabric "
+        assert line.startswith(prefix), line
+        join = shlex.split(line.removeprefix(prefix))
+        assert join == [
+            "run",
+            "--connect",
+            f"tcp/127.0.0.1:{port}",
+            "--namespace",
+            "dftest/join",
+            "--world-size",
+            "2",
+            str(script),
+        ]
+        second = cli(*join[:-1], "--timeout", "60", join[-1], timeout=90)
+        out, err = first.communicate(timeout=90)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait(5)
+    assert second.returncode == 0, second
+    assert first.returncode == 0, (out, err)
+    assert "[0]: namespace dftest/join peers 1" in second.stdout.splitlines()
+    assert "[0]: namespace dftest/join peers 1" in out.splitlines()
+
+
+def test_plan_with_a_zenoh_config_file_keeps_its_endpoints(tmp_path: Path) -> None:
+    from delta_fabric.launch import plan_nodes
+
+    cfg = tmp_path / "z.json5"
+    cfg.write_text("{}")
+    base = dict(
+        nodes=2,
+        world_size=None,
+        listen=None,
+        connect=None,
+        zenoh_config=str(cfg),
+        namespace=None,
+        node_id=0x10,
+        metrics=None,
+        metrics_interval=10.0,
+    )
+    plans = plan_nodes(argparse.Namespace(**base))
+    assert [p.env["DELTA_FABRIC_LISTEN"] for p in plans] == ["", ""]
+    assert [p.env["DELTA_FABRIC_CONNECT"] for p in plans] == ["", ""]
+    assert [p.env["DELTA_FABRIC_NODE_ID"] for p in plans] == ["16", "17"]
+    assert all(p.env["DELTA_FABRIC_ZENOH_CONFIG"] == str(cfg) for p in plans)
+    base["listen"] = ["tcp/127.0.0.1:7000"]
+    plans = plan_nodes(argparse.Namespace(**base))
+    assert [p.env["DELTA_FABRIC_LISTEN"] for p in plans] == [
+        "tcp/127.0.0.1:7000",
+        "tcp/127.0.0.1:7001",
+    ]
+    assert [p.env["DELTA_FABRIC_CONNECT"] for p in plans] == ["", "tcp/127.0.0.1:7000"]

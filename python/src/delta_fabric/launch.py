@@ -19,8 +19,9 @@ another machine runs to join (``to join this run: delta-fabric run --connect tcp
 Local node ``r`` listens on the ``--listen`` endpoints with their port increased by ``r`` (or on a free
 loopback port when no ``--listen`` is given), connects to the ``--connect`` endpoints and to the local
 nodes before it (a full mesh), and gets a random 64-bit node id (``--node-id`` sets the first one; the
-others follow it). With ``--zenoh-config`` the file is used as is: the nodes listen / connect only where
-the file (or ``--listen`` / ``--connect``, which replace its endpoints) says, with no loopback mesh.
+others follow it). With ``--zenoh-config`` the file is used as is: without ``--listen`` the nodes listen where the file
+says (nowhere in client mode) and no loopback mesh is added; ``--listen`` / ``--connect`` replace the
+file's endpoints.
 """
 
 from __future__ import annotations
@@ -166,7 +167,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--zenoh-config",
         default=None,
         help="Zenoh JSON5 config file, used as is (DELTA_FABRIC_ZENOH_CONFIG); --listen and "
-        "--connect, when given, replace its endpoints; no loopback mesh is added",
+        "--connect, when given, replace its endpoints (without --listen: no loopback mesh)",
     )
     p.add_argument(
         "--namespace",
@@ -294,7 +295,7 @@ def plan_nodes(args: argparse.Namespace) -> list[NodePlan]:
         raise UsageError(f"--world-size {world} is smaller than --nodes {n}")
     plans = []
     for r in range(n):
-        before = [] if with_file else [_local_view(e) for q in range(r) for e in listens[q]]
+        before = [_local_view(e) for q in range(r) for e in listens[q]]
         connect = external + before
         env = {
             dfenv.NODE_ID: str(ids[r]),
