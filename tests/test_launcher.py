@@ -274,6 +274,8 @@ def test_metrics_json_lines_from_step_and_close(tmp_path: Path) -> None:
         ["--metrics-interval", "0", "x.py"],
         ["--nodes", "2", "--world-size", "1", "x.py"],
         ["--zenoh-config", "/nonexistent.json5", "x.py"],
+        ["--namespace", "a/*", "x.py"],
+        ["--namespace", "/a", "x.py"],
         ["/nonexistent/train.py"],
         [],
     ],
@@ -565,3 +567,24 @@ def test_plan_with_a_zenoh_config_file_keeps_its_endpoints(tmp_path: Path) -> No
         "tcp/127.0.0.1:7001",
     ]
     assert [p.env["DELTA_FABRIC_CONNECT"] for p in plans] == ["", "tcp/127.0.0.1:7000"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],  # no endpoint to ask
+        ["--connect", "localhost:7447"],
+        ["--connect", "tcp/127.0.0.1:1", "--timeout", "0"],
+        ["--connect", "tcp/127.0.0.1:1", "--namespace", "a/*"],
+        ["--zenoh-config", "/nonexistent.json5"],
+        ["--expect", "x"],
+    ],
+)
+def test_bad_status_option_is_one_line_and_exit_2(argv: list[str]) -> None:
+    env_keys = [k for k in os.environ if k.startswith("DELTA_FABRIC_")]
+    assert not env_keys, env_keys  # the test relies on a clean environment
+    res = cli("status", *argv)
+    assert res.returncode == 2, res
+    assert "DELTA_FABRIC" not in res.stderr or not argv  # names the option given
+    assert res.stdout == "" and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert res.stderr.startswith("delta-fabric status: error: ")

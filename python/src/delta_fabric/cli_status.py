@@ -135,8 +135,20 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from delta_fabric import env as dfenv
-    from delta_fabric.transports.zenoh import ZenohOptions
+    from delta_fabric.transports.zenoh import ZenohOptions, _check_namespace
 
+    if args.namespace is not None:
+        try:
+            _check_namespace(args.namespace)
+        except ValueError as exc:
+            print(f"delta-fabric status: error: --namespace: {exc}", file=sys.stderr)
+            return 2
+    if args.zenoh_config is not None and not os.path.isfile(args.zenoh_config):
+        print(
+            f"delta-fabric status: error: --zenoh-config {args.zenoh_config}: no such file",
+            file=sys.stderr,
+        )
+        return 2
     env = dict(os.environ)
     if args.connect is not None:
         env[dfenv.CONNECT] = ",".join(args.connect)

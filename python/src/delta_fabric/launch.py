@@ -401,6 +401,19 @@ def run(args: argparse.Namespace) -> int:
     except (UsageError, argparse.ArgumentTypeError, OSError) as exc:
         print(f"delta-fabric run: error: {exc}", file=sys.stderr)
         return 2
+    if args.namespace is not None and (
+        not args.namespace
+        or args.namespace.startswith("/")
+        or args.namespace.endswith("/")
+        or "//" in args.namespace
+        or set("*$?#") & set(args.namespace)
+    ):
+        print(
+            f"delta-fabric run: error: --namespace {args.namespace!r}: a key expression of "
+            "non-empty chunks without * $ ? # (e.g. team/run1)",
+            file=sys.stderr,
+        )
+        return 2
     if args.zenoh_config is not None and not os.path.isfile(args.zenoh_config):
         print(
             f"delta-fabric run: error: --zenoh-config {args.zenoh_config}: no such file",
