@@ -34,8 +34,10 @@ CLI = [sys.executable, "-m", "delta_fabric.cli"]
 NODES = 3
 
 
-def cli(*args: str, timeout: float = 60.0, **kw: object) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+def cli(
+    *args: str, timeout: float = 60.0, extra_env: dict[str, str] | None = None, **kw: object
+) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", **(extra_env or {}))
     return subprocess.run(
         [*CLI, *args],
         capture_output=True,
@@ -588,3 +590,23 @@ def test_bad_status_option_is_one_line_and_exit_2(argv: list[str]) -> None:
     assert "DELTA_FABRIC" not in res.stderr or not argv  # names the option given
     assert res.stdout == "" and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert res.stderr.startswith("delta-fabric status: error: ")
+
+
+def test_run_falls_back_to_exported_variables(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    exported = {
+        "DELTA_FABRIC_NODE_ID": "0x20",
+        "DELTA_FABRIC_CONNECT": "tcp/127.0.0.1:9",
+        "DELTA_FABRIC_NAMESPACE": "team/exported",
+    }
+    res = cli("run", "--nodes", "2", str(script), "-1", "0", "0", extra_env=exported)
+    assert res.returncode == 0, res
+    assert "node [0] id 0000000000000020" in res.stderr
+    assert "node [1] id 0000000000000021" in res.stderr
+    lines = sorted(ln for ln in res.stdout.splitlines() if "rank" in ln)
+    assert [ln.split()[4] for ln in lines] == ["32", "33"]
+    assert all(" connect tcp/127.0.0.1:9" in ln for ln in lines)
+    bad = cli("run", str(script), extra_env={"DELTA_FABRIC_NODE_ID": "zero"})
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    assert "DELTA_FABRIC_NODE_ID='zero'" in bad.stderr

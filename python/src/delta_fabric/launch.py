@@ -161,24 +161,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--connect",
         type=_endpoint_list,
         default=None,
-        help="comma list of endpoints of nodes (or routers) already running, on other machines",
+        help="comma list of endpoints of nodes (or routers) already running, on other machines; "
+        "default: DELTA_FABRIC_CONNECT",
     )
     p.add_argument(
         "--zenoh-config",
         default=None,
-        help="Zenoh JSON5 config file, used as is (DELTA_FABRIC_ZENOH_CONFIG); --listen and "
+        help="Zenoh JSON5 config file (default: the exported DELTA_FABRIC_ZENOH_CONFIG), used as "
+        "is; --listen and "
         "--connect, when given, replace its endpoints (without --listen: no loopback mesh)",
     )
     p.add_argument(
         "--namespace",
         default=None,
-        help="cluster namespace (DELTA_FABRIC_NAMESPACE); default: deltafabric/default",
+        help="cluster namespace (DELTA_FABRIC_NAMESPACE); default: the exported "
+        "DELTA_FABRIC_NAMESPACE, else deltafabric/default",
     )
     p.add_argument(
         "--node-id",
         type=_node_id,
         default=None,
-        help="id of local node 0 (node r: id + r); default: random 64-bit ids",
+        help="id of local node 0 (node r: id + r); default: DELTA_FABRIC_NODE_ID, "
+        "else random 64-bit ids",
     )
     p.add_argument(
         "--advertise",
@@ -270,10 +274,13 @@ def _this_host() -> str:
 def plan_nodes(args: argparse.Namespace) -> list[NodePlan]:
     """The local nodes' ids, endpoints and environment (pure but for picking free ports)."""
     n = int(args.nodes)
-    if args.node_id is not None:
-        if args.node_id + n - 1 > _U64_MAX:
-            raise UsageError(f"--node-id {args.node_id}: ids of {n} nodes exceed 2**64 - 1")
-        ids = [args.node_id + r for r in range(n)]
+    base_id = args.node_id
+    if base_id is None and dfenv.NODE_ID in os.environ:  # an id the user exported
+        base_id = dfenv.node_id()
+    if base_id is not None:
+        if base_id + n - 1 > _U64_MAX:
+            raise UsageError(f"node id {base_id}: ids of {n} nodes exceed 2**64 - 1")
+        ids = [base_id + r for r in range(n)]
     else:
         ids = []
         while len(ids) < n:
@@ -289,7 +296,7 @@ def plan_nodes(args: argparse.Namespace) -> list[NodePlan]:
             listens.append([])
         else:
             listens.append([f"tcp/127.0.0.1:{_free_port()}"])
-    external = list(args.connect or [])
+    external = list(args.connect) if args.connect else dfenv.endpoints(None, dfenv.CONNECT)
     world = args.world_size if args.world_size is not None else n
     if world < n:
         raise UsageError(f"--world-size {world} is smaller than --nodes {n}")
@@ -328,7 +335,7 @@ def join_line(args: argparse.Namespace, plans: Sequence[NodePlan]) -> str | None
     ]
     if not reachable:
         return None
-    endpoints = list(dict.fromkeys([*(args.connect or []), *reachable]))
+    endpoints = list(dict.fromkeys([*plans[0].connect, *reachable]))
     parts = ["delta-fabric", "run", "--connect", ",".join(endpoints)]
     if args.namespace is not None:
         parts += ["--namespace", args.namespace]
@@ -396,9 +403,14 @@ class _Interrupted(Exception):
 
 
 def run(args: argparse.Namespace) -> int:
+    # options not given fall back to the variables the user exported
+    if args.zenoh_config is None:
+        args.zenoh_config = os.environ.get(dfenv.ZENOH_CONFIG, "").strip() or None
+    if args.namespace is None:
+        args.namespace = os.environ.get(dfenv.NAMESPACE, "").strip() or None
     try:
         plans = plan_nodes(args)
-    except (UsageError, argparse.ArgumentTypeError, OSError) as exc:
+    except (ValueError, argparse.ArgumentTypeError, OSError) as exc:  # UsageError, EnvError
         print(f"delta-fabric run: error: {exc}", file=sys.stderr)
         return 2
     if args.namespace is not None and (
