@@ -222,6 +222,7 @@ def test_fabric_from_env_and_status_of_a_live_cluster(
         assert info["stats"]["steps"] == 4 and info["stats"]["syncs"] == 2
         assert info["stats"]["transport"]["published_bytes"] == f.transport.stats.published_bytes
         assert info["stats"]["transport"]["dropped_packets"] == 0
+        assert info["stats"]["snapshots_served"] == 0  # an info query captures no snapshot
 
     table = cli("status", "--connect", ",".join(eps), "--namespace", "dftest/status")
     assert table.returncode == 0, table.stderr

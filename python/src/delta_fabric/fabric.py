@@ -151,9 +151,9 @@ class Fabric:
             )
             self.engine = self._start(bootstrap, bootstrap_timeout, incarnation)
             self.transport.serve_snapshot(self._snapshot_source)
-            serve_stats = getattr(self.transport, "serve_stats", None)
-            if callable(serve_stats):  # the Zenoh transport adds them to its info replies
-                serve_stats(self._info_stats)
+            serve_info = getattr(self.transport, "serve_info", None)
+            if callable(serve_info):  # the Zenoh transport's info replies, with the counters
+                serve_info(self._info)
         except BaseException:
             if own_transport:
                 self.transport.close()
@@ -470,13 +470,20 @@ class Fabric:
             "transport": transport_stats,
         }
 
-    def _info_stats(self) -> dict[str, Any]:
-        """The counters the info queryable adds (called on a Zenoh thread)."""
+    def _info(self) -> dict[str, Any]:
+        """The info queryable's members (DF-ZEN-6) and this node's counters as ``stats``; called on
+        a Zenoh thread, captures no snapshot."""
         with self._lock:
             stats = self.stats()
+        info = {
+            "incarnation": f"{self.engine.incarnation:016x}",
+            "fingerprint": self.manifest.fingerprint.hex(),
+            "framework": self.framework,
+            "N": self.manifest.num_params,
+        }
         for key in ("node_id", "framework", "incarnation", "num_params", "fingerprint"):
             stats.pop(key, None)  # already members of the info object
-        return stats
+        return {**info, "stats": stats}
 
     # lifecycle ------------------------------------------------------------------------------------
     def close(self, *, close_transport: bool | None = None) -> None:

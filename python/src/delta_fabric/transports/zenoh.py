@@ -331,7 +331,7 @@ class ZenohTransport:
         self._server: SnapshotServer | None = None
         self._queryables: list[Any] = []
         self._separators: dict[int, str] = {}
-        self._stats_provider: Callable[[], Mapping[str, Any]] | None = None
+        self._info_provider: Callable[[], Mapping[str, Any]] | None = None
         self._owns_session = session is None
         #: whether glibc's malloc thresholds are tuned for large packets (:func:`tune_malloc`)
         self.malloc_tuned = tune_malloc() if options.tune_malloc else False
@@ -445,21 +445,20 @@ class ZenohTransport:
         )
 
     def _on_info_query(self, query: zenoh.Query) -> None:
+        provider = self._info_provider
         srv = self._server
-        if srv is None:
-            query.reply_err("no snapshot served")
-            return
+        info: dict[str, object]
         try:
-            info = srv.info()
-        except Exception as exc:
-            query.reply_err(f"snapshot provider failed: {exc}")
+            if provider is not None:  # the node's own members, no snapshot capture
+                info = {"node": node_hex(self._node_id), **provider()}
+            elif srv is not None:
+                info = srv.info()
+            else:
+                query.reply_err("no snapshot served")
+                return
+        except Exception as exc:  # a failing provider must not kill Zenoh's thread
+            query.reply_err(f"info provider failed: {exc}")
             return
-        stats = self._stats_provider
-        if stats is not None:
-            try:  # extra members (readers ignore members they do not know, DF-ZEN-6)
-                info["stats"] = dict(stats())
-            except Exception as exc:
-                log.debug("stats provider failed: %s", exc)
         query.reply(
             info_key(self._ns, self._node_id),
             json.dumps(info),
@@ -531,10 +530,13 @@ class ZenohTransport:
             self._node_id, provider, max_packet_size=self.options.max_packet_size
         )
 
-    def serve_stats(self, provider: Callable[[], Mapping[str, Any]] | None) -> None:
-        """Add ``provider()`` (JSON-able counters, called on a Zenoh thread) to the info queryable's
-        replies as the member ``stats`` (``delta-fabric status`` shows them). None removes it."""
-        self._stats_provider = provider
+    def serve_info(self, provider: Callable[[], Mapping[str, Any]] | None) -> None:
+        """Answer info queries with ``{"node": <this id>, **provider()}`` instead of asking the
+        snapshot provider (which captures a copy of the anchor). ``provider`` runs on a Zenoh thread
+        and returns JSON-able members: at least DF-ZEN-6's ``incarnation`` (16 hex digits),
+        ``fingerprint`` (64), ``framework`` and ``N``; `Fabric` adds ``stats`` (its counters, shown by
+        ``delta-fabric status``). None goes back to the snapshot provider's info."""
+        self._info_provider = provider
 
     def info(self, peer: int | None = None, timeout: float = 2.0) -> dict[int, dict[str, Any]]:
         """Query the info queryables of ``peer`` (None: every node serving one) -> ``{node: info}``."""
