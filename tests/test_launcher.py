@@ -476,12 +476,19 @@ def test_ctrl_c_is_passed_on_to_every_node(tmp_path: Path) -> None:
 
 
 JOINER = """
+import os, sys, time
 import numpy as np
 from delta_fabric import Fabric, NumpyStore, SyncConfig, env
 store = NumpyStore({"w": np.zeros(64, np.float32)})
 with Fabric.from_env(store, SyncConfig(ratio=0.25, sync_interval=1)) as fabric:
     peers = fabric.transport.wait_for_peers((env.nodes() or 1) - 1, timeout=30)
     print("namespace", fabric.transport.namespace, "peers", len(peers), flush=True)
+    if os.environ["DELTA_FABRIC_CONNECT"]:  # the joiner leaves last, so the first one sees it
+        deadline = time.monotonic() + 30
+        while fabric.transport.peers():
+            if time.monotonic() > deadline:
+                sys.exit(3)
+            time.sleep(0.05)
 """
 
 
