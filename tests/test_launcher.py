@@ -618,3 +618,12 @@ def test_run_falls_back_to_exported_variables(tmp_path: Path) -> None:
     bad = cli("run", str(script), extra_env={"DELTA_FABRIC_NODE_ID": "zero"})
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
     assert "DELTA_FABRIC_NODE_ID='zero'" in bad.stderr
+
+
+def test_no_python_runs_an_executable(tmp_path: Path) -> None:
+    script = tmp_path / "node.sh"
+    script.write_text('#!/bin/sh\necho "rank $DELTA_FABRIC_LOCAL_RANK of $DELTA_FABRIC_NODES $1"\n')
+    script.chmod(0o755)
+    res = cli("run", "--nodes", "2", "--no-python", str(script), "hello")
+    assert res.returncode == 0, res
+    assert sorted(res.stdout.splitlines()) == ["[0]: rank 0 of 2 hello", "[1]: rank 1 of 2 hello"]
