@@ -12,6 +12,9 @@ off). The rules a user must know: every node starts from the same weights (same 
 ``bootstrap="auto"`` to load a live peer's), node ids are unique, and the learning rate is divided by
 the cluster size (every node applies every other node's progress too). ``--out`` saves the final
 canonical weights (``fabric.active_vector()``) as ``.npy``.
+
+``torch_launch.py`` is the same script with its settings read from environment variables
+(``Fabric.from_env``), for ``delta-fabric run --nodes 3 python/examples/torch_launch.py``.
 """
 
 from __future__ import annotations

@@ -15,6 +15,12 @@ from collections.abc import Sequence
 # Each module exposes `add_arguments(parser)` and `run(args) -> int`.
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "inspect": ("delta_fabric.cli_inspect", "decode a packet file and print it as JSON", ""),
+    "run": (
+        "delta_fabric.launch",
+        "start a cluster of your training script (torchrun-style launcher)",
+        "",
+    ),
+    "status": ("delta_fabric.cli_status", "list the live nodes of a namespace", ""),
     "demo": (
         "delta_fabric_demo",
         "train a local cluster on the digits data set and report",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -98,6 +100,26 @@ class SyncConfig:
         d = asdict(self)
         d["encoding"] = codec(self.encoding).name
         return d
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **defaults: Any) -> SyncConfig:
+        """The config from ``DELTA_FABRIC_<FIELD>`` variables (``DELTA_FABRIC_RATIO``,
+        ``DELTA_FABRIC_SYNC_INTERVAL``, ``DELTA_FABRIC_ALPHA``...; see `delta_fabric.env`).
+
+        ``defaults``: the program's own values, used for the fields whose variable is unset (a set
+        variable wins). ``env``: a mapping instead of ``os.environ``. A bad value raises
+        `delta_fabric.env.EnvError` naming the variable."""
+        from delta_fabric import env as _env
+
+        from_env = _env.sync_config_kwargs(env)
+        for name, value in from_env.items():
+            try:
+                cls(**{name: value})
+            except (TypeError, ValueError) as exc:
+                var = _env.PREFIX + name.upper()
+                raw = (os.environ if env is None else env).get(var, "")
+                raise _env.EnvError(var, raw.strip(), str(exc)) from None
+        return cls(**{**defaults, **from_env})
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> SyncConfig:

@@ -28,7 +28,8 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
@@ -39,6 +40,7 @@ from delta_fabric.config import SyncConfig
 from delta_fabric.engine import AcceptedEntry, Engine, ReceiveResult, Snapshot
 from delta_fabric.errors import DeltaFabricError
 from delta_fabric.manifest import Manifest
+from delta_fabric.metrics import MetricsWriter
 from delta_fabric.snapshot import SnapshotError, SnapshotSource
 from delta_fabric.store import FunctionalStore, WeightStore
 from delta_fabric.transports.base import Transport, check_node_id, node_hex
@@ -87,6 +89,8 @@ class Fabric:
     snapshots of its anchor through the transport. ``fast_selection``: DF-GEN-7's approximate
     selection. ``max_drain``: packets taken per step. ``on_accepted``: see `AcceptedCallback`.
     ``own_transport``: `close` (and leaving a ``with`` block) also closes the transport.
+    ``metrics``: a file the node appends its `stats` to as JSON lines, every ``metrics_interval``
+    seconds from `step` and once at `close` (`delta_fabric.metrics`; no thread).
     """
 
     def __init__(
@@ -103,6 +107,8 @@ class Fabric:
         max_drain: int = DEFAULT_MAX_DRAIN,
         on_accepted: AcceptedCallback | None = None,
         own_transport: bool = False,
+        metrics: str | Path | None = None,
+        metrics_interval: float = 10.0,
     ) -> None:
         if not isinstance(store, WeightStore):
             raise TypeError(
@@ -140,8 +146,14 @@ class Fabric:
         self._closed = False
 
         try:
+            self._metrics = (
+                MetricsWriter(metrics, metrics_interval) if metrics is not None else None
+            )
             self.engine = self._start(bootstrap, bootstrap_timeout, incarnation)
             self.transport.serve_snapshot(self._snapshot_source)
+            serve_info = getattr(self.transport, "serve_info", None)
+            if callable(serve_info):  # the Zenoh transport's info replies, with the counters
+                serve_info(self._info)
         except BaseException:
             if own_transport:
                 self.transport.close()
@@ -155,6 +167,53 @@ class Fabric:
             self.engine.incarnation,
             ", bootstrapped from a peer's snapshot" if self.bootstrapped else "",
         )
+
+    @classmethod
+    def from_env(
+        cls,
+        store: WeightStore,
+        config: SyncConfig | None = None,
+        *,
+        env: Mapping[str, str] | None = None,
+        node_id: int | None = None,
+        **kw: Any,
+    ) -> Fabric:
+        """A node on a Zenoh transport configured from ``DELTA_FABRIC_*`` environment variables (what
+        ``delta-fabric run`` sets; the table is in `delta_fabric.env` and python/README.md)::
+
+            with Fabric.from_env(TorchStore(model)) as fabric:
+                ...
+
+        Node id, endpoints, Zenoh config file and namespace come from `ZenohOptions.from_env`; the
+        sync parameters from `SyncConfig.from_env`, with ``config`` (when given) as the program's
+        defaults for the variables that are unset; ``DELTA_FABRIC_BOOTSTRAP`` and
+        ``DELTA_FABRIC_METRICS`` / ``_METRICS_INTERVAL`` unless given in ``kw``. The fabric owns the
+        transport (closed with it). A bad variable raises `delta_fabric.env.EnvError`; an id already
+        live in the namespace `delta_fabric.transports.DuplicateNodeError`. Does not wait for peers
+        (DF-ZEN-16): call ``fabric.transport.wait_for_peers(...)`` when the program wants to.
+        """
+        from delta_fabric import env as _env
+        from delta_fabric.transports.zenoh import ZenohOptions, ZenohTransport
+
+        options = ZenohOptions.from_env(node_id, env)
+        defaults = (
+            {}
+            if config is None
+            else {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+        )
+        cfg = SyncConfig.from_env(env, **defaults)
+        if "bootstrap" not in kw:
+            kw["bootstrap"] = _env.bootstrap(env)
+        if "metrics" not in kw:
+            path, interval = _env.metrics(env)
+            kw["metrics"] = path
+            kw.setdefault("metrics_interval", interval)
+        transport = ZenohTransport(options)
+        try:
+            return cls(store, transport, cfg, node_id=options.node_id, own_transport=True, **kw)
+        except BaseException:
+            transport.close()  # also when an argument was refused before the fabric owned it
+            raise
 
     @classmethod
     def join(
@@ -299,6 +358,9 @@ class Fabric:
         """
         self._check_open()
         self.steps += 1
+        metrics = self._metrics
+        if metrics is not None and metrics.due():
+            metrics.write(self.stats())
         packets: Sequence[bytes] = self.transport.drain(self.max_drain)
         sync = self.steps % self.config.sync_interval == 0
         if not packets and not sync:
@@ -408,6 +470,21 @@ class Fabric:
             "transport": transport_stats,
         }
 
+    def _info(self) -> dict[str, Any]:
+        """The info queryable's members (DF-ZEN-6) and this node's counters as ``stats``; called on
+        a Zenoh thread, captures no snapshot."""
+        with self._lock:
+            stats = self.stats()
+        info = {
+            "incarnation": f"{self.engine.incarnation:016x}",
+            "fingerprint": self.manifest.fingerprint.hex(),
+            "framework": self.framework,
+            "N": self.manifest.num_params,
+        }
+        for key in ("node_id", "framework", "incarnation", "num_params", "fingerprint"):
+            stats.pop(key, None)  # already members of the info object
+        return {**info, "stats": stats}
+
     # lifecycle ------------------------------------------------------------------------------------
     def close(self, *, close_transport: bool | None = None) -> None:
         """Stop the node (later `step` calls raise `FabricClosedError`); idempotent. Closes the
@@ -416,6 +493,8 @@ class Fabric:
             close_transport = self.own_transport
         if not self._closed:
             self._closed = True
+            if self._metrics is not None:
+                self._metrics.write(self.stats(), event="close")
             log.info(
                 "node %s closed after %d steps, %d syncs",
                 node_hex(self.node_id),

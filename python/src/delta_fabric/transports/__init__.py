@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from delta_fabric.snapshot import SnapshotError, SnapshotErrorKind, SnapshotSource
 from delta_fabric.transports.base import (
+    DuplicateNodeError,
     PacketQueue,
     PeerTimeoutError,
     SnapshotProvider,
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from delta_fabric.transports.zenoh import ZenohOptions, ZenohTransport
 
 __all__ = [
+    "DuplicateNodeError",
     "MemoryHub",
     "MemoryTransport",
     "PacketQueue",

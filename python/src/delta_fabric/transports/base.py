@@ -34,6 +34,7 @@ from delta_fabric.snapshot import SnapshotSource
 __all__ = [
     "DEFAULT_QUEUE_BYTES",
     "DEFAULT_QUEUE_CAPACITY",
+    "DuplicateNodeError",
     "PacketQueue",
     "PeerTimeoutError",
     "SnapshotProvider",
@@ -63,6 +64,19 @@ class TransportError(DeltaFabricError):
 
 class TransportClosedError(TransportError):
     """The transport was used after :meth:`Transport.close`."""
+
+
+class DuplicateNodeError(TransportError):
+    """Another live node of the namespace already uses this node id (DF-ZEN-7: ids are unique); seen
+    through its liveliness token when the transport opened. ``node_id`` and ``namespace`` say which."""
+
+    def __init__(self, node_id: int, namespace: str) -> None:
+        self.node_id = node_id
+        self.namespace = namespace
+        super().__init__(
+            f"node id {node_hex(node_id)} is already used by a live node of namespace {namespace!r}: "
+            "give every node its own id (DELTA_FABRIC_NODE_ID, or leave it unset for a random one)"
+        )
 
 
 class PeerTimeoutError(TransportError, TimeoutError):

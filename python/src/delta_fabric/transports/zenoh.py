@@ -42,7 +42,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -66,6 +66,7 @@ from delta_fabric.snapshot import (
 from delta_fabric.transports.base import (
     DEFAULT_QUEUE_BYTES,
     DEFAULT_QUEUE_CAPACITY,
+    DuplicateNodeError,
     PacketQueue,
     PeerTimeoutError,
     SnapshotProvider,
@@ -193,7 +194,7 @@ class ZenohOptions:
     above are then ignored). ``neighbours``: node ids whose packets this node receives (None: every node).
     ``queue_capacity`` / ``queue_bytes``: receive queue bounds (drop-oldest on overflow).
     ``max_packet_size``: the node's DF-PAR ``max_packet_size`` (bounds the snapshot chunks it serves).
-    ``extra_config``: further ``(key, json5 value)`` pairs inserted into a built config.
+    ``extra_config``: further ``(key, json5 value)`` pairs inserted into the config (built or loaded).
     ``tune_malloc``: call :func:`tune_malloc` when the transport opens (process-wide glibc setting).
     """
 
@@ -237,6 +238,48 @@ class ZenohOptions:
         kw.setdefault("gossip_scouting", True)
         return cls(node_id=node_id, namespace=namespace, **kw)
 
+    @classmethod
+    def from_env(
+        cls, node_id: int | None = None, env: Mapping[str, str] | None = None, **defaults: Any
+    ) -> ZenohOptions:
+        """Options from ``DELTA_FABRIC_NODE_ID``, ``_NAMESPACE``, ``_LISTEN``, ``_CONNECT``, ``_MODE``
+        and ``_ZENOH_CONFIG`` (see `delta_fabric.env`); ``defaults`` are the program's own values for
+        unset variables. ``node_id`` (when given) wins over the variable; without either, a random
+        64-bit id. With a config file, the file is used as is, except that ``_LISTEN`` / ``_CONNECT``
+        (when set) replace its endpoints. Bad values raise `delta_fabric.env.EnvError`."""
+        from delta_fabric import env as _env
+
+        kw: dict[str, Any] = dict(defaults)
+        kw["node_id"] = node_id if node_id is not None else _env.node_id(env)
+        ns = _env.namespace(env)
+        if ns is not None:
+            try:
+                _check_namespace(ns)
+            except ValueError as exc:
+                raise _env.EnvError(_env.NAMESPACE, ns, str(exc)) from None
+            kw["namespace"] = ns
+        listen = _env.endpoints(env, _env.LISTEN)
+        connect = _env.endpoints(env, _env.CONNECT)
+        mode = _env.mode(env)
+        config = _env.zenoh_config(env)
+        if listen:
+            kw["listen"] = listen
+        if connect:
+            kw["connect"] = connect
+        if mode is not None:
+            kw["mode"] = mode
+        if config is not None:
+            kw["config_file"] = config
+            extra = list(kw.get("extra_config", ()))
+            if listen:
+                extra.append(("listen/endpoints", json.dumps(listen)))
+            if connect:
+                extra.append(("connect/endpoints", json.dumps(connect)))
+            if mode is not None:
+                extra.append(("mode", json.dumps(mode)))
+            kw["extra_config"] = extra
+        return cls(**kw)
+
     def with_node(self, node_id: int) -> ZenohOptions:
         return replace(self, node_id=node_id)
 
@@ -244,6 +287,8 @@ class ZenohOptions:
         """The Zenoh config these options describe (``config_file`` loaded as is, when given)."""
         if self.config_file is not None:
             loaded: zenoh.Config = zenoh.Config.from_file(str(self.config_file))
+            for key, value in self.extra_config:
+                loaded.insert_json5(key, value)
             return loaded
         c: zenoh.Config = zenoh.Config()
         c.insert_json5("mode", json.dumps(self.mode))
@@ -286,6 +331,7 @@ class ZenohTransport:
         self._server: SnapshotServer | None = None
         self._queryables: list[Any] = []
         self._separators: dict[int, str] = {}
+        self._info_provider: Callable[[], Mapping[str, Any]] | None = None
         self._owns_session = session is None
         #: whether glibc's malloc thresholds are tuned for large packets (:func:`tune_malloc`)
         self.malloc_tuned = tune_malloc() if options.tune_malloc else False
@@ -327,6 +373,9 @@ class ZenohTransport:
             self._alive_sub = liveliness.declare_subscriber(
                 f"{self._ns}/v1/alive/*", self._on_alive, history=True
             )
+            # DF-ZEN-7: a live token with this id means another node already uses it; refuse to start.
+            if self._token_taken(liveliness):
+                raise DuplicateNodeError(self._node_id, self._ns)
             self._token = liveliness.declare_token(alive_key(self._ns, self._node_id))
         except Exception:
             self._teardown()
@@ -343,6 +392,12 @@ class ZenohTransport:
             list(options.connect) or "-",
             f", config file {options.config_file}" if options.config_file is not None else "",
         )
+
+    def _token_taken(self, liveliness: Any) -> bool:
+        """Whether a live node of the namespace already holds this node's liveliness token (asked
+        before declaring ours; the sessions this one connected to at open answer at once)."""
+        replies = liveliness.get(alive_key(self._ns, self._node_id), timeout=1.0)
+        return any(reply.ok is not None for reply in replies)
 
     # callbacks (Zenoh threads) -------------------------------------------------------------------------
     def _on_sample(self, sample: zenoh.Sample) -> None:
@@ -390,14 +445,19 @@ class ZenohTransport:
         )
 
     def _on_info_query(self, query: zenoh.Query) -> None:
+        provider = self._info_provider
         srv = self._server
-        if srv is None:
-            query.reply_err("no snapshot served")
-            return
+        info: dict[str, object]
         try:
-            info = srv.info()
-        except Exception as exc:
-            query.reply_err(f"snapshot provider failed: {exc}")
+            if provider is not None:  # the node's own members, no snapshot capture
+                info = {"node": node_hex(self._node_id), **provider()}
+            elif srv is not None:
+                info = srv.info()
+            else:
+                query.reply_err("no snapshot served")
+                return
+        except Exception as exc:  # a failing provider must not kill Zenoh's thread
+            query.reply_err(f"info provider failed: {exc}")
             return
         query.reply(
             info_key(self._ns, self._node_id),
@@ -469,6 +529,14 @@ class ZenohTransport:
         self._server = SnapshotServer(
             self._node_id, provider, max_packet_size=self.options.max_packet_size
         )
+
+    def serve_info(self, provider: Callable[[], Mapping[str, Any]] | None) -> None:
+        """Answer info queries with ``{"node": <this id>, **provider()}`` instead of asking the
+        snapshot provider (which captures a copy of the anchor). ``provider`` runs on a Zenoh thread
+        and returns JSON-able members: at least DF-ZEN-6's ``incarnation`` (16 hex digits),
+        ``fingerprint`` (64), ``framework`` and ``N``; `Fabric` adds ``stats`` (its counters, shown by
+        ``delta-fabric status``). None goes back to the snapshot provider's info."""
+        self._info_provider = provider
 
     def info(self, peer: int | None = None, timeout: float = 2.0) -> dict[int, dict[str, Any]]:
         """Query the info queryables of ``peer`` (None: every node serving one) -> ``{node: info}``."""

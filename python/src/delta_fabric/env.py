@@ -1,0 +1,259 @@
+"""Settings from environment variables, the way ``torchrun`` users expect (``delta-fabric run`` sets them).
+
+Every variable is optional; an empty value counts as unset. A bad value raises `EnvError`, which names
+the variable and the value. The readers are pure functions of an environment mapping (``os.environ`` by
+default), used by ``SyncConfig.from_env``, ``ZenohOptions.from_env`` and ``Fabric.from_env``.
+
+========================================  =========================================================
+variable                                  meaning
+========================================  =========================================================
+``DELTA_FABRIC_NODE_ID``                  this node's id: decimal or ``0x`` hex, in [1, 2**64)
+                                          (default: 64 random bits)
+``DELTA_FABRIC_NAMESPACE``                the cluster namespace (default ``deltafabric/default``)
+``DELTA_FABRIC_LISTEN``                   comma list of Zenoh endpoints to listen on
+``DELTA_FABRIC_CONNECT``                  comma list of Zenoh endpoints to connect to
+``DELTA_FABRIC_MODE``                     ``peer`` (default) or ``client``
+``DELTA_FABRIC_ZENOH_CONFIG``             a Zenoh JSON5 config file, used as is (``LISTEN`` /
+                                          ``CONNECT``, when set, replace its endpoints)
+``DELTA_FABRIC_<FIELD>``                  a `SyncConfig` field: ``RATIO``, ``ALPHA``,
+                                          ``SYNC_INTERVAL``, ``RELAY_THRESHOLD``, ``HOP_LIMIT``,
+                                          ``MAX_PACKET_SIZE``, ``REPLAY_WINDOW``,
+                                          ``MAX_INCARNATIONS``, ``ENCODING``, ``INCLUDE_BUFFERS``
+``DELTA_FABRIC_BOOTSTRAP``                ``auto``, ``1`` (required) or ``0`` (default)
+``DELTA_FABRIC_LOCAL_RANK``               this process's index among the launcher's local nodes
+``DELTA_FABRIC_LOCAL_NODES``              how many nodes the launcher started on this machine
+``DELTA_FABRIC_NODES``                    how many nodes the run expects in all (world size)
+``DELTA_FABRIC_METRICS``                  a file the node appends its counters to, as JSON lines
+``DELTA_FABRIC_METRICS_INTERVAL``         seconds between two metrics lines (default 10)
+========================================  =========================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import secrets
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from delta_fabric.errors import DeltaFabricError
+
+__all__ = [
+    "BOOTSTRAP",
+    "CONNECT",
+    "LISTEN",
+    "LOCAL_NODES",
+    "LOCAL_RANK",
+    "METRICS",
+    "METRICS_INTERVAL",
+    "MODE",
+    "NAMESPACE",
+    "NODES",
+    "NODE_ID",
+    "PREFIX",
+    "ZENOH_CONFIG",
+    "EnvError",
+    "bootstrap",
+    "endpoints",
+    "local_nodes",
+    "local_rank",
+    "metrics",
+    "node_id",
+    "nodes",
+    "random_node_id",
+    "sync_config_kwargs",
+]
+
+PREFIX = "DELTA_FABRIC_"
+NODE_ID = PREFIX + "NODE_ID"
+NAMESPACE = PREFIX + "NAMESPACE"
+LISTEN = PREFIX + "LISTEN"
+CONNECT = PREFIX + "CONNECT"
+MODE = PREFIX + "MODE"
+ZENOH_CONFIG = PREFIX + "ZENOH_CONFIG"
+BOOTSTRAP = PREFIX + "BOOTSTRAP"
+LOCAL_RANK = PREFIX + "LOCAL_RANK"
+LOCAL_NODES = PREFIX + "LOCAL_NODES"
+NODES = PREFIX + "NODES"
+METRICS = PREFIX + "METRICS"
+METRICS_INTERVAL = PREFIX + "METRICS_INTERVAL"
+
+_U64_MAX = (1 << 64) - 1
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+Env = Mapping[str, str]
+
+
+class EnvError(DeltaFabricError, ValueError):
+    """An environment variable holds a value DeltaFabric cannot use. ``variable`` and ``value`` say
+    which; the message says what is expected."""
+
+    def __init__(self, variable: str, value: str, expected: str) -> None:
+        self.variable = variable
+        self.value = value
+        super().__init__(f"{variable}={value!r}: {expected}")
+
+
+def _get(env: Env | None, name: str) -> str | None:
+    value = (os.environ if env is None else env).get(name)
+    if value is None or not value.strip():
+        return None
+    return value.strip()
+
+
+def _int(env: Env | None, name: str, lo: int, hi: int | None = None) -> int | None:
+    raw = _get(env, name)
+    if raw is None:
+        return None
+    bound = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
+    try:
+        value = int(raw, 0)
+    except ValueError:
+        raise EnvError(name, raw, f"must be an integer {bound}") from None
+    if value < lo or (hi is not None and value > hi):
+        raise EnvError(name, raw, f"must be an integer {bound}")
+    return value
+
+
+def _float(env: Env | None, name: str) -> float | None:
+    raw = _get(env, name)
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise EnvError(name, raw, "must be a number") from None
+    if not math.isfinite(value):
+        raise EnvError(name, raw, "must be a finite number")
+    return value
+
+
+def _bool(env: Env | None, name: str) -> bool | None:
+    raw = _get(env, name)
+    if raw is None:
+        return None
+    low = raw.lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    raise EnvError(name, raw, "must be 1/0, true/false, yes/no or on/off")
+
+
+def random_node_id() -> int:
+    """64 random bits from the OS's secure generator, never 0 (DF-ZEN-7's recommendation)."""
+    while True:
+        n = secrets.randbits(64)
+        if n:
+            return n
+
+
+def node_id(env: Env | None = None) -> int:
+    """``DELTA_FABRIC_NODE_ID`` (decimal or ``0x`` hex), else a fresh random id."""
+    value = _int(env, NODE_ID, 1, _U64_MAX)
+    return random_node_id() if value is None else value
+
+
+def namespace(env: Env | None = None) -> str | None:
+    return _get(env, NAMESPACE)
+
+
+def endpoints(env: Env | None, name: str) -> list[str]:
+    """A comma list of Zenoh endpoints (``proto/address``); empty when unset."""
+    raw = _get(env, name)
+    if raw is None:
+        return []
+    out = [e.strip() for e in raw.split(",") if e.strip()]
+    for e in out:
+        proto, sep, addr = e.partition("/")
+        if not sep or not proto or not addr or any(c.isspace() for c in e):
+            raise EnvError(name, raw, f"{e!r} is not a Zenoh endpoint such as tcp/127.0.0.1:7447")
+    return out
+
+
+def mode(env: Env | None = None) -> str | None:
+    raw = _get(env, MODE)
+    if raw is not None and raw not in ("peer", "client"):
+        raise EnvError(MODE, raw, "must be 'peer' or 'client'")
+    return raw
+
+
+def zenoh_config(env: Env | None = None) -> Path | None:
+    raw = _get(env, ZENOH_CONFIG)
+    if raw is None:
+        return None
+    path = Path(raw)
+    if not path.is_file():
+        raise EnvError(ZENOH_CONFIG, raw, "no such file (a Zenoh JSON5 configuration file)")
+    return path
+
+
+def bootstrap(env: Env | None = None) -> bool | str:
+    """``DELTA_FABRIC_BOOTSTRAP``: ``"auto"``, True (required) or False (the default)."""
+    raw = _get(env, BOOTSTRAP)
+    if raw is None:
+        return False
+    if raw.lower() == "auto":
+        return "auto"
+    value = _bool(env, BOOTSTRAP)
+    if value is None:  # pragma: no cover (raw is set)
+        return False
+    return value
+
+
+def local_rank(env: Env | None = None) -> int | None:
+    return _int(env, LOCAL_RANK, 0)
+
+
+def local_nodes(env: Env | None = None) -> int | None:
+    return _int(env, LOCAL_NODES, 1)
+
+
+def nodes(env: Env | None = None) -> int | None:
+    """``DELTA_FABRIC_NODES``: how many nodes the run expects in all (None when unset)."""
+    return _int(env, NODES, 1)
+
+
+def metrics(env: Env | None = None) -> tuple[Path | None, float]:
+    """``(DELTA_FABRIC_METRICS path or None, DELTA_FABRIC_METRICS_INTERVAL seconds, default 10)``."""
+    raw = _get(env, METRICS)
+    interval = _float(env, METRICS_INTERVAL)
+    if interval is not None and interval <= 0:
+        raise EnvError(METRICS_INTERVAL, _get(env, METRICS_INTERVAL) or "", "must be > 0 seconds")
+    return (None if raw is None else Path(raw)), (10.0 if interval is None else interval)
+
+
+def sync_config_kwargs(env: Env | None = None) -> dict[str, Any]:
+    """The `SyncConfig` fields set through ``DELTA_FABRIC_<FIELD>``, parsed to their types (the
+    ranges are checked by `SyncConfig`; `SyncConfig.from_env` turns its errors into `EnvError`)."""
+    from delta_fabric.config import SyncConfig
+    from delta_fabric.wire import ValueEncoding
+
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(SyncConfig):
+        name = PREFIX + f.name.upper()
+        raw = _get(env, name)
+        if raw is None:
+            continue
+        default = f.default
+        value: Any
+        if isinstance(default, bool):
+            value = _bool(env, name)
+        elif isinstance(default, ValueEncoding):
+            try:
+                value = ValueEncoding[raw.upper()]
+            except KeyError:
+                names = ", ".join(e.name for e in ValueEncoding)
+                raise EnvError(name, raw, f"must be one of {names}") from None
+        elif isinstance(default, int):
+            try:
+                value = int(raw, 0)
+            except ValueError:
+                raise EnvError(name, raw, "must be an integer") from None
+        else:
+            value = _float(env, name)
+        out[f.name] = value
+    return out

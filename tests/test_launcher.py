@@ -1,0 +1,629 @@
+"""``delta-fabric run`` (the launcher), ``Fabric.from_env`` and the ``DELTA_FABRIC_*`` variables,
+duplicate node ids, ``delta-fabric status`` and the metrics JSON lines.
+
+Every Zenoh node here is on tcp/127.0.0.1 with multicast and gossip scouting off (the launcher's
+default). Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, closing
+from pathlib import Path
+
+import numpy as np
+import pytest
+from delta_fabric import Fabric, MemoryHub, NumpyStore, SyncConfig, ValueEncoding
+from delta_fabric import env as dfenv
+from delta_fabric.env import EnvError
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "python" / "examples" / "torch_launch.py"
+CLI = [sys.executable, "-m", "delta_fabric.cli"]
+NODES = 3
+
+
+def cli(
+    *args: str, timeout: float = 60.0, extra_env: dict[str, str] | None = None, **kw: object
+) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", **(extra_env or {}))
+    return subprocess.run(
+        [*CLI, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        **kw,  # type: ignore[call-overload]
+    )
+
+
+def free_port() -> int:
+    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# -- environment variables -------------------------------------------------------------------------
+
+
+def test_sync_config_from_env_overrides_the_programs_defaults() -> None:
+    env = {
+        "DELTA_FABRIC_RATIO": "0.25",
+        "DELTA_FABRIC_SYNC_INTERVAL": "3",
+        "DELTA_FABRIC_ENCODING": "bf16",
+        "DELTA_FABRIC_INCLUDE_BUFFERS": "yes",
+        "DELTA_FABRIC_ALPHA": " ",  # empty counts as unset
+    }
+    c = SyncConfig.from_env(env, ratio=0.1, alpha=0.5, hop_limit=4)
+    assert (c.ratio, c.sync_interval, c.alpha, c.hop_limit) == (0.25, 3, 0.5, 4)
+    assert c.encoding is ValueEncoding.BF16 and c.include_buffers is True
+    assert SyncConfig.from_env({}) == SyncConfig()
+
+
+@pytest.mark.parametrize(
+    ("var", "value"),
+    [
+        ("DELTA_FABRIC_RATIO", "abc"),
+        ("DELTA_FABRIC_RATIO", "0"),
+        ("DELTA_FABRIC_RATIO", "nan"),
+        ("DELTA_FABRIC_ALPHA", "1.5"),
+        ("DELTA_FABRIC_SYNC_INTERVAL", "0"),
+        ("DELTA_FABRIC_SYNC_INTERVAL", "2.5"),
+        ("DELTA_FABRIC_HOP_LIMIT", "256"),
+        ("DELTA_FABRIC_ENCODING", "f64"),
+        ("DELTA_FABRIC_INCLUDE_BUFFERS", "maybe"),
+    ],
+)
+def test_bad_sync_variable_is_a_typed_error_naming_it(var: str, value: str) -> None:
+    with pytest.raises(EnvError) as info:
+        SyncConfig.from_env({var: value})
+    assert info.value.variable == var and info.value.value == value
+    assert str(info.value).startswith(f"{var}={value!r}: ")
+
+
+def test_node_id_endpoints_and_launcher_variables() -> None:
+    assert dfenv.node_id({"DELTA_FABRIC_NODE_ID": "0x2a"}) == 42
+    assert dfenv.node_id({"DELTA_FABRIC_NODE_ID": str(2**64 - 1)}) == 2**64 - 1
+    ids = {dfenv.node_id({}) for _ in range(8)}  # random 64-bit ids, never 0
+    assert len(ids) == 8 and all(1 <= i < 2**64 for i in ids)
+    for bad in ("0", "-1", str(2**64), "ten"):
+        with pytest.raises(EnvError, match="DELTA_FABRIC_NODE_ID"):
+            dfenv.node_id({"DELTA_FABRIC_NODE_ID": bad})
+    env = {"DELTA_FABRIC_LISTEN": "tcp/127.0.0.1:1, tcp/127.0.0.1:2"}
+    assert dfenv.endpoints(env, dfenv.LISTEN) == ["tcp/127.0.0.1:1", "tcp/127.0.0.1:2"]
+    with pytest.raises(EnvError, match="DELTA_FABRIC_CONNECT"):
+        dfenv.endpoints({"DELTA_FABRIC_CONNECT": "127.0.0.1:7447"}, dfenv.CONNECT)
+    assert dfenv.nodes({"DELTA_FABRIC_NODES": "3"}) == 3 and dfenv.nodes({}) is None
+    with pytest.raises(EnvError, match="DELTA_FABRIC_NODES"):
+        dfenv.nodes({"DELTA_FABRIC_NODES": "0"})
+    assert dfenv.bootstrap({"DELTA_FABRIC_BOOTSTRAP": "auto"}) == "auto"
+    assert dfenv.bootstrap({"DELTA_FABRIC_BOOTSTRAP": "1"}) is True
+    assert dfenv.bootstrap({}) is False
+    with pytest.raises(EnvError, match="DELTA_FABRIC_METRICS_INTERVAL"):
+        dfenv.metrics({"DELTA_FABRIC_METRICS_INTERVAL": "-1"})
+    with pytest.raises(EnvError, match="DELTA_FABRIC_ZENOH_CONFIG"):
+        dfenv.zenoh_config({"DELTA_FABRIC_ZENOH_CONFIG": "/nonexistent/zenoh.json5"})
+
+
+# -- Zenoh: options, duplicate ids, Fabric.from_env, status ----------------------------------------
+
+zenoh = pytest.importorskip("zenoh")
+
+from delta_fabric.transports import DuplicateNodeError  # noqa: E402
+from delta_fabric.transports.zenoh import ZenohOptions, ZenohTransport  # noqa: E402
+
+
+def test_zenoh_options_from_env(tmp_path: Path) -> None:
+    env = {
+        "DELTA_FABRIC_NODE_ID": "7",
+        "DELTA_FABRIC_NAMESPACE": "team/run1",
+        "DELTA_FABRIC_LISTEN": "tcp/127.0.0.1:7001",
+        "DELTA_FABRIC_CONNECT": "tcp/127.0.0.1:7002,tcp/127.0.0.1:7003",
+    }
+    o = ZenohOptions.from_env(env=env)
+    assert (o.node_id, o.namespace, o.mode) == (7, "team/run1", "peer")
+    assert o.listen == ("tcp/127.0.0.1:7001",)
+    assert o.connect == ("tcp/127.0.0.1:7002", "tcp/127.0.0.1:7003")
+    assert not o.multicast_scouting and not o.gossip_scouting
+    assert ZenohOptions.from_env(9, env).node_id == 9  # the argument wins
+    with pytest.raises(EnvError, match="DELTA_FABRIC_NAMESPACE"):
+        ZenohOptions.from_env(env={"DELTA_FABRIC_NAMESPACE": "a/*"})
+    with pytest.raises(EnvError, match="DELTA_FABRIC_MODE"):
+        ZenohOptions.from_env(env={"DELTA_FABRIC_MODE": "router"})
+    # a config file is used as is; LISTEN / CONNECT replace its endpoints
+    cfg = tmp_path / "zenoh.json5"
+    cfg.write_text(
+        '{mode: "peer", listen: {endpoints: ["tcp/127.0.0.1:1"]},'
+        " scouting: {multicast: {enabled: false}, gossip: {enabled: false}}}"
+    )
+    o = ZenohOptions.from_env(
+        env={"DELTA_FABRIC_ZENOH_CONFIG": str(cfg), "DELTA_FABRIC_LISTEN": "tcp/127.0.0.1:7001"}
+    )
+    built = json.loads(o.build_config().get_json("listen/endpoints"))
+    assert o.config_file == cfg and built == ["tcp/127.0.0.1:7001"]
+
+
+def test_duplicate_node_id_is_refused_through_liveliness() -> None:
+    # REQ: DF-ZEN-7
+    port = free_port()
+    base = ZenohOptions(node_id=0xABC, namespace="dftest/dup", listen=[f"tcp/127.0.0.1:{port}"])
+    with ZenohTransport(base) as first:
+        dup = ZenohOptions(node_id=0xABC, namespace="dftest/dup", connect=[f"tcp/127.0.0.1:{port}"])
+        with pytest.raises(DuplicateNodeError) as info:
+            ZenohTransport(dup)
+        assert info.value.node_id == 0xABC and "0000000000000abc" in str(info.value)
+        # another id, or the same id in another namespace, is welcome
+        for opts in (dup.with_node(0xABD), dataclasses.replace(dup, namespace="dftest/x")):
+            with ZenohTransport(opts) as other:
+                assert other.node_id in (0xABC, 0xABD)
+        assert first.peers() <= {0xABD}
+
+
+@pytest.fixture
+def two_nodes() -> Iterator[tuple[list[Fabric], list[str]]]:
+    """Two in-process nodes built by Fabric.from_env (as the launcher's variables would)."""
+    ports = [free_port(), free_port()]
+    eps = [f"tcp/127.0.0.1:{p}" for p in ports]
+    with ExitStack() as stack:
+        fabrics = []
+        for i in range(2):
+            env = {
+                "DELTA_FABRIC_NODE_ID": str(0x51 + i),
+                "DELTA_FABRIC_NAMESPACE": "dftest/status",
+                "DELTA_FABRIC_LISTEN": eps[i],
+                "DELTA_FABRIC_CONNECT": ",".join(eps[:i]),
+                "DELTA_FABRIC_SYNC_INTERVAL": "2",
+                "DELTA_FABRIC_RATIO": "0.5",
+            }
+            store = NumpyStore({"w": np.arange(16, dtype=np.float32)})
+            fabrics.append(stack.enter_context(Fabric.from_env(store, env=env)))
+        fabrics[0].transport.wait_for_peers(1, timeout=10.0)
+        fabrics[1].transport.wait_for_peers(1, timeout=10.0)
+        yield fabrics, eps
+
+
+def test_fabric_from_env_and_status_of_a_live_cluster(
+    two_nodes: tuple[list[Fabric], list[str]],
+) -> None:
+    # REQ: DF-ZEN-6
+    fabrics, eps = two_nodes
+    assert [f.node_id for f in fabrics] == [0x51, 0x52]
+    assert fabrics[0].config.sync_interval == 2 and fabrics[0].config.ratio == 0.5
+    for step in range(4):
+        for f in fabrics:
+            f.store.apply(np.array([step], np.uint32), np.array([1.0], np.float32))
+            f.step()
+    sent = [f.transport.stats.published_bytes for f in fabrics]
+    assert all(s > 0 for s in sent)
+
+    res = cli("status", "--connect", ",".join(eps), "--namespace", "dftest/status", "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["namespace"] == "dftest/status"
+    rows = {r["node"]: r for r in doc["nodes"]}
+    assert set(rows) == {"0000000000000051", "0000000000000052"}
+    for f in fabrics:
+        row = rows[f"{f.node_id:016x}"]
+        info = row["info"]
+        assert row["alive"] is True
+        assert info["fingerprint"] == f.fingerprint.hex() and info["framework"] == "numpy"
+        assert info["incarnation"] == f"{f.incarnation:016x}" and info["N"] == 16
+        assert info["stats"]["steps"] == 4 and info["stats"]["syncs"] == 2
+        assert info["stats"]["transport"]["published_bytes"] == f.transport.stats.published_bytes
+        assert info["stats"]["transport"]["dropped_packets"] == 0
+        assert info["stats"]["snapshots_served"] == 0  # an info query captures no snapshot
+
+    table = cli("status", "--connect", ",".join(eps), "--namespace", "dftest/status")
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0] == "namespace dftest/status: 2 live node(s)"
+    assert lines[1].split()[:5] == ["node", "framework", "N", "fingerprint", "incarnation"]
+    assert [ln.split()[0] for ln in lines[2:]] == ["0000000000000051", "0000000000000052"]
+    more = cli(
+        "status", "--connect", ",".join(eps), "--namespace", "dftest/status", "--expect", "3"
+    )
+    assert more.returncode == 1 and "2 live node(s)" in more.stdout
+    expect = cli(
+        "status", "--connect", ",".join(eps), "--namespace", "dftest/other", "--expect", "1"
+    )
+    assert expect.returncode == 1 and "0 live node(s)" in expect.stdout
+
+
+# -- metrics -----------------------------------------------------------------------------------------
+
+
+def test_metrics_json_lines_from_step_and_close(tmp_path: Path) -> None:
+    hub = MemoryHub()
+    path = tmp_path / "m.jsonl"
+    store = NumpyStore({"w": np.zeros(8, np.float32)})
+    with Fabric(store, hub.transport(1), node_id=1, metrics=path, metrics_interval=3600) as f:
+        for _ in range(5):
+            f.step()  # the first step writes (due at start); the next one is an hour away
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert [ln["event"] for ln in lines] == ["step", "close"]
+    assert [ln["steps"] for ln in lines] == [1, 5]
+    assert lines[1]["node_id"] == "0000000000000001" and "transport" in lines[1]
+    with pytest.raises(ValueError, match="metrics interval"):
+        Fabric(store, hub.transport(2), node_id=2, metrics=path, metrics_interval=0)
+    with pytest.raises(OSError):
+        Fabric(store, hub.transport(3), node_id=3, metrics=tmp_path / "no" / "dir" / "m.jsonl")
+
+
+# -- the launcher --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--nodes", "0", "x.py"],
+        ["--nodes", "two", "x.py"],
+        ["--timeout", "0", "x.py"],
+        ["--timeout", "-1", "x.py"],
+        ["--grace", "inf", "x.py"],
+        ["--listen", "127.0.0.1:7447", "x.py"],
+        ["--connect", "tcp/host", "x.py"],
+        ["--node-id", "0", "x.py"],
+        ["--metrics-interval", "0", "x.py"],
+        ["--nodes", "2", "--world-size", "1", "x.py"],
+        ["--zenoh-config", "/nonexistent.json5", "x.py"],
+        ["--namespace", "a/*", "x.py"],
+        ["--namespace", "/a", "x.py"],
+        ["/nonexistent/train.py"],
+        [],
+    ],
+)
+def test_bad_run_option_is_one_line_and_exit_2(argv: list[str], tmp_path: Path) -> None:
+    (tmp_path / "x.py").write_text("print('never run')\n")
+    res = cli("run", *argv, cwd=tmp_path)
+    assert res.returncode == 2, res
+    assert res.stdout == "" and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert res.stderr.startswith("delta-fabric run: error: ") and "Traceback" not in res.stderr
+
+
+def test_help_shows_defaults() -> None:
+    for cmd in ("run", "status"):
+        res = cli(cmd, "--help")
+        assert res.returncode == 0
+        assert "(default: " in res.stdout
+    assert "--nodes NODES" in cli("run", "--help").stdout
+
+
+SCRIPT = """
+import os, sys, time
+rank = int(os.environ["DELTA_FABRIC_LOCAL_RANK"])
+print("rank", rank, "id", os.environ["DELTA_FABRIC_NODE_ID"], "of",
+      os.environ["DELTA_FABRIC_LOCAL_NODES"], os.environ["DELTA_FABRIC_NODES"],
+      "listen", os.environ["DELTA_FABRIC_LISTEN"], "connect", os.environ["DELTA_FABRIC_CONNECT"],
+      flush=True)
+marks = os.path.join(os.path.dirname(os.path.abspath(__file__)), "marks")
+os.makedirs(marks, exist_ok=True)
+open(os.path.join(marks, str(rank)), "w").close()
+if rank == int(sys.argv[1]):
+    deadline = time.monotonic() + 30  # fail once every node has printed its line
+    while len(os.listdir(marks)) < int(os.environ["DELTA_FABRIC_LOCAL_NODES"]):
+        if time.monotonic() > deadline:
+            sys.exit(99)
+        time.sleep(0.05)
+    print("failing", file=sys.stderr, flush=True)
+    sys.exit(int(sys.argv[2]))
+time.sleep(float(sys.argv[3]))
+"""
+
+
+def test_failing_node_stops_the_others_with_its_code(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    t0 = time.monotonic()
+    res = cli("run", "--nodes", "3", "--grace", "2", str(script), "1", "7", "120", timeout=60)
+    took = time.monotonic() - t0
+    assert res.returncode == 7, res
+    assert took < 30.0  # the others slept 120 s: they were stopped
+    assert "[1]: failing" in res.stderr
+    assert "node [1] exited with code 7: stopping the others" in res.stderr
+    lines = [ln for ln in res.stdout.splitlines() if "rank" in ln]
+    assert sorted(ln[:4] for ln in lines) == ["[0]:", "[1]:", "[2]:"]
+    ids = set()
+    for ln in lines:
+        m = re.match(r"\[(\d)\]: rank (\d) id (\d+) of 3 3 listen (\S+) connect (\S*)", ln)
+        assert m is not None, ln
+        assert m.group(1) == m.group(2)
+        ids.add(int(m.group(3)))
+        assert m.group(4).startswith("tcp/127.0.0.1:")
+        assert len([c for c in m.group(5).split(",") if c]) == int(m.group(1))  # full mesh
+    assert len(ids) == 3
+
+
+def test_timeout_stops_every_node(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    res = cli(
+        "run", "--nodes", "2", "--timeout", "3", "--grace", "2", str(script), "-1", "0", "120"
+    )
+    assert res.returncode == 124, res
+    assert "--timeout 3s reached: stopping every node" in res.stderr
+
+
+def test_join_line_lists_the_reachable_endpoints(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    port = free_port()
+    res = cli(
+        "run",
+        "--nodes",
+        "2",
+        "--listen",
+        f"tcp/127.0.0.1:{port}",
+        "--advertise",
+        "trainer-a.example",
+        "--namespace",
+        "team/run",
+        "--world-size",
+        "4",
+        str(script),
+        "-1",
+        "0",
+        "0",
+    )
+    assert res.returncode == 0, res
+    want = (
+        "to join this run: delta-fabric run --connect "
+        f"tcp/trainer-a.example:{port},tcp/trainer-a.example:{port + 1} --namespace team/run "
+        f"--world-size 4 {script} -1 0 0"
+    )
+    assert want in res.stderr.splitlines()
+    assert f"listen tcp/127.0.0.1:{port + 1} connect tcp/127.0.0.1:{port}" in res.stdout
+
+
+def test_run_three_nodes_of_the_example_agree(tmp_path: Path) -> None:
+    # REQ: DF-NUM-1
+    pytest.importorskip("torch")
+    out = tmp_path / "weights"
+    metrics = tmp_path / "metrics.jsonl"
+    res = cli(
+        "run",
+        "--nodes",
+        str(NODES),
+        "--timeout",
+        "280",
+        "--metrics",
+        str(metrics),
+        str(EXAMPLE),
+        "--steps",
+        "200",
+        "--out",
+        str(out),
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    losses = re.findall(
+        r"^\[\d\]: node ([0-9a-f]{16}): 2 peers, loss ([0-9.]+) -> ([0-9.]+)$", res.stdout, re.M
+    )
+    assert len(losses) == NODES, res.stdout
+    for _, first, last in losses:
+        assert float(last) < 0.5 * float(first)
+    w = [np.load(out / f"{node}.npy") for node, _, _ in losses]
+    assert all(x.dtype == np.float32 and x.shape == w[0].shape for x in w)
+    for a in range(NODES):
+        for b in range(a + 1, NODES):
+            diff = float(np.abs(w[a] - w[b]).max())
+            scale = max(float(np.abs(w[a]).max()), float(np.abs(w[b]).max()))
+            assert diff <= 5e-2 * scale, (a, b, diff, scale)
+    closing_lines = [json.loads(ln) for ln in metrics.read_text().splitlines() if '"close"' in ln]
+    assert sorted(c["node_id"] for c in closing_lines) == sorted(n for n, _, _ in losses)
+    assert all(c["steps"] == 200 and c["bytes_sent"] > 0 for c in closing_lines)
+
+
+def test_fabric_from_env_refuses_bad_input_and_leaves_nothing_open() -> None:
+    from delta_fabric import lifecycle
+
+    before = lifecycle.open_count()
+    with pytest.raises(EnvError, match="DELTA_FABRIC_SYNC_INTERVAL"):
+        Fabric.from_env(
+            NumpyStore({"w": np.zeros(4, np.float32)}), env={"DELTA_FABRIC_SYNC_INTERVAL": "x"}
+        )
+    with pytest.raises(TypeError, match="WeightStore"):
+        Fabric.from_env(object(), env={"DELTA_FABRIC_NODE_ID": "3"})  # type: ignore[arg-type]
+    assert lifecycle.open_count() == before
+
+
+INTERRUPTIBLE = """
+import os, sys, time
+marks = os.path.join(os.path.dirname(os.path.abspath(__file__)), "marks")
+os.makedirs(marks, exist_ok=True)
+try:
+    open(os.path.join(marks, os.environ["DELTA_FABRIC_LOCAL_RANK"]), "w").close()
+    time.sleep(120)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    sys.exit(130)
+"""
+
+
+def test_ctrl_c_is_passed_on_to_every_node(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(INTERRUPTIBLE)
+    proc = subprocess.Popen(
+        [*CLI, "run", "--nodes", "2", "--grace", "5", str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "marks").is_dir() or len(os.listdir(tmp_path / "marks")) < 2:
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+    assert proc.returncode == 130, (out, err)
+    assert sorted(ln for ln in out.splitlines()) == ["[0]: interrupted", "[1]: interrupted"]
+    assert "delta-fabric run: SIGINT: stopping every node" in err
+
+
+JOINER = """
+import os, sys, time
+import numpy as np
+from delta_fabric import Fabric, NumpyStore, SyncConfig, env
+store = NumpyStore({"w": np.zeros(64, np.float32)})
+with Fabric.from_env(store, SyncConfig(ratio=0.25, sync_interval=1)) as fabric:
+    peers = fabric.transport.wait_for_peers((env.nodes() or 1) - 1, timeout=30)
+    print("namespace", fabric.transport.namespace, "peers", len(peers), flush=True)
+    if os.environ["DELTA_FABRIC_CONNECT"]:  # the joiner leaves last, so the first one sees it
+        deadline = time.monotonic() + 30
+        while fabric.transport.peers():
+            if time.monotonic() > deadline:
+                sys.exit(3)
+            time.sleep(0.05)
+"""
+
+
+def test_second_machine_joins_with_the_printed_line(tmp_path: Path) -> None:
+    """Two launchers (two "machines" on loopback): the second runs the line the first printed."""
+    script = tmp_path / "train.py"
+    script.write_text(JOINER)
+    port = free_port()
+    first = subprocess.Popen(
+        [
+            *CLI,
+            "run",
+            "--listen",
+            f"tcp/127.0.0.1:{port}",
+            "--advertise",
+            "127.0.0.1",
+            "--world-size",
+            "2",
+            "--namespace",
+            "dftest/join",
+            "--timeout",
+            "60",
+            str(script),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert first.stderr is not None
+        line = ""
+        for _ in range(10):  # the header: one line per node, then the join line
+            line = first.stderr.readline()
+            if line.startswith("to join this run: "):
+                break
+        prefix = "to join this run: delta-fabric "
+        assert line.startswith(prefix), line
+        join = shlex.split(line.removeprefix(prefix))
+        assert join == [
+            "run",
+            "--connect",
+            f"tcp/127.0.0.1:{port}",
+            "--namespace",
+            "dftest/join",
+            "--world-size",
+            "2",
+            str(script),
+        ]
+        second = cli(*join[:-1], "--timeout", "60", join[-1], timeout=90)
+        out, err = first.communicate(timeout=90)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait(5)
+    assert second.returncode == 0, second
+    assert first.returncode == 0, (out, err)
+    assert "[0]: namespace dftest/join peers 1" in second.stdout.splitlines()
+    assert "[0]: namespace dftest/join peers 1" in out.splitlines()
+
+
+def test_plan_with_a_zenoh_config_file_keeps_its_endpoints(tmp_path: Path) -> None:
+    from delta_fabric.launch import plan_nodes
+
+    cfg = tmp_path / "z.json5"
+    cfg.write_text("{}")
+    base = dict(
+        nodes=2,
+        world_size=None,
+        listen=None,
+        connect=None,
+        zenoh_config=str(cfg),
+        namespace=None,
+        node_id=0x10,
+        metrics=None,
+        metrics_interval=10.0,
+    )
+    plans = plan_nodes(argparse.Namespace(**base))
+    assert [p.env["DELTA_FABRIC_LISTEN"] for p in plans] == ["", ""]
+    assert [p.env["DELTA_FABRIC_CONNECT"] for p in plans] == ["", ""]
+    assert [p.env["DELTA_FABRIC_NODE_ID"] for p in plans] == ["16", "17"]
+    assert all(p.env["DELTA_FABRIC_ZENOH_CONFIG"] == str(cfg) for p in plans)
+    base["listen"] = ["tcp/127.0.0.1:7000"]
+    plans = plan_nodes(argparse.Namespace(**base))
+    assert [p.env["DELTA_FABRIC_LISTEN"] for p in plans] == [
+        "tcp/127.0.0.1:7000",
+        "tcp/127.0.0.1:7001",
+    ]
+    assert [p.env["DELTA_FABRIC_CONNECT"] for p in plans] == ["", "tcp/127.0.0.1:7000"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],  # no endpoint to ask
+        ["--connect", "localhost:7447"],
+        ["--connect", "tcp/127.0.0.1:1", "--timeout", "0"],
+        ["--connect", "tcp/127.0.0.1:1", "--namespace", "a/*"],
+        ["--zenoh-config", "/nonexistent.json5"],
+        ["--expect", "x"],
+    ],
+)
+def test_bad_status_option_is_one_line_and_exit_2(argv: list[str]) -> None:
+    env_keys = [k for k in os.environ if k.startswith("DELTA_FABRIC_")]
+    assert not env_keys, env_keys  # the test relies on a clean environment
+    res = cli("status", *argv)
+    assert res.returncode == 2, res
+    assert "DELTA_FABRIC" not in res.stderr or not argv  # names the option given
+    assert res.stdout == "" and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert res.stderr.startswith("delta-fabric status: error: ")
+
+
+def test_run_falls_back_to_exported_variables(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    exported = {
+        "DELTA_FABRIC_NODE_ID": "0x20",
+        "DELTA_FABRIC_CONNECT": "tcp/127.0.0.1:9",
+        "DELTA_FABRIC_NAMESPACE": "team/exported",
+    }
+    res = cli("run", "--nodes", "2", str(script), "-1", "0", "0", extra_env=exported)
+    assert res.returncode == 0, res
+    assert "node [0] id 0000000000000020" in res.stderr
+    assert "node [1] id 0000000000000021" in res.stderr
+    lines = sorted(ln for ln in res.stdout.splitlines() if "rank" in ln)
+    assert [ln.split()[4] for ln in lines] == ["32", "33"]
+    assert all(" connect tcp/127.0.0.1:9" in ln for ln in lines)
+    bad = cli("run", str(script), extra_env={"DELTA_FABRIC_NODE_ID": "zero"})
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    assert "DELTA_FABRIC_NODE_ID='zero'" in bad.stderr
+
+
+def test_no_python_runs_an_executable(tmp_path: Path) -> None:
+    script = tmp_path / "node.sh"
+    script.write_text('#!/bin/sh\necho "rank $DELTA_FABRIC_LOCAL_RANK of $DELTA_FABRIC_NODES $1"\n')
+    script.chmod(0o755)
+    res = cli("run", "--nodes", "2", "--no-python", str(script), "hello")
+    assert res.returncode == 0, res
+    assert sorted(res.stdout.splitlines()) == ["[0]: rank 0 of 2 hello", "[1]: rank 1 of 2 hello"]
