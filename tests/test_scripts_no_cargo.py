@@ -54,9 +54,7 @@ def test_demo_sh_runs_without_cargo(tmp_path: Path) -> None:
         check=True,
     ).stdout.strip()
     (env_dir / ".deltafabric-setup-demo").write_text(stamp + "\n")
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("CARGO", "RUSTUP", "PYTHON"))
-    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CARGO", "RUSTUP", "PYTHON"))}
     env.update(
         PATH=_path_without_cargo(),
         DELTA_FABRIC_VENV=str(env_dir),
