@@ -16,12 +16,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import queue
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
+from delta_fabric.extras import MissingExtraError, raise_missing_extra
 
 __all__ = ["add_arguments", "run"]
 
@@ -55,32 +58,64 @@ BASE_LR = 0.05
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--nodes", type=int, default=None, help="cluster size (default 3, or len(--frameworks))"
+        "--nodes",
+        type=int,
+        default=None,
+        help="cluster size (default: 3, or the number of --frameworks)",
     )
-    p.add_argument("--topology", choices=("ring", "all"), default="ring")
-    p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="local steps per node")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--partition", choices=("skewed", "iid"), default="skewed")
-    p.add_argument("--output", type=Path, default=Path("demo-out"))
+    p.add_argument(
+        "--topology",
+        choices=("ring", "all"),
+        default="ring",
+        help="who connects to whom (a ring of 3 or fewer is fully connected)",
+    )
+    p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="local training steps per node")
+    p.add_argument("--seed", type=int, default=0, help="seed of the data split, model and batches")
+    p.add_argument(
+        "--partition",
+        choices=("skewed", "iid"),
+        default="skewed",
+        help="skewed: each node sees only some classes; iid: every node sees all ten",
+    )
+    p.add_argument(
+        "--output",
+        type=Path,
+        default=Path("demo-out"),
+        help="directory for accuracy.png, summary.json, logs/ and data/",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     p.add_argument(
         "--frameworks",
         default=None,
         help="framework per node, comma-separated, e.g. torch,torch,burn (default: all torch)",
     )
-    p.add_argument("--burn-bin", default=None, help="path of the df-node binary (default: PATH)")
-    p.add_argument("--alpha", type=float, default=1.0)
-    p.add_argument("--ratio", type=float, default=0.05)
-    p.add_argument("--sync-interval", type=int, default=10)
     p.add_argument(
-        "--lr", type=float, default=None, help=f"local learning rate (default {BASE_LR}/nodes)"
+        "--burn-bin", default=None, help="path of the df-node binary (default: df-node on PATH)"
     )
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--alpha", type=float, default=1.0, help="weight of a received delta, in (0, 1]")
+    p.add_argument(
+        "--ratio",
+        type=float,
+        default=0.05,
+        help="share of the weights sent per sync (top-k by magnitude), in (0, 1]",
+    )
+    p.add_argument(
+        "--sync-interval", type=int, default=10, help="local steps between two syncs, >= 1"
+    )
+    p.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help=f"local SGD learning rate (default: {BASE_LR} divided by the number of nodes)",
+    )
+    p.add_argument("--batch", type=int, default=32, help="mini-batch size")
+    p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum, in [0, 1)")
     p.add_argument(
         "--no-buffers", action="store_true", help="do not sync BatchNorm running statistics"
     )
-    p.add_argument("--eval-every", type=int, default=50)
+    p.add_argument(
+        "--eval-every", type=int, default=50, help="local steps between two test evaluations"
+    )
     p.add_argument(
         "--bn-momentum",
         type=float,
@@ -96,7 +131,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--skip-nosync", action="store_true", help="skip the sync-off run")
     p.add_argument("--skip-baseline", action="store_true", help="skip the single-node baseline")
-    p.add_argument("--no-plot", action="store_true")
+    p.add_argument("--no-plot", action="store_true", help="do not draw accuracy.png")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument(
         "--launcher",
@@ -106,7 +141,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "`python -m delta_fabric_demo.node` each",
     )
     p.add_argument(
-        "--timeout", type=float, default=600.0, help="give up on a run after this many s"
+        "--timeout", type=float, default=600.0, help="give up on a run after this many seconds"
     )
 
 
@@ -551,25 +586,87 @@ def _human(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace) -> int:
-    t_start = time.monotonic()
+class UsageError(Exception):
+    """A bad option value: the demo prints the message as one line and exits 2."""
+
+
+def _check_options(args: argparse.Namespace) -> list[str]:
+    """Every option's value checked before any node starts; returns the framework per node. Raises
+    `UsageError` with a one-line message naming the option."""
     frameworks: list[str]
-    if args.frameworks:
+    if args.frameworks is not None:
         frameworks = [f.strip() for f in args.frameworks.split(",") if f.strip()]
+        if not frameworks:
+            raise UsageError(f"--frameworks {args.frameworks!r} names no framework")
         bad = [f for f in frameworks if f not in NODE_LAUNCHERS]
         if bad:
-            known = tuple(NODE_LAUNCHERS)
-            print(f"demo: unknown framework(s) {bad}; choose from {known}", file=sys.stderr)
-            return 2
+            known = ", ".join(NODE_LAUNCHERS)
+            raise UsageError(
+                f"unknown framework(s) {', '.join(bad)} in --frameworks; choose from {known}"
+            )
         if args.nodes is not None and args.nodes != len(frameworks):
-            print("demo: --nodes disagrees with the length of --frameworks", file=sys.stderr)
-            return 2
+            raise UsageError(
+                f"--nodes {args.nodes} disagrees with --frameworks, which names {len(frameworks)} nodes"
+            )
     else:
+        if args.nodes is not None and args.nodes < 1:
+            raise UsageError(f"--nodes must be >= 1, got {args.nodes}")
         frameworks = ["torch"] * (args.nodes if args.nodes is not None else 3)
-    n = len(frameworks)
-    if n < 1 or args.steps < 1:
-        print("demo: need at least one node and one step", file=sys.stderr)
+    if args.steps < 1:
+        raise UsageError(f"--steps must be >= 1, got {args.steps}")
+    if args.batch < 1:
+        raise UsageError(f"--batch must be >= 1, got {args.batch}")
+    if args.eval_every < 1:
+        raise UsageError(f"--eval-every must be >= 1, got {args.eval_every}")
+    if args.max_lead < 0:
+        raise UsageError(f"--max-lead must be >= 0, got {args.max_lead}")
+    if args.lr is not None and not (math.isfinite(args.lr) and args.lr > 0):
+        raise UsageError(f"--lr must be a finite number > 0, got {args.lr}")
+    if not (math.isfinite(args.momentum) and 0 <= args.momentum < 1):
+        raise UsageError(f"--momentum must be in [0, 1), got {args.momentum}")
+    if args.bn_momentum is not None and not (
+        math.isfinite(args.bn_momentum) and 0 <= args.bn_momentum <= 1
+    ):
+        raise UsageError(f"--bn-momentum must be in [0, 1], got {args.bn_momentum}")
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise UsageError(f"--timeout must be a finite number of seconds > 0, got {args.timeout}")
+    from delta_fabric.config import SyncConfig
+
+    try:  # the sync parameters: the library's own validation and message
+        SyncConfig(alpha=args.alpha, ratio=args.ratio, sync_interval=args.sync_interval)
+    except (TypeError, ValueError) as exc:
+        name = str(exc).split(" ", 1)[0]
+        option = {"alpha": "--alpha", "ratio": "--ratio", "sync_interval": "--sync-interval"}
+        raise UsageError(f"{option.get(name, 'sync parameters')}: {exc}") from None
+    return frameworks
+
+
+def _check_output(out: Path) -> None:
+    """``out`` is (or can be made) a writable directory; creates it."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise UsageError(f"--output {str(out)!r} is not a writable directory: {reason}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except UsageError as exc:
+        print(f"demo: {exc}", file=sys.stderr)
         return 2
+    except (TimeoutError, RuntimeError) as exc:  # a node failed or hung: its log says more
+        print(f"demo: {exc}", file=sys.stderr)
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
+    t_start = time.monotonic()
+    frameworks = _check_options(args)
+    n = len(frameworks)
     bins: dict[str, str] = {}
     for fw in sorted(set(frameworks)):
         name = NODE_LAUNCHERS[fw].binary
@@ -577,16 +674,20 @@ def run(args: argparse.Namespace) -> int:
             continue
         found = getattr(args, f"{fw}_bin", None) or shutil.which(name)
         if not found or not Path(found).exists():
-            print(
-                f"demo: a {fw} node was asked for but the {name} binary was not found "
-                f"(build interop/ and put {name} on PATH, or pass --{fw}-bin)",
-                file=sys.stderr,
+            raise UsageError(
+                f"a {fw} node was asked for but the {name} binary was not found "
+                f"(build interop/ and put {name} on PATH, or pass --{fw}-bin)"
             )
-            return 2
         bins[fw] = found
-
-    from delta_fabric_demo.data import load_split, partition, write_partition
-    from delta_fabric_demo.model import init_model, save_canonical
+    try:
+        try:
+            from delta_fabric_demo.data import load_split, partition, write_partition
+            from delta_fabric_demo.model import init_model, save_canonical
+        except ModuleNotFoundError as exc:
+            raise_missing_extra(exc, "the demo")
+    except MissingExtraError as exc:
+        raise UsageError(str(exc)) from None
+    _check_output(args.output)
 
     out: Path = args.output
     out.mkdir(parents=True, exist_ok=True)
