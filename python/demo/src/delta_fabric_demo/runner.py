@@ -667,7 +667,7 @@ def _plot(
     ax.set_xlabel("local step")
     ax.set_ylabel("max relative difference (log)")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8, loc="lower left")
+    ax.legend(fontsize=8, loc="center right")
 
     ax = axes[1][2]  # the numbers
     ax.axis("off")
