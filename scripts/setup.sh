@@ -24,9 +24,9 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-stamp_of() {  # the stamp of a profile: the package metadata it was installed from
+stamp_of() {  # the stamp of a profile: the package metadata and this script, which installed it
   { echo "profile $1"; cat python/pyproject.toml conformance/harness/pyproject.toml \
-      python/demo/pyproject.toml; } | sha256sum | cut -c1-16
+      python/demo/pyproject.toml scripts/setup.sh; } | sha256sum | cut -c1-16
 }
 if [ "${print_stamp:-0}" = 1 ]; then stamp_of "$profile"; exit 0; fi
 
