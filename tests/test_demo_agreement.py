@@ -69,3 +69,20 @@ def test_traffic_totals_at_steps_every_node_reported() -> None:
     ]
     assert _traffic(nodes) == [[0, 0, 0, 0], [10, 110, 55, 22]]
     assert _traffic([{"traffic": None}]) == []
+
+
+def test_versions_name_the_native_node_and_its_burn(tmp_path: Path) -> None:
+    from delta_fabric_demo.runner import _versions
+
+    fake = tmp_path / "df-node"
+    fake.write_text("#!/bin/sh\necho 'df-node 9.9.9'\n")
+    fake.chmod(0o755)
+    v = _versions({"burn": str(fake)})
+    assert v["df-node"] == "df-node 9.9.9"
+    lock = Path(__file__).resolve().parents[1] / "interop" / "Cargo.lock"
+    assert f'name = "burn"\nversion = "{v["burn"]}"' in lock.read_text()
+    assert v["protocol"] == "1.0" and v["delta-fabric"] == "0.1.0"
+    broken = tmp_path / "no-version"
+    broken.write_text("#!/bin/sh\nexit 3\n")
+    broken.chmod(0o755)
+    assert _versions({"burn": str(broken)})["df-node"] is None

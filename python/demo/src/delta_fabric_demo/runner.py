@@ -20,6 +20,7 @@ import json
 import math
 import os
 import queue
+import re
 import shutil
 import socket
 import subprocess
@@ -702,15 +703,29 @@ def _versions(bins: dict[str, str]) -> dict[str, str | None]:
     out = software_versions()
     out["delta-fabric-demo"] = __version__
     for fw, binary in sorted(bins.items()):
+        name = NODE_LAUNCHERS[fw].binary or fw
         try:
             proc = subprocess.run(
                 [binary, "--version"], capture_output=True, text=True, timeout=30, check=False
             )
             line = proc.stdout.strip().splitlines()[0] if proc.stdout.strip() else ""
-            out[fw] = line if proc.returncode == 0 and line else None
+            out[name] = line if proc.returncode == 0 and line else None
         except (OSError, subprocess.TimeoutExpired):
-            out[fw] = None
+            out[name] = None
+        out[fw] = _locked_crate_version(fw)
     return out
+
+
+def _locked_crate_version(crate: str) -> str | None:
+    """The version of ``crate`` in the checkout's ``interop/Cargo.lock`` (the native nodes are built
+    from it with ``--locked``), or ``None`` outside a checkout."""
+    lock = Path(__file__).resolve().parents[4] / "interop" / "Cargo.lock"
+    try:
+        text = lock.read_text()
+    except OSError:
+        return None
+    m = re.search(rf'\[\[package\]\]\nname = "{re.escape(crate)}"\nversion = "([^"]+)"', text)
+    return m.group(1) if m else None
 
 
 def _human(summary: dict[str, Any]) -> str:
@@ -740,7 +755,12 @@ def _human(summary: dict[str, Any]) -> str:
         ok = "within" if ag["within_tolerance"] else "OUTSIDE"
         lines.append(
             f"  weight agreement at the end: max relative difference {ag['final']:.2e} "
-            f"({ok} DF-NUM-1's {ag['tolerance']:g}; {ag['nodes_compared']} nodes compared)"
+            f"({ok} DF-NUM-1's {ag['tolerance']:g}; {ag['nodes_compared']} nodes compared"
+            + (
+                f", {ag['nodes_without_weights']} native node(s) report no weights)"
+                if ag["nodes_without_weights"]
+                else ")"
+            )
         )
     dw = summary["done_when"]
     lines.append(
