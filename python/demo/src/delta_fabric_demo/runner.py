@@ -634,7 +634,9 @@ def _plot(
         ax.axis("off")
 
     ax = axes[1][0]  # bytes over steps, the whole sync cluster
-    traffic = np.asarray(_traffic(results["sync"]["nodes"]), dtype=float)
+    sync_nodes = results["sync"]["nodes"]
+    traffic = np.asarray(_traffic(sync_nodes), dtype=float)
+    reporting = sum(1 for node in sync_nodes if node.get("traffic"))
     if traffic.size:
         traffic = traffic[traffic[:, 0] > 0]  # step 0: nothing sent yet (log scale)
         st = traffic[:, 0]
@@ -644,8 +646,9 @@ def _plot(
             ax.plot(st[keep], traffic[keep, col] * mb, marker=".", label=label)
         ax.plot(st, st * dense_per_step * mb, "k--", lw=1, label="dense fp32 every step")
         ax.set_yscale("log")
-        ax.legend(fontsize=8, loc="lower right")
-    ax.set_title("bytes, all nodes together (sync run)")
+        ax.legend(fontsize=8, loc="best")
+    who = "all nodes" if reporting == len(sync_nodes) else f"{reporting} of {len(sync_nodes)} nodes"
+    ax.set_title(f"bytes, {who} together (sync run)")
     ax.set_xlabel("local step")
     ax.set_ylabel("cumulative MB (log)")
     ax.grid(alpha=0.3, which="both")
@@ -664,11 +667,18 @@ def _plot(
     ax.plot([], [], "*", color="gray", ms=9, label="at the end (after the drain)")
     ax.axhline(AGREEMENT_TOLERANCE, color="tab:red", lw=1, ls="--", label="DF-NUM-1 tolerance")
     ax.set_yscale("log")
-    ax.set_title("weight agreement between nodes")
+    ag = agreement.get("sync", {})
+    compared = ag.get("nodes_compared", 0)
+    who = (
+        "nodes"
+        if not ag.get("nodes_without_weights")
+        else f"the {compared} nodes reporting weights"
+    )
+    ax.set_title(f"weight agreement between {who}")
     ax.set_xlabel("local step")
     ax.set_ylabel("max relative difference (log)")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8, loc="center right")
+    ax.legend(fontsize=8, loc="best")
 
     ax = axes[1][2]  # the numbers
     ax.axis("off")
