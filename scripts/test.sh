@@ -9,7 +9,7 @@ t0=$(date +%s)
 step() { echo; echo "=== $* ($(( $(date +%s) - t0 ))s)"; }
 
 step setup
-scripts/setup.sh
+scripts/setup.sh --rust
 
 step "python: ruff, mypy"
 ruff check python tests conformance bench

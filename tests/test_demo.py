@@ -86,6 +86,19 @@ def test_demo_smoke_json(tmp_path: Path) -> None:
     # the nodes exchanged deltas: each accepted entries of the other
     assert all(n["stats"]["receive"]["entries_accepted"] > 0 for n in sync)
     assert (out / "accuracy.png").stat().st_size > 1000
+    # weight agreement (DF-NUM-1's measure) and the software versions
+    ag = summary["agreement"]
+    assert ag["tolerance"] == 5e-2 and ag["nodes_compared"] == 2
+    assert 0.0 <= ag["final"] and ag["within_tolerance"] == (ag["final"] <= 5e-2)
+    assert [row[0] for row in ag["curve"]] == [0, 30, 60] and ag["curve"][0][1] == 0.0
+    assert ag["nosync_final"] > ag["final"]  # without sync the nodes drift apart
+    v = summary["versions"]
+    assert v["delta-fabric"] == "0.1.0" and v["protocol"] == "1.0" and v["torch"]
+    assert v["eclipse-zenoh"] and v["delta-fabric-demo"] == "0.1.0"
+    for node in sync:
+        steps = [row[0] for row in node["traffic"]]
+        assert steps == [0, 30, 60] and node["traffic"][-1][1] <= node["bytes_sent"]
+        assert node["traffic"][-1][2] > 0  # received from the other node
     assert json.loads((out / "summary.json").read_text())["bytes"] == b
 
 

@@ -11,6 +11,12 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from delta_fabric.cli_support import (
+    HelpFormatter,
+    add_version_argument,
+    exit_quietly_on_broken_pipe,
+)
+
 # subcommand -> (module, help, distribution that provides the module).
 # Each module exposes `add_arguments(parser)` and `run(args) -> int`.
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
@@ -34,20 +40,35 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
+DESCRIPTION = """\
+DeltaFabric: decentralized sparse weight synchronization. Nodes training the same model exchange
+only the largest weight changes over Zenoh, with no parameter server (protocol v1).
+
+Run `delta-fabric COMMAND --help` for a command's options."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="delta-fabric", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="delta-fabric",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_version_argument(parser, "delta-fabric")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     argv = list(sys.argv[1:] if argv is None else argv)
     wanted = argv[0] if argv and argv[0] in SUBCOMMANDS else None
     modules = {}
     for name, (module_name, help_text, dist) in SUBCOMMANDS.items():
-        p = sub.add_parser(name, help=help_text)
+        p = sub.add_parser(
+            name, help=help_text, description=help_text, formatter_class=HelpFormatter
+        )
         if name == wanted:  # import only the module that runs (torch and zenoh are slow to import)
             try:
                 module = importlib.import_module(module_name)
             except ModuleNotFoundError as exc:
                 if exc.name is None or not module_name.startswith(exc.name):
-                    raise
+                    print(f"delta-fabric {name}: {exc}", file=sys.stderr)  # e.g. a missing extra
+                    return 2
                 print(
                     f"delta-fabric {name}: the package {dist} is not installed "
                     f"(pip install -e {dist.split('(')[-1].rstrip(')')})",
@@ -57,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             module.add_arguments(p)
             modules[name] = module
     args = parser.parse_args(argv)
-    return int(modules[args.command].run(args))
+    return exit_quietly_on_broken_pipe(lambda: int(modules[args.command].run(args)))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from delta_fabric.cli_support import (
+    HelpFormatter,
+    add_version_argument,
+    exit_quietly_on_broken_pipe,
+)
+
+from delta_fabric_conformance import __version__
 from delta_fabric_conformance.suite import ENV_VAR, Suite, SuiteNotFound, find_suite
 
 __all__ = ["add_arguments", "main", "run", "run_suite"]
@@ -31,7 +38,11 @@ _SUITE_HELP = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True)
-    p = sub.add_parser("run", help="run the suite against the registered implementations")
+    p = sub.add_parser(
+        "run",
+        help="run the suite against the registered implementations",
+        formatter_class=HelpFormatter,
+    )
     p.add_argument("--suite", type=Path, default=None, metavar="DIR", help=_SUITE_HELP)
     p.add_argument(
         "--output", type=Path, required=True, help="directory for results.json, matrix.md, logs"
@@ -50,8 +61,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--registry", type=Path, default=None, help="default: SUITE/interop/...")
     p.add_argument("--vectors", type=Path, default=None, help="default: SUITE/conformance/vectors")
-    p.add_argument("--scenarios", type=Path, default=None)
-    p.add_argument("--expected-failures", type=Path, default=None)
+    p.add_argument(
+        "--scenarios", type=Path, default=None, help="default: SUITE/conformance/scenarios"
+    )
+    p.add_argument(
+        "--expected-failures",
+        type=Path,
+        default=None,
+        help="default: SUITE/conformance/expected-failures",
+    )
     p.add_argument("--spec", type=Path, default=None, help="default: SUITE/spec/protocol.md")
     p.add_argument(
         "--tests",
@@ -70,12 +88,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--no-live", action="store_true", help="skip the live Zenoh scenarios")
     p.add_argument("-v", "--verbose", action="store_true", help="print every test result")
     c = sub.add_parser(
-        "coverage", help="print requirement coverage of vectors and scenarios vs the spec"
+        "coverage",
+        help="print requirement coverage of vectors and scenarios vs the spec",
+        formatter_class=HelpFormatter,
     )
     c.add_argument("--suite", type=Path, default=None, metavar="DIR", help=_SUITE_HELP)
-    c.add_argument("--vectors", type=Path, default=None)
-    c.add_argument("--scenarios", type=Path, default=None)
-    c.add_argument("--spec", type=Path, default=None)
+    c.add_argument("--vectors", type=Path, default=None, help="default: SUITE/conformance/vectors")
+    c.add_argument(
+        "--scenarios", type=Path, default=None, help="default: SUITE/conformance/scenarios"
+    )
+    c.add_argument("--spec", type=Path, default=None, help="default: SUITE/spec/protocol.md")
 
 
 def _resolve(args: argparse.Namespace) -> Suite:
@@ -280,6 +302,13 @@ def run_suite(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``delta-fabric-conformance`` console script."""
-    parser = argparse.ArgumentParser(prog="delta-fabric-conformance", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="delta-fabric-conformance",
+        description="Run the DeltaFabric conformance suite against the registered implementations "
+        "(vectors, encode matrix, live scenarios) or report its requirement coverage.",
+        formatter_class=HelpFormatter,
+    )
+    add_version_argument(parser, "delta-fabric-conformance", __version__)
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    return exit_quietly_on_broken_pipe(lambda: run(args))

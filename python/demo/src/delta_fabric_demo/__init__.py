@@ -11,13 +11,23 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from delta_fabric.cli_support import HelpFormatter, add_version_argument
+
 from delta_fabric_demo.runner import add_arguments, run
 
-__all__ = ["add_arguments", "main", "run"]
+__all__ = ["__version__", "add_arguments", "main", "run"]
+
+__version__ = "0.1.0"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``delta-fabric-demo`` console script."""
-    parser = argparse.ArgumentParser(prog="delta-fabric-demo", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="delta-fabric-demo",
+        description="Train a local DeltaFabric cluster on label-skewed digits (loopback Zenoh) and "
+        "report accuracies, bytes and weight agreement.",
+        formatter_class=HelpFormatter,
+    )
+    add_version_argument(parser, "delta-fabric-demo", __version__)
     add_arguments(parser)
     return run(parser.parse_args(argv))

@@ -7,7 +7,8 @@ Command line (all nodes of a run get the same values except identity and endpoin
     --seed SEED --sync on|off --alpha A --ratio R --sync-interval K [--include-buffers]
     --namespace NS --listen tcp/127.0.0.1:P [--connect EP]... [--neighbours HEX16,HEX16,...]
     --eval-every E [--wait-peers SECONDS] [--linger SECONDS]
-    [--max-lead ROUNDS] [--bn-momentum M]    (the demo passes these two to df-node only when its
+    [--max-lead ROUNDS] [--bn-momentum M] [--weights-dir DIR]
+                                             (the demo passes these to df-node only when its
                                               --help lists them)
 
 ``--data DIR`` holds the partition files (see `delta_fabric_demo.data`), ``--init FILE`` the initial
@@ -25,7 +26,14 @@ Protocol on stdout, one JSON object per line:
   relaying (no generation) until a line ``stop`` arrives on stdin, stdin closes, or ``--linger`` s
   pass;
 * ``{"event": "done", "index", "accuracy", "per_class", "curve": [[step, acc], ...], "stats":
-  {...}}`` after a final evaluation. Then the node exits 0.
+  {...}, "traffic": [[step, bytes_sent, bytes_received, bytes_relayed], ...]}`` after a final
+  evaluation. Then the node exits 0. ``traffic`` (optional) has a row per evaluation; the relayed
+  bytes are the share of the sent bytes that carried relayed values (own and relayed entries share
+  packets).
+
+With ``--weights-dir DIR`` the node writes its canonical weights (raw little-endian f32, like
+``--init``) at every evaluation as ``DIR/step{S:06d}.f32`` and after the final evaluation as
+``DIR/final.f32``; the demo compares them across nodes (weight agreement, DF-NUM-1's measure).
 """
 
 from __future__ import annotations
@@ -76,6 +84,12 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=2,
         help="sync rounds this node may run ahead of the slowest peer it hears (0: no pacing)",
+    )
+    p.add_argument(
+        "--weights-dir",
+        type=Path,
+        default=None,
+        help="write the canonical weights at every evaluation and at the end into this directory",
     )
     p.add_argument("--wait-peers", type=float, default=30.0)
     p.add_argument("--linger", type=float, default=30.0)
@@ -173,7 +187,7 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
     from torch.nn import functional as F
 
     from delta_fabric_demo.data import read_partition
-    from delta_fabric_demo.model import DigitsCNN, load_canonical
+    from delta_fabric_demo.model import DigitsCNN, canonical_vector, load_canonical
 
     torch.set_num_threads(1)
     _emit = channel.emit
@@ -270,9 +284,29 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
             f.poll()
         return time.monotonic() - t0
 
+    if args.weights_dir is not None:
+        args.weights_dir.mkdir(parents=True, exist_ok=True)
+
+    def save_weights(name: str) -> None:
+        if args.weights_dir is not None:
+            vec = canonical_vector(model, args.include_buffers).astype("<f4")
+            (args.weights_dir / f"{name}.f32").write_bytes(vec.tobytes())
+
+    traffic: list[list[int]] = []
+
+    def record_traffic(step: int) -> None:
+        if fabric is None:
+            traffic.append([step, 0, 0, 0])
+            return
+        values = fabric.own_values_sent + fabric.relay_values_sent
+        relayed = fabric.bytes_sent * fabric.relay_values_sent // values if values else 0
+        traffic.append([step, fabric.bytes_sent, fabric.transport.stats.received_bytes, relayed])
+
     curve: list[list[float]] = []
     acc0, _ = evaluate()
     curve.append([0, acc0])
+    save_weights(f"step{0:06d}")
+    record_traffic(0)
     model.train()
     t0 = time.monotonic()
     for step in range(1, args.steps + 1):
@@ -289,6 +323,8 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
         if step % args.eval_every == 0 or step == args.steps:
             acc, _ = evaluate()
             curve.append([step, acc])
+            save_weights(f"step{step:06d}")
+            record_traffic(step)
         if acc is not None or step % 10 == 0:
             _emit(
                 {
@@ -312,6 +348,7 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
     if fabric is not None:
         fabric.poll()
     acc, per_class = evaluate()
+    save_weights("final")
     stats: dict[str, Any] = fabric.stats() if fabric is not None else {"bytes_sent": 0}
     stats["train_s"] = round(train_s, 3)
     stats["startup_s"] = round(t_ready - t_entry, 3)
@@ -325,6 +362,7 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
             "per_class": per_class,
             "curve": curve,
             "stats": stats,
+            "traffic": traffic,
         }
     )
     if transport is not None:

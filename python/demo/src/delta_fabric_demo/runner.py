@@ -15,13 +15,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
+import math
 import os
 import queue
+import re
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -29,6 +33,8 @@ from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
+from delta_fabric.extras import MissingExtraError, raise_missing_extra
+from numpy.typing import NDArray
 
 __all__ = ["add_arguments", "run"]
 
@@ -56,32 +62,64 @@ BASE_LR = 0.05
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--nodes", type=int, default=None, help="cluster size (default 3, or len(--frameworks))"
+        "--nodes",
+        type=int,
+        default=None,
+        help="cluster size (default: 3, or the number of --frameworks)",
     )
-    p.add_argument("--topology", choices=("ring", "all"), default="ring")
-    p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="local steps per node")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--partition", choices=("skewed", "iid"), default="skewed")
-    p.add_argument("--output", type=Path, default=Path("demo-out"))
+    p.add_argument(
+        "--topology",
+        choices=("ring", "all"),
+        default="ring",
+        help="who connects to whom (a ring of 3 or fewer is fully connected)",
+    )
+    p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="local training steps per node")
+    p.add_argument("--seed", type=int, default=0, help="seed of the data split, model and batches")
+    p.add_argument(
+        "--partition",
+        choices=("skewed", "iid"),
+        default="skewed",
+        help="skewed: each node sees only some classes; iid: every node sees all ten",
+    )
+    p.add_argument(
+        "--output",
+        type=Path,
+        default=Path("demo-out"),
+        help="directory for accuracy.png, summary.json, logs/ and data/",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     p.add_argument(
         "--frameworks",
         default=None,
         help="framework per node, comma-separated, e.g. torch,torch,burn (default: all torch)",
     )
-    p.add_argument("--burn-bin", default=None, help="path of the df-node binary (default: PATH)")
-    p.add_argument("--alpha", type=float, default=1.0)
-    p.add_argument("--ratio", type=float, default=0.05)
-    p.add_argument("--sync-interval", type=int, default=10)
     p.add_argument(
-        "--lr", type=float, default=None, help=f"local learning rate (default {BASE_LR}/nodes)"
+        "--burn-bin", default=None, help="path of the df-node binary (default: df-node on PATH)"
     )
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--alpha", type=float, default=1.0, help="weight of a received delta, in (0, 1]")
+    p.add_argument(
+        "--ratio",
+        type=float,
+        default=0.05,
+        help="share of the weights sent per sync (top-k by magnitude), in (0, 1]",
+    )
+    p.add_argument(
+        "--sync-interval", type=int, default=10, help="local steps between two syncs, >= 1"
+    )
+    p.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help=f"local SGD learning rate (default: {BASE_LR} divided by the number of nodes)",
+    )
+    p.add_argument("--batch", type=int, default=32, help="mini-batch size")
+    p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum, in [0, 1)")
     p.add_argument(
         "--no-buffers", action="store_true", help="do not sync BatchNorm running statistics"
     )
-    p.add_argument("--eval-every", type=int, default=50)
+    p.add_argument(
+        "--eval-every", type=int, default=50, help="local steps between two test evaluations"
+    )
     p.add_argument(
         "--bn-momentum",
         type=float,
@@ -97,7 +135,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--skip-nosync", action="store_true", help="skip the sync-off run")
     p.add_argument("--skip-baseline", action="store_true", help="skip the single-node baseline")
-    p.add_argument("--no-plot", action="store_true")
+    p.add_argument("--no-plot", action="store_true", help="do not draw accuracy.png")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument(
         "--launcher",
@@ -107,7 +145,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "`python -m delta_fabric_demo.node` each",
     )
     p.add_argument(
-        "--timeout", type=float, default=600.0, help="give up on a run after this many s"
+        "--timeout", type=float, default=600.0, help="give up on a run after this many seconds"
     )
 
 
@@ -129,8 +167,7 @@ class NodeSpec:
 
     @property
     def label(self) -> str:
-        cls = _classes_label(self.classes)
-        return f"{self.run} n{self.index} [{self.framework}] {cls}"
+        return f"{self.run} {_node_label(self.index, self.framework, self.classes)}"
 
 
 def _classes_label(classes: list[int]) -> str:
@@ -139,6 +176,12 @@ def _classes_label(classes: list[int]) -> str:
     if classes == list(range(classes[0], classes[-1] + 1)) and len(classes) > 1:
         return f"{classes[0]}-{classes[-1]}"
     return ",".join(map(str, classes))
+
+
+def _node_label(index: int, framework: str, classes: list[int]) -> str:
+    """``n0 torch, classes 0-3``: which node, which framework, which part of the data."""
+    what = "all classes" if classes == list(range(10)) else f"classes {_classes_label(classes)}"
+    return f"n{index} {framework}, {what}"
 
 
 def free_ports(n: int) -> list[int]:
@@ -227,6 +270,10 @@ def _node_command(spec: NodeSpec, args: argparse.Namespace, common: dict[str, An
         binary is None or _native_supports(binary, "--bn-momentum")
     ):
         argv += ["--bn-momentum", repr(spec.bn_momentum)]
+    if common.get("weights") is not None and (
+        binary is None or _native_supports(binary, "--weights-dir")
+    ):
+        argv += ["--weights-dir", str(common["weights"] / f"{spec.run}-node{spec.index}")]
     if binary is not None:
         return [binary, *argv]
     assert launcher.python_module is not None
@@ -465,6 +512,7 @@ def _run_phase(
                     "accuracy": ch.done["accuracy"],
                     "per_class": ch.done.get("per_class"),
                     "curve": ch.done.get("curve", []),
+                    "traffic": ch.done.get("traffic"),
                     "bytes_sent": int(stats.get("bytes_sent", 0)),
                     "num_params": (ch.ready or {}).get("num_params"),
                     "fingerprint": (ch.ready or {}).get("fingerprint"),
@@ -483,7 +531,76 @@ def _run_phase(
     return out
 
 
-def _plot(results: dict[str, dict[str, Any]], path: Path, title: str) -> None:
+#: DF-NUM-1: two nodes agree when max_i |w_P[i] - w_Q[i]| <= 5e-2 * max(max |w_P|, max |w_Q|).
+AGREEMENT_TOLERANCE = 5e-2
+
+
+def relative_difference(a: NDArray[np.float32], b: NDArray[np.float32]) -> float:
+    """DF-NUM-1's measure for two nodes: ``max|a - b| / max(max|a|, max|b|)`` (inf if non-finite)."""
+    diff = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
+    scale = max(float(np.max(np.abs(a))), float(np.max(np.abs(b))))
+    if not (math.isfinite(diff) and math.isfinite(scale)):
+        return math.inf
+    if scale == 0.0:
+        return 0.0 if diff == 0.0 else math.inf
+    return diff / scale
+
+
+def max_relative_difference(vectors: list[NDArray[np.float32]]) -> float | None:
+    """The largest `relative_difference` over every pair of nodes (``None`` for fewer than two)."""
+    if len(vectors) < 2:
+        return None
+    return max(relative_difference(a, b) for a, b in itertools.combinations(vectors, 2))
+
+
+def _json_float(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else x
+
+
+def _agreement(weights: Path, run: str, nodes: list[dict[str, Any]]) -> dict[str, Any]:
+    """Weight agreement of one run from the files its nodes wrote (``--weights-dir``): per
+    evaluation step present on every reporting node, and at the end. A node that writes no weights
+    (a native node without ``--weights-dir``) is left out and counted."""
+    dirs = [weights / f"{run}-node{n['index']}" for n in nodes]
+    present = [d for d in dirs if (d / "final.f32").is_file()]
+
+    def load(path: Path) -> NDArray[np.float32]:
+        return np.fromfile(path, dtype="<f4")
+
+    curve: list[list[float | None]] = []
+    final: float | None = None
+    if len(present) >= 2:
+        steps = set.intersection(*({f.stem for f in d.glob("step*.f32")} for d in present))
+        for stem in sorted(steps):
+            mrd = max_relative_difference([load(d / f"{stem}.f32") for d in present])
+            curve.append([int(stem[4:]), _json_float(mrd)])
+        final = max_relative_difference([load(d / "final.f32") for d in present])
+    return {
+        "final": _json_float(final),
+        "within_tolerance": bool(final is not None and final <= AGREEMENT_TOLERANCE),
+        "nodes_compared": len(present),
+        "nodes_without_weights": len(dirs) - len(present),
+        "curve": curve,
+    }
+
+
+def _traffic(nodes: list[dict[str, Any]]) -> list[list[int]]:
+    """Cluster totals per evaluation step: [step, sent, received, relayed] summed over the nodes
+    that report traffic, at the steps every one of them reported."""
+    rows = [{int(r[0]): r[1:] for r in n["traffic"]} for n in nodes if n.get("traffic")]
+    if not rows:
+        return []
+    steps = sorted(set.intersection(*(set(r) for r in rows)))
+    return [[st, *(int(sum(r[st][k] for r in rows)) for k in range(3))] for st in steps]
+
+
+def _plot(
+    results: dict[str, dict[str, Any]],
+    agreement: dict[str, dict[str, Any]],
+    dense_per_step: int,
+    path: Path,
+    title: str,
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -495,28 +612,131 @@ def _plot(results: dict[str, dict[str, Any]], path: Path, title: str) -> None:
         ("baseline", "one node, all data"),
     ]
     present = [(k, t) for k, t in names if k in results]
-    fig, axes = plt.subplots(
-        1, len(present), figsize=(5.2 * len(present), 4.2), sharey=True, squeeze=False
-    )
-    for ax, (key, label) in zip(axes[0], present, strict=True):
+    fig, axes = plt.subplots(2, 3, figsize=(16, 9), squeeze=False)
+    for ax, (key, label) in zip(axes[0], present, strict=False):
         for node in results[key]["nodes"]:
             curve = np.asarray(node["curve"], dtype=float)
             if curve.size == 0:
                 continue
-            cls = _classes_label(node["classes"])
             ax.plot(
-                curve[:, 0], curve[:, 1], label=f"node {node['index']} ({node['framework']}; {cls})"
+                curve[:, 0],
+                curve[:, 1],
+                label=_node_label(node["index"], node["framework"], node["classes"]),
             )
-        ax.set_title(label)
+        ax.set_title(f"accuracy: {label}")
         ax.set_xlabel("local step")
+        ax.set_ylabel("test accuracy (all ten classes)")
         ax.grid(alpha=0.3)
         ax.set_ylim(0, 1)
-        ax.legend(loc="lower right", fontsize=8)
-    axes[0][0].set_ylabel("test accuracy (all ten classes)")
+        ax.legend(
+            loc="lower right", fontsize=8, title="node, framework, its data", title_fontsize=8
+        )
+    for ax in axes[0][len(present) :]:
+        ax.axis("off")
+
+    ax = axes[1][0]  # bytes over steps, the whole sync cluster
+    sync_nodes = results["sync"]["nodes"]
+    traffic = np.asarray(_traffic(sync_nodes), dtype=float)
+    reporting = sum(1 for node in sync_nodes if node.get("traffic"))
+    if traffic.size:
+        traffic = traffic[traffic[:, 0] > 0]  # step 0: nothing sent yet (log scale)
+        st = traffic[:, 0]
+        mb = 1e-6
+        for col, label in ((1, "sent"), (2, "received"), (3, "relayed (share of sent)")):
+            keep = traffic[:, col] > 0
+            ax.plot(st[keep], traffic[keep, col] * mb, marker=".", label=label)
+        ax.plot(st, st * dense_per_step * mb, "k--", lw=1, label="dense fp32 every step")
+        ax.set_yscale("log")
+        ax.legend(fontsize=8, loc="best")
+    who = "all nodes" if reporting == len(sync_nodes) else f"{reporting} of {len(sync_nodes)} nodes"
+    ax.set_title(f"bytes, {who} together (sync run)")
+    ax.set_xlabel("local step")
+    ax.set_ylabel("cumulative MB (log)")
+    ax.grid(alpha=0.3, which="both")
+
+    ax = axes[1][1]  # weight agreement
+    for key, label, style in (("sync", "sync on", "-"), ("nosync", "sync off", ":")):
+        ag = agreement.get(key)
+        if not ag or not ag["curve"]:
+            continue
+        pts = np.asarray([(x, y) for x, y in ag["curve"] if y is not None and y > 0], dtype=float)
+        if pts.size:
+            (line,) = ax.plot(pts[:, 0], pts[:, 1], style, marker=".", label=label)
+            if ag["final"] is not None and ag["final"] > 0:
+                end = max(float(r[0]) for r in ag["curve"])
+                ax.plot([end], [ag["final"]], "*", ms=11, color=line.get_color())
+    ax.plot([], [], "*", color="gray", ms=9, label="at the end (after the drain)")
+    ax.axhline(AGREEMENT_TOLERANCE, color="tab:red", lw=1, ls="--", label="DF-NUM-1 tolerance")
+    ax.set_yscale("log")
+    ag = agreement.get("sync", {})
+    compared = ag.get("nodes_compared", 0)
+    who = (
+        "nodes"
+        if not ag.get("nodes_without_weights")
+        else f"the {compared} nodes reporting weights"
+    )
+    ax.set_title(f"weight agreement between {who}")
+    ax.set_xlabel("local step")
+    ax.set_ylabel("max relative difference (log)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8, loc="best")
+
+    ax = axes[1][2]  # the numbers
+    ax.axis("off")
+    lines = []
+    for key, label in (("sync", "sync on"), ("nosync", "sync off"), ("baseline", "baseline")):
+        if key not in results:
+            continue
+        lines.append(f"{label}:")
+        for node in results[key]["nodes"]:
+            who = _node_label(node["index"], node["framework"], node["classes"])
+            lines.append(f"  {who}: accuracy {node['accuracy']:.3f}")
+    ag = agreement.get("sync", {})
+    if ag.get("final") is not None:
+        ok = "within" if ag["within_tolerance"] else "outside"
+        lines.append(
+            f"agreement at the end: {ag['final']:.2e} ({ok} DF-NUM-1's {AGREEMENT_TOLERANCE:g})"
+        )
+    ax.text(0.0, 1.0, "\n".join(lines), va="top", ha="left", family="monospace", fontsize=9)
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def _versions(bins: dict[str, str]) -> dict[str, str | None]:
+    """The software of the run: delta-fabric, the protocol, the demo, Python, torch, zenoh, and the
+    ``--version`` line of each native node binary used (``burn``: df-node)."""
+    from delta_fabric.cli_support import software_versions
+
+    from delta_fabric_demo import __version__
+
+    out = software_versions()
+    out["delta-fabric-demo"] = __version__
+    for fw, binary in sorted(bins.items()):
+        name = NODE_LAUNCHERS[fw].binary or fw
+        try:
+            proc = subprocess.run(
+                [binary, "--version"], capture_output=True, text=True, timeout=30, check=False
+            )
+            line = proc.stdout.strip().splitlines()[0] if proc.stdout.strip() else ""
+            out[name] = line if proc.returncode == 0 and line else None
+        except (OSError, subprocess.TimeoutExpired):
+            out[name] = None
+        out[fw] = _locked_crate_version(fw)
+    return out
+
+
+def _locked_crate_version(crate: str) -> str | None:
+    """The version of ``crate`` in the checkout's ``interop/Cargo.lock`` (the native nodes are built
+    from it with ``--locked``), or ``None`` outside a checkout."""
+    lock = Path(__file__).resolve().parents[4] / "interop" / "Cargo.lock"
+    try:
+        text = lock.read_text()
+    except OSError:
+        return None
+    m = re.search(rf'\[\[package\]\]\nname = "{re.escape(crate)}"\nversion = "([^"]+)"', text)
+    return m.group(1) if m else None
 
 
 def _human(summary: dict[str, Any]) -> str:
@@ -541,6 +761,18 @@ def _human(summary: dict[str, Any]) -> str:
             f"  bytes sent {b['sent']:,} vs dense fp32 every step {b['dense_fp32']:,}: "
             f"{b['compression']:.1f}x fewer"
         )
+    ag = summary["agreement"]
+    if ag["final"] is not None:
+        ok = "within" if ag["within_tolerance"] else "OUTSIDE"
+        lines.append(
+            f"  weight agreement at the end: max relative difference {ag['final']:.2e} "
+            f"({ok} DF-NUM-1's {ag['tolerance']:g}; {ag['nodes_compared']} nodes compared"
+            + (
+                f", {ag['nodes_without_weights']} native node(s) report no weights)"
+                if ag["nodes_without_weights"]
+                else ")"
+            )
+        )
     dw = summary["done_when"]
     lines.append(
         f"  every node >= 0.90: {dw['all_nodes_ge_0.90']}; "
@@ -552,25 +784,87 @@ def _human(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace) -> int:
-    t_start = time.monotonic()
+class UsageError(Exception):
+    """A bad option value: the demo prints the message as one line and exits 2."""
+
+
+def _check_options(args: argparse.Namespace) -> list[str]:
+    """Every option's value checked before any node starts; returns the framework per node. Raises
+    `UsageError` with a one-line message naming the option."""
     frameworks: list[str]
-    if args.frameworks:
+    if args.frameworks is not None:
         frameworks = [f.strip() for f in args.frameworks.split(",") if f.strip()]
+        if not frameworks:
+            raise UsageError(f"--frameworks {args.frameworks!r} names no framework")
         bad = [f for f in frameworks if f not in NODE_LAUNCHERS]
         if bad:
-            known = tuple(NODE_LAUNCHERS)
-            print(f"demo: unknown framework(s) {bad}; choose from {known}", file=sys.stderr)
-            return 2
+            known = ", ".join(NODE_LAUNCHERS)
+            raise UsageError(
+                f"unknown framework(s) {', '.join(bad)} in --frameworks; choose from {known}"
+            )
         if args.nodes is not None and args.nodes != len(frameworks):
-            print("demo: --nodes disagrees with the length of --frameworks", file=sys.stderr)
-            return 2
+            raise UsageError(
+                f"--nodes {args.nodes} disagrees with --frameworks, which names {len(frameworks)} nodes"
+            )
     else:
+        if args.nodes is not None and args.nodes < 1:
+            raise UsageError(f"--nodes must be >= 1, got {args.nodes}")
         frameworks = ["torch"] * (args.nodes if args.nodes is not None else 3)
-    n = len(frameworks)
-    if n < 1 or args.steps < 1:
-        print("demo: need at least one node and one step", file=sys.stderr)
+    if args.steps < 1:
+        raise UsageError(f"--steps must be >= 1, got {args.steps}")
+    if args.batch < 1:
+        raise UsageError(f"--batch must be >= 1, got {args.batch}")
+    if args.eval_every < 1:
+        raise UsageError(f"--eval-every must be >= 1, got {args.eval_every}")
+    if args.max_lead < 0:
+        raise UsageError(f"--max-lead must be >= 0, got {args.max_lead}")
+    if args.lr is not None and not (math.isfinite(args.lr) and args.lr > 0):
+        raise UsageError(f"--lr must be a finite number > 0, got {args.lr}")
+    if not (math.isfinite(args.momentum) and 0 <= args.momentum < 1):
+        raise UsageError(f"--momentum must be in [0, 1), got {args.momentum}")
+    if args.bn_momentum is not None and not (
+        math.isfinite(args.bn_momentum) and 0 <= args.bn_momentum <= 1
+    ):
+        raise UsageError(f"--bn-momentum must be in [0, 1], got {args.bn_momentum}")
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise UsageError(f"--timeout must be a finite number of seconds > 0, got {args.timeout}")
+    from delta_fabric.config import SyncConfig
+
+    try:  # the sync parameters: the library's own validation and message
+        SyncConfig(alpha=args.alpha, ratio=args.ratio, sync_interval=args.sync_interval)
+    except (TypeError, ValueError) as exc:
+        name = str(exc).split(" ", 1)[0]
+        option = {"alpha": "--alpha", "ratio": "--ratio", "sync_interval": "--sync-interval"}
+        raise UsageError(f"{option.get(name, 'sync parameters')}: {exc}") from None
+    return frameworks
+
+
+def _check_output(out: Path) -> None:
+    """``out`` is (or can be made) a writable directory; creates it."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise UsageError(f"--output {str(out)!r} is not a writable directory: {reason}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except UsageError as exc:
+        print(f"demo: {exc}", file=sys.stderr)
         return 2
+    except (TimeoutError, RuntimeError) as exc:  # a node failed or hung: its log says more
+        print(f"demo: {exc}", file=sys.stderr)
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
+    t_start = time.monotonic()
+    frameworks = _check_options(args)
+    n = len(frameworks)
     bins: dict[str, str] = {}
     for fw in sorted(set(frameworks)):
         name = NODE_LAUNCHERS[fw].binary
@@ -578,16 +872,20 @@ def run(args: argparse.Namespace) -> int:
             continue
         found = getattr(args, f"{fw}_bin", None) or shutil.which(name)
         if not found or not Path(found).exists():
-            print(
-                f"demo: a {fw} node was asked for but the {name} binary was not found "
-                f"(build interop/ and put {name} on PATH, or pass --{fw}-bin)",
-                file=sys.stderr,
+            raise UsageError(
+                f"a {fw} node was asked for but the {name} binary was not found "
+                f"(build interop/ and put {name} on PATH, or pass --{fw}-bin)"
             )
-            return 2
         bins[fw] = found
-
-    from delta_fabric_demo.data import load_split, partition, write_partition
-    from delta_fabric_demo.model import init_model, save_canonical
+    try:
+        try:
+            from delta_fabric_demo.data import load_split, partition, write_partition
+            from delta_fabric_demo.model import init_model, save_canonical
+        except ModuleNotFoundError as exc:
+            raise_missing_extra(exc, "the demo")
+    except MissingExtraError as exc:
+        raise UsageError(str(exc)) from None
+    _check_output(args.output)
 
     out: Path = args.output
     out.mkdir(parents=True, exist_ok=True)
@@ -619,6 +917,7 @@ def run(args: argparse.Namespace) -> int:
         "include_buffers": include_buffers,
         "bins": bins,
         "namespace": f"deltafabric/demo-{os.getpid()}-{int(time.time())}",
+        "weights": (out / "weights").resolve(),
     }
     base_id = 0xDF00_0000_0000_0000
     ports = free_ports(n)
@@ -679,6 +978,11 @@ def run(args: argparse.Namespace) -> int:
     sent = sum(node["bytes_sent"] for node in results["sync"]["nodes"])
     dense = n * args.steps * manifest.num_params * 4
     compression = dense / sent if sent else float("inf")
+    agreement: dict[str, dict[str, Any]] = {
+        key: _agreement(common["weights"], key, results[key]["nodes"])
+        for key in ("sync", "nosync")
+        if key in results
+    }
     wall = time.monotonic() - t_start
     summary: dict[str, Any] = {
         "nodes": n,
@@ -711,6 +1015,18 @@ def run(args: argparse.Namespace) -> int:
             "all_nodes_ge_0.90": bool(results["sync"]["min_accuracy"] >= 0.90),
             "compression_ge_30x": bool(sent and compression >= 30.0),
         },
+        "agreement": {
+            "measure": "max over node pairs of max_i |w_P[i] - w_Q[i]| / max(max|w_P|, max|w_Q|) "
+            "on the canonical weights (DF-NUM-1), after the run's last sync and a short drain",
+            "tolerance": AGREEMENT_TOLERANCE,
+            "final": agreement["sync"]["final"],
+            "within_tolerance": agreement["sync"]["within_tolerance"],
+            "nodes_compared": agreement["sync"]["nodes_compared"],
+            "nodes_without_weights": agreement["sync"]["nodes_without_weights"],
+            "curve": agreement["sync"]["curve"],
+            "nosync_final": agreement["nosync"]["final"] if "nosync" in agreement else None,
+        },
+        "versions": _versions(bins),
         "wall_s": round(wall, 2),
         "cpu_count": os.cpu_count(),
         "plot": None,
@@ -720,6 +1036,8 @@ def run(args: argparse.Namespace) -> int:
         plot = out / "accuracy.png"
         _plot(
             results,
+            agreement,
+            n * manifest.num_params * 4,
             plot,
             f"DeltaFabric demo: {n} nodes ({args.topology}, {args.partition}), "
             f"{compression:.0f}x fewer bytes than dense fp32",

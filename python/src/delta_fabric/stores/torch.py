@@ -10,12 +10,17 @@ read-add-round-trip otherwise (DF-MAN-4). ``gather()`` is one ``torch.cat`` move
 from __future__ import annotations
 
 import numpy as np
-import torch
 from numpy.typing import NDArray
-from torch import nn
 
+from delta_fabric.extras import raise_missing_extra
 from delta_fabric.manifest import Manifest, TensorSpec
 from delta_fabric.store import check_flat, check_sparse
+
+try:  # an optional dependency: a missing one names the extra to install
+    import torch
+    from torch import nn
+except ModuleNotFoundError as _exc:
+    raise_missing_extra(_exc, "TorchStore (delta_fabric.stores.torch)")
 
 __all__ = ["TorchStore", "module_manifest", "module_tensors"]
 

@@ -48,10 +48,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import zenoh
 from numpy.typing import NDArray
 
 from delta_fabric import lifecycle
+from delta_fabric.extras import raise_missing_extra
 from delta_fabric.log import init_zenoh_log
 from delta_fabric.snapshot import (
     DEFAULT_CHUNK_SIZE,
@@ -76,6 +76,11 @@ from delta_fabric.transports.base import (
     check_node_id,
     node_hex,
 )
+
+try:  # an optional dependency: a missing one names the extra to install
+    import zenoh
+except ModuleNotFoundError as _exc:
+    raise_missing_extra(_exc, "the Zenoh transport (delta_fabric.transports.zenoh)")
 
 __all__ = [
     "DEFAULT_NAMESPACE",

@@ -1,0 +1,76 @@
+"""The demo checks every option before it starts a node: a bad value is one line on stderr and exit
+2, never a traceback, and nothing is written."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BAD = {
+    "ratio 0": (["--ratio", "0"], "--ratio"),
+    "ratio > 1": (["--ratio", "1.5"], "--ratio"),
+    "ratio nan": (["--ratio", "nan"], "--ratio"),
+    "alpha 0": (["--alpha", "0"], "--alpha"),
+    "alpha > 1": (["--alpha", "2"], "--alpha"),
+    "alpha inf": (["--alpha", "inf"], "--alpha"),
+    "sync-interval 0": (["--sync-interval", "0"], "--sync-interval"),
+    "batch 0": (["--batch", "0"], "--batch"),
+    "lr 0": (["--lr", "0"], "--lr"),
+    "lr negative": (["--lr", "-0.1"], "--lr"),
+    "lr nan": (["--lr", "nan"], "--lr"),
+    "lr inf": (["--lr", "inf"], "--lr"),
+    "steps 0": (["--steps", "0"], "--steps"),
+    "timeout 0": (["--timeout", "0"], "--timeout"),
+    "timeout nan": (["--timeout", "nan"], "--timeout"),
+    "eval-every 0": (["--eval-every", "0"], "--eval-every"),
+    "momentum 1": (["--momentum", "1"], "--momentum"),
+    "max-lead negative": (["--max-lead", "-1"], "--max-lead"),
+    "unknown framework": (["--frameworks", "torch,tensorflow"], "tensorflow"),
+    "no framework": (["--frameworks", ","], "--frameworks"),
+    "nodes 0": (["--nodes", "0"], "--nodes"),
+    "nodes vs frameworks": (["--nodes", "2", "--frameworks", "torch,torch,torch"], "--nodes"),
+    "unwritable output": (["--output", "{file}/out"], "--output"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD), ids=list(BAD))
+def test_bad_option_is_one_line_and_exit_2(case: str, tmp_path: Path) -> None:
+    args, names = BAD[case]
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a directory\n")
+    args = [a.replace("{file}", str(a_file)) for a in args]
+    if "--output" not in args:
+        args += ["--output", str(tmp_path / "out")]
+    r = subprocess.run(
+        [sys.executable, "-m", "delta_fabric.cli", "demo", "--no-progress", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("demo: ") and names in lines[0]
+    assert r.stdout == ""
+    assert not (tmp_path / "out").exists()  # checked before anything was written
+
+
+def test_sync_parameter_messages_are_the_librarys() -> None:
+    """The demo reports a bad sync parameter with SyncConfig's own message."""
+    import argparse
+
+    from delta_fabric.config import SyncConfig
+    from delta_fabric_demo.runner import UsageError, _check_options, add_arguments
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    with pytest.raises(ValueError) as lib:
+        SyncConfig(ratio=1.5)
+    with pytest.raises(UsageError) as demo:
+        _check_options(p.parse_args(["--ratio", "1.5"]))
+    assert str(demo.value) == f"--ratio: {lib.value}"
