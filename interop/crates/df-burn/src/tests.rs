@@ -102,12 +102,12 @@ fn linear_weight_is_transposed_to_pytorch_layout() {
 fn names_shapes_and_order() {
     let m = Small::<NB>::new(&dev());
     let l = canonical_layout::<NB, _>(&m, true).unwrap();
-    let got: Vec<(String, Vec<usize>)> = l
+    let got: Vec<(String, Vec<u64>)> = l
         .specs()
         .iter()
         .map(|s| (s.name.clone(), s.shape.clone()))
         .collect();
-    let want: Vec<(String, Vec<usize>)> = vec![
+    let want: Vec<(String, Vec<u64>)> = vec![
         ("bn1.bias".into(), vec![2]),
         ("bn1.running_mean".into(), vec![2]),
         ("bn1.running_var".into(), vec![2]),

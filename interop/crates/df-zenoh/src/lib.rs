@@ -13,7 +13,7 @@
 //!
 //! Received packets go through a callback into a bounded queue. [`QueuePolicy::DropOldest`] (the
 //! default) never blocks Zenoh's receive path and counts every dropped packet in
-//! [`TransportStats::dropped`]; [`QueuePolicy::Block`] makes the callback wait for room (back-pressure
+//! [`TransportStats::dropped_packets`]; [`QueuePolicy::Block`] makes the callback wait for room (back-pressure
 //! to the senders through congestion control BLOCK; two nodes that both block while publishing to
 //! each other can stall, so use it only with a consumer that drains independently of publishing).
 
@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use df_fabric::transport::{peer_timeout_message, peers_satisfied};
 use df_core::snapshot::{
     ChunkHeader, decode_snapshot_chunk, encode_snapshot_chunk, snapshot_digest,
 };
@@ -45,6 +46,19 @@ pub const PACKET_SCHEMA: &str = "deltafabric.v1.Packet";
 pub const SNAPSHOT_SCHEMA: &str = "deltafabric.v1.SnapshotChunk";
 /// Default values per snapshot chunk a joiner asks for (1 MiB of f32, as the Python reference).
 pub const DEFAULT_CHUNK_SIZE: usize = 262_144;
+
+/// Turns on Zenoh's own logs (`tracing`) from the environment: `RUST_LOG` as Zenoh reads it, else
+/// the level in `DELTA_FABRIC_LOG` for the `zenoh` targets. Silent when neither is set. Pair it with
+/// `df_fabric::logging::init_from_env` for DeltaFabric's records.
+pub fn init_log_from_env() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        zenoh::try_init_log_from_env();
+    } else if let Ok(level) = std::env::var("DELTA_FABRIC_LOG") {
+        if let Some(l) = df_fabric::logging::parse_level(&level) {
+            zenoh::init_log_from_env_or(format!("zenoh={}", l.as_str().to_ascii_lowercase()));
+        }
+    }
+}
 
 /// A node id as 16 lowercase hex digits.
 pub fn node_hex(node: u64) -> String {
@@ -93,7 +107,7 @@ pub enum Mode {
 /// What the receive callback does when the queue is full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum QueuePolicy {
-    /// Drop the oldest queued packet (counted in [`TransportStats::dropped`]).
+    /// Drop the oldest queued packet (counted in [`TransportStats::dropped_packets`]).
     #[default]
     DropOldest,
     /// Wait for room (back-pressure; see the crate doc).
@@ -148,12 +162,12 @@ impl TransportConfig {
     /// The Zenoh config this transport opens its session with.
     pub fn zenoh_config(&self) -> Result<Config, TransportError> {
         if let Some(p) = &self.config_file {
-            return Config::from_file(p).map_err(|e| TransportError::Zenoh(e.to_string()));
+            return Config::from_file(p).map_err(|e| TransportError::Config(e.to_string()));
         }
         let mut c = Config::default();
         let set = |c: &mut Config, k: &str, v: String| {
             c.insert_json5(k, &v)
-                .map_err(|e| TransportError::Zenoh(format!("{k}: {e}")))
+                .map_err(|e| TransportError::Config(format!("{k}: {e}")))
         };
         let mode = match self.mode {
             Mode::Peer => "peer",
@@ -176,81 +190,12 @@ impl TransportConfig {
     }
 }
 
-/// Transport errors.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TransportError {
-    /// A Zenoh call failed.
-    Zenoh(String),
-    /// Bad configuration.
-    Config(String),
-    /// Waiting timed out.
-    Timeout(String),
-    /// A snapshot fetch failed (no server, bad chunk, digest or fingerprint mismatch).
-    Snapshot(String),
-    /// The transport is closed.
-    Closed,
-}
-
-impl fmt::Display for TransportError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TransportError::Zenoh(s) => write!(f, "zenoh: {s}"),
-            TransportError::Config(s) => write!(f, "config: {s}"),
-            TransportError::Timeout(s) => write!(f, "timeout: {s}"),
-            TransportError::Snapshot(s) => write!(f, "snapshot: {s}"),
-            TransportError::Closed => f.write_str("transport closed"),
-        }
-    }
-}
-
-impl std::error::Error for TransportError {}
+pub use df_fabric::transport::{
+    FetchedSnapshot, SnapshotProvider, SnapshotSource, Transport, TransportError, TransportStats,
+};
 
 fn zerr(e: impl fmt::Display) -> TransportError {
-    TransportError::Zenoh(e.to_string())
-}
-
-/// Counters of the transport.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TransportStats {
-    /// Packets published.
-    pub published: u64,
-    /// Bytes published.
-    pub published_bytes: u64,
-    /// Packets received into the queue.
-    pub received: u64,
-    /// Packets dropped because the queue was full (DropOldest).
-    pub dropped: u64,
-    /// Packets currently queued.
-    pub queued: usize,
-}
-
-/// A captured state served as a snapshot (taken by the provider between two steps).
-#[derive(Debug, Clone, PartialEq)]
-pub struct SnapshotSource {
-    /// Incarnation of the serving node.
-    pub incarnation: u64,
-    /// Manifest fingerprint.
-    pub fingerprint: [u8; 32],
-    /// Framework name reported by the info queryable (e.g. `"burn"`).
-    pub framework: String,
-    /// The anchor, flat canonical order.
-    pub values: Arc<Vec<f32>>,
-}
-
-/// Captures the node's current snapshot; called from Zenoh's threads.
-pub type SnapshotProvider = Arc<dyn Fn() -> SnapshotSource + Send + Sync>;
-
-/// A fetched and verified snapshot.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FetchedSnapshot {
-    /// The values (verified against the digest, N of the chunks).
-    pub values: Vec<f32>,
-    /// The serving node.
-    pub node: u64,
-    /// The serving node's incarnation.
-    pub incarnation: u64,
-    /// The snapshot id.
-    pub snapshot_id: u64,
+    TransportError::Network(format!("zenoh: {e}"))
 }
 
 struct Captured {
@@ -267,10 +212,14 @@ struct Shared {
     peers: Mutex<BTreeSet<u64>>,
     peers_cv: Condvar,
     received: AtomicU64,
+    received_bytes: AtomicU64,
     dropped: AtomicU64,
+    dropped_bytes: AtomicU64,
     published: AtomicU64,
     published_bytes: AtomicU64,
     provider: Mutex<Option<SnapshotProvider>>,
+    /// Set by close: a blocked receive callback gives up instead of waiting for room.
+    closing: std::sync::atomic::AtomicBool,
     captured: Mutex<Option<Captured>>,
     next_snapshot_id: AtomicU64,
 }
@@ -288,18 +237,26 @@ impl Shared {
         match policy {
             QueuePolicy::DropOldest => {
                 while q.len() >= capacity.max(1) {
-                    q.pop_front();
-                    self.dropped.fetch_add(1, Ordering::Relaxed);
+                    if let Some(old) = q.pop_front() {
+                        self.dropped.fetch_add(1, Ordering::Relaxed);
+                        self.dropped_bytes
+                            .fetch_add(old.len() as u64, Ordering::Relaxed);
+                    }
                 }
             }
             QueuePolicy::Block => {
                 while q.len() >= capacity.max(1) {
+                    if self.closing.load(Ordering::Acquire) {
+                        return;
+                    }
                     q = self.queue_cv.wait(q).unwrap_or_else(|p| p.into_inner());
                 }
             }
         }
-        q.push_back(buf);
         self.received.fetch_add(1, Ordering::Relaxed);
+        self.received_bytes
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        q.push_back(buf);
         drop(q);
         self.queue_cv.notify_all();
     }
@@ -365,6 +322,7 @@ pub struct ZenohTransport {
     _queryables: Vec<Queryable<()>>,
     token: Option<LivelinessToken>,
     shared: Arc<Shared>,
+    closed: bool,
 }
 
 impl fmt::Debug for ZenohTransport {
@@ -545,13 +503,10 @@ impl ZenohTransport {
             _queryables: queryables,
             token: Some(token),
             shared,
+            closed: false,
         })
     }
 
-    /// This node's id.
-    pub fn node_id(&self) -> u64 {
-        self.cfg.node_id
-    }
     /// The namespace.
     pub fn namespace(&self) -> &str {
         &self.cfg.namespace
@@ -561,62 +516,17 @@ impl ZenohTransport {
         &self.session
     }
 
-    /// Publishes one packet on this node's delta key (blocks under congestion).
-    pub fn publish(&self, packet: &[u8]) -> Result<(), TransportError> {
-        self.publisher.put(packet.to_vec()).wait().map_err(zerr)?;
-        self.shared.published.fetch_add(1, Ordering::Relaxed);
-        self.shared
-            .published_bytes
-            .fetch_add(packet.len() as u64, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// Takes up to `max` queued packets (all when `None`), oldest first.
-    pub fn drain(&self, max: Option<usize>) -> Vec<Vec<u8>> {
-        let mut q = lock(&self.shared.queue);
-        let n = max.unwrap_or(usize::MAX).min(q.len());
-        let out: Vec<Vec<u8>> = q.drain(..n).collect();
-        drop(q);
-        self.shared.queue_cv.notify_all();
-        out
-    }
-
-    /// Waits until at least one packet is queued; `false` on timeout.
-    pub fn wait_for_packets(&self, timeout: Duration) -> bool {
-        let q = lock(&self.shared.queue);
-        let (q, _) = self
-            .shared
-            .queue_cv
-            .wait_timeout_while(q, timeout, |q| q.is_empty())
-            .unwrap_or_else(|p| p.into_inner());
-        !q.is_empty()
+    fn check_open(&self) -> Result<(), TransportError> {
+        if self.closed {
+            Err(TransportError::Closed)
+        } else {
+            Ok(())
+        }
     }
 
     /// The live peers (liveliness tokens seen, own excluded).
-    pub fn peers(&self) -> BTreeSet<u64> {
+    fn live(&self) -> BTreeSet<u64> {
         lock(&self.shared.peers).clone()
-    }
-
-    /// Waits until at least `n` peers are live; returns them, or `Timeout`.
-    pub fn wait_for_peers(
-        &self,
-        n: usize,
-        timeout: Duration,
-    ) -> Result<BTreeSet<u64>, TransportError> {
-        let p = lock(&self.shared.peers);
-        let (p, _) = self
-            .shared
-            .peers_cv
-            .wait_timeout_while(p, timeout, |p| p.len() < n)
-            .unwrap_or_else(|e| e.into_inner());
-        if p.len() >= n {
-            Ok(p.clone())
-        } else {
-            Err(TransportError::Timeout(format!(
-                "{} of {n} peers live after {timeout:?}",
-                p.len()
-            )))
-        }
     }
 
     /// Waits until `node` is no longer live; `false` on timeout.
@@ -628,13 +538,6 @@ impl ZenohTransport {
             .wait_timeout_while(p, timeout, |p| p.contains(&node))
             .unwrap_or_else(|e| e.into_inner());
         !p.contains(&node)
-    }
-
-    /// Serves snapshots and info from `provider` (DF-ZEN-5). Chunk-0 and info requests capture a
-    /// new snapshot unless the last one is younger than 10 s; later chunks use the last capture.
-    pub fn serve_snapshot(&self, provider: SnapshotProvider) {
-        *lock(&self.shared.provider) = Some(provider);
-        *lock(&self.shared.captured) = None;
     }
 
     /// Queries the info queryable of `peer`.
@@ -698,19 +601,10 @@ impl ZenohTransport {
         })
     }
 
-    /// Fetches `peer`'s snapshot chunk by chunk ([`DEFAULT_CHUNK_SIZE`] values) and verifies every
-    /// chunk (node, fingerprint, snapshot id, total, offset, length) and the whole digest
-    /// (DF-ZEN-5). Restarts from chunk 0 (at most 4 times) when the server switches snapshots.
-    pub fn fetch_snapshot(
-        &self,
-        peer: u64,
-        fingerprint: &[u8; 32],
-        timeout: Duration,
-    ) -> Result<FetchedSnapshot, TransportError> {
-        self.fetch_snapshot_chunked(peer, fingerprint, DEFAULT_CHUNK_SIZE, timeout)
-    }
-
-    /// [`ZenohTransport::fetch_snapshot`] with an explicit chunk size.
+    /// [`Transport::fetch_snapshot`] with an explicit chunk size: fetches `peer`'s snapshot chunk by
+    /// chunk and verifies every chunk (node, fingerprint, snapshot id, total, offset, length) and the
+    /// whole digest (DF-ZEN-5). Restarts from chunk 0 (at most 4 times) when the server switches
+    /// snapshots.
     pub fn fetch_snapshot_chunked(
         &self,
         peer: u64,
@@ -718,6 +612,7 @@ impl ZenohTransport {
         chunk_size: usize,
         timeout: Duration,
     ) -> Result<FetchedSnapshot, TransportError> {
+        self.check_open()?;
         let chunk_size = chunk_size.max(1);
         let deadline = Instant::now() + timeout;
         let left = || deadline.saturating_duration_since(Instant::now());
@@ -790,22 +685,133 @@ impl ZenohTransport {
         Err(bad("snapshot kept changing during the fetch".into()))
     }
 
-    /// Counters.
-    pub fn stats(&self) -> TransportStats {
-        TransportStats {
-            published: self.shared.published.load(Ordering::Relaxed),
-            published_bytes: self.shared.published_bytes.load(Ordering::Relaxed),
-            received: self.shared.received.load(Ordering::Relaxed),
-            dropped: self.shared.dropped.load(Ordering::Relaxed),
-            queued: lock(&self.shared.queue).len(),
+}
+
+impl Transport for ZenohTransport {
+    fn node_id(&self) -> u64 {
+        self.cfg.node_id
+    }
+
+    /// Publishes one packet on this node's delta key (blocks under congestion).
+    fn publish(&self, packet: &[u8]) -> Result<(), TransportError> {
+        self.check_open()?;
+        self.publisher.put(packet.to_vec()).wait().map_err(zerr)?;
+        self.shared.published.fetch_add(1, Ordering::Relaxed);
+        self.shared
+            .published_bytes
+            .fetch_add(packet.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn drain(&self, max: usize) -> Result<Vec<Vec<u8>>, TransportError> {
+        self.check_open()?;
+        let mut q = lock(&self.shared.queue);
+        let n = max.min(q.len());
+        let out: Vec<Vec<u8>> = q.drain(..n).collect();
+        drop(q);
+        self.shared.queue_cv.notify_all();
+        Ok(out)
+    }
+
+    fn wait_for_packets(&self, timeout: Duration) -> Result<bool, TransportError> {
+        self.check_open()?;
+        let q = lock(&self.shared.queue);
+        let (q, _) = self
+            .shared
+            .queue_cv
+            .wait_timeout_while(q, timeout, |q| q.is_empty())
+            .unwrap_or_else(|p| p.into_inner());
+        Ok(!q.is_empty())
+    }
+
+    fn peers(&self) -> Result<BTreeSet<u64>, TransportError> {
+        self.check_open()?;
+        Ok(self.live())
+    }
+
+    fn wait_for_peers(
+        &self,
+        n: usize,
+        expected: &[u64],
+        timeout: Duration,
+    ) -> Result<BTreeSet<u64>, TransportError> {
+        self.check_open()?;
+        let p = lock(&self.shared.peers);
+        let (p, _) = self
+            .shared
+            .peers_cv
+            .wait_timeout_while(p, timeout, |p| !peers_satisfied(n, expected, p))
+            .unwrap_or_else(|e| e.into_inner());
+        if peers_satisfied(n, expected, &p) {
+            Ok(p.clone())
+        } else {
+            Err(TransportError::Timeout(peer_timeout_message(
+                n, expected, &p, timeout,
+            )))
         }
     }
 
-    /// Undeclares the token (peers see this node go) and closes the session.
-    pub fn close(mut self) -> Result<(), TransportError> {
-        if let Some(t) = self.token.take() {
-            t.undeclare().wait().map_err(zerr)?;
+    /// Serves snapshots and info from `provider` (DF-ZEN-5). Chunk-0 and info requests capture a
+    /// new snapshot unless the last one is younger than 10 s; later chunks use the last capture.
+    fn serve_snapshot(&self, provider: SnapshotProvider) -> Result<(), TransportError> {
+        self.check_open()?;
+        *lock(&self.shared.provider) = Some(provider);
+        *lock(&self.shared.captured) = None;
+        Ok(())
+    }
+
+    /// [`ZenohTransport::fetch_snapshot_chunked`] with [`DEFAULT_CHUNK_SIZE`] values per chunk.
+    fn fetch_snapshot(
+        &self,
+        peer: u64,
+        fingerprint: &[u8; 32],
+        timeout: Duration,
+    ) -> Result<FetchedSnapshot, TransportError> {
+        self.fetch_snapshot_chunked(peer, fingerprint, DEFAULT_CHUNK_SIZE, timeout)
+    }
+
+    fn stats(&self) -> TransportStats {
+        let (queued_packets, queued_bytes) = {
+            let q = lock(&self.shared.queue);
+            (q.len() as u64, q.iter().map(|p| p.len() as u64).sum())
+        };
+        let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        TransportStats {
+            published_packets: ld(&self.shared.published),
+            published_bytes: ld(&self.shared.published_bytes),
+            received_packets: ld(&self.shared.received),
+            received_bytes: ld(&self.shared.received_bytes),
+            dropped_packets: ld(&self.shared.dropped),
+            dropped_bytes: ld(&self.shared.dropped_bytes),
+            queued_packets,
+            queued_bytes,
         }
-        self.session.close().wait().map_err(zerr)
+    }
+
+    /// Undeclares the token (peers see this node go) and closes the session; idempotent.
+    fn close(&mut self) -> Result<(), TransportError> {
+        if self.closed {
+            return Ok(());
+        }
+        self.closed = true;
+        self.shared.closing.store(true, Ordering::Release);
+        // Wake anyone blocked on the queue (Block policy) or on the peer set.
+        self.shared.queue_cv.notify_all();
+        self.shared.peers_cv.notify_all();
+        let token = self.token.take().map(|t| t.undeclare().wait());
+        let closed = self.session.close().wait();
+        log::debug!(target: "delta_fabric", "zenoh session of {} closed", node_hex(self.cfg.node_id));
+        if let Some(Err(e)) = token {
+            return Err(zerr(e));
+        }
+        closed.map_err(zerr)
+    }
+}
+
+impl Drop for ZenohTransport {
+    fn drop(&mut self) {
+        if let Err(e) = Transport::close(self) {
+            log::warn!(target: "delta_fabric", "closing the zenoh session: {e}");
+        }
     }
 }

@@ -24,6 +24,7 @@ use df_node::TrainBackend;
 use df_node::data::{IMAGE_LEN, Split};
 use df_node::node::{Model, evaluate, initial_model, model_manifest, sgd_config, train_step};
 use df_node::rng::SplitMix64;
+use df_fabric::Transport;
 use df_zenoh::{SnapshotSource, TransportConfig, ZenohTransport};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
@@ -519,7 +520,8 @@ impl PeerNode {
                 framework: "burn".into(),
                 values,
             }
-        }));
+        }))
+        .map_err(|e| err(e.to_string()))?;
         Ok(t)
     }
 
@@ -674,7 +676,10 @@ impl PeerNode {
                     .ok_or_else(|| err("delta index out of range"))? += v;
             }
         }
-        let packets = self.transport()?.drain(None);
+        let packets = self
+            .transport()?
+            .drain(usize::MAX)
+            .map_err(|e| err(e.to_string()))?;
         let mut relay = Vec::new();
         if !packets.is_empty() {
             let refs: Vec<&[u8]> = packets.iter().map(Vec::as_slice).collect();
@@ -772,7 +777,8 @@ impl PeerNode {
                 return Ok(false);
             }
             self.transport()?
-                .wait_for_packets(left.min(Duration::from_millis(50)));
+                .wait_for_packets(left.min(Duration::from_millis(50)))
+                .map_err(|e| err(e.to_string()))?;
         }
     }
 
@@ -788,13 +794,14 @@ impl PeerNode {
                 return Ok(());
             }
             self.transport()?
-                .wait_for_packets(Duration::from_millis(20));
+                .wait_for_packets(Duration::from_millis(20))
+                .map_err(|e| err(e.to_string()))?;
         }
         Ok(())
     }
 
     fn close(&mut self) {
-        if let Some(t) = self.transport.take()
+        if let Some(mut t) = self.transport.take()
             && let Err(e) = t.close()
         {
             log(&format!("closing the transport: {e}"));
@@ -948,7 +955,7 @@ impl PeerHost {
                     .collect::<Result<_, _>>()?;
                 let deadline = Instant::now() + secs(ins, "timeout_s", 20.0).min(left);
                 loop {
-                    let live = node.transport()?.peers();
+                    let live = node.transport()?.peers().map_err(|e| err(e.to_string()))?;
                     if want.iter().all(|w| live.contains(w)) || Instant::now() >= deadline {
                         std::thread::sleep(secs(ins, "grace_ms", 300.0) / 1000);
                         let alive: Vec<String> = live.iter().map(|&x| hex16(x)).collect();
