@@ -35,7 +35,8 @@ use df_fabric::{Fabric, FabricOptions, Transport, WeightStore};
 use df_zenoh::{TransportConfig, ZenohTransport};
 use serde_json::{Value, json};
 
-type B = Autodiff<NdArray<f32>>;
+/// The training backend (autodiff over ndarray, CPU).
+type Tb = Autodiff<NdArray<f32>>;
 
 /// The user's model: not the demo CNN.
 #[derive(Module, Debug)]
@@ -152,7 +153,7 @@ fn main() {
 
 fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let device = Default::default();
-    let store = BurnStore::<B, Mlp<B>>::new(Mlp::new(&device), false)?;
+    let store = BurnStore::<Tb, Mlp<Tb>>::new(Mlp::new(&device), false)?;
     let mut store = store;
     store.load(&initial_weights(args.seed, store.num_params()))?;
 
@@ -164,28 +165,35 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let timeout = Duration::from_secs_f64(args.timeout);
     transport.wait_for_peers(args.peers.len(), &args.peers, timeout)?;
 
-    let sync = df_core::Config {
+    let sync = df_core::SyncConfig {
         ratio: 0.5,
         sync_interval: 5,
-        ..df_core::Config::default()
+        ..df_core::SyncConfig::default()
     };
     // The fabric owns the store and the transport; dropping it closes the transport.
     let mut fabric = Fabric::with_options(store, transport, sync, FabricOptions::default())?;
-    emit(json!({"event": "ready", "node": format!("{:016x}", args.node_id),
-                "num_params": fabric.store().num_params()}));
+    emit(
+        json!({"event": "ready", "node": format!("{:016x}", args.node_id),
+                "num_params": fabric.store().num_params()}),
+    );
 
     let (xs, ys) = shard(args.index);
     let n = ys.len();
     let lr = 0.05 / (args.peers.len() + 1) as f64; // the learning rate divided by cluster size
-    let mut optim = SgdConfig::new().init::<B, Mlp<B>>();
+    let mut optim = SgdConfig::new().init::<Tb, Mlp<Tb>>();
     let mut rng = SplitMix64(2000 + args.index);
     let mut last_loss = 0.0f32;
     for _ in 0..args.steps {
-        let idx: Vec<usize> = (0..16).map(|_| (rng.next_u64() % n as u64) as usize).collect();
-        let bx: Vec<f32> = idx.iter().flat_map(|&i| xs[4 * i..4 * i + 4].to_vec()).collect();
+        let idx: Vec<usize> = (0..16)
+            .map(|_| (rng.next_u64() % n as u64) as usize)
+            .collect();
+        let bx: Vec<f32> = idx
+            .iter()
+            .flat_map(|&i| xs[4 * i..4 * i + 4].to_vec())
+            .collect();
         let by: Vec<f32> = idx.iter().map(|&i| ys[i]).collect();
-        let x = Tensor::<B, 2>::from_data(TensorData::new(bx, [16, 4]), &device);
-        let y = Tensor::<B, 2>::from_data(TensorData::new(by, [16, 1]), &device);
+        let x = Tensor::<Tb, 2>::from_data(TensorData::new(bx, [16, 4]), &device);
+        let y = Tensor::<Tb, 2>::from_data(TensorData::new(by, [16, 1]), &device);
         let model = fabric.store().model();
         let loss = (model.forward(x) - y).powi_scalar(2).mean();
         last_loss = loss.clone().into_scalar().elem::<f32>();
@@ -196,12 +204,16 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     // Quiescent drain: sync rounds without local steps (spec DF-NUM-1).
     for _ in 0..3 {
         fabric.sync_now()?;
-        fabric.transport().wait_for_packets(Duration::from_millis(20))?;
+        fabric
+            .transport()
+            .wait_for_packets(Duration::from_millis(20))?;
         fabric.poll()?;
     }
     let seq = fabric.engine()?.next_seq() - 1;
-    emit(json!({"event": "finished", "node": format!("{:016x}", args.node_id),
-                "seq": seq, "loss": last_loss}));
+    emit(
+        json!({"event": "finished", "node": format!("{:016x}", args.node_id),
+                "seq": seq, "loss": last_loss}),
+    );
 
     let mut line = String::new();
     std::io::stdin().lock().read_line(&mut line)?;
@@ -226,7 +238,9 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         if Instant::now() > deadline {
             return Err(format!("peers' final entries not received within {timeout:?}").into());
         }
-        fabric.transport().wait_for_packets(Duration::from_millis(50))?;
+        fabric
+            .transport()
+            .wait_for_packets(Duration::from_millis(50))?;
     }
     let w = fabric.store().gather()?;
     let bytes: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();

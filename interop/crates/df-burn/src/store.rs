@@ -125,8 +125,7 @@ impl<B: Backend, M: Module<B>> WeightStore for BurnStore<B, M> {
 
     fn apply(&mut self, indices: &[u32], values: &[f32]) -> Result<(), StoreError> {
         check_sparse(indices, values, self.layout.num_params())?;
-        let (m, touched) =
-            apply_sparse::<B, M>(self.model.clone(), &self.layout, indices, values)?;
+        let (m, touched) = apply_sparse::<B, M>(self.model.clone(), &self.layout, indices, values)?;
         self.model = m;
         self.tensors_rebuilt += touched as u64;
         Ok(())

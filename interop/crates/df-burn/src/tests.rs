@@ -192,7 +192,7 @@ fn import_keeps_param_ids_and_trainability() {
     let m = train_step(m, 1);
     let (_, after) = export_canonical::<AB, _>(&m, false).unwrap();
     for (s, &off) in layout.specs().iter().zip(layout.offsets()) {
-        let n = s.numel();
+        let n = s.numel() as usize;
         assert_ne!(
             before[off..off + n],
             after[off..off + n],

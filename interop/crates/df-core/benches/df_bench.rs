@@ -8,7 +8,9 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use df_core::selection::{Selector, num_selected};
-use df_core::{Encoding, OwnedEntry, OwnedPacket, decode_packet, encode_packet, validate_packet};
+use df_core::{
+    OwnedEntry, OwnedPacket, ValueEncoding, decode_packet, encode_packet, validate_packet,
+};
 
 fn best<F: FnMut()>(runs: usize, mut f: F) -> Duration {
     let mut b = Duration::MAX;
@@ -107,7 +109,7 @@ fn main() {
     // decode + validate of a packet with 1,000,000 values
     let m = 1_000_000usize;
     let step = (n / m).max(1) as u32;
-    let mut p = OwnedPacket::new(1, 1, [3; 32], Encoding::F32);
+    let mut p = OwnedPacket::new(1, 1, [3; 32], ValueEncoding::F32);
     p.entries.push(OwnedEntry {
         origin: 2,
         incarnation: 1,

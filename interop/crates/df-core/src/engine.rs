@@ -8,117 +8,15 @@ use std::fmt;
 
 use serde_json::{Value, json};
 
-use crate::codec::{
-    Encoding, OwnedEntry, OwnedPacket, PACKET_OVERHEAD_BOUND, decode_packet, encode_packet,
-    entry_size_bound, validate_packet,
-};
+use crate::config::{ConfigError, SyncConfig};
 use crate::error::ErrorCode;
 use crate::manifest::Manifest;
+use crate::replay::{Admission, ReceiverState};
 use crate::selection::{Selector, num_selected};
-use crate::window::{Admission, DEFAULT_MAX_ORIGINS, ReceiverState};
-
-/// Protocol parameters (spec section 3, DF-PAR) plus the send encoding.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Config {
-    /// Damping per hop (DF-RCV-5), used as `alpha as f32`.
-    pub alpha: f64,
-    /// Selection ratio r (DF-GEN-2).
-    pub ratio: f64,
-    /// Local steps between two generations (used by the node, not the engine).
-    pub sync_interval: u32,
-    /// Damped values with `|u| < threshold` are not relayed (compared as real numbers: f64).
-    pub relay_threshold: f64,
-    /// Maximum `Entry.hops`.
-    pub hop_limit: u8,
-    /// Maximum packet size in bytes.
-    pub max_packet_size: usize,
-    /// Replay window width W.
-    pub replay_window: u64,
-    /// Incarnations tracked per origin.
-    pub max_incarnations: usize,
-    /// Origins tracked (receiver bound, not fixed by the spec's table; spec DF-SEC-2).
-    pub max_origins: usize,
-    /// Send encoding of own and relayed entries.
-    pub encoding: Encoding,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            alpha: 1.0,
-            ratio: 0.05,
-            sync_interval: 10,
-            relay_threshold: 1e-6,
-            hop_limit: 16,
-            max_packet_size: crate::codec::DEFAULT_MAX_PACKET_SIZE,
-            replay_window: 1024,
-            max_incarnations: 4,
-            max_origins: DEFAULT_MAX_ORIGINS,
-            encoding: Encoding::F32,
-        }
-    }
-}
-
-impl Config {
-    /// Reads the keys present in a JSON object (Python `SyncConfig.to_json` shape); others keep
-    /// their defaults. Unknown keys are ignored.
-    pub fn from_json(v: &Value) -> Result<Config, String> {
-        let mut c = Config::default();
-        let f = |k: &str| v.get(k).and_then(Value::as_f64);
-        let u = |k: &str| v.get(k).and_then(Value::as_u64);
-        if let Some(x) = f("alpha") {
-            c.alpha = x;
-        }
-        if let Some(x) = f("ratio") {
-            c.ratio = x;
-        }
-        if let Some(x) = f("relay_threshold") {
-            c.relay_threshold = x;
-        }
-        if let Some(x) = u("sync_interval") {
-            c.sync_interval = u32::try_from(x).map_err(|_| "sync_interval too large")?;
-        }
-        if let Some(x) = u("hop_limit") {
-            c.hop_limit = u8::try_from(x).map_err(|_| "hop_limit > 255")?;
-        }
-        if let Some(x) = u("max_packet_size") {
-            c.max_packet_size = usize::try_from(x).map_err(|_| "max_packet_size too large")?;
-        }
-        if let Some(x) = u("replay_window") {
-            c.replay_window = x;
-        }
-        if let Some(x) = u("max_incarnations") {
-            c.max_incarnations = usize::try_from(x).map_err(|_| "max_incarnations too large")?;
-        }
-        if let Some(x) = u("max_origins") {
-            c.max_origins = usize::try_from(x).map_err(|_| "max_origins too large")?;
-        }
-        match v.get("encoding") {
-            None => {}
-            Some(Value::String(s)) => {
-                c.encoding = Encoding::from_name(s).ok_or_else(|| format!("bad encoding {s}"))?
-            }
-            Some(Value::Number(n)) => {
-                c.encoding = n
-                    .as_u64()
-                    .and_then(|x| u8::try_from(x).ok())
-                    .and_then(Encoding::from_u8)
-                    .ok_or("bad encoding")?
-            }
-            Some(_) => return Err("bad encoding".into()),
-        }
-        Ok(c)
-    }
-
-    /// Largest number of values one generated entry may carry so that a packet holding it alone
-    /// stays within `max_packet_size` (by the size bounds of [`crate::codec`]).
-    pub fn max_values_per_entry(&self) -> usize {
-        let room = self
-            .max_packet_size
-            .saturating_sub(PACKET_OVERHEAD_BOUND + entry_size_bound(0));
-        (room / 8).max(1)
-    }
-}
+use crate::wire::{
+    OwnedEntry, OwnedPacket, PACKET_OVERHEAD_BOUND, decode_packet, encode_packet, entry_size_bound,
+    validate_packet,
+};
 
 /// Engine errors (misuse by the caller, never caused by received bytes).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,6 +35,8 @@ pub enum EngineError {
     },
     /// Invalid construction parameter.
     Invalid(String),
+    /// A configuration parameter outside its allowed range (DF-PAR-11).
+    Config(ConfigError),
 }
 
 impl fmt::Display for EngineError {
@@ -147,11 +47,25 @@ impl fmt::Display for EngineError {
             }
             EngineError::NonFinite { index } => write!(f, "non-finite delta at index {index}"),
             EngineError::Invalid(s) => f.write_str(s),
+            EngineError::Config(e) => write!(f, "configuration: {e}"),
         }
     }
 }
 
-impl std::error::Error for EngineError {}
+impl std::error::Error for EngineError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            EngineError::Config(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<ConfigError> for EngineError {
+    fn from(e: ConfigError) -> Self {
+        EngineError::Config(e)
+    }
+}
 
 /// Receiver counters: rejected packets per code, dropped entries per reason, acceptances.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -233,6 +147,24 @@ pub enum Outcome {
     Rejected(ErrorCode),
 }
 
+/// The header of one entry the replay window accepted (DF-RCV-3, DF-RCV-4), with where it was:
+/// what a node layer needs (e.g. to track live origins) without decoding the packets again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AcceptedEntry {
+    /// Origin node id.
+    pub origin: u64,
+    /// Origin incarnation.
+    pub incarnation: u64,
+    /// Sequence number within (origin, incarnation).
+    pub seq: u64,
+    /// `Entry.hops` as received (before the relay increment).
+    pub hops: u8,
+    /// Index of the packet in the `packets` given to [`Engine::receive`].
+    pub packet: usize,
+    /// Index of the entry in that packet.
+    pub entry: usize,
+}
+
 /// The result of one receive step.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ReceiveResult {
@@ -246,6 +178,9 @@ pub struct ReceiveResult {
     pub outcomes: Vec<Outcome>,
     /// Per packet, the admission of each entry (empty for a rejected packet).
     pub entry_outcomes: Vec<Vec<Admission>>,
+    /// The accepted entries in acceptance order (packet order, then entry order): one per
+    /// [`Admission::Accepted`] of `entry_outcomes`.
+    pub accepted: Vec<AcceptedEntry>,
     /// What this step added to the counters.
     pub counters: Counters,
 }
@@ -265,7 +200,7 @@ impl ReceiveResult {
 #[derive(Debug)]
 pub struct Engine {
     manifest: Manifest,
-    config: Config,
+    config: SyncConfig,
     node_id: u64,
     incarnation: u64,
     anchor: Vec<f32>,
@@ -285,7 +220,7 @@ impl Engine {
     /// A node with this manifest, config, id, incarnation and initial anchor (N values).
     pub fn new(
         manifest: Manifest,
-        config: Config,
+        config: SyncConfig,
         node_id: u64,
         incarnation: u64,
         anchor: Vec<f32>,
@@ -306,9 +241,7 @@ impl Engine {
                 "node id and incarnation must be non-zero".into(),
             ));
         }
-        if !(config.ratio > 0.0 && config.ratio <= 1.0) {
-            return Err(EngineError::Invalid("ratio must be in (0, 1]".into()));
-        }
+        config.validate().map_err(EngineError::Config)?;
         let state = ReceiverState::new(
             node_id,
             config.replay_window,
@@ -343,7 +276,7 @@ impl Engine {
         &self.manifest
     }
     /// The config.
-    pub fn config(&self) -> &Config {
+    pub fn config(&self) -> &SyncConfig {
         &self.config
     }
     /// Own node id.
@@ -465,7 +398,7 @@ impl Engine {
         let c = &mut res.counters;
         self.touched_list.clear();
         let mut u: Vec<f32> = Vec::new();
-        for buf in packets {
+        for (packet_index, buf) in packets.iter().enumerate() {
             c.packets_received += 1;
             let pkt = match decode_packet(buf, self.config.max_packet_size)
                 .and_then(|p| validate_packet(&p, &fp, n as u64, self.config.hop_limit).map(|()| p))
@@ -482,7 +415,7 @@ impl Engine {
             c.packets_accepted += 1;
             res.outcomes.push(Outcome::Ok);
             let mut admissions = Vec::with_capacity(pkt.entries.len());
-            for e in &pkt.entries {
+            for (entry_index, e) in pkt.entries.iter().enumerate() {
                 let a = self.state.admit(e.origin, e.incarnation, e.seq);
                 admissions.push(a);
                 if a != Admission::Accepted {
@@ -490,6 +423,14 @@ impl Engine {
                     continue;
                 }
                 c.entries_accepted += 1;
+                res.accepted.push(AcceptedEntry {
+                    origin: e.origin,
+                    incarnation: e.incarnation,
+                    seq: e.seq,
+                    hops: e.hops,
+                    packet: packet_index,
+                    entry: entry_index,
+                });
                 u.clear();
                 u.extend(e.values.iter().map(|&v| alpha * v));
                 for (&i, &x) in e.indices.iter().zip(&u) {

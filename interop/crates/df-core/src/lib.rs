@@ -4,13 +4,14 @@
 //! (`df-burn`) build on these types. Every rule implemented here is fixed by
 //! `spec/protocol.md`; requirement ids are cited in the doc comments and tests.
 
-pub mod codec;
+pub mod config;
 pub mod engine;
 pub mod error;
 pub mod manifest;
+pub mod replay;
 pub mod selection;
 pub mod snapshot;
-pub mod window;
+pub mod wire;
 
 /// The flatc output for `schema/deltafabric.fbs` and `schema/snapshot.fbs` (checked in, never edited).
 pub mod generated {
@@ -47,11 +48,12 @@ pub mod generated {
     pub mod snapshot;
 }
 
-pub use codec::{
-    DEFAULT_MAX_PACKET_SIZE, Encoding, Entry, OwnedEntry, OwnedPacket, Packet, decode_packet,
-    encode_packet, validate_packet,
-};
-pub use engine::{Config, Counters, Engine, EngineError, Outcome, ReceiveResult};
+pub use config::{ConfigError, SyncConfig};
+pub use engine::{AcceptedEntry, Counters, Engine, EngineError, Outcome, ReceiveResult};
 pub use error::{DecodeError, ErrorCode};
 pub use manifest::{Manifest, TensorSpec};
-pub use window::{Admission, ReceiverState, ReplayWindow};
+pub use replay::{Admission, ReceiverState, ReplayWindow};
+pub use wire::{
+    DEFAULT_MAX_PACKET_SIZE, Entry, OwnedEntry, OwnedPacket, Packet, ValueEncoding, decode_packet,
+    encode_packet, validate_packet,
+};

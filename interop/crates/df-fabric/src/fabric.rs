@@ -17,14 +17,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use df_core::{Config, Engine, EngineError, ReceiveResult};
+use df_core::{Engine, EngineError, ReceiveResult, SyncConfig};
 use log::{debug, info, warn};
 use serde_json::{Value, json};
 
 use crate::LOG_TARGET;
 use crate::store::{StoreError, WeightStore};
 use crate::transport::{
-    SnapshotProvider, SnapshotSource, Transport, TransportError, node_hex,
+    SnapshotError, SnapshotErrorKind, SnapshotProvider, SnapshotSource, Transport, TransportError,
+    node_hex,
 };
 
 /// Upper bound on packets taken from the transport in one step (as the Python node).
@@ -157,7 +158,7 @@ impl<W: WeightStore, T: Transport> std::fmt::Debug for Fabric<W, T> {
 
 impl<W: WeightStore, T: Transport> Fabric<W, T> {
     /// A node whose anchor is the store's current weights; the node id is the transport's.
-    pub fn new(store: W, transport: T, config: Config) -> Result<Self, FabricError> {
+    pub fn new(store: W, transport: T, config: SyncConfig) -> Result<Self, FabricError> {
         Self::with_options(store, transport, config, FabricOptions::default())
     }
 
@@ -168,11 +169,11 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
     pub fn with_options(
         mut store: W,
         transport: T,
-        config: Config,
+        config: SyncConfig,
         options: FabricOptions,
     ) -> Result<Self, FabricError> {
         let mut transport = transport;
-        let sync_interval = u64::from(config.sync_interval.max(1));
+        let sync_interval = config.sync_interval.max(1);
         match Self::start(&mut store, &transport, config, &options) {
             Ok((engine, joined_from)) => {
                 let fabric = Fabric {
@@ -190,7 +191,9 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
                     snapshots_served: Arc::new(AtomicU64::new(0)),
                     closed: false,
                 };
-                fabric.transport.serve_snapshot(fabric.snapshot_provider())?;
+                fabric
+                    .transport
+                    .serve_snapshot(fabric.snapshot_provider())?;
                 info!(
                     target: LOG_TARGET,
                     "node {} up: framework {}, N = {}, incarnation {}{}",
@@ -213,7 +216,7 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
     fn start(
         store: &mut W,
         transport: &T,
-        config: Config,
+        config: SyncConfig,
         options: &FabricOptions,
     ) -> Result<(Engine, Option<u64>), FabricError> {
         let node_id = transport.node_id();
@@ -226,7 +229,10 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
                 // The store must now read back exactly the snapshot: active = anchor (DF-ZEN-5).
                 let back = store.gather()?;
                 if back.len() != values.len()
-                    || back.iter().zip(&values).any(|(a, b)| a.to_bits() != b.to_bits())
+                    || back
+                        .iter()
+                        .zip(&values)
+                        .any(|(a, b)| a.to_bits() != b.to_bits())
                 {
                     return Err(FabricError::Join(
                         "the loaded snapshot does not read back bit-exactly from the store".into(),
@@ -245,16 +251,20 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
         let served = Arc::clone(&self.snapshots_served);
         let framework = self.store.framework().to_owned();
         Arc::new(move || {
-            // A reader after a panic still gets the last consistent anchor (steps hold the lock
-            // only while the engine is consistent between receive and generate).
-            let e = engine.lock().unwrap_or_else(|p| p.into_inner());
+            // A copy of the anchor between two steps (the step holds the lock). After a panic in a
+            // step the engine may be half-updated: serve nothing rather than a torn anchor.
+            let (incarnation, fingerprint, values) = {
+                let e = engine.lock().map_err(|_| {
+                    SnapshotError::new(SnapshotErrorKind::ServerError, "node failed")
+                })?;
+                (
+                    e.incarnation(),
+                    e.manifest().fingerprint(),
+                    e.anchor().to_vec(),
+                )
+            };
             served.fetch_add(1, Ordering::Relaxed);
-            SnapshotSource {
-                incarnation: e.incarnation(),
-                fingerprint: e.manifest().fingerprint(),
-                framework: framework.clone(),
-                values: Arc::new(e.anchor().to_vec()),
-            }
+            SnapshotSource::new(incarnation, fingerprint, values, framework.clone())
         })
     }
 
@@ -488,7 +498,11 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
 impl<W: WeightStore, T: Transport> Drop for Fabric<W, T> {
     fn drop(&mut self) {
         if !self.closed {
-            let reason = if std::thread::panicking() { "panic" } else { "dropped without close()" };
+            let reason = if std::thread::panicking() {
+                "panic"
+            } else {
+                "dropped without close()"
+            };
             info!(
                 target: LOG_TARGET,
                 "node {} closing the transport ({reason})",
@@ -518,13 +532,20 @@ fn fetch_verified<T: Transport>(
     let mut last: Option<String> = None;
     loop {
         let live = transport.peers()?;
-        let mut order: Vec<u64> = j.preferred.iter().copied().filter(|p| live.contains(p)).collect();
+        let mut order: Vec<u64> = j
+            .preferred
+            .iter()
+            .copied()
+            .filter(|p| live.contains(p))
+            .collect();
         order.extend(live.iter().copied().filter(|p| !j.preferred.contains(p)));
         for peer in order {
             if left().is_zero() {
                 break;
             }
             match transport.fetch_snapshot(peer, &fingerprint, left().min(JOIN_PER_PEER)) {
+                // The transport's assembler checked fingerprint, offsets, finiteness and digest
+                // (DF-ZEN-12); the length must also be this manifest's N.
                 Ok(s) => match crate::store::check_full(&s.values, n) {
                     Ok(()) => {
                         info!(

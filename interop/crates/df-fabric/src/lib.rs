@@ -30,7 +30,8 @@ pub use fabric::{Fabric, FabricError, FabricOptions, JoinOptions};
 pub use memory::{MemoryHub, MemoryTransport};
 pub use store::{StoreError, VecStore, WeightStore};
 pub use transport::{
-    FetchedSnapshot, SnapshotProvider, SnapshotSource, Transport, TransportError, TransportStats,
+    SnapshotError, SnapshotErrorKind, SnapshotProvider, SnapshotSource, Transport, TransportError,
+    TransportStats, VerifiedSnapshot,
 };
 
 /// The `log` target of every DeltaFabric record (the Python logger name).

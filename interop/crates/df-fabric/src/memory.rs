@@ -8,10 +8,11 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use df_core::snapshot::{ChunkHeader, decode_snapshot_chunk, encode_snapshot_chunk, snapshot_digest};
+use df_core::DEFAULT_MAX_PACKET_SIZE;
+use df_core::snapshot::{Assembler, SnapshotError, SnapshotErrorKind, encode_chunk, fetch_chunks};
 
 use crate::transport::{
-    FetchedSnapshot, SnapshotProvider, Transport, TransportError, TransportStats, node_hex,
+    SnapshotProvider, Transport, TransportError, TransportStats, VerifiedSnapshot, node_hex,
     peer_timeout_message, peers_satisfied,
 };
 
@@ -207,72 +208,45 @@ impl Transport for MemoryTransport {
         peer: u64,
         fingerprint: &[u8; 32],
         timeout: Duration,
-    ) -> Result<FetchedSnapshot, TransportError> {
+    ) -> Result<VerifiedSnapshot, TransportError> {
         let deadline = Instant::now() + timeout;
-        // Capture on the server (as a queryable would), then move it chunk by chunk through the codec.
+        // Capture on the server (as a queryable would), then move it chunk by chunk through the
+        // codec and the joiner's assembler.
         let (provider, id) = {
             let mut s = self.state()?;
             let m = s.members.get_mut(&peer).ok_or_else(|| {
-                TransportError::Snapshot(format!("node {} is not live", node_hex(peer)))
+                SnapshotError::new(
+                    SnapshotErrorKind::NoServer,
+                    format!("node {} is not on the hub", node_hex(peer)),
+                )
             })?;
             let p = m.provider.clone().ok_or_else(|| {
-                TransportError::Snapshot(format!("node {} serves no snapshot", node_hex(peer)))
+                SnapshotError::new(
+                    SnapshotErrorKind::ServerError,
+                    format!("node {} serves no snapshot", node_hex(peer)),
+                )
             })?;
             m.snapshot_ids += 1;
             (p, m.snapshot_ids)
         };
-        let src = provider();
-        let header = ChunkHeader {
-            node: peer,
-            incarnation: src.incarnation,
-            fingerprint: src.fingerprint,
-            snapshot_id: id,
-            total: src.values.len() as u64,
-            digest: snapshot_digest(&src.values),
+        let src = provider()?;
+        let asm = Assembler::new(*fingerprint, MEMORY_CHUNK_SIZE)?.expect_node(peer);
+        let request = |chunk: u64, size: usize, _left: Duration| {
+            encode_chunk(&src, peer, id, chunk, size, DEFAULT_MAX_PACKET_SIZE)
         };
-        let mut values = Vec::with_capacity(src.values.len());
-        let mut offset = 0usize;
-        loop {
-            if Instant::now() > deadline {
-                return Err(TransportError::Timeout(format!(
-                    "snapshot of {} not complete after {timeout:?}",
-                    node_hex(peer)
-                )));
-            }
-            let end = (offset + MEMORY_CHUNK_SIZE).min(src.values.len());
-            let buf = encode_snapshot_chunk(&header, offset as u64, &src.values[offset..end]);
-            let c = decode_snapshot_chunk(&buf).map_err(TransportError::Snapshot)?;
-            if &c.fingerprint != fingerprint {
-                return Err(TransportError::Snapshot(format!(
-                    "fingerprint mismatch: node {} serves another manifest",
-                    node_hex(peer)
-                )));
-            }
-            values.extend_from_slice(&c.values);
-            offset = end;
-            if offset >= src.values.len() {
-                break;
-            }
-        }
-        if snapshot_digest(&values) != header.digest {
-            return Err(TransportError::Snapshot("digest mismatch".into()));
-        }
-        Ok(FetchedSnapshot {
-            values,
-            node: peer,
-            incarnation: src.incarnation,
-            snapshot_id: id,
-        })
+        Ok(fetch_chunks(request, &asm, deadline, 0, Instant::now)?)
     }
 
     fn stats(&self) -> TransportStats {
         let s = lock(&self.hub.hub);
-        s.members.get(&self.id).map_or_else(TransportStats::default, |m| {
-            let mut st = m.stats;
-            st.queued_packets = m.queue.len() as u64;
-            st.queued_bytes = m.queued_bytes;
-            st
-        })
+        s.members
+            .get(&self.id)
+            .map_or_else(TransportStats::default, |m| {
+                let mut st = m.stats;
+                st.queued_packets = m.queue.len() as u64;
+                st.queued_bytes = m.queued_bytes;
+                st
+            })
     }
 
     fn close(&mut self) -> Result<(), TransportError> {

@@ -23,43 +23,19 @@ pub enum TransportError {
     /// A wait ran out of time (peers, snapshot).
     #[error("timeout: {0}")]
     Timeout(String),
-    /// A snapshot could not be served, fetched or verified.
+    /// A snapshot could not be served, fetched or verified (the kind says why, DF-ZEN-12).
     #[error("snapshot: {0}")]
-    Snapshot(String),
+    Snapshot(#[from] SnapshotError),
     /// The network layer failed.
     #[error("transport: {0}")]
     Network(String),
 }
 
-/// A captured state served as a snapshot (taken by the provider between two steps).
-#[derive(Debug, Clone, PartialEq)]
-pub struct SnapshotSource {
-    /// Incarnation of the serving node.
-    pub incarnation: u64,
-    /// Manifest fingerprint.
-    pub fingerprint: [u8; 32],
-    /// Framework name reported by the info query (e.g. `"burn"`).
-    pub framework: String,
-    /// The anchor, flat canonical order.
-    pub values: Arc<Vec<f32>>,
-}
+pub use df_core::snapshot::{SnapshotError, SnapshotErrorKind, SnapshotSource, VerifiedSnapshot};
 
-/// Captures the node's current snapshot; called from the transport's threads, must be cheap and
-/// thread-safe.
-pub type SnapshotProvider = Arc<dyn Fn() -> SnapshotSource + Send + Sync>;
-
-/// A fetched snapshot, verified by the transport against its chunks' fingerprint and the digest.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FetchedSnapshot {
-    /// The values (N of the chunks).
-    pub values: Vec<f32>,
-    /// The serving node.
-    pub node: u64,
-    /// The serving node's incarnation.
-    pub incarnation: u64,
-    /// The snapshot id.
-    pub snapshot_id: u64,
-}
+/// Captures the node's current anchor as a [`SnapshotSource`] (copying it); called from the
+/// transport's threads when a joiner's request needs a new capture, so it must be thread-safe.
+pub type SnapshotProvider = Arc<dyn Fn() -> Result<SnapshotSource, SnapshotError> + Send + Sync>;
 
 /// Counters of one transport (Python `TransportStats`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -121,14 +97,15 @@ pub trait Transport {
     /// previous provider).
     fn serve_snapshot(&self, provider: SnapshotProvider) -> Result<(), TransportError>;
 
-    /// Fetches `peer`'s anchor snapshot of manifest `fingerprint`, verified (fingerprint of every
-    /// chunk, digest of the whole), within `timeout`.
+    /// Fetches `peer`'s anchor snapshot of manifest `fingerprint` within `timeout`, verified by a
+    /// [`df_core::snapshot::Assembler`] (fingerprint, consistency, offsets, finite values, digest:
+    /// DF-ZEN-12).
     fn fetch_snapshot(
         &self,
         peer: u64,
         fingerprint: &[u8; 32],
         timeout: Duration,
-    ) -> Result<FetchedSnapshot, TransportError>;
+    ) -> Result<VerifiedSnapshot, TransportError>;
 
     /// A copy of the counters.
     fn stats(&self) -> TransportStats;
@@ -170,7 +147,7 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
         peer: u64,
         fingerprint: &[u8; 32],
         timeout: Duration,
-    ) -> Result<FetchedSnapshot, TransportError> {
+    ) -> Result<VerifiedSnapshot, TransportError> {
         (**self).fetch_snapshot(peer, fingerprint, timeout)
     }
     fn stats(&self) -> TransportStats {
@@ -202,8 +179,16 @@ pub fn peer_timeout_message(
     format!(
         "waited {timeout:?} for {n} peer(s), {} present ({}); missing: {}",
         live.len(),
-        if have.is_empty() { "none".into() } else { have.join(", ") },
-        if missing.is_empty() { "unknown ids".into() } else { missing.join(", ") }
+        if have.is_empty() {
+            "none".into()
+        } else {
+            have.join(", ")
+        },
+        if missing.is_empty() {
+            "unknown ids".into()
+        } else {
+            missing.join(", ")
+        }
     )
 }
 

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use df_core::{Config, Manifest, TensorSpec};
+use df_core::{Manifest, SyncConfig, TensorSpec};
 use df_fabric::{
     Fabric, FabricError, FabricOptions, JoinOptions, MemoryHub, MemoryTransport, SnapshotSource,
     StoreError, Transport, TransportError, VecStore, WeightStore,
@@ -23,11 +23,11 @@ fn store(v: f32) -> VecStore {
     VecStore::new(manifest(), vec![v; 28]).unwrap()
 }
 
-fn cfg() -> Config {
-    Config {
+fn cfg() -> SyncConfig {
+    SyncConfig {
         ratio: 0.25,
         sync_interval: 2,
-        ..Config::default()
+        ..SyncConfig::default()
     }
 }
 
@@ -38,7 +38,13 @@ fn node(hub: &MemoryHub, id: u64, neighbours: &[u64]) -> Node {
         incarnation: Some(1),
         ..FabricOptions::default()
     };
-    Fabric::with_options(store(0.0), hub.join(id, neighbours).unwrap(), cfg(), options).unwrap()
+    Fabric::with_options(
+        store(0.0),
+        hub.join(id, neighbours).unwrap(),
+        cfg(),
+        options,
+    )
+    .unwrap()
 }
 
 /// Local "training": each node pushes its own weights by a node-specific amount.
@@ -67,7 +73,11 @@ fn drain(nodes: &mut [Node]) {
 fn a_line_of_three_nodes_converges_and_counts_hops_from_the_engine() {
     let hub = MemoryHub::new();
     // 1 - 2 - 3: node 1 and node 3 hear each other only through node 2's relays.
-    let mut nodes = vec![node(&hub, 1, &[2]), node(&hub, 2, &[1, 3]), node(&hub, 3, &[2])];
+    let mut nodes = vec![
+        node(&hub, 1, &[2]),
+        node(&hub, 2, &[1, 3]),
+        node(&hub, 3, &[2]),
+    ];
     for k in 0..20 {
         for n in nodes.iter_mut() {
             train(n, k);
@@ -78,20 +88,40 @@ fn a_line_of_three_nodes_converges_and_counts_hops_from_the_engine() {
     let w: Vec<Vec<f32>> = nodes.iter().map(|n| n.store().gather().unwrap()).collect();
     let scale = w.iter().flatten().fold(0.0f32, |m, x| m.max(x.abs()));
     for a in &w[1..] {
-        let d = a.iter().zip(&w[0]).fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+        let d = a
+            .iter()
+            .zip(&w[0])
+            .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
         assert!(d <= 1e-4 * scale, "diff {d} scale {scale}");
     }
     // Node 1 accepted node 3's entries at hop 1 (relayed by node 2), node 2's at hop 0.
     let h = nodes[0].accepted_by_hops();
-    assert!(h.get(&0).copied().unwrap_or(0) > 0 && h.get(&1).copied().unwrap_or(0) > 0, "{h:?}");
+    assert!(
+        h.get(&0).copied().unwrap_or(0) > 0 && h.get(&1).copied().unwrap_or(0) > 0,
+        "{h:?}"
+    );
     let p = nodes[0].origin_progress();
     assert!(p[&3].1 > 0 && p[&2].1 > 0, "{p:?}");
     let s = nodes[1].stats();
     for key in [
-        "node_id", "incarnation", "num_params", "fingerprint", "bootstrapped", "steps", "syncs",
-        "bytes_sent", "packets_sent", "own_entries_sent", "own_values_sent", "relay_entries_sent",
-        "relay_values_sent", "values_received_applied", "accepted_by_hops", "snapshots_served",
-        "receive", "transport",
+        "node_id",
+        "incarnation",
+        "num_params",
+        "fingerprint",
+        "bootstrapped",
+        "steps",
+        "syncs",
+        "bytes_sent",
+        "packets_sent",
+        "own_entries_sent",
+        "own_values_sent",
+        "relay_entries_sent",
+        "relay_values_sent",
+        "values_received_applied",
+        "accepted_by_hops",
+        "snapshots_served",
+        "receive",
+        "transport",
     ] {
         assert!(s.get(key).is_some(), "stats lacks {key}: {s}");
     }
@@ -121,7 +151,11 @@ fn a_late_joiner_starts_from_a_live_peers_anchor() {
     let b = Fabric::with_options(store(3.0), hub.join(2, &[]).unwrap(), cfg(), options).unwrap();
     assert_eq!(b.joined_from(), Some(1));
     assert_eq!(b.store().values(), &anchor[..], "active = snapshot");
-    assert_eq!(b.engine().unwrap().anchor(), &anchor[..], "anchor = snapshot");
+    assert_eq!(
+        b.engine().unwrap().anchor(),
+        &anchor[..],
+        "anchor = snapshot"
+    );
     assert_eq!(b.stats()["bootstrapped"], true);
     assert_eq!(a.snapshots_served(), 1);
 }
@@ -134,12 +168,8 @@ fn a_snapshot_with_a_non_finite_value_is_refused() {
     let fp = manifest().fingerprint();
     let mut values = vec![0.5f32; 28];
     values[7] = f32::NAN;
-    let values = Arc::new(values);
-    liar.serve_snapshot(Arc::new(move || SnapshotSource {
-        incarnation: 1,
-        fingerprint: fp,
-        framework: "vec".into(),
-        values: values.clone(),
+    liar.serve_snapshot(Arc::new(move || {
+        SnapshotSource::new(1, fp, values.clone(), "vec")
     }))
     .unwrap();
     let options = FabricOptions {
@@ -149,10 +179,10 @@ fn a_snapshot_with_a_non_finite_value_is_refused() {
         }),
         ..FabricOptions::default()
     };
-    let e = Fabric::with_options(store(0.0), hub.join(2, &[]).unwrap(), cfg(), options)
-        .unwrap_err();
+    let e =
+        Fabric::with_options(store(0.0), hub.join(2, &[]).unwrap(), cfg(), options).unwrap_err();
     match e {
-        FabricError::Join(msg) => assert!(msg.contains("not finite"), "{msg}"),
+        FabricError::Join(msg) => assert!(msg.contains("NON_FINITE"), "{msg}"),
         other => panic!("expected a join error, got {other:?}"),
     }
     // The failed start closed (dropped) the joiner's transport: it left the hub.
@@ -170,8 +200,8 @@ fn join_with_nobody_to_join_is_a_typed_error_within_the_timeout() {
         ..FabricOptions::default()
     };
     let t0 = std::time::Instant::now();
-    let e = Fabric::with_options(store(0.0), hub.join(2, &[]).unwrap(), cfg(), options)
-        .unwrap_err();
+    let e =
+        Fabric::with_options(store(0.0), hub.join(2, &[]).unwrap(), cfg(), options).unwrap_err();
     assert!(matches!(e, FabricError::Join(_)), "{e:?}");
     assert!(t0.elapsed() < Duration::from_secs(5));
 }
@@ -207,11 +237,17 @@ fn stores_refuse_bad_updates_and_change_nothing() {
     );
     assert_eq!(
         s.apply(&[1], &[]),
-        Err(StoreError::SparseLengthMismatch { indices: 1, values: 0 })
+        Err(StoreError::SparseLengthMismatch {
+            indices: 1,
+            values: 0
+        })
     );
     assert_eq!(
         s.load(&[0.0; 3]),
-        Err(StoreError::LengthMismatch { expected: 28, got: 3 })
+        Err(StoreError::LengthMismatch {
+            expected: 28,
+            got: 3
+        })
     );
     let mut inf = vec![0.0; 28];
     inf[4] = f32::INFINITY;
@@ -236,7 +272,8 @@ fn memory_hub_waits_and_reports_who_is_missing() {
     }
     let _b = hub.join(0x2b, &[]).unwrap();
     assert_eq!(
-        a.wait_for_peers(1, &[0x2b], Duration::from_secs(1)).unwrap(),
+        a.wait_for_peers(1, &[0x2b], Duration::from_secs(1))
+            .unwrap(),
         [0x2b].into()
     );
 }
@@ -246,7 +283,10 @@ fn log_levels_parse_like_rust_log() {
     use df_fabric::logging::parse_level;
     use log::LevelFilter;
     assert_eq!(parse_level("debug"), Some(LevelFilter::Debug));
-    assert_eq!(parse_level("warn,delta_fabric=trace"), Some(LevelFilter::Trace));
+    assert_eq!(
+        parse_level("warn,delta_fabric=trace"),
+        Some(LevelFilter::Trace)
+    );
     assert_eq!(parse_level("zenoh=info"), None);
     assert_eq!(parse_level("nonsense"), None);
 }

@@ -48,15 +48,15 @@ pub struct Args {
     /// Synchronise with peers (`on`) or train alone (`off`).
     #[arg(long, default_value = "on", value_parser = on_off)]
     pub sync: bool,
-    /// Damping per hop (DF-RCV-5).
+    /// Damping per hop in [0, 1] (DF-RCV-5).
     #[arg(long, default_value_t = 1.0)]
     pub alpha: f64,
     /// Selection ratio r in (0, 1] (DF-GEN-2).
     #[arg(long, default_value_t = 0.05)]
     pub ratio: f64,
     /// Local steps between two syncs.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
-    pub sync_interval: u32,
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    pub sync_interval: u64,
     /// Also synchronise the BatchNorm running statistics.
     #[arg(long)]
     pub include_buffers: bool,
@@ -185,12 +185,11 @@ impl Args {
         o.max_lead = self.max_lead;
         o.join = self.join;
         o.join_timeout = self.join_timeout;
-        if !(o.sync_config.ratio > 0.0 && o.sync_config.ratio <= 1.0) {
-            return Err(NodeError::Usage("--ratio must be in (0, 1]".into()));
-        }
-        if !o.sync_config.alpha.is_finite() {
-            return Err(NodeError::Usage("--alpha must be finite".into()));
-        }
+        o.sync_config.include_buffers = o.include_buffers;
+        // Every sync parameter in its allowed range (DF-PAR-11).
+        o.sync_config
+            .validate()
+            .map_err(|e| NodeError::Usage(e.to_string()))?;
         if o.join && !o.sync {
             return Err(NodeError::Usage("--join needs --sync on".into()));
         }

@@ -26,7 +26,7 @@ use burn::optim::{GradientsParams, Optimizer, SgdConfig};
 use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use df_burn::{BurnStore, CanonicalLayout};
-use df_core::{Config, Manifest};
+use df_core::{Manifest, SyncConfig};
 use df_fabric::{Fabric, FabricOptions, JoinOptions, Transport, WeightStore};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -63,7 +63,7 @@ pub struct NodeOptions {
     pub momentum: f64,
     pub seed: u64,
     pub sync: bool,
-    pub sync_config: Config,
+    pub sync_config: SyncConfig,
     pub include_buffers: bool,
     pub namespace: String,
     pub listen: Option<String>,
@@ -104,7 +104,7 @@ impl NodeOptions {
             momentum: 0.9,
             seed: 0,
             sync: false,
-            sync_config: Config::default(),
+            sync_config: SyncConfig::default(),
             include_buffers: false,
             namespace: "deltafabric/demo".into(),
             listen: None,
@@ -450,7 +450,7 @@ pub fn run_node(
         loss_n += 1;
         if let Some(f) = node.fabric() {
             f.step()?;
-            if opts.max_lead > 0 && step % u64::from(opts.sync_config.sync_interval.max(1)) == 0 {
+            if opts.max_lead > 0 && step % opts.sync_config.sync_interval.max(1) == 0 {
                 paced += f.pace(&opts.neighbours, opts.max_lead, opts.wait_peers)?;
             }
         }

@@ -24,10 +24,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use df_fabric::transport::{peer_timeout_message, peers_satisfied};
 use df_core::snapshot::{
-    ChunkHeader, decode_snapshot_chunk, encode_snapshot_chunk, snapshot_digest,
+    Assembler, SnapshotError, SnapshotErrorKind, SnapshotServer, fetch_chunks, format_chunk_params,
 };
+pub use df_core::snapshot::{DEFAULT_CHUNK_SIZE, parse_chunk_params};
+use df_fabric::transport::{peer_timeout_message, peers_satisfied};
 use serde_json::{Value, json};
 use zenoh::Wait;
 use zenoh::bytes::Encoding;
@@ -44,8 +45,6 @@ pub const DEFAULT_NAMESPACE: &str = "deltafabric/default";
 pub const PACKET_SCHEMA: &str = "deltafabric.v1.Packet";
 /// Encoding schema of snapshot chunk replies.
 pub const SNAPSHOT_SCHEMA: &str = "deltafabric.v1.SnapshotChunk";
-/// Default values per snapshot chunk a joiner asks for (1 MiB of f32, as the Python reference).
-pub const DEFAULT_CHUNK_SIZE: usize = 262_144;
 
 /// Turns on Zenoh's own logs (`tracing`) from the environment: `RUST_LOG` as Zenoh reads it, else
 /// the level in `DELTA_FABRIC_LOG` for the `zenoh` targets. Silent when neither is set. Pair it with
@@ -191,21 +190,13 @@ impl TransportConfig {
 }
 
 pub use df_fabric::transport::{
-    FetchedSnapshot, SnapshotProvider, SnapshotSource, Transport, TransportError, TransportStats,
+    SnapshotProvider, SnapshotSource, Transport, TransportError, TransportStats, VerifiedSnapshot,
 };
 
 fn zerr(e: impl fmt::Display) -> TransportError {
     TransportError::Network(format!("zenoh: {e}"))
 }
 
-struct Captured {
-    id: u64,
-    at: Instant,
-    digest: [u8; 32],
-    src: SnapshotSource,
-}
-
-#[derive(Default)]
 struct Shared {
     queue: Mutex<VecDeque<Vec<u8>>>,
     queue_cv: Condvar,
@@ -220,16 +211,16 @@ struct Shared {
     provider: Mutex<Option<SnapshotProvider>>,
     /// Set by close: a blocked receive callback gives up instead of waiting for room.
     closing: std::sync::atomic::AtomicBool,
-    captured: Mutex<Option<Captured>>,
-    next_snapshot_id: AtomicU64,
+    /// Which capture answers which request (DF-ZEN-5, -11), shared by the queryable threads.
+    server: Mutex<SnapshotServer>,
+    /// Never served: what the server's capture closure returns on a path that cannot be taken
+    /// (a capture is requested only when `needs_capture` said so, with the same clock reading).
+    placeholder: SnapshotSource,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
-
-/// Reuse a captured snapshot for a chunk-0 request younger than this (concurrent joiners share one).
-const SNAPSHOT_REUSE: Duration = Duration::from_secs(10);
 
 impl Shared {
     fn push(&self, buf: Vec<u8>, capacity: usize, policy: QueuePolicy) {
@@ -261,55 +252,27 @@ impl Shared {
         self.queue_cv.notify_all();
     }
 
-    /// The capture answering a request (`fresh`: chunk 0 or info).
-    fn current(&self, fresh: bool) -> Option<(u64, [u8; 32], SnapshotSource)> {
-        let provider = lock(&self.provider).clone()?;
-        let mut cap = lock(&self.captured);
-        let stale = match &*cap {
-            None => true,
-            Some(c) => fresh && c.at.elapsed() >= SNAPSHOT_REUSE,
+    /// Runs `f` on the snapshot server at one clock reading, with a capture taken from the
+    /// provider only when the server needs one (DF-ZEN-11: chunk 0 and info may capture, later
+    /// chunks reuse the capture they started from).
+    fn with_server<R>(
+        &self,
+        fresh: bool,
+        f: impl FnOnce(&mut SnapshotServer, Instant, &dyn Fn() -> SnapshotSource) -> R,
+    ) -> Result<R, SnapshotError> {
+        let provider = lock(&self.provider).clone().ok_or_else(|| {
+            SnapshotError::new(SnapshotErrorKind::ServerError, "no snapshot served")
+        })?;
+        let mut server = lock(&self.server);
+        let now = Instant::now();
+        let captured = if server.needs_capture(fresh, now) {
+            Some(provider()?)
+        } else {
+            None
         };
-        if stale {
-            let src = provider();
-            let id = self.next_snapshot_id.fetch_add(1, Ordering::Relaxed) + 1;
-            *cap = Some(Captured {
-                id,
-                at: Instant::now(),
-                digest: snapshot_digest(&src.values),
-                src,
-            });
-        }
-        cap.as_ref().map(|c| (c.id, c.digest, c.src.clone()))
+        let capture = || captured.clone().unwrap_or_else(|| self.placeholder.clone());
+        Ok(f(&mut server, now, &capture))
     }
-}
-
-/// Parses `chunk=<i>&chunk_size=<c>` (pairs split on `&` and `;`, unknown keys ignored), with
-/// `1 <= c` and `4c + 1024 <= max_packet_size`.
-pub fn parse_chunk_params(params: &str, max_packet_size: usize) -> Result<(u64, usize), String> {
-    let mut chunk = None;
-    let mut size = None;
-    for part in params.split(['&', ';']) {
-        let (k, v) = part.split_once('=').unwrap_or((part, ""));
-        let v = v.trim();
-        let num = || -> Result<u64, String> {
-            if v.is_empty() || v.len() > 20 || !v.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(format!("{k}={v:?} is not a non-negative decimal integer"));
-            }
-            v.parse::<u64>().map_err(|e| e.to_string())
-        };
-        match k.trim() {
-            "chunk" if chunk.is_none() => chunk = Some(num()?),
-            "chunk_size" if size.is_none() => size = Some(num()?),
-            _ => {}
-        }
-    }
-    let chunk = chunk.ok_or("parameter chunk missing")?;
-    let size = size.ok_or("parameter chunk_size missing")?;
-    let limit = (max_packet_size.saturating_sub(1024) / 4) as u64;
-    if size < 1 || size > limit {
-        return Err(format!("chunk_size {size} not in [1, {limit}]"));
-    }
-    Ok((chunk, size as usize))
 }
 
 /// One node's Zenoh session with its publisher, subscribers, liveliness token and queryables.
@@ -352,7 +315,25 @@ impl ZenohTransport {
         let mut cfg = cfg;
         cfg.namespace = ns.clone();
         let session = zenoh::open(cfg.zenoh_config()?).wait().map_err(zerr)?;
-        let shared = Arc::new(Shared::default());
+        let cfgerr = |e: SnapshotError| TransportError::Config(e.to_string());
+        let shared = Arc::new(Shared {
+            queue: Mutex::default(),
+            queue_cv: Condvar::new(),
+            peers: Mutex::default(),
+            peers_cv: Condvar::new(),
+            received: AtomicU64::new(0),
+            received_bytes: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            dropped_bytes: AtomicU64::new(0),
+            published: AtomicU64::new(0),
+            published_bytes: AtomicU64::new(0),
+            provider: Mutex::new(None),
+            closing: std::sync::atomic::AtomicBool::new(false),
+            server: Mutex::new(
+                SnapshotServer::new(cfg.node_id, cfg.max_packet_size).map_err(cfgerr)?,
+            ),
+            placeholder: SnapshotSource::new(1, [0; 32], vec![0.0f32], "none").map_err(cfgerr)?,
+        });
         let me = cfg.node_id;
         let own_key = delta_key(&ns, me);
         let publisher = session
@@ -397,31 +378,13 @@ impl ZenohTransport {
                 .declare_queryable(key)
                 .complete(true)
                 .callback(move |query| {
-                    let answer = (|| -> Result<Vec<u8>, String> {
-                        let (chunk, size) = parse_chunk_params(query.parameters().as_str(), mps)?;
-                        let (id, digest, src) =
-                            sh.current(chunk == 0).ok_or("no snapshot served")?;
-                        let n = src.values.len() as u64;
-                        let nchunks = n.div_ceil(size as u64).max(1);
-                        if chunk >= nchunks {
-                            return Err(format!("chunk {chunk} out of range (0..{nchunks})"));
-                        }
-                        let start = (chunk * size as u64) as usize;
-                        let end = (start + size).min(src.values.len());
-                        let h = ChunkHeader {
-                            node: me,
-                            incarnation: src.incarnation,
-                            fingerprint: src.fingerprint,
-                            snapshot_id: id,
-                            total: n,
-                            digest,
-                        };
-                        Ok(encode_snapshot_chunk(
-                            &h,
-                            start as u64,
-                            &src.values[start..end],
-                        ))
-                    })();
+                    // DF-ZEN-5: the sans-IO server policy of df_core::snapshot answers.
+                    let params = query.parameters().as_str().to_owned();
+                    let answer = parse_chunk_params(&params, mps).and_then(|(chunk, _)| {
+                        sh.with_server(chunk == 0, |srv, now, capture| {
+                            srv.answer(&params, now, capture)
+                        })?
+                    });
                     let _ = match answer {
                         Ok(buf) => query
                             .reply(reply_key.clone(), buf)
@@ -429,7 +392,7 @@ impl ZenohTransport {
                                 Encoding::APPLICATION_OCTET_STREAM.with_schema(SNAPSHOT_SCHEMA),
                             )
                             .wait(),
-                        Err(e) => query.reply_err(e).wait(),
+                        Err(e) => query.reply_err(e.to_string()).wait(),
                     };
                 })
                 .wait()
@@ -444,21 +407,13 @@ impl ZenohTransport {
                 .declare_queryable(key)
                 .complete(true)
                 .callback(move |query| {
-                    let _ = match sh.current(true) {
-                        Some((_, _, src)) => {
-                            let info = json!({
-                                "node": node_hex(me),
-                                "incarnation": node_hex(src.incarnation),
-                                "fingerprint": hex::encode(src.fingerprint),
-                                "framework": src.framework,
-                                "N": src.values.len(),
-                            });
-                            query
-                                .reply(reply_key.clone(), info.to_string())
-                                .encoding(Encoding::APPLICATION_JSON)
-                                .wait()
-                        }
-                        None => query.reply_err("no snapshot served").wait(),
+                    let info = sh.with_server(true, |srv, now, capture| srv.info(now, capture));
+                    let _ = match info {
+                        Ok(info) => query
+                            .reply(reply_key.clone(), info.to_string())
+                            .encoding(Encoding::APPLICATION_JSON)
+                            .wait(),
+                        Err(e) => query.reply_err(e.to_string()).wait(),
                     };
                 })
                 .wait()
@@ -554,28 +509,38 @@ impl ZenohTransport {
         while let Ok(r) = replies.recv() {
             match r.result() {
                 Ok(s) => {
-                    return serde_json::from_slice(&s.payload().to_bytes())
-                        .map_err(|e| TransportError::Snapshot(format!("info JSON: {e}")));
+                    return serde_json::from_slice(&s.payload().to_bytes()).map_err(|e| {
+                        TransportError::Snapshot(SnapshotError::new(
+                            SnapshotErrorKind::ServerError,
+                            format!("info JSON: {e}"),
+                        ))
+                    });
                 }
                 Err(e) => err = Some(String::from_utf8_lossy(&e.payload().to_bytes()).into_owned()),
             }
         }
         Err(match err {
-            Some(e) => TransportError::Snapshot(format!("info of {}: {e}", node_hex(peer))),
+            Some(e) => TransportError::Snapshot(SnapshotError::new(
+                SnapshotErrorKind::ServerError,
+                format!("info of {}: {e}", node_hex(peer)),
+            )),
             None => TransportError::Timeout(format!("no info from {}", node_hex(peer))),
         })
     }
 
+    /// One chunk query (the I/O of [`fetch_chunks`]): the reply bytes, or a typed error
+    /// (`ServerError` for an error reply, `Timeout` when nobody answered in time).
     fn get_chunk(
         &self,
         peer: u64,
         chunk: u64,
         size: usize,
         timeout: Duration,
-    ) -> Result<Vec<u8>, TransportError> {
+    ) -> Result<Vec<u8>, SnapshotError> {
         let sel = format!(
-            "{}?chunk={chunk}&chunk_size={size}",
-            snapshot_key(&self.cfg.namespace, peer)
+            "{}?{}",
+            snapshot_key(&self.cfg.namespace, peer),
+            format_chunk_params(chunk, size)
         );
         let replies = self
             .session
@@ -584,7 +549,7 @@ impl ZenohTransport {
             .consolidation(ConsolidationMode::None)
             .timeout(timeout.max(Duration::from_millis(1)))
             .wait()
-            .map_err(zerr)?;
+            .map_err(|e| SnapshotError::new(SnapshotErrorKind::NoServer, e.to_string()))?;
         let mut err = None;
         while let Ok(r) = replies.recv() {
             match r.result() {
@@ -593,98 +558,43 @@ impl ZenohTransport {
             }
         }
         Err(match err {
-            Some(e) => TransportError::Snapshot(format!("node {}: {e}", node_hex(peer))),
-            None => TransportError::Timeout(format!(
-                "no snapshot chunk {chunk} from {} within {timeout:?}",
-                node_hex(peer)
-            )),
+            Some(e) => SnapshotError::new(
+                SnapshotErrorKind::ServerError,
+                format!("node {}: {e}", node_hex(peer)),
+            ),
+            None => SnapshotError::new(
+                SnapshotErrorKind::Timeout,
+                format!(
+                    "no snapshot chunk {chunk} from {} within {timeout:?}",
+                    node_hex(peer)
+                ),
+            ),
         })
     }
 
-    /// [`Transport::fetch_snapshot`] with an explicit chunk size: fetches `peer`'s snapshot chunk by
-    /// chunk and verifies every chunk (node, fingerprint, snapshot id, total, offset, length) and the
-    /// whole digest (DF-ZEN-5). Restarts from chunk 0 (at most 4 times) when the server switches
-    /// snapshots.
+    /// [`Transport::fetch_snapshot`] with an explicit chunk size: the chunks of `peer`'s snapshot go
+    /// through a [`df_core::snapshot::Assembler`] (node, fingerprint, snapshot id, total, offsets,
+    /// finite values, digest: DF-ZEN-12); restarts from chunk 0 (at most 4 times) when the server
+    /// switches snapshots.
     pub fn fetch_snapshot_chunked(
         &self,
         peer: u64,
         fingerprint: &[u8; 32],
         chunk_size: usize,
         timeout: Duration,
-    ) -> Result<FetchedSnapshot, TransportError> {
+    ) -> Result<VerifiedSnapshot, TransportError> {
         self.check_open()?;
-        let chunk_size = chunk_size.max(1);
-        let deadline = Instant::now() + timeout;
-        let left = || deadline.saturating_duration_since(Instant::now());
-        let bad = |s: String| TransportError::Snapshot(s);
-        'restart: for _ in 0..5 {
-            let mut values: Vec<f32> = Vec::new();
-            let mut head: Option<(u64, u64, u64, [u8; 32])> = None; // id, incarnation, total, digest
-            let mut i: u64 = 0;
-            loop {
-                if left().is_zero() {
-                    return Err(TransportError::Timeout(format!(
-                        "snapshot of {} not complete after {timeout:?}",
-                        node_hex(peer)
-                    )));
-                }
-                let buf = self.get_chunk(peer, i, chunk_size, left())?;
-                let c = decode_snapshot_chunk(&buf).map_err(|e| bad(format!("chunk {i}: {e}")))?;
-                if c.node != peer {
-                    return Err(bad(format!("chunk {i} from node {}", node_hex(c.node))));
-                }
-                if &c.fingerprint != fingerprint {
-                    return Err(bad(format!(
-                        "fingerprint mismatch: {} != local {}",
-                        hex::encode(c.fingerprint),
-                        hex::encode(fingerprint)
-                    )));
-                }
-                match head {
-                    None => {
-                        let total = usize::try_from(c.total)
-                            .map_err(|_| bad(format!("total {} too large", c.total)))?;
-                        values.reserve_exact(total);
-                        head = Some((c.snapshot_id, c.incarnation, c.total, c.digest));
-                    }
-                    Some((id, inc, total, digest)) => {
-                        if (c.snapshot_id, c.incarnation, c.total, c.digest)
-                            != (id, inc, total, digest)
-                        {
-                            continue 'restart; // the server switched snapshots
-                        }
-                    }
-                }
-                let Some((id, inc, total, digest)) = head else {
-                    return Err(bad("no header".into()));
-                };
-                let want_len = (total - c.offset).min(chunk_size as u64);
-                if c.offset != i * chunk_size as u64 || c.values.len() as u64 != want_len {
-                    return Err(bad(format!(
-                        "chunk {i}: offset {} / {} values, expected {} / {want_len}",
-                        c.offset,
-                        c.values.len(),
-                        i * chunk_size as u64
-                    )));
-                }
-                values.extend_from_slice(&c.values);
-                if values.len() as u64 == total {
-                    if snapshot_digest(&values) != digest {
-                        return Err(bad("digest mismatch".into()));
-                    }
-                    return Ok(FetchedSnapshot {
-                        values,
-                        node: peer,
-                        incarnation: inc,
-                        snapshot_id: id,
-                    });
-                }
-                i += 1;
-            }
-        }
-        Err(bad("snapshot kept changing during the fetch".into()))
+        let asm = Assembler::new(*fingerprint, chunk_size)?.expect_node(peer);
+        let request =
+            |chunk: u64, size: usize, left: Duration| self.get_chunk(peer, chunk, size, left);
+        Ok(fetch_chunks(
+            request,
+            &asm,
+            Instant::now() + timeout,
+            4,
+            Instant::now,
+        )?)
     }
-
 }
 
 impl Transport for ZenohTransport {
@@ -756,7 +666,9 @@ impl Transport for ZenohTransport {
     fn serve_snapshot(&self, provider: SnapshotProvider) -> Result<(), TransportError> {
         self.check_open()?;
         *lock(&self.shared.provider) = Some(provider);
-        *lock(&self.shared.captured) = None;
+        // A new provider: the next request captures from it.
+        let fresh = SnapshotServer::new(self.cfg.node_id, self.cfg.max_packet_size)?;
+        *lock(&self.shared.server) = fresh;
         Ok(())
     }
 
@@ -766,7 +678,7 @@ impl Transport for ZenohTransport {
         peer: u64,
         fingerprint: &[u8; 32],
         timeout: Duration,
-    ) -> Result<FetchedSnapshot, TransportError> {
+    ) -> Result<VerifiedSnapshot, TransportError> {
         self.fetch_snapshot_chunked(peer, fingerprint, DEFAULT_CHUNK_SIZE, timeout)
     }
 

@@ -14,7 +14,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use df_core::{Config, Manifest, TensorSpec};
+use df_core::{Manifest, SyncConfig, TensorSpec};
 use df_fabric::{Fabric, Transport, VecStore};
 use df_zenoh::{TransportConfig, ZenohTransport};
 
@@ -45,9 +45,9 @@ fn child(mode: &str, ns: &str, parent_port: u16) {
     let store = VecStore::new(manifest, vec![0.5; 8]).expect("store");
     let t = ZenohTransport::open(config(CHILD, ns, free_port(), Some(parent_port))).expect("open");
     t.wait_for_peers(1, &[PARENT], BOUND).expect("parent live");
-    let cfg = Config {
+    let cfg = SyncConfig {
         sync_interval: 1,
-        ..Config::default()
+        ..SyncConfig::default()
     };
     let mut fabric = Fabric::new(store, t, cfg).expect("fabric");
     for i in 0..3 {
@@ -168,7 +168,11 @@ fn main() {
     assert_eq!(int.exit.signal(), Some(2));
     for r in &runs {
         assert!(r.exit_after < BOUND, "{}: {:?}", r.mode, r.exit_after);
-        assert!(r.peer_gone_after.is_some(), "{}: peers never saw it go", r.mode);
+        assert!(
+            r.peer_gone_after.is_some(),
+            "{}: peers never saw it go",
+            r.mode
+        );
     }
     eprintln!("lifecycle: ok");
 }

@@ -1,5 +1,7 @@
-use df_core::codec::{decode_packet, encode_packet};
-use df_core::{Admission, Config, Encoding, Engine, ErrorCode, Manifest, Outcome, TensorSpec};
+use df_core::wire::{decode_packet, encode_packet};
+use df_core::{
+    Admission, Engine, ErrorCode, Manifest, Outcome, SyncConfig, TensorSpec, ValueEncoding,
+};
 
 fn manifest() -> Manifest {
     Manifest::new([
@@ -9,7 +11,7 @@ fn manifest() -> Manifest {
     .expect("ok")
 }
 
-fn engine(id: u64, cfg: Config) -> Engine {
+fn engine(id: u64, cfg: SyncConfig) -> Engine {
     Engine::new(manifest(), cfg, id, 100, vec![0.0; 24]).expect("engine")
 }
 
@@ -18,9 +20,9 @@ fn generate_selects_feeds_back_and_numbers() {
     // REQ: DF-GEN-5
     let mut e = engine(
         1,
-        Config {
+        SyncConfig {
             ratio: 0.1,
-            ..Config::default()
+            ..SyncConfig::default()
         },
     );
     let mut active = vec![0.0f32; 24];
@@ -38,21 +40,21 @@ fn generate_selects_feeds_back_and_numbers() {
     // REQ: DF-GEN-4 (f16 error feedback uses the decoded value)
     let mut e = engine(
         1,
-        Config {
+        SyncConfig {
             ratio: 1.0,
-            encoding: Encoding::F16,
-            ..Config::default()
+            encoding: ValueEncoding::F16,
+            ..SyncConfig::default()
         },
     );
     let mut a = vec![0.0f32; 24];
     a[0] = 0.1;
     let out = e.generate(&a, false).expect("gen");
-    assert_eq!(out[0].values[0], Encoding::F16.quantize(0.1));
-    assert_eq!(e.anchor()[0], Encoding::F16.quantize(0.1));
+    assert_eq!(out[0].values[0], ValueEncoding::F16.quantize(0.1));
+    assert_eq!(e.anchor()[0], ValueEncoding::F16.quantize(0.1));
     // non-finite delta: refused, no state change
     let mut a = vec![0.0f32; 24];
     a[5] = f32::INFINITY;
-    let mut e = engine(1, Config::default());
+    let mut e = engine(1, SyncConfig::default());
     assert!(e.generate(&a, false).is_err());
     assert_eq!(e.next_seq(), 1);
     assert!(e.anchor().iter().all(|&x| x == 0.0));
@@ -61,10 +63,10 @@ fn generate_selects_feeds_back_and_numbers() {
 #[test]
 fn generate_splits_large_entries() {
     // REQ: DF-GEN-6
-    let cfg = Config {
+    let cfg = SyncConfig {
         ratio: 1.0,
         max_packet_size: 320,
-        ..Config::default()
+        ..SyncConfig::default()
     };
     let mut e = engine(1, cfg);
     let a: Vec<f32> = (0..24).map(|i| i as f32 + 1.0).collect();
@@ -84,11 +86,11 @@ fn generate_splits_large_entries() {
 #[test]
 fn two_nodes_exchange_relay_and_dedupe() {
     // REQ: DF-RCV-6, DF-RCV-7, DF-RLY-1, DF-RLY-4
-    let cfg = Config {
+    let cfg = SyncConfig {
         ratio: 0.25,
         alpha: 0.5,
         hop_limit: 1,
-        ..Config::default()
+        ..SyncConfig::default()
     };
     let mut a = engine(1, cfg.clone());
     let mut b = engine(2, cfg.clone());
@@ -138,9 +140,9 @@ fn two_nodes_exchange_relay_and_dedupe() {
 #[test]
 fn pack_greedy() {
     // REQ: DF-RLY-3
-    let cfg = Config {
+    let cfg = SyncConfig {
         max_packet_size: 600,
-        ..Config::default()
+        ..SyncConfig::default()
     };
     let e = engine(9, cfg);
     let mk = |seq: u64, n: u32| df_core::OwnedEntry {
@@ -166,13 +168,69 @@ fn pack_greedy() {
     assert_eq!(e.relay_dropped_oversize(), 1);
     let e2 = engine(
         9,
-        Config {
+        SyncConfig {
             max_packet_size: 160 + 128 + 8 * 10 - 1,
-            ..Config::default()
+            ..SyncConfig::default()
         },
     );
     let packets = e2.pack_packets(&[], &[mk(1, 2), mk(2, 10), mk(3, 2)]);
     let sizes: Vec<usize> = packets.iter().map(|p| p.entries.len()).collect();
     assert_eq!(sizes, vec![1, 1, 1]);
     assert_eq!(e2.relay_dropped_oversize(), 0);
+}
+
+#[test]
+fn receive_reports_the_accepted_entry_headers() {
+    // REQ: DF-RCV-3, DF-RCV-4 (only entries the replay window accepts are reported)
+    let mut b = engine(2, SyncConfig::default());
+    let fp = b.manifest().fingerprint();
+    let entry = |origin: u64, inc: u64, seq: u64, hops: u8| df_core::OwnedEntry {
+        origin,
+        incarnation: inc,
+        seq,
+        hops,
+        indices: vec![1, 5],
+        values: vec![0.25, -1.0],
+    };
+    let mut p0 = df_core::OwnedPacket::new(7, 1, fp, ValueEncoding::F32);
+    p0.entries = vec![entry(7, 1, 1, 0), entry(8, 3, 4, 2), entry(7, 1, 1, 0)];
+    let mut p2 = df_core::OwnedPacket::new(9, 1, fp, ValueEncoding::F16);
+    p2.entries = vec![entry(2, 1, 1, 0), entry(9, 5, 1, 1)];
+    let bad = {
+        let mut p = p0.clone();
+        p.fingerprint = vec![0; 32];
+        encode_packet(&p)
+    };
+    let bufs = [encode_packet(&p0), bad, encode_packet(&p2)];
+    let views: Vec<&[u8]> = bufs.iter().map(|b| &b[..]).collect();
+    let r = b.receive(&views);
+    assert_eq!(
+        r.outcomes,
+        vec![
+            Outcome::Ok,
+            Outcome::Rejected(ErrorCode::FingerprintMismatch),
+            Outcome::Ok
+        ]
+    );
+    let got: Vec<(u64, u64, u64, u8, usize, usize)> = r
+        .accepted
+        .iter()
+        .map(|a| (a.origin, a.incarnation, a.seq, a.hops, a.packet, a.entry))
+        .collect();
+    // the duplicate (packet 0, entry 2), the rejected packet 1 and the own origin (packet 2,
+    // entry 0) are not reported
+    assert_eq!(
+        got,
+        vec![(7, 1, 1, 0, 0, 0), (8, 3, 4, 2, 0, 1), (9, 5, 1, 1, 2, 1)]
+    );
+    let accepted_in_outcomes = r
+        .entry_outcomes
+        .iter()
+        .flatten()
+        .filter(|a| **a == Admission::Accepted)
+        .count();
+    assert_eq!(r.accepted.len(), accepted_in_outcomes);
+    assert_eq!(r.counters.entries_accepted, 3);
+    // a replay of the same packets is accepted nowhere
+    assert!(b.receive(&views).accepted.is_empty());
 }

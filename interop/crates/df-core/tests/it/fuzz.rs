@@ -2,7 +2,7 @@
 //! must satisfy every context-free rule.
 
 use df_core::snapshot::{ChunkHeader, decode_snapshot_chunk, encode_snapshot_chunk};
-use df_core::{Encoding, decode_packet, encode_packet, validate_packet};
+use df_core::{ValueEncoding, decode_packet, encode_packet, validate_packet};
 
 use crate::{Rng, sample_packet, small_manifest};
 
@@ -66,10 +66,10 @@ fn decoder_never_panics_on_mutations() {
     let m = small_manifest();
     let fp = m.fingerprint();
     let seeds: Vec<Vec<u8>> = [
-        (Encoding::F32, 3, 4),
-        (Encoding::F16, 2, 5),
-        (Encoding::BF16, 1, 7),
-        (Encoding::F32, 0, 0),
+        (ValueEncoding::F32, 3, 4),
+        (ValueEncoding::F16, 2, 5),
+        (ValueEncoding::BF16, 1, 7),
+        (ValueEncoding::F32, 0, 0),
     ]
     .iter()
     .map(|&(e, k, n)| encode_packet(&sample_packet(fp, e, k, n)))

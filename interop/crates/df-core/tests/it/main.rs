@@ -1,15 +1,17 @@
 //! The df-core integration tests (one binary): unit tests from the spec, a deterministic
 //! mutation fuzz of the decoder, and every conformance vector of `conformance/vectors`.
 
-mod codec;
+mod config;
 mod engine;
 mod fuzz;
+mod replay;
 mod requirements;
 mod selection;
+mod snapshot;
 mod vectors;
-mod window;
+mod wire;
 
-use df_core::{Encoding, Manifest, OwnedEntry, OwnedPacket, TensorSpec};
+use df_core::{Manifest, OwnedEntry, OwnedPacket, TensorSpec, ValueEncoding};
 
 /// A small deterministic PRNG (SplitMix64) for tests.
 pub struct Rng(pub u64);
@@ -44,7 +46,7 @@ pub fn small_manifest() -> Manifest {
 }
 
 /// A valid packet with `entries` entries of `n` values each.
-pub fn sample_packet(fp: [u8; 32], enc: Encoding, entries: usize, n: u32) -> OwnedPacket {
+pub fn sample_packet(fp: [u8; 32], enc: ValueEncoding, entries: usize, n: u32) -> OwnedPacket {
     let mut p = OwnedPacket::new(0x0a0a_0000_0000_0001, 7, fp, enc);
     for j in 0..entries as u64 {
         p.entries.push(OwnedEntry {

@@ -3,17 +3,17 @@
 
 use std::collections::HashMap;
 
-use df_core::codec::{PACKET_OVERHEAD_BOUND, decode_packet, encode_packet, entry_size_bound};
+use df_core::wire::{PACKET_OVERHEAD_BOUND, decode_packet, encode_packet, entry_size_bound};
 use df_core::{
-    Config, Encoding, Engine, EngineError, Manifest, OwnedEntry, OwnedPacket, TensorSpec,
+    Engine, EngineError, Manifest, OwnedEntry, OwnedPacket, SyncConfig, TensorSpec, ValueEncoding,
 };
 
 use crate::Rng;
 
 const N: usize = 64;
-const ENCODINGS: [Encoding; 3] = [Encoding::F32, Encoding::F16, Encoding::BF16];
+const ENCODINGS: [ValueEncoding; 3] = [ValueEncoding::F32, ValueEncoding::F16, ValueEncoding::BF16];
 
-fn engine(id: u64, cfg: Config) -> Engine {
+fn engine(id: u64, cfg: SyncConfig) -> Engine {
     let m = Manifest::new([TensorSpec::new("w", &[N as u64])]).expect("manifest");
     Engine::new(m, cfg, id, 1, vec![0.0; N]).expect("engine")
 }
@@ -24,10 +24,10 @@ fn infinite_delta_fails_the_whole_generation() {
     for enc in ENCODINGS {
         for fast in [false, true] {
             for round in 0..20 {
-                let cfg = Config {
+                let cfg = SyncConfig {
                     ratio: [0.02, 0.25, 1.0][round % 3],
                     encoding: enc,
-                    ..Config::default()
+                    ..SyncConfig::default()
                 };
                 let mut e = engine(1, cfg);
                 let first: Vec<f32> = (0..N).map(|_| rng.f32()).collect();
@@ -65,10 +65,10 @@ fn nan_delta_is_never_a_candidate() {
     let mut rng = Rng(17);
     for enc in ENCODINGS {
         for round in 0..30 {
-            let cfg = Config {
+            let cfg = SyncConfig {
                 ratio: [0.05, 0.5, 1.0][round % 3],
                 encoding: enc,
-                ..Config::default()
+                ..SyncConfig::default()
             };
             let mut e = engine(1, cfg);
             let active: Vec<f32> = (0..N)
@@ -111,7 +111,7 @@ fn manifest_size_bounds() {
     assert_eq!(scalar.num_params(), 1);
     // REQ: DF-MAN-7 -- a node refuses to start with N = 0
     let empty = Manifest::new([TensorSpec::new("z", &[0, 3])]).expect("manifest");
-    assert!(Engine::new(empty, Config::default(), 1, 1, Vec::new()).is_err());
+    assert!(Engine::new(empty, SyncConfig::default(), 1, 1, Vec::new()).is_err());
 }
 
 #[test]
@@ -120,11 +120,11 @@ fn pack_keys_unique_and_relay_entries_whole() {
     for round in 0..200 {
         let enc = ENCODINGS[round % 3];
         let limit = PACKET_OVERHEAD_BOUND + entry_size_bound(1) + rng.below(500) as usize;
-        let cfg = Config {
+        let cfg = SyncConfig {
             ratio: 0.1 + 0.9 * (rng.below(10) as f64) / 10.0,
             max_packet_size: limit,
             encoding: enc,
-            ..Config::default()
+            ..SyncConfig::default()
         };
         let mut e = engine(1, cfg);
         let active: Vec<f32> = (0..N).map(|_| rng.f32()).collect();

@@ -4,9 +4,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use df_core::codec::{entry_from_json, packet_from_json};
+use df_core::wire::{entry_from_json, packet_from_json};
 use df_core::{
-    Admission, Config, Engine, Manifest, Outcome, OwnedEntry, OwnedPacket, decode_packet,
+    Admission, Engine, Manifest, Outcome, OwnedEntry, OwnedPacket, SyncConfig, decode_packet,
     encode_packet, validate_packet,
 };
 
@@ -24,7 +24,7 @@ fn s<'a>(v: &'a Value, k: &str) -> Result<&'a Value, String> {
 }
 
 fn hex_u64(v: &Value) -> Result<u64, String> {
-    df_core::codec::u64_from_json(v, "id")
+    df_core::wire::u64_from_json(v, "id")
 }
 
 fn bits(v: &Value) -> Result<Vec<f32>, String> {
@@ -137,7 +137,7 @@ fn run_decode(dir: &Path, rel: &str) -> Result<(), String> {
                 let want = packet_from_json(s(&j, "packet")?)?;
                 packet_eq(label, &p.to_owned_packet(), &want)?;
                 // and the JSON this implementation prints parses back to the same
-                let again = packet_from_json(&df_core::codec::packet_to_json(&p))?;
+                let again = packet_from_json(&df_core::wire::packet_to_json(&p))?;
                 packet_eq(&format!("{label} json"), &again, &want)?;
             }
         }
@@ -147,7 +147,7 @@ fn run_decode(dir: &Path, rel: &str) -> Result<(), String> {
 
 fn node_engine(j: &Value, anchor: Vec<f32>) -> Result<Engine, String> {
     let m = Manifest::from_json(s(j, "manifest")?)?;
-    let cfg = Config::from_json(s(j, "config")?)?;
+    let cfg = SyncConfig::from_json(s(j, "config")?).map_err(|e| e.to_string())?;
     let node = s(j, "node")?;
     Engine::new(
         m,

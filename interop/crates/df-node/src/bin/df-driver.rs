@@ -15,16 +15,17 @@ use std::time::{Duration, Instant};
 use burn::optim::SgdConfig;
 use burn::tensor::{Int, Tensor, TensorData};
 use df_burn::CanonicalLayout;
-use df_core::codec::{hex16, packet_from_json, packet_to_json};
+use df_core::snapshot::{SnapshotError, SnapshotErrorKind};
+use df_core::wire::{hex16, packet_from_json, packet_to_json};
 use df_core::{
-    Admission, Config, Counters, Engine, ErrorCode, Manifest, Outcome, OwnedEntry, TensorSpec,
+    Admission, Counters, Engine, ErrorCode, Manifest, Outcome, OwnedEntry, SyncConfig, TensorSpec,
     decode_packet, encode_packet, validate_packet,
 };
+use df_fabric::Transport;
 use df_node::TrainBackend;
 use df_node::data::{IMAGE_LEN, Split};
 use df_node::node::{Model, evaluate, initial_model, model_manifest, sgd_config, train_step};
 use df_node::rng::SplitMix64;
-use df_fabric::Transport;
 use df_zenoh::{SnapshotSource, TransportConfig, ZenohTransport};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
@@ -154,12 +155,12 @@ fn f32s_from(v: &Value, name: &str) -> Result<Vec<f32>, Fail> {
         .and_then(Value::as_array)
         .ok_or_else(|| err(format!("missing {name}")))?
         .iter()
-        .map(|x| df_core::codec::f32_from_json(x).map_err(err))
+        .map(|x| df_core::wire::f32_from_json(x).map_err(err))
         .collect()
 }
 
 fn f32_json(v: &[f32]) -> Vec<Value> {
-    v.iter().map(|&x| df_core::codec::f32_to_json(x)).collect()
+    v.iter().map(|&x| df_core::wire::f32_to_json(x)).collect()
 }
 
 fn le_bytes(v: &[f32]) -> Vec<u8> {
@@ -244,7 +245,7 @@ fn encode(req: &Value) -> Answer {
 }
 
 fn engine_for(v: &Value, node: &Value, anchor: Vec<f32>) -> Result<Engine, Fail> {
-    let config = Config::from_json(v.get("config").unwrap_or(&json!({}))).map_err(err)?;
+    let config = SyncConfig::from_json(v.get("config").unwrap_or(&json!({}))).map_err(err)?;
     Engine::new(
         manifest_of(v)?,
         config,
@@ -460,7 +461,7 @@ struct PeerNode {
     join: Value,
     node_id: u64,
     manifest: Manifest,
-    config: Config,
+    config: SyncConfig,
     engine: Engine,
     weights: Weights,
     transport: Option<ZenohTransport>,
@@ -510,23 +511,17 @@ impl PeerNode {
         let served = self.served.clone();
         let fp = self.manifest.fingerprint();
         t.serve_snapshot(Arc::new(move || {
-            let (incarnation, values) = served
-                .lock()
-                .map(|g| g.clone())
-                .unwrap_or((1, Arc::new(Vec::new())));
-            SnapshotSource {
-                incarnation,
-                fingerprint: fp,
-                framework: "burn".into(),
-                values,
-            }
+            let (incarnation, values) = served.lock().map(|g| g.clone()).map_err(|_| {
+                SnapshotError::new(SnapshotErrorKind::ServerError, "node state poisoned")
+            })?;
+            SnapshotSource::new(incarnation, fp, values.as_slice(), "burn")
         }))
         .map_err(|e| err(e.to_string()))?;
         Ok(t)
     }
 
     fn join(j: &Value) -> Result<PeerNode, Fail> {
-        let config = Config::from_json(get(j, "config")?).map_err(err)?;
+        let config = SyncConfig::from_json(get(j, "config")?).map_err(err)?;
         let include_buffers = get(j, "config")?
             .get("include_buffers")
             .and_then(Value::as_bool)
@@ -670,7 +665,7 @@ impl PeerNode {
                 .ok_or_else(|| err("delta.values"))?;
             for (i, v) in idx.iter().zip(vals) {
                 let i = i.as_u64().ok_or_else(|| err("delta index"))? as usize;
-                let v = df_core::codec::f32_from_json(v).map_err(err)?;
+                let v = df_core::wire::f32_from_json(v).map_err(err)?;
                 *active
                     .get_mut(i)
                     .ok_or_else(|| err("delta index out of range"))? += v;

@@ -5,11 +5,11 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use df_fabric::{MemoryHub, Transport};
 use df_node::data::{Dataset, Split, read_dataset, read_f32_file, write_dataset};
 use df_node::node::{
     Model, NodeOptions, RecordingChannel, evaluate, initial_model, model_manifest, run_node,
 };
-use df_fabric::{MemoryHub, Transport};
 use df_node::{NodeError, TrainBackend};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -75,12 +75,12 @@ fn synthetic(n_train: usize, n_test: usize) -> Dataset {
 fn cnn_canonical_names_match_the_pytorch_state_dict() {
     let model = initial_model(None, true, 0).unwrap();
     let (layout, manifest) = model_manifest(&model, true).unwrap();
-    let got: Vec<(&str, &[usize])> = layout
+    let got: Vec<(&str, &[u64])> = layout
         .specs()
         .iter()
         .map(|s| (s.name.as_str(), s.shape.as_slice()))
         .collect();
-    let want: Vec<(&str, &[usize])> = vec![
+    let want: Vec<(&str, &[u64])> = vec![
         ("bn1.bias", &[16]),
         ("bn1.running_mean", &[16]),
         ("bn1.running_var", &[16]),
@@ -639,7 +639,7 @@ fn burn_steps_match_pytorch_steps() {
     }
     let (layout, got) = df_burn::export_with_layout::<TrainBackend, Model>(&model, true).unwrap();
     for (spec, &off) in layout.specs().iter().zip(layout.offsets()) {
-        let n = spec.numel();
+        let n = spec.numel() as usize;
         let (g, w, i0) = (&got[off..off + n], &want[off..off + n], &init[off..off + n]);
         let moved: f32 = w
             .iter()

@@ -5,7 +5,7 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use df_core::{Encoding, OwnedEntry, OwnedPacket, decode_packet, encode_packet};
+use df_core::{OwnedEntry, OwnedPacket, ValueEncoding, decode_packet, encode_packet};
 use df_zenoh::{
     SnapshotSource, Transport, TransportConfig, TransportError, ZenohTransport, parse_chunk_params,
     parse_node,
@@ -79,7 +79,7 @@ fn two_sessions_exchange_liveliness_and_snapshot() {
 
     // a packet from A reaches B (publish until the subscription has propagated)
     let fp = [7u8; 32];
-    let mut p = OwnedPacket::new(a_id, 9, fp, Encoding::F32);
+    let mut p = OwnedPacket::new(a_id, 9, fp, ValueEncoding::F32);
     p.entries.push(OwnedEntry {
         origin: a_id,
         incarnation: 9,
@@ -92,7 +92,9 @@ fn two_sessions_exchange_liveliness_and_snapshot() {
     let deadline = Instant::now() + Duration::from_secs(10);
     let got = loop {
         a.publish(&buf).expect("publish");
-        if b.wait_for_packets(Duration::from_millis(200)).expect("open") {
+        if b.wait_for_packets(Duration::from_millis(200))
+            .expect("open")
+        {
             break b.drain(usize::MAX).expect("open");
         }
         assert!(Instant::now() < deadline, "no packet within 10 s");
@@ -138,20 +140,17 @@ fn two_sessions_exchange_liveliness_and_snapshot() {
     );
 
     // REQ: DF-ZEN-5 (chunked snapshot)
-    let values: Arc<Vec<f32>> = Arc::new((0..1000).map(|i| i as f32 * 0.5 - 3.0).collect());
+    let values: Arc<[f32]> = (0..1000).map(|i| i as f32 * 0.5 - 3.0).collect();
     let v2 = values.clone();
-    a.serve_snapshot(Arc::new(move || SnapshotSource {
-        incarnation: 9,
-        fingerprint: fp,
-        framework: "burn".into(),
-        values: v2.clone(),
+    a.serve_snapshot(Arc::new(move || {
+        SnapshotSource::new(9, fp, Arc::clone(&v2), "burn")
     }))
     .expect("serve");
     let snap = b
         .fetch_snapshot_chunked(a_id, &fp, 300, Duration::from_secs(10))
         .expect("snapshot");
-    assert_eq!(snap.values, *values);
-    assert_eq!((snap.node, snap.incarnation), (a_id, 9));
+    assert_eq!(&snap.values[..], &values[..]);
+    assert_eq!((snap.header.node, snap.header.incarnation), (a_id, 9));
     let wrong = b.fetch_snapshot_chunked(a_id, &[1u8; 32], 300, Duration::from_secs(10));
     assert!(
         matches!(wrong, Err(TransportError::Snapshot(_))),

@@ -1,10 +1,10 @@
-use df_core::codec::{
+use df_core::generated::packet::deltafabric::v_1 as fb;
+use df_core::wire::{
     bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits, f32s, f32s_copy,
     packet_from_json, packet_to_json, u32s_copy,
 };
-use df_core::generated::packet::deltafabric::v_1 as fb;
 use df_core::{
-    DEFAULT_MAX_PACKET_SIZE, Encoding, ErrorCode, OwnedEntry, decode_packet, encode_packet,
+    DEFAULT_MAX_PACKET_SIZE, ErrorCode, OwnedEntry, ValueEncoding, decode_packet, encode_packet,
     validate_packet,
 };
 
@@ -20,7 +20,7 @@ fn code(buf: &[u8]) -> Option<ErrorCode> {
 fn roundtrip_all_encodings() {
     // REQ: DF-PKT-1
     let fp = small_manifest().fingerprint();
-    for enc in [Encoding::F32, Encoding::F16, Encoding::BF16] {
+    for enc in [ValueEncoding::F32, ValueEncoding::F16, ValueEncoding::BF16] {
         let p = sample_packet(fp, enc, 3, 4);
         let buf = encode_packet(&p);
         assert_eq!(&buf[4..8], b"DFP1");
@@ -51,7 +51,7 @@ fn roundtrip_all_encodings() {
 fn unaligned_buffer_decodes_the_same() {
     // REQ: DF-PKT-6
     let fp = small_manifest().fingerprint();
-    let buf = encode_packet(&sample_packet(fp, Encoding::F32, 2, 5));
+    let buf = encode_packet(&sample_packet(fp, ValueEncoding::F32, 2, 5));
     let mut shifted = vec![0u8; buf.len() + 1];
     shifted[1..].copy_from_slice(&buf);
     let a = decode_packet(&buf, DEFAULT_MAX_PACKET_SIZE).expect("aligned");
@@ -88,8 +88,8 @@ fn encodings_round_and_clamp() {
     // f16 ties to even: 1 + 2^-11 -> 1.0
     assert_eq!(f32_to_f16_bits(1.0 + 2f32.powi(-11)), 0x3C00);
     for x in [0.1f32, -3.3, 1e-7, 6.0e-8] {
-        let q = Encoding::F16.quantize(x);
-        assert_eq!(Encoding::F16.quantize(q), q);
+        let q = ValueEncoding::F16.quantize(x);
+        assert_eq!(ValueEncoding::F16.quantize(q), q);
     }
 }
 
@@ -98,7 +98,7 @@ fn context_checks() {
     // REQ: DF-ERR-6
     let m = small_manifest();
     let fp = m.fingerprint();
-    let mut p = sample_packet(fp, Encoding::F32, 1, 3);
+    let mut p = sample_packet(fp, ValueEncoding::F32, 1, 3);
     let buf = encode_packet(&p);
     let d = decode_packet(&buf, DEFAULT_MAX_PACKET_SIZE).expect("ok");
     let other = [7u8; 32];
@@ -124,7 +124,7 @@ fn context_checks() {
 #[test]
 fn semantic_faults() {
     let fp = small_manifest().fingerprint();
-    let base = sample_packet(fp, Encoding::F32, 1, 3);
+    let base = sample_packet(fp, ValueEncoding::F32, 1, 3);
     let with = |f: &dyn Fn(&mut df_core::OwnedPacket)| {
         let mut p = base.clone();
         f(&mut p);
@@ -304,7 +304,7 @@ fn own_entry_encode_sizes_within_bound() {
     // REQ: DF-GEN-6
     let fp = small_manifest().fingerprint();
     for n in [1u32, 7, 100, 1000] {
-        for enc in [Encoding::F32, Encoding::F16] {
+        for enc in [ValueEncoding::F32, ValueEncoding::F16] {
             let mut p = df_core::OwnedPacket::new(1, 1, fp, enc);
             p.entries.push(OwnedEntry {
                 origin: u64::MAX,
@@ -316,8 +316,8 @@ fn own_entry_encode_sizes_within_bound() {
             });
             let len = encode_packet(&p).len();
             assert!(
-                len <= df_core::codec::PACKET_OVERHEAD_BOUND
-                    + df_core::codec::entry_size_bound(n as usize)
+                len <= df_core::wire::PACKET_OVERHEAD_BOUND
+                    + df_core::wire::entry_size_bound(n as usize)
             );
         }
     }

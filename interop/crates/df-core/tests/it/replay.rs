@@ -1,4 +1,4 @@
-use df_core::window::{Admission, ReceiverState, ReplayWindow};
+use df_core::replay::{Admission, ReceiverState, ReplayWindow};
 
 #[test]
 fn replay_window_rules() {

@@ -42,7 +42,7 @@ pub fn entry_size_bound(n: usize) -> usize {
 
 /// How the values of every entry of one packet are encoded (schema enum `ValueEncoding`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Encoding {
+pub enum ValueEncoding {
     /// IEEE binary32 in `Entry.values`.
     #[default]
     F32,
@@ -52,38 +52,38 @@ pub enum Encoding {
     BF16,
 }
 
-impl Encoding {
+impl ValueEncoding {
     /// The wire value.
     pub fn to_u8(self) -> u8 {
         match self {
-            Encoding::F32 => 0,
-            Encoding::F16 => 1,
-            Encoding::BF16 => 2,
+            ValueEncoding::F32 => 0,
+            ValueEncoding::F16 => 1,
+            ValueEncoding::BF16 => 2,
         }
     }
     /// From the wire value; `None` for an unknown encoding.
-    pub fn from_u8(v: u8) -> Option<Encoding> {
+    pub fn from_u8(v: u8) -> Option<ValueEncoding> {
         match v {
-            0 => Some(Encoding::F32),
-            1 => Some(Encoding::F16),
-            2 => Some(Encoding::BF16),
+            0 => Some(ValueEncoding::F32),
+            1 => Some(ValueEncoding::F16),
+            2 => Some(ValueEncoding::BF16),
             _ => None,
         }
     }
     /// `"F32"`, `"F16"` or `"BF16"` (the JSON spelling).
     pub fn name(self) -> &'static str {
         match self {
-            Encoding::F32 => "F32",
-            Encoding::F16 => "F16",
-            Encoding::BF16 => "BF16",
+            ValueEncoding::F32 => "F32",
+            ValueEncoding::F16 => "F16",
+            ValueEncoding::BF16 => "BF16",
         }
     }
-    /// Inverse of [`Encoding::name`].
-    pub fn from_name(s: &str) -> Option<Encoding> {
+    /// Inverse of [`ValueEncoding::name`].
+    pub fn from_name(s: &str) -> Option<ValueEncoding> {
         match s {
-            "F32" => Some(Encoding::F32),
-            "F16" => Some(Encoding::F16),
-            "BF16" => Some(Encoding::BF16),
+            "F32" => Some(ValueEncoding::F32),
+            "F16" => Some(ValueEncoding::F16),
+            "BF16" => Some(ValueEncoding::BF16),
             _ => None,
         }
     }
@@ -91,9 +91,9 @@ impl Encoding {
     /// even, clamped to the finite range; NaN stays NaN).
     pub fn quantize(self, v: f32) -> f32 {
         match self {
-            Encoding::F32 => v,
-            Encoding::F16 => f16_bits_to_f32(f32_to_f16_bits(v)),
-            Encoding::BF16 => bf16_bits_to_f32(f32_to_bf16_bits(v)),
+            ValueEncoding::F32 => v,
+            ValueEncoding::F16 => f16_bits_to_f32(f32_to_f16_bits(v)),
+            ValueEncoding::BF16 => bf16_bits_to_f32(f32_to_bf16_bits(v)),
         }
     }
 }
@@ -168,7 +168,7 @@ pub struct Packet<'a> {
     /// Manifest fingerprint.
     pub fingerprint: [u8; 32],
     /// Value encoding of every entry.
-    pub encoding: Encoding,
+    pub encoding: ValueEncoding,
     /// The entries, in packet order.
     pub entries: Vec<Entry<'a>>,
 }
@@ -204,7 +204,7 @@ pub struct OwnedPacket {
     /// Manifest fingerprint (any length: the encoder writes what it is given).
     pub fingerprint: Vec<u8>,
     /// Value encoding.
-    pub encoding: Encoding,
+    pub encoding: ValueEncoding,
     /// Entries in packet order.
     pub entries: Vec<OwnedEntry>,
 }
@@ -215,7 +215,7 @@ impl OwnedPacket {
         sender: u64,
         sender_incarnation: u64,
         fingerprint: [u8; 32],
-        encoding: Encoding,
+        encoding: ValueEncoding,
     ) -> Self {
         OwnedPacket {
             version_major: VERSION_MAJOR,
@@ -413,13 +413,13 @@ pub fn decode_packet(buf: &[u8], max_packet_size: usize) -> Result<Packet<'_>, D
         });
     }
     let enc_raw = p.encoding().0;
-    let encoding = Encoding::from_u8(enc_raw).ok_or_else(|| {
+    let encoding = ValueEncoding::from_u8(enc_raw).ok_or_else(|| {
         DecodeError::new(
             ErrorCode::UnsupportedEncoding,
             format!("encoding {enc_raw}"),
         )
     })?;
-    let wide = encoding == Encoding::F32;
+    let wide = encoding == ValueEncoding::F32;
     for (j, e) in raw.iter().enumerate() {
         let ok = if wide {
             e.values.is_some() && e.values16.is_none()
@@ -471,7 +471,7 @@ pub fn decode_packet(buf: &[u8], max_packet_size: usize) -> Result<Packet<'_>, D
             }
         } else {
             let bits = e.values16.map(|v| v.bytes()).unwrap_or(&[]);
-            let dec: fn(u16) -> f32 = if encoding == Encoding::F16 {
+            let dec: fn(u16) -> f32 = if encoding == ValueEncoding::F16 {
                 f16_bits_to_f32
             } else {
                 bf16_bits_to_f32
@@ -585,7 +585,7 @@ pub fn validate_packet(
 }
 
 // ------------------------------------------------------------------------------------------------
-// Encoding
+// ValueEncoding
 // ------------------------------------------------------------------------------------------------
 
 /// Serialises `packet` with the generated builder. Values are encoded per `packet.encoding`
@@ -605,9 +605,9 @@ pub fn encode_packet(packet: &OwnedPacket) -> Vec<u8> {
     for e in &packet.entries {
         let idx = b.create_vector(&e.indices[..]);
         let (vals, vals16) = match packet.encoding {
-            Encoding::F32 => (Some(b.create_vector(&e.values[..])), None),
+            ValueEncoding::F32 => (Some(b.create_vector(&e.values[..])), None),
             enc => {
-                let f: fn(f32) -> u16 = if enc == Encoding::F16 {
+                let f: fn(f32) -> u16 = if enc == ValueEncoding::F16 {
                     f32_to_f16_bits
                 } else {
                     f32_to_bf16_bits
@@ -786,10 +786,10 @@ pub fn packet_from_json(v: &Value) -> Result<OwnedPacket, String> {
         .map(entry_from_json)
         .collect::<Result<Vec<_>, _>>()?;
     let enc = match v.get("encoding") {
-        None => Encoding::F32,
+        None => ValueEncoding::F32,
         Some(e) => e
             .as_str()
-            .and_then(Encoding::from_name)
+            .and_then(ValueEncoding::from_name)
             .ok_or("bad encoding")?,
     };
     let ver = |k: &str, d: u16| -> Result<u16, String> {

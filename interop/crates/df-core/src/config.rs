@@ -1,0 +1,441 @@
+//! Sync parameters (spec section 3, DF-PAR): [`SyncConfig`].
+//!
+//! Every parameter is checked against the spec's allowed range (DF-PAR-11) by
+//! [`SyncConfig::new`], [`SyncConfig::validate`], [`SyncConfig::from_json`] and
+//! [`crate::Engine::new`], with the same rules and messages as the Python reference
+//! (`delta_fabric.config.SyncConfig`).
+
+use std::fmt;
+
+use serde_json::{Map, Value, json};
+
+use crate::replay::DEFAULT_MAX_ORIGINS;
+use crate::wire::{PACKET_OVERHEAD_BOUND, ValueEncoding, entry_size_bound};
+
+/// Smallest accepted `max_packet_size`: a packet with one entry of one value (DF-PAR-6, DF-RLY-3).
+pub const MIN_MAX_PACKET_SIZE: usize = PACKET_OVERHEAD_BOUND + 128 + 8;
+/// Largest accepted `max_packet_size` (DF-PAR-6).
+pub const MAX_MAX_PACKET_SIZE: usize = 2_147_483_647;
+/// Largest accepted `replay_window` (DF-PAR-7).
+pub const MAX_REPLAY_WINDOW: u64 = 1 << 20;
+/// Largest accepted `max_incarnations` (DF-PAR-8).
+pub const MAX_MAX_INCARNATIONS: usize = 1 << 16;
+
+/// The JSON keys [`SyncConfig::from_json`] accepts: the spec's parameters (section 3) and the
+/// receiver bound `max_origins` of this implementation.
+pub const CONFIG_KEYS: [&str; 11] = [
+    "alpha",
+    "ratio",
+    "sync_interval",
+    "relay_threshold",
+    "hop_limit",
+    "max_packet_size",
+    "replay_window",
+    "max_incarnations",
+    "include_buffers",
+    "encoding",
+    "max_origins",
+];
+
+/// A configuration value outside its allowed range, of the wrong type, or an unknown key
+/// (DF-PAR-11: a node refuses to start with it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigError {
+    /// A value outside its allowed range, e.g. `alpha must be in (0, 1], got 0`.
+    OutOfRange {
+        /// The parameter.
+        name: &'static str,
+        /// The allowed range as the message writes it (`in (0, 1]`, `[1, 1048576]`, `>= 0`,
+        /// `finite`).
+        allowed: String,
+        /// The rejected value, printed.
+        got: String,
+    },
+    /// A JSON value of the wrong type, e.g. `hop_limit must be an int, got str`.
+    WrongType {
+        /// The parameter.
+        name: &'static str,
+        /// `int`, `float` or `bool`.
+        expected: &'static str,
+        /// The JSON type that was given.
+        got: &'static str,
+    },
+    /// An encoding that is not `F32`, `F16` or `BF16` (DF-PAR-10).
+    UnknownEncoding(String),
+    /// Keys that are not configuration parameters (sorted).
+    UnknownKeys(Vec<String>),
+    /// The configuration is not a JSON object.
+    NotAnObject,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::OutOfRange { name, allowed, got } => {
+                write!(f, "{name} must be {allowed}, got {got}")
+            }
+            ConfigError::WrongType {
+                name,
+                expected,
+                got,
+            } => write!(
+                f,
+                "{name} must be {} {expected}, got {got}",
+                article(expected)
+            ),
+            ConfigError::UnknownEncoding(s) => write!(f, "unknown encoding {s}"),
+            ConfigError::UnknownKeys(keys) => {
+                let quoted: Vec<String> = keys.iter().map(|k| format!("'{k}'")).collect();
+                write!(f, "unknown config keys: [{}]", quoted.join(", "))
+            }
+            ConfigError::NotAnObject => f.write_str("config must be a JSON object"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// The message, for callers that report errors as strings.
+impl From<ConfigError> for String {
+    fn from(e: ConfigError) -> String {
+        e.to_string()
+    }
+}
+
+fn article(word: &str) -> &'static str {
+    if word.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        "an"
+    } else {
+        "a"
+    }
+}
+
+fn out_of_range(
+    name: &'static str,
+    allowed: impl Into<String>,
+    got: impl fmt::Display,
+) -> ConfigError {
+    ConfigError::OutOfRange {
+        name,
+        allowed: allowed.into(),
+        got: got.to_string(),
+    }
+}
+
+/// Protocol parameters (spec section 3, DF-PAR) plus the send encoding.
+///
+/// The fields are public for reading and struct-update syntax; a value built that way is checked
+/// by [`SyncConfig::validate`] (which [`crate::Engine::new`] calls), or build one checked with
+/// [`SyncConfig::new`] / [`SyncConfig::validated`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct SyncConfig {
+    /// DF-PAR-1: damping per hop (DF-RCV-5), used as `alpha as f32`; `0 < alpha <= 1`.
+    pub alpha: f64,
+    /// DF-PAR-2: selection ratio r (DF-GEN-2); `0 < ratio <= 1`.
+    pub ratio: f64,
+    /// DF-PAR-3: local steps between two generations (used by the node, not the engine); `>= 1`.
+    pub sync_interval: u64,
+    /// DF-PAR-4: damped values with `|u| < threshold` are not relayed (compared as real numbers:
+    /// f64); finite, `>= 0`.
+    pub relay_threshold: f64,
+    /// DF-PAR-5: maximum `Entry.hops` (any u8 is allowed).
+    pub hop_limit: u8,
+    /// DF-PAR-6: maximum packet size in bytes, in
+    /// [`MIN_MAX_PACKET_SIZE`]`..=`[`MAX_MAX_PACKET_SIZE`].
+    pub max_packet_size: usize,
+    /// DF-PAR-7: replay window width W, in `1..=`[`MAX_REPLAY_WINDOW`].
+    pub replay_window: u64,
+    /// DF-PAR-8: incarnations tracked per origin, in `1..=`[`MAX_MAX_INCARNATIONS`].
+    pub max_incarnations: usize,
+    /// DF-PAR-9: floating-point buffers are part of the manifest (used by the framework layer).
+    pub include_buffers: bool,
+    /// DF-PAR-10: send encoding of own and relayed entries.
+    pub encoding: ValueEncoding,
+    /// Origins tracked (receiver bound, not fixed by the spec's table; spec DF-SEC-2); `>= 1`.
+    pub max_origins: usize,
+}
+
+impl Default for SyncConfig {
+    /// The spec's defaults (section 3).
+    fn default() -> Self {
+        SyncConfig {
+            alpha: 1.0,
+            ratio: 0.05,
+            sync_interval: 10,
+            relay_threshold: 1e-6,
+            hop_limit: 16,
+            max_packet_size: crate::wire::DEFAULT_MAX_PACKET_SIZE,
+            replay_window: 1024,
+            max_incarnations: 4,
+            include_buffers: false,
+            encoding: ValueEncoding::F32,
+            max_origins: DEFAULT_MAX_ORIGINS,
+        }
+    }
+}
+
+impl SyncConfig {
+    /// A checked configuration with the spec's parameters in the order of its table (DF-PAR-1..10)
+    /// and the default `max_origins`. Every value outside its allowed range is a [`ConfigError`]
+    /// (DF-PAR-11), with the Python reference's message.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        alpha: f64,
+        ratio: f64,
+        sync_interval: u64,
+        relay_threshold: f64,
+        hop_limit: u8,
+        max_packet_size: usize,
+        replay_window: u64,
+        max_incarnations: usize,
+        include_buffers: bool,
+        encoding: ValueEncoding,
+    ) -> Result<SyncConfig, ConfigError> {
+        SyncConfig {
+            alpha,
+            ratio,
+            sync_interval,
+            relay_threshold,
+            hop_limit,
+            max_packet_size,
+            replay_window,
+            max_incarnations,
+            include_buffers,
+            encoding,
+            max_origins: DEFAULT_MAX_ORIGINS,
+        }
+        .validated()
+    }
+
+    /// `self` when every parameter is in its allowed range (see [`SyncConfig::validate`]).
+    pub fn validated(self) -> Result<SyncConfig, ConfigError> {
+        self.validate()?;
+        Ok(self)
+    }
+
+    /// Checks every parameter against the spec's allowed range (DF-PAR-11), in the order of the
+    /// Python reference, and reports the first one outside it.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        check_unit("alpha", self.alpha)?;
+        check_unit("ratio", self.ratio)?;
+        if !self.relay_threshold.is_finite() {
+            return Err(out_of_range(
+                "relay_threshold",
+                "finite",
+                format!("{:?}", self.relay_threshold),
+            ));
+        }
+        if self.relay_threshold < 0.0 {
+            return Err(out_of_range(
+                "relay_threshold",
+                ">= 0",
+                format!("{:?}", self.relay_threshold),
+            ));
+        }
+        if self.sync_interval < 1 {
+            return Err(out_of_range("sync_interval", ">= 1", self.sync_interval));
+        }
+        // hop_limit: every u8 is in [0, 255]
+        check_range(
+            "max_packet_size",
+            self.max_packet_size as u64,
+            MIN_MAX_PACKET_SIZE as u64,
+            MAX_MAX_PACKET_SIZE as u64,
+        )?;
+        check_range("replay_window", self.replay_window, 1, MAX_REPLAY_WINDOW)?;
+        check_range(
+            "max_incarnations",
+            self.max_incarnations as u64,
+            1,
+            MAX_MAX_INCARNATIONS as u64,
+        )?;
+        if self.max_origins < 1 {
+            return Err(out_of_range("max_origins", ">= 1", self.max_origins));
+        }
+        Ok(())
+    }
+
+    /// Reads a JSON object of the Python `SyncConfig.to_json` shape (every key optional; absent
+    /// keys take their defaults) and checks it like the Python `SyncConfig.from_json`: unknown
+    /// keys (see [`CONFIG_KEYS`]), wrong types (a bool is not a number, an integer parameter must
+    /// be a JSON integer) and values outside the allowed ranges are [`ConfigError`]s.
+    /// `encoding` is a name (`"F16"`) or the wire value (`1`).
+    pub fn from_json(v: &Value) -> Result<SyncConfig, ConfigError> {
+        let obj = v.as_object().ok_or(ConfigError::NotAnObject)?;
+        let mut unknown: Vec<String> = obj
+            .keys()
+            .filter(|k| !CONFIG_KEYS.contains(&k.as_str()))
+            .cloned()
+            .collect();
+        if !unknown.is_empty() {
+            unknown.sort();
+            return Err(ConfigError::UnknownKeys(unknown));
+        }
+        let mut c = SyncConfig::default();
+        if let Some(x) = obj.get("alpha") {
+            c.alpha = json_float("alpha", x)?;
+        }
+        if let Some(x) = obj.get("ratio") {
+            c.ratio = json_float("ratio", x)?;
+        }
+        if let Some(x) = obj.get("relay_threshold") {
+            c.relay_threshold = json_float("relay_threshold", x)?;
+        }
+        if let Some(x) = obj.get("sync_interval") {
+            c.sync_interval = json_int("sync_interval", x, 1, u64::MAX)?;
+        }
+        if let Some(x) = obj.get("hop_limit") {
+            c.hop_limit = json_int("hop_limit", x, 0, 255)? as u8;
+        }
+        if let Some(x) = obj.get("max_packet_size") {
+            c.max_packet_size = json_int(
+                "max_packet_size",
+                x,
+                MIN_MAX_PACKET_SIZE as u64,
+                MAX_MAX_PACKET_SIZE as u64,
+            )? as usize;
+        }
+        if let Some(x) = obj.get("replay_window") {
+            c.replay_window = json_int("replay_window", x, 1, MAX_REPLAY_WINDOW)?;
+        }
+        if let Some(x) = obj.get("max_incarnations") {
+            c.max_incarnations =
+                json_int("max_incarnations", x, 1, MAX_MAX_INCARNATIONS as u64)? as usize;
+        }
+        if let Some(x) = obj.get("max_origins") {
+            let n = json_int("max_origins", x, 1, u64::MAX)?;
+            c.max_origins = usize::try_from(n)
+                .map_err(|_| out_of_range("max_origins", format!("<= {}", usize::MAX), n))?;
+        }
+        if let Some(x) = obj.get("include_buffers") {
+            c.include_buffers = x.as_bool().ok_or(ConfigError::WrongType {
+                name: "include_buffers",
+                expected: "bool",
+                got: json_type(x),
+            })?;
+        }
+        if let Some(x) = obj.get("encoding") {
+            c.encoding = encoding_from_json(x)?;
+        }
+        c.validated()
+    }
+
+    /// The JSON object of the Python `SyncConfig.to_json` (plus `max_origins`); inverse of
+    /// [`SyncConfig::from_json`].
+    pub fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("alpha".into(), json!(self.alpha));
+        m.insert("ratio".into(), json!(self.ratio));
+        m.insert("sync_interval".into(), json!(self.sync_interval));
+        m.insert("relay_threshold".into(), json!(self.relay_threshold));
+        m.insert("hop_limit".into(), json!(self.hop_limit));
+        m.insert("max_packet_size".into(), json!(self.max_packet_size));
+        m.insert("replay_window".into(), json!(self.replay_window));
+        m.insert("max_incarnations".into(), json!(self.max_incarnations));
+        m.insert("include_buffers".into(), json!(self.include_buffers));
+        m.insert("encoding".into(), json!(self.encoding.name()));
+        m.insert("max_origins".into(), json!(self.max_origins));
+        Value::Object(m)
+    }
+
+    /// `alpha` rounded to binary32, the factor of DF-RCV-5 (DF-PAR-1).
+    pub fn alpha_f32(&self) -> f32 {
+        self.alpha as f32
+    }
+
+    /// Largest number of values one generated entry may carry so that a packet holding it alone
+    /// stays within `max_packet_size` (by the size bounds of [`crate::wire`]).
+    pub fn max_values_per_entry(&self) -> usize {
+        let room = self
+            .max_packet_size
+            .saturating_sub(PACKET_OVERHEAD_BOUND + entry_size_bound(0));
+        (room / 8).max(1)
+    }
+}
+
+fn check_unit(name: &'static str, x: f64) -> Result<(), ConfigError> {
+    if !x.is_finite() {
+        return Err(out_of_range(name, "finite", format!("{x:?}")));
+    }
+    if !(x > 0.0 && x <= 1.0) {
+        return Err(out_of_range(name, "in (0, 1]", format!("{x:?}")));
+    }
+    Ok(())
+}
+
+fn check_range(name: &'static str, x: u64, lo: u64, hi: u64) -> Result<(), ConfigError> {
+    if x < lo || x > hi {
+        return Err(out_of_range(name, format!("[{lo}, {hi}]"), x));
+    }
+    Ok(())
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(n) if n.is_f64() => "float",
+        Value::Number(_) => "int",
+        Value::String(_) => "str",
+        Value::Array(_) => "list",
+        Value::Object(_) => "dict",
+    }
+}
+
+fn json_float(name: &'static str, v: &Value) -> Result<f64, ConfigError> {
+    match v {
+        Value::Number(n) => n.as_f64().ok_or(ConfigError::WrongType {
+            name,
+            expected: "float",
+            got: "int",
+        }),
+        other => Err(ConfigError::WrongType {
+            name,
+            expected: "float",
+            got: json_type(other),
+        }),
+    }
+}
+
+fn json_int(name: &'static str, v: &Value, lo: u64, hi: u64) -> Result<u64, ConfigError> {
+    let Value::Number(n) = v else {
+        return Err(ConfigError::WrongType {
+            name,
+            expected: "int",
+            got: json_type(v),
+        });
+    };
+    if n.is_f64() {
+        return Err(ConfigError::WrongType {
+            name,
+            expected: "int",
+            got: "float",
+        });
+    }
+    let allowed = if hi == u64::MAX {
+        format!(">= {lo}")
+    } else {
+        format!("[{lo}, {hi}]")
+    };
+    match n.as_u64() {
+        Some(x) if (lo..=hi).contains(&x) => Ok(x),
+        _ => Err(out_of_range(name, allowed, n)),
+    }
+}
+
+fn encoding_from_json(v: &Value) -> Result<ValueEncoding, ConfigError> {
+    let found = match v {
+        Value::String(s) => ValueEncoding::from_name(s),
+        Value::Number(n) => n
+            .as_u64()
+            .and_then(|x| u8::try_from(x).ok())
+            .and_then(ValueEncoding::from_u8),
+        _ => None,
+    };
+    found.ok_or_else(|| {
+        ConfigError::UnknownEncoding(match v {
+            Value::String(s) => format!("'{s}'"),
+            other => other.to_string(),
+        })
+    })
+}

@@ -1,0 +1,268 @@
+//! `SyncConfig` checks (spec section 3), mirroring `tests/test_config.py` of the Python reference.
+
+use df_core::config::{MAX_REPLAY_WINDOW, MIN_MAX_PACKET_SIZE};
+use df_core::{ConfigError, Engine, EngineError, Manifest, SyncConfig, TensorSpec, ValueEncoding};
+use serde_json::json;
+
+fn ok_new(f: impl FnOnce(&mut SyncConfig)) -> Result<SyncConfig, ConfigError> {
+    let mut c = SyncConfig::default();
+    f(&mut c);
+    SyncConfig::new(
+        c.alpha,
+        c.ratio,
+        c.sync_interval,
+        c.relay_threshold,
+        c.hop_limit,
+        c.max_packet_size,
+        c.replay_window,
+        c.max_incarnations,
+        c.include_buffers,
+        c.encoding,
+    )
+}
+
+/// A change to the default config.
+type Edit = fn(&mut SyncConfig);
+
+fn name_of(e: &ConfigError) -> &'static str {
+    match e {
+        ConfigError::OutOfRange { name, .. } | ConfigError::WrongType { name, .. } => name,
+        ConfigError::UnknownEncoding(_) => "encoding",
+        ConfigError::UnknownKeys(_) => "keys",
+        ConfigError::NotAnObject => "config",
+    }
+}
+
+#[test]
+fn defaults_are_the_spec_table() {
+    // REQ: DF-PAR-11 (defaults), DF-PAR-1, DF-PAR-2, DF-PAR-3, DF-PAR-4, DF-PAR-5, DF-PAR-6,
+    // DF-PAR-7, DF-PAR-8, DF-PAR-9, DF-PAR-10
+    let c = SyncConfig::default();
+    assert_eq!(c.alpha, 1.0);
+    assert_eq!(c.ratio, 0.05);
+    assert_eq!(c.sync_interval, 10);
+    assert_eq!(c.relay_threshold, 1e-6);
+    assert_eq!(c.hop_limit, 16);
+    assert_eq!(c.max_packet_size, 16_777_216);
+    assert_eq!(c.replay_window, 1024);
+    assert_eq!(c.max_incarnations, 4);
+    assert!(!c.include_buffers);
+    assert_eq!(c.encoding, ValueEncoding::F32);
+    assert_eq!(c.validate(), Ok(()));
+    assert_eq!(SyncConfig::from_json(&json!({})), Ok(c.clone()));
+    assert_eq!(ok_new(|_| {}), Ok(c));
+}
+
+#[test]
+fn every_bound_of_the_allowed_ranges_is_accepted() {
+    // REQ: DF-PAR-11 (a node MUST accept every value in the allowed range)
+    let accepted: [fn(&mut SyncConfig); 14] = [
+        |c| c.alpha = 1.0,
+        |c| c.alpha = f64::MIN_POSITIVE,
+        |c| c.ratio = 1.0,
+        |c| c.ratio = 1e-12,
+        |c| c.relay_threshold = 0.0,
+        |c| c.relay_threshold = 1e300,
+        |c| c.sync_interval = 1,
+        |c| c.hop_limit = 0,
+        |c| c.hop_limit = 255,
+        |c| c.max_packet_size = MIN_MAX_PACKET_SIZE,
+        |c| c.max_packet_size = 2_147_483_647,
+        |c| c.replay_window = 1,
+        |c| c.replay_window = MAX_REPLAY_WINDOW,
+        |c| c.max_incarnations = 65_536,
+    ];
+    for (i, f) in accepted.into_iter().enumerate() {
+        assert!(ok_new(f).is_ok(), "case {i} refused: {:?}", ok_new(f));
+    }
+    assert_eq!(
+        MIN_MAX_PACKET_SIZE, 296,
+        "DF-PAR-6: 296 bytes hold one entry of one value"
+    );
+    for enc in [ValueEncoding::F32, ValueEncoding::F16, ValueEncoding::BF16] {
+        assert!(ok_new(|c| c.encoding = enc).is_ok());
+    }
+}
+
+#[test]
+fn every_parameter_outside_its_range_is_refused_with_its_name() {
+    // REQ: DF-PAR-11 (MUST refuse to start, reporting a configuration error)
+    let refused: [(&str, Edit, &str); 16] = [
+        (
+            "alpha",
+            |c| c.alpha = 0.0,
+            "alpha must be in (0, 1], got 0.0",
+        ),
+        (
+            "alpha",
+            |c| c.alpha = 1.5,
+            "alpha must be in (0, 1], got 1.5",
+        ),
+        (
+            "alpha",
+            |c| c.alpha = f64::NAN,
+            "alpha must be finite, got NaN",
+        ),
+        (
+            "ratio",
+            |c| c.ratio = -0.1,
+            "ratio must be in (0, 1], got -0.1",
+        ),
+        (
+            "ratio",
+            |c| c.ratio = f64::INFINITY,
+            "ratio must be finite, got inf",
+        ),
+        (
+            "relay_threshold",
+            |c| c.relay_threshold = -1e-9,
+            "relay_threshold must be >= 0, got -1e-9",
+        ),
+        (
+            "relay_threshold",
+            |c| c.relay_threshold = f64::NAN,
+            "relay_threshold must be finite, got NaN",
+        ),
+        (
+            "sync_interval",
+            |c| c.sync_interval = 0,
+            "sync_interval must be >= 1, got 0",
+        ),
+        (
+            "max_packet_size",
+            |c| c.max_packet_size = 295,
+            "max_packet_size must be [296, 2147483647], got 295",
+        ),
+        (
+            "max_packet_size",
+            |c| c.max_packet_size = 2_147_483_648,
+            "max_packet_size must be [296, 2147483647], got 2147483648",
+        ),
+        (
+            "replay_window",
+            |c| c.replay_window = 0,
+            "replay_window must be [1, 1048576], got 0",
+        ),
+        (
+            "replay_window",
+            |c| c.replay_window = (1 << 20) + 1,
+            "replay_window must be [1, 1048576], got 1048577",
+        ),
+        (
+            "max_incarnations",
+            |c| c.max_incarnations = 0,
+            "max_incarnations must be [1, 65536], got 0",
+        ),
+        (
+            "max_incarnations",
+            |c| c.max_incarnations = 65_537,
+            "max_incarnations must be [1, 65536], got 65537",
+        ),
+        (
+            "max_origins",
+            |c| c.max_origins = 0,
+            "max_origins must be >= 1, got 0",
+        ),
+        (
+            "alpha",
+            |c| {
+                c.alpha = -1.0;
+                c.ratio = 2.0
+            },
+            "alpha must be in (0, 1], got -1.0",
+        ),
+    ];
+    let m = Manifest::new([TensorSpec::new("w", &[4])]).expect("manifest");
+    for (name, f, msg) in refused {
+        let mut c = SyncConfig::default();
+        f(&mut c);
+        let e = c.validate().expect_err(name);
+        assert_eq!(name_of(&e), name);
+        assert_eq!(e.to_string(), msg);
+        // the engine refuses to start with it
+        let got = Engine::new(m.clone(), c.clone(), 1, 1, vec![0.0; 4]).expect_err(name);
+        assert_eq!(got, EngineError::Config(e.clone()));
+        // and the checked constructor (max_origins is not one of its arguments)
+        if name != "max_origins" {
+            assert_eq!(ok_new(f), Err(e));
+        }
+    }
+}
+
+#[test]
+fn from_json_reads_every_key_and_round_trips() {
+    // REQ: DF-PAR-11
+    let v = json!({"alpha": 0.5, "ratio": 1, "sync_interval": 3, "relay_threshold": 0,
+        "hop_limit": 255, "max_packet_size": 296, "replay_window": 1048576,
+        "max_incarnations": 1, "include_buffers": true, "encoding": "BF16", "max_origins": 7});
+    let c = SyncConfig::from_json(&v).expect("valid");
+    assert_eq!(c.alpha, 0.5);
+    assert_eq!(c.ratio, 1.0);
+    assert_eq!(c.sync_interval, 3);
+    assert_eq!(c.relay_threshold, 0.0);
+    assert_eq!(c.hop_limit, 255);
+    assert_eq!(c.max_packet_size, 296);
+    assert_eq!(c.replay_window, 1 << 20);
+    assert_eq!(c.max_incarnations, 1);
+    assert!(c.include_buffers);
+    assert_eq!(c.encoding, ValueEncoding::BF16);
+    assert_eq!(c.max_origins, 7);
+    assert_eq!(SyncConfig::from_json(&c.to_json()), Ok(c));
+    // the wire value of the encoding is accepted too
+    let f16 = SyncConfig::from_json(&json!({"encoding": 1})).expect("valid");
+    assert_eq!(f16.encoding, ValueEncoding::F16);
+}
+
+#[test]
+fn from_json_refuses_unknown_keys_types_and_values() {
+    // REQ: DF-PAR-11
+    let cases = [
+        (
+            json!({"alpah": 1.0, "zeta": 1}),
+            "unknown config keys: ['alpah', 'zeta']",
+        ),
+        (json!({"alpha": "1"}), "alpha must be a float, got str"),
+        (json!({"alpha": true}), "alpha must be a float, got bool"),
+        (json!({"ratio": null}), "ratio must be a float, got null"),
+        (
+            json!({"hop_limit": 256}),
+            "hop_limit must be [0, 255], got 256",
+        ),
+        (
+            json!({"hop_limit": -1}),
+            "hop_limit must be [0, 255], got -1",
+        ),
+        (
+            json!({"hop_limit": 16.0}),
+            "hop_limit must be an int, got float",
+        ),
+        (
+            json!({"sync_interval": 0}),
+            "sync_interval must be >= 1, got 0",
+        ),
+        (
+            json!({"max_packet_size": 100}),
+            "max_packet_size must be [296, 2147483647], got 100",
+        ),
+        (
+            json!({"replay_window": 0}),
+            "replay_window must be [1, 1048576], got 0",
+        ),
+        (
+            json!({"max_incarnations": false}),
+            "max_incarnations must be an int, got bool",
+        ),
+        (
+            json!({"include_buffers": 1}),
+            "include_buffers must be a bool, got int",
+        ),
+        (json!({"encoding": "F8"}), "unknown encoding 'F8'"),
+        (json!({"encoding": 3}), "unknown encoding 3"),
+        (json!({"alpha": 0.0}), "alpha must be in (0, 1], got 0.0"),
+        (json!([1, 2]), "config must be a JSON object"),
+    ];
+    for (v, msg) in cases {
+        let e = SyncConfig::from_json(&v).expect_err(msg);
+        assert_eq!(e.to_string(), msg, "for {v}");
+    }
+}
