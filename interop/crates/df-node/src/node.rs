@@ -302,7 +302,7 @@ pub struct NodeOutcome {
 
 /// The model alone (no sync) or inside the node loop.
 enum Holder {
-    Alone(Store),
+    Alone(Box<Store>),
     Synced(Box<NodeFabric>),
 }
 
@@ -389,7 +389,7 @@ pub fn run_node(
         (false, _) if opts.join => {
             return Err(NodeError::Usage("--join needs --sync on".into()));
         }
-        (false, _) => Holder::Alone(store),
+        (false, _) => Holder::Alone(Box::new(store)),
     };
     let t_wait = Instant::now();
     if let Some(f) = node.fabric()

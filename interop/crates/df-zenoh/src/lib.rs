@@ -52,10 +52,10 @@ pub const SNAPSHOT_SCHEMA: &str = "deltafabric.v1.SnapshotChunk";
 pub fn init_log_from_env() {
     if std::env::var_os("RUST_LOG").is_some() {
         zenoh::try_init_log_from_env();
-    } else if let Ok(level) = std::env::var("DELTA_FABRIC_LOG") {
-        if let Some(l) = df_fabric::logging::parse_level(&level) {
-            zenoh::init_log_from_env_or(format!("zenoh={}", l.as_str().to_ascii_lowercase()));
-        }
+    } else if let Ok(level) = std::env::var("DELTA_FABRIC_LOG")
+        && let Some(l) = df_fabric::logging::parse_level(&level)
+    {
+        zenoh::init_log_from_env_or(format!("zenoh={}", l.as_str().to_ascii_lowercase()));
     }
 }
 
