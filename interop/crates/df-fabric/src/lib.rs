@@ -16,7 +16,10 @@
 //! Transports: `df_zenoh::ZenohTransport` and [`memory::MemoryTransport`].
 //!
 //! Lifecycle: dropping a `Fabric` closes its transport (peers see the node go), so a program that
-//! returns early, propagates an error or unwinds from a panic releases the network. Logging goes
+//! returns early, propagates an error or unwinds from a panic releases the network. The library
+//! installs no signal handler: SIGINT / SIGTERM end the process at once (default disposition), and
+//! peers see the node go when its links close (`df-zenoh/tests/lifecycle.rs` measures all four
+//! endings). Logging goes
 //! through the [`log`] facade with target `delta_fabric` and is silent unless a logger is installed;
 //! binaries call [`logging::init_from_env`] (`DELTA_FABRIC_LOG` or `RUST_LOG`).
 

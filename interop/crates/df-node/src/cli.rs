@@ -46,7 +46,7 @@ pub struct Args {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Synchronise with peers (`on`) or train alone (`off`).
-    #[arg(long, default_value = "on", value_parser = on_off)]
+    #[arg(long, default_value = "on", value_parser = on_off, action = clap::ArgAction::Set)]
     pub sync: bool,
     /// Damping per hop in [0, 1] (DF-RCV-5).
     #[arg(long, default_value_t = 1.0)]
