@@ -13,7 +13,13 @@ use crate::node::NodeOptions;
 /// One Burn training node of the DeltaFabric digits demo (the digits CNN), speaking the demo's
 /// stdio protocol: JSON events on stdout, `stop` (or EOF) on stdin.
 #[derive(Debug, Parser)]
-#[command(name = "df-node", version, about, max_term_width = 100)]
+#[command(
+    name = "df-node",
+    version,
+    about,
+    max_term_width = 100,
+    allow_negative_numbers = true
+)]
 pub struct Args {
     /// Node id: 1 to 16 hex digits (`0x` optional), non-zero.
     #[arg(long, value_parser = parse_node_id)]
