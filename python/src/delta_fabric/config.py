@@ -6,7 +6,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from delta_fabric.wire import PACKET_OVERHEAD_BOUND, ValueEncoding, encoded_size_bound
+from delta_fabric.encodings import ValueEncoding, codec
+from delta_fabric.wire import PACKET_OVERHEAD_BOUND, encoded_size_bound
 
 __all__ = ["MIN_MAX_PACKET_SIZE", "SyncConfig"]
 
@@ -71,12 +72,7 @@ class SyncConfig:
         _check_int("max_packet_size", self.max_packet_size, MIN_MAX_PACKET_SIZE, 2**31 - 1)
         _check_int("replay_window", self.replay_window, 1, _MAX_REPLAY_WINDOW)
         _check_int("max_incarnations", self.max_incarnations, 1, 1 << 16)
-        try:
-            encoding = ValueEncoding(self.encoding)
-        except ValueError:
-            raise ValueError(
-                f"encoding must be one of F32, F16, BF16, got {self.encoding!r}"
-            ) from None
+        encoding = codec(self.encoding).encoding  # ValueError naming the table's encodings
         if not isinstance(self.include_buffers, bool):
             raise TypeError("include_buffers must be a bool")
         # normalise (frozen dataclass): ints given for floats, plain ints given for the encoding
@@ -100,7 +96,7 @@ class SyncConfig:
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
-        d["encoding"] = ValueEncoding(self.encoding).name
+        d["encoding"] = codec(self.encoding).name
         return d
 
     @classmethod
@@ -113,9 +109,7 @@ class SyncConfig:
         if "encoding" in kwargs:
             enc = kwargs["encoding"]
             try:
-                kwargs["encoding"] = (
-                    ValueEncoding[enc] if isinstance(enc, str) else ValueEncoding(enc)
-                )
-            except (KeyError, ValueError):
+                kwargs["encoding"] = codec(enc).encoding
+            except ValueError:
                 raise ValueError(f"unknown encoding {enc!r}") from None
         return cls(**kwargs)

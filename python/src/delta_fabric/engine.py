@@ -19,6 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from delta_fabric.config import SyncConfig
+from delta_fabric.encodings import codec
 from delta_fabric.errors import DecodeError, ErrorCode
 from delta_fabric.manifest import Manifest
 from delta_fabric.selection import Selector
@@ -30,7 +31,6 @@ from delta_fabric.wire import (
     decode_packet,
     encode_packet,
     encoded_size_bound,
-    quantize,
     validate_packet,
 )
 
@@ -213,22 +213,25 @@ class Engine:
         # finite value. An infinity is the largest magnitude, so it is always among the selected.
         if not bool(np.isfinite(d[idx]).all()):
             raise ValueError("cannot generate: the delta holds an infinite value")
-        sent = quantize(
-            d[idx], self.config.encoding
-        )  # DF-GEN-4 (the decoded value of what is sent)
-        self._anchor[idx] = self._anchor[idx] + sent  # DF-GEN-5
+        # DF-GEN-6: split into entries that fit a packet alone; then, per entry, the values are the
+        # decoded values of what is sent (DF-GEN-4, by the encodings table) and the anchor moves by
+        # them (DF-GEN-5, error feedback).
+        vc = codec(self.config.encoding)
         indices = idx.astype(np.uint32)
         entries = []
         step = self._max_entry_values
-        for start in range(0, indices.size, step):  # DF-GEN-6
+        for start in range(0, indices.size, step):
+            part = indices[start : start + step]
+            sent = vc.quantize(d[part])
+            self._anchor[part] = self._anchor[part] + sent
             entries.append(
                 Entry(
                     origin=self.node_id,
                     incarnation=self.incarnation,
                     seq=self.next_seq,
                     hops=0,
-                    indices=indices[start : start + step],
-                    values=sent[start : start + step],
+                    indices=part,
+                    values=sent,
                 )
             )
             self.next_seq += 1

@@ -17,7 +17,8 @@ soon as the root table is readable; with several faults any one of their codes m
 5. ``MALFORMED``: every other field of every table: offsets and lengths in bounds, required fields
    present, fingerprint of 32 bytes, non-zero sender, sender_incarnation, origin, incarnation, seq;
    the entries' vectors hold no more element bytes than the buffer (no aliasing amplification).
-6. ``UNSUPPORTED_ENCODING``: encoding not in {F32, F16, BF16}.
+6. ``UNSUPPORTED_ENCODING``: encoding not in the table :data:`delta_fabric.encodings.CODECS`
+   (F32, F16, BF16).
 7. ``MALFORMED``: an entry without the values vector of the encoding, or with the other one.
 8. ``LENGTH_MISMATCH``, ``EMPTY_ENTRY``, ``UNSORTED_INDICES``, ``DUPLICATE_INDEX``,
    ``NON_FINITE``, each over all entries before the next.
@@ -36,7 +37,6 @@ import math
 import struct
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from enum import IntEnum
 from typing import Any, NoReturn
 
 import flatbuffers
@@ -46,6 +46,7 @@ from numpy.typing import NDArray
 
 from delta_fabric._generated.deltafabric.v1 import Entry as _gen_entry
 from delta_fabric._generated.deltafabric.v1 import Packet as _gen_packet
+from delta_fabric.encodings import CODECS, MAX_VALUE_BYTES, ValueEncoding, codec, quantize
 from delta_fabric.errors import DecodeError, ErrorCode
 
 __all__ = [
@@ -68,14 +69,6 @@ __all__ = [
 ]
 
 
-class ValueEncoding(IntEnum):
-    """Encoding of the values of every entry of one packet (schema enum ``ValueEncoding``)."""
-
-    F32 = 0
-    F16 = 1
-    BF16 = 2
-
-
 DEFAULT_MAX_PACKET_SIZE = 16 * 1024 * 1024
 FILE_IDENTIFIER = b"DFP1"
 VERSION_MAJOR = 1
@@ -87,10 +80,6 @@ U64_MAX = (1 << 64) - 1
 #: fingerprint and entries vectors, alignment padding). A packet's size is at most this plus the sum
 #: of :func:`encoded_size_bound` over its entries.
 PACKET_OVERHEAD_BOUND = 160
-
-# Largest finite magnitudes of the 16-bit encodings.
-_F16_MAX = 65504.0
-_BF16_MAX_BITS = 0x7F7F
 
 
 def _as_u32_array(x: Any) -> NDArray[np.uint32]:
@@ -195,69 +184,6 @@ class Packet:
 
 
 # ------------------------------------------------------------------------------------------------
-# Value encodings
-# ------------------------------------------------------------------------------------------------
-
-
-def _to_f16_bits(values: NDArray[np.float32]) -> NDArray[np.uint16]:
-    v = np.asarray(values, dtype=np.float32)
-    clipped = np.clip(v, np.float32(-_F16_MAX), np.float32(_F16_MAX))  # NaN stays NaN
-    return clipped.astype("<f2").view(np.uint16)
-
-
-def _to_bf16_bits(values: NDArray[np.float32]) -> NDArray[np.uint16]:
-    v = np.ascontiguousarray(values, dtype=np.float32)
-    bits = v.view(np.uint32)
-    nan = np.isnan(v)
-    # Round to nearest even on the upper 16 bits. No overflow: finite/inf patterns are <=
-    # 0xFF800000.
-    safe = np.where(nan, np.uint32(0), bits)
-    rounded = (safe + np.uint32(0x7FFF) + ((safe >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
-    hi = rounded.astype(np.uint16)
-    sign = hi & np.uint16(0x8000)
-    mag = hi & np.uint16(0x7FFF)
-    # Clamp to the finite range: anything that rounded to (or was) infinity becomes the largest
-    # finite.
-    mag = np.where(mag >= np.uint16(0x7F80), np.uint16(_BF16_MAX_BITS), mag).astype(np.uint16)
-    out = (sign | mag).astype(np.uint16)
-    nan_bits = ((bits >> np.uint32(16)).astype(np.uint16) & np.uint16(0x8000)) | np.uint16(0x7FC0)
-    result: NDArray[np.uint16] = np.where(nan, nan_bits, out).astype(np.uint16)
-    return result
-
-
-_F16_TABLE: NDArray[np.float32] | None = None
-
-
-def _from_f16_bits(bits: NDArray[np.uint16]) -> NDArray[np.float32]:
-    # A 65536-entry table (256 KiB, built once) is about twice as fast as NumPy's f16 -> f32 cast.
-    global _F16_TABLE
-    if _F16_TABLE is None:
-        _F16_TABLE = np.arange(1 << 16, dtype=np.uint16).view("<f2").astype(np.float32)
-    out: NDArray[np.float32] = _F16_TABLE.take(bits)
-    return out
-
-
-def _from_bf16_bits(bits: NDArray[np.uint16]) -> NDArray[np.float32]:
-    wide: NDArray[np.uint32] = bits.astype(np.uint32) << np.uint32(16)
-    return wide.view(np.float32)
-
-
-def quantize(values: NDArray[np.float32], encoding: ValueEncoding) -> NDArray[np.float32]:
-    """The f32 values a receiver decodes after ``values`` are encoded with ``encoding``.
-
-    F16/BF16: round to nearest even, clamped to the finite range of the encoding (so a finite input
-    never becomes infinite); NaN stays NaN. F32: identity (a float32 copy of the input is not made
-    when the input already is a float32 array).
-    """
-    enc = ValueEncoding(encoding)
-    if enc is ValueEncoding.F32:
-        return np.asarray(values, dtype=np.float32)
-    if enc is ValueEncoding.F16:
-        return _from_f16_bits(_to_f16_bits(values))
-    return _from_bf16_bits(_to_bf16_bits(values))
-
-
-# ------------------------------------------------------------------------------------------------
 # Encoding
 # ------------------------------------------------------------------------------------------------
 
@@ -273,11 +199,12 @@ def encoded_size_bound(num_values: int) -> int:
     """Upper bound on the bytes one entry of ``num_values`` values adds to a packet (any encoding).
 
     Entry table with its vtable and alignment padding (<= 96 bytes), the entries-vector slot (4),
-    and the indices and values vectors (4 + 4n + 7 each).
+    and the indices and values vectors (4 + 7 each, plus 4 bytes per index and the table's largest
+    ``value_bytes`` per value, see :mod:`delta_fabric.encodings`).
     """
     if num_values < 0:
         raise ValueError("num_values must be >= 0")
-    return 128 + 8 * num_values
+    return 128 + (4 + MAX_VALUE_BYTES) * num_values
 
 
 def _check_u64(name: str, x: int) -> int:
@@ -295,7 +222,7 @@ def encode_packet(packet: Packet) -> bytes:
     finite values...), which is what lets tests and vector generators build faulty packets. Use
     :func:`decode_packet` on the result to check those.
     """
-    enc = ValueEncoding(packet.encoding)
+    vc = codec(packet.encoding)
     if not 0 <= packet.version_major <= 0xFFFF or not 0 <= packet.version_minor <= 0xFFFF:
         raise ValueError("version numbers must fit in uint16")
     total = sum(encoded_size_bound(int(e.indices.size)) for e in packet.entries)
@@ -308,20 +235,16 @@ def encode_packet(packet: Packet) -> bytes:
         incarnation = _check_u64("incarnation", e.incarnation)
         seq = _check_u64("seq", e.seq)
         idx_off = b.CreateNumpyVector(np.ascontiguousarray(e.indices, dtype="<u4"))
-        vals = e.values
-        if enc is ValueEncoding.F32:
-            val_off = b.CreateNumpyVector(np.ascontiguousarray(vals, dtype="<f4"))
-        elif enc is ValueEncoding.F16:
-            val_off = b.CreateNumpyVector(np.ascontiguousarray(_to_f16_bits(vals), dtype="<u2"))
-        else:
-            val_off = b.CreateNumpyVector(np.ascontiguousarray(_to_bf16_bits(vals), dtype="<u2"))
+        val_off = b.CreateNumpyVector(
+            np.ascontiguousarray(vc.encode(e.values), dtype=vc.wire_dtype)
+        )
         _gen_entry.EntryStart(b)
         _gen_entry.EntryAddOrigin(b, origin)
         _gen_entry.EntryAddIncarnation(b, incarnation)
         _gen_entry.EntryAddSeq(b, seq)
         _gen_entry.EntryAddHops(b, int(e.hops))
         _gen_entry.EntryAddIndices(b, idx_off)
-        if enc is ValueEncoding.F32:
+        if vc.wide:
             _gen_entry.EntryAddValues(b, val_off)
         else:
             _gen_entry.EntryAddValues16(b, val_off)
@@ -339,7 +262,7 @@ def encode_packet(packet: Packet) -> bytes:
         b, _check_u64("sender_incarnation", packet.sender_incarnation)
     )
     _gen_packet.PacketAddFingerprint(b, fp_off)
-    _gen_packet.PacketAddEncoding(b, int(enc))
+    _gen_packet.PacketAddEncoding(b, int(vc.encoding))
     _gen_packet.PacketAddEntries(b, entries_off)
     root = _gen_packet.PacketEnd(b)
     b.Finish(root, file_identifier=FILE_IDENTIFIER)
@@ -591,7 +514,7 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
 
     start, count = entries_vec
     if count == 0:
-        if encoding_raw not in (0, 1, 2):
+        if encoding_raw not in CODECS:
             raise DecodeError(ErrorCode.UNSUPPORTED_ENCODING, f"encoding {encoding_raw}")
         return Packet(
             sender,
@@ -629,17 +552,16 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
     if element_bytes > n:
         _malformed(f"entries share vectors: {element_bytes} element bytes in a {n}-byte buffer")
 
-    if encoding_raw not in (0, 1, 2):
+    if encoding_raw not in CODECS:
         raise DecodeError(ErrorCode.UNSUPPORTED_ENCODING, f"encoding {encoding_raw}")
-    encoding = ValueEncoding(encoding_raw)
-    wide = encoding is ValueEncoding.F32
+    vc = CODECS[ValueEncoding(encoding_raw)]
+    encoding = vc.encoding
+    wide = vc.wide
     if wide:
-        t.fail_where(~v32_present | v16_present, "F32 packet needs values and no values16")
+        t.fail_where(~v32_present | v16_present, f"{vc.name} packet needs values and no values16")
         val_start, val_count = v32_start, v32_count
     else:
-        t.fail_where(
-            ~v16_present | v32_present, f"{encoding.name} packet needs values16 and no values"
-        )
+        t.fail_where(~v16_present | v32_present, f"{vc.name} packet needs values16 and no values")
         val_start, val_count = v16_start, v16_count
 
     bad = val_count != idx_count
@@ -671,9 +593,7 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
             a8[s : s + 2 * c].view("<u2") for s, c in zip(val_start.tolist(), counts, strict=True)
         ]
         bits_all = bits[0] if count == 1 else np.concatenate(bits)
-        val_all = _readonly(
-            _from_f16_bits(bits_all) if encoding is ValueEncoding.F16 else _from_bf16_bits(bits_all)
-        )
+        val_all = _readonly(vc.decode(bits_all))
         val_views = [val_all] if count == 1 else np.split(val_all, np.cumsum(idx_count)[:-1])
     if not _all_finite(val_all):
         pos = int(np.argmax(~np.isfinite(val_all)))

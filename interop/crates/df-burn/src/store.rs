@@ -45,7 +45,7 @@ impl From<BurnMapError> for StoreError {
 pub fn layout_manifest(layout: &CanonicalLayout) -> Result<Manifest, BurnMapError> {
     Manifest::new(layout.specs().iter().cloned()).map_err(|e| BurnMapError::Data {
         name: "manifest".into(),
-        reason: e,
+        reason: e.to_string(),
     })
 }
 

@@ -9,8 +9,9 @@ use std::fmt;
 
 use serde_json::{Map, Value, json};
 
+use crate::encodings::ValueEncoding;
 use crate::replay::DEFAULT_MAX_ORIGINS;
-use crate::wire::{PACKET_OVERHEAD_BOUND, ValueEncoding, entry_size_bound};
+use crate::wire::{PACKET_OVERHEAD_BOUND, entry_size_bound};
 
 /// Smallest accepted `max_packet_size`: a packet with one entry of one value (DF-PAR-6, DF-RLY-3).
 pub const MIN_MAX_PACKET_SIZE: usize = PACKET_OVERHEAD_BOUND + 128 + 8;
@@ -133,8 +134,9 @@ pub struct SyncConfig {
     pub alpha: f64,
     /// DF-PAR-2: selection ratio r (DF-GEN-2); `0 < ratio <= 1`.
     pub ratio: f64,
-    /// DF-PAR-3: local steps between two generations (used by the node, not the engine); `>= 1`.
-    pub sync_interval: u64,
+    /// DF-PAR-3: local steps between two generations (used by the node, not the engine); `>= 1`
+    /// (this implementation's bound: `u32::MAX`).
+    pub sync_interval: u32,
     /// DF-PAR-4: damped values with `|u| < threshold` are not relayed (compared as real numbers:
     /// f64); finite, `>= 0`.
     pub relay_threshold: f64,
@@ -182,7 +184,7 @@ impl SyncConfig {
     pub fn new(
         alpha: f64,
         ratio: f64,
-        sync_interval: u64,
+        sync_interval: u32,
         relay_threshold: f64,
         hop_limit: u8,
         max_packet_size: usize,
@@ -282,7 +284,9 @@ impl SyncConfig {
             c.relay_threshold = json_float("relay_threshold", x)?;
         }
         if let Some(x) = obj.get("sync_interval") {
-            c.sync_interval = json_int("sync_interval", x, 1, u64::MAX)?;
+            let n = json_int("sync_interval", x, 1, u64::MAX)?;
+            c.sync_interval = u32::try_from(n)
+                .map_err(|_| out_of_range("sync_interval", format!("<= {}", u32::MAX), n))?;
         }
         if let Some(x) = obj.get("hop_limit") {
             c.hop_limit = json_int("hop_limit", x, 0, 255)? as u8;
@@ -320,8 +324,9 @@ impl SyncConfig {
         c.validated()
     }
 
-    /// The JSON object of the Python `SyncConfig.to_json` (plus `max_origins`); inverse of
-    /// [`SyncConfig::from_json`].
+    /// The JSON object of the Python `SyncConfig.to_json` (the spec's ten parameters), plus
+    /// `max_origins` only when it is not the default (so the Python reference reads the output
+    /// of a default-bounded config); inverse of [`SyncConfig::from_json`].
     pub fn to_json(&self) -> Value {
         let mut m = Map::new();
         m.insert("alpha".into(), json!(self.alpha));
@@ -334,7 +339,9 @@ impl SyncConfig {
         m.insert("max_incarnations".into(), json!(self.max_incarnations));
         m.insert("include_buffers".into(), json!(self.include_buffers));
         m.insert("encoding".into(), json!(self.encoding.name()));
-        m.insert("max_origins".into(), json!(self.max_origins));
+        if self.max_origins != DEFAULT_MAX_ORIGINS {
+            m.insert("max_origins".into(), json!(self.max_origins));
+        }
         Value::Object(m)
     }
 

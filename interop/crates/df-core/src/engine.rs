@@ -351,30 +351,30 @@ impl Engine {
         if self.sel.is_empty() {
             return Ok(Vec::new());
         }
-        let enc = self.config.encoding;
-        let mut values = Vec::with_capacity(self.sel.len());
-        for &i in &self.sel {
-            // DF-GEN-9: check d itself, F16/BF16 would clamp an infinity to a finite value.
-            let d = self.d[i as usize];
-            if !d.is_finite() {
-                return Err(EngineError::NonFinite { index: i });
-            }
-            values.push(enc.quantize(d));
+        // DF-GEN-9: check d itself before anything changes; F16/BF16 would clamp an infinity to
+        // a finite value. (NaN deltas are never selected.)
+        if let Some(&i) = self.sel.iter().find(|&&i| !self.d[i as usize].is_finite()) {
+            return Err(EngineError::NonFinite { index: i });
         }
-        for (&i, &v) in self.sel.iter().zip(&values) {
-            let a = &mut self.anchor[i as usize];
-            *a += v;
-        }
+        // DF-GEN-6: split into entries that fit a packet alone; then, per entry, the values are
+        // the quantized deltas (DF-GEN-4, by the encodings table) and the anchor moves by them
+        // (DF-GEN-5, error feedback).
+        let vc = self.config.encoding.codec();
         let per = self.config.max_values_per_entry();
         let mut out = Vec::with_capacity(self.sel.len().div_ceil(per));
-        for (ci, cv) in self.sel.chunks(per).zip(values.chunks(per)) {
+        for ci in self.sel.chunks(per) {
+            let mut values: Vec<f32> = ci.iter().map(|&i| self.d[i as usize]).collect();
+            vc.quantize_slice(&mut values);
+            for (&i, &v) in ci.iter().zip(&values) {
+                self.anchor[i as usize] += v;
+            }
             out.push(OwnedEntry {
                 origin: self.node_id,
                 incarnation: self.incarnation,
                 seq: self.next_seq,
                 hops: 0,
                 indices: ci.to_vec(),
-                values: cv.to_vec(),
+                values,
             });
             self.next_seq += 1;
         }

@@ -1,7 +1,60 @@
 //! Manifests, canonical order and fingerprint (spec section 4, DF-MAN).
 
+use std::fmt;
+
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
+
+/// Why a manifest was refused (DF-MAN-1, DF-MAN-7) or could not be read from JSON.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ManifestError {
+    /// A tensor name is empty (DF-MAN-1).
+    EmptyName,
+    /// A tensor name holds a control character (DF-MAN-1).
+    ControlCharacter(String),
+    /// Two tensors have the same name (DF-MAN-1).
+    DuplicateName(String),
+    /// More than 2**32 values (DF-MAN-7), or the count overflows u64 (`None`).
+    TooLarge(Option<u64>),
+    /// The JSON form is not a manifest (missing or mistyped member, dtype other than f32).
+    Json(String),
+    /// The JSON's `fingerprint` does not match its tensors.
+    FingerprintMismatch,
+    /// The JSON's `num_params` does not match its tensors.
+    NumParamsMismatch,
+}
+
+impl fmt::Display for ManifestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ManifestError::EmptyName => f.write_str("empty tensor name"),
+            ManifestError::ControlCharacter(n) => {
+                write!(f, "tensor name {n:?} has a control character")
+            }
+            ManifestError::DuplicateName(n) => write!(f, "duplicate tensor name {n:?}"),
+            ManifestError::TooLarge(Some(n)) => {
+                write!(f, "manifest has {n} values, more than 2**32")
+            }
+            ManifestError::TooLarge(None) => f.write_str("manifest size overflows u64"),
+            ManifestError::Json(s) => write!(f, "manifest: {s}"),
+            ManifestError::FingerprintMismatch => {
+                f.write_str("manifest fingerprint does not match its tensors")
+            }
+            ManifestError::NumParamsMismatch => {
+                f.write_str("manifest num_params does not match its tensors")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ManifestError {}
+
+/// The message, for callers that report errors as strings.
+impl From<ManifestError> for String {
+    fn from(e: ManifestError) -> String {
+        e.to_string()
+    }
+}
 
 /// Header line of the fingerprinted text (DF-MAN-5).
 pub const MANIFEST_HEADER: &str = "deltafabric-manifest/1\n";
@@ -45,22 +98,22 @@ pub struct Manifest {
 impl Manifest {
     /// Validates names (DF-MAN-1: non-empty, unique, no control characters), sorts by the UTF-8
     /// bytes of the name (DF-MAN-2), lays out (DF-MAN-3) and fingerprints (DF-MAN-5).
-    pub fn new(tensors: impl IntoIterator<Item = TensorSpec>) -> Result<Manifest, String> {
+    pub fn new(tensors: impl IntoIterator<Item = TensorSpec>) -> Result<Manifest, ManifestError> {
         let mut tensors: Vec<TensorSpec> = tensors.into_iter().collect();
         for t in &tensors {
             if t.name.is_empty() {
-                return Err("empty tensor name".into());
+                return Err(ManifestError::EmptyName);
             }
             if t.name
                 .chars()
                 .any(|c| (c as u32) < 0x20 || c as u32 == 0x7f)
             {
-                return Err(format!("tensor name {:?} has a control character", t.name));
+                return Err(ManifestError::ControlCharacter(t.name.clone()));
             }
         }
         tensors.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
         if let Some(w) = tensors.windows(2).find(|w| w[0].name == w[1].name) {
-            return Err(format!("duplicate tensor name {:?}", w[0].name));
+            return Err(ManifestError::DuplicateName(w[0].name.clone()));
         }
         let mut offsets = Vec::with_capacity(tensors.len() + 1);
         let mut acc: u64 = 0;
@@ -68,11 +121,11 @@ impl Manifest {
         for t in &tensors {
             acc = acc
                 .checked_add(t.numel())
-                .ok_or("manifest size overflows u64")?;
+                .ok_or(ManifestError::TooLarge(None))?;
             offsets.push(acc);
         }
         if acc > 1 << 32 {
-            return Err(format!("manifest has {acc} values, more than 2**32"));
+            return Err(ManifestError::TooLarge(Some(acc)));
         }
         let mut text = String::from(MANIFEST_HEADER);
         for t in &tensors {
@@ -129,28 +182,29 @@ impl Manifest {
     }
 
     /// Parses [`Manifest::to_json`] output, checking `fingerprint` / `num_params` when present.
-    pub fn from_json(v: &Value) -> Result<Manifest, String> {
+    pub fn from_json(v: &Value) -> Result<Manifest, ManifestError> {
+        let bad = |s: &str| ManifestError::Json(s.to_string());
         let ts = v
             .get("tensors")
             .and_then(Value::as_array)
-            .ok_or("manifest: tensors missing")?;
+            .ok_or_else(|| bad("tensors missing"))?;
         let mut specs = Vec::with_capacity(ts.len());
         for t in ts {
             let name = t
                 .get("name")
                 .and_then(Value::as_str)
-                .ok_or("manifest: tensor name missing")?;
+                .ok_or_else(|| bad("tensor name missing"))?;
             if let Some(d) = t.get("dtype")
                 && d.as_str() != Some("f32")
             {
-                return Err(format!("{name}: dtype must be f32"));
+                return Err(ManifestError::Json(format!("{name}: dtype must be f32")));
             }
             let shape = t
                 .get("shape")
                 .and_then(Value::as_array)
-                .ok_or("manifest: shape missing")?
+                .ok_or_else(|| bad("shape missing"))?
                 .iter()
-                .map(|d| d.as_u64().ok_or("manifest: bad dim"))
+                .map(|d| d.as_u64().ok_or_else(|| bad("bad dim")))
                 .collect::<Result<Vec<u64>, _>>()?;
             specs.push(TensorSpec::new(name, &shape));
         }
@@ -158,12 +212,12 @@ impl Manifest {
         if let Some(fp) = v.get("fingerprint").and_then(Value::as_str)
             && fp != hex::encode(m.fingerprint)
         {
-            return Err("manifest fingerprint does not match its tensors".into());
+            return Err(ManifestError::FingerprintMismatch);
         }
         if let Some(n) = v.get("num_params").and_then(Value::as_u64)
             && n != m.num_params()
         {
-            return Err("manifest num_params does not match its tensors".into());
+            return Err(ManifestError::NumParamsMismatch);
         }
         Ok(m)
     }

@@ -9,9 +9,9 @@
 //!   `DFS1`). Every chunk carries the fingerprint, the snapshot id, N and the SHA-256 digest of the
 //!   whole snapshot's little-endian f32 bytes.
 //! - A joiner decodes each chunk with [`decode_chunk`] (never panics, whatever the bytes) and feeds
-//!   it to an [`Assembler`], which checks the fingerprint, that every chunk belongs to the same
-//!   snapshot, its offset and length, that every value is finite, and at [`Assembler::finish`] the
-//!   digest (DF-ZEN-12). [`fetch_chunks`] is the client loop with the request injected.
+//!   it to an [`SnapshotAssembler`], which checks the fingerprint, that every chunk belongs to the same
+//!   snapshot, its offset and length, that every value is finite, and at [`SnapshotAssembler::finish`] the
+//!   digest (DF-ZEN-12). [`fetch_snapshot_chunks`] is the client loop with the request injected.
 //!
 //! Every failure is a [`SnapshotError`] whose [`SnapshotErrorKind`] has the Python spelling.
 
@@ -395,7 +395,7 @@ pub fn encode_chunk(
 /// Decodes and checks one chunk on its own (context-free): identifier, structure (the generated
 /// verifier), version 1, 32-byte fingerprint and digest, non-zero node / incarnation / snapshot
 /// id / total, at least one value, `offset + len(values) <= total`. Never panics; every failure
-/// is a [`SnapshotError`]. Finiteness and the digest are checked by the [`Assembler`].
+/// is a [`SnapshotError`]. Finiteness and the digest are checked by the [`SnapshotAssembler`].
 pub fn decode_chunk(buf: &[u8]) -> Result<SnapshotChunk<'_>, SnapshotError> {
     use SnapshotErrorKind::{BadIdentifier, Malformed, UnsupportedVersion};
     if buf.len() < 8 || &buf[4..8] != SNAPSHOT_IDENTIFIER {
@@ -471,7 +471,7 @@ pub fn decode_chunk(buf: &[u8]) -> Result<SnapshotChunk<'_>, SnapshotError> {
     })
 }
 
-/// [`decode_chunk`] under its former name (df-zenoh uses it until it moves to [`Assembler`]).
+/// [`decode_chunk`] under its former name (df-zenoh uses it until it moves to [`SnapshotAssembler`]).
 pub fn decode_snapshot_chunk(buf: &[u8]) -> Result<SnapshotChunk<'_>, SnapshotError> {
     decode_chunk(buf)
 }
@@ -507,15 +507,15 @@ pub struct VerifiedSnapshot {
 /// Reassembles the chunks of one snapshot requested at `chunk_size` values per chunk and verifies
 /// it (DF-ZEN-12).
 ///
-/// [`Assembler::add`] checks chunk `i` against the joiner's fingerprint, the expected node and
+/// [`SnapshotAssembler::add`] checks chunk `i` against the joiner's fingerprint, the expected node and
 /// total (when set), the first chunk (node, incarnation, snapshot id, total, digest), its offset
 /// (`i * chunk_size`) and length (`chunk_size` except the last), and that every value is finite.
 /// `max_values` bounds the total a hostile server can make the joiner allocate.
-/// [`Assembler::finish`] checks completeness and the digest. A chunk that fails a check changes
+/// [`SnapshotAssembler::finish`] checks completeness and the digest. A chunk that fails a check changes
 /// nothing; the caller discards the whole snapshot (DF-ZEN-12), or restarts from chunk 0 on
 /// [`SnapshotErrorKind::Inconsistent`] (the server switched snapshots).
 #[derive(Debug, Clone)]
-pub struct Assembler {
+pub struct SnapshotAssembler {
     fingerprint: [u8; 32],
     chunk_size: usize,
     expected_total: Option<u64>,
@@ -527,16 +527,19 @@ pub struct Assembler {
     missing: u64,
 }
 
-impl Assembler {
+impl SnapshotAssembler {
     /// An assembler for the joiner's manifest `fingerprint` at `chunk_size` (>= 1) values per chunk.
-    pub fn new(fingerprint: [u8; 32], chunk_size: usize) -> Result<Assembler, SnapshotError> {
+    pub fn new(
+        fingerprint: [u8; 32],
+        chunk_size: usize,
+    ) -> Result<SnapshotAssembler, SnapshotError> {
         if chunk_size < 1 {
             return Err(err(
                 SnapshotErrorKind::InvalidArgument,
                 "chunk_size must be >= 1",
             ));
         }
-        Ok(Assembler {
+        Ok(SnapshotAssembler {
             fingerprint,
             chunk_size,
             expected_total: None,
@@ -738,9 +741,9 @@ impl Assembler {
 /// chunk 0 (at most `max_restarts` times) when the server switches snapshots mid-way
 /// ([`SnapshotErrorKind::Inconsistent`] after the first chunk); every other fault is returned.
 /// `now` reads the clock (pass `Instant::now`; tests pass a fake one).
-pub fn fetch_chunks(
+pub fn fetch_snapshot_chunks(
     mut request: impl FnMut(u64, usize, Duration) -> Result<Vec<u8>, SnapshotError>,
-    assembler: &Assembler,
+    assembler: &SnapshotAssembler,
     deadline: Instant,
     max_restarts: u32,
     now: impl Fn() -> Instant,

@@ -13,11 +13,14 @@
 //! This is the same order as the Python reference (`delta_fabric.wire`).
 
 use std::borrow::Cow;
+use std::fmt;
 
 use flatbuffers::{FlatBufferBuilder, VerifierOptions, WIPOffset};
-use half::f16;
 use serde_json::{Value, json};
 
+/// The packet's value encoding (defined with its table in [`crate::encodings`]).
+pub use crate::encodings::ValueEncoding;
+use crate::encodings::{Carrier, MAX_VALUE_BYTES, by_wire, codec};
 use crate::error::{DecodeError, ErrorCode};
 use crate::generated::packet::deltafabric::v_1 as fb;
 
@@ -35,106 +38,11 @@ pub const FINGERPRINT_SIZE: usize = 32;
 pub const PACKET_OVERHEAD_BOUND: usize = 160;
 
 /// Upper bound on the bytes one entry of `n` values adds to a packet, whatever the encoding
-/// (same bound as the Python reference `encoded_size_bound`).
+/// (same bound as the Python reference `encoded_size_bound`): the entry table with its vtable and
+/// padding (<= 96), the entries-vector slot (4), the indices and values vectors (4 + 7 each plus
+/// 4 bytes per index and [`MAX_VALUE_BYTES`] per value).
 pub fn entry_size_bound(n: usize) -> usize {
-    128 + 8 * n
-}
-
-/// How the values of every entry of one packet are encoded (schema enum `ValueEncoding`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum ValueEncoding {
-    /// IEEE binary32 in `Entry.values`.
-    #[default]
-    F32,
-    /// IEEE binary16 bit patterns in `Entry.values16`.
-    F16,
-    /// bfloat16 bit patterns in `Entry.values16`.
-    BF16,
-}
-
-impl ValueEncoding {
-    /// The wire value.
-    pub fn to_u8(self) -> u8 {
-        match self {
-            ValueEncoding::F32 => 0,
-            ValueEncoding::F16 => 1,
-            ValueEncoding::BF16 => 2,
-        }
-    }
-    /// From the wire value; `None` for an unknown encoding.
-    pub fn from_u8(v: u8) -> Option<ValueEncoding> {
-        match v {
-            0 => Some(ValueEncoding::F32),
-            1 => Some(ValueEncoding::F16),
-            2 => Some(ValueEncoding::BF16),
-            _ => None,
-        }
-    }
-    /// `"F32"`, `"F16"` or `"BF16"` (the JSON spelling).
-    pub fn name(self) -> &'static str {
-        match self {
-            ValueEncoding::F32 => "F32",
-            ValueEncoding::F16 => "F16",
-            ValueEncoding::BF16 => "BF16",
-        }
-    }
-    /// Inverse of [`ValueEncoding::name`].
-    pub fn from_name(s: &str) -> Option<ValueEncoding> {
-        match s {
-            "F32" => Some(ValueEncoding::F32),
-            "F16" => Some(ValueEncoding::F16),
-            "BF16" => Some(ValueEncoding::BF16),
-            _ => None,
-        }
-    }
-    /// The f32 a receiver decodes after `v` is sent with this encoding (DF-GEN-4: round to nearest
-    /// even, clamped to the finite range; NaN stays NaN).
-    pub fn quantize(self, v: f32) -> f32 {
-        match self {
-            ValueEncoding::F32 => v,
-            ValueEncoding::F16 => f16_bits_to_f32(f32_to_f16_bits(v)),
-            ValueEncoding::BF16 => bf16_bits_to_f32(f32_to_bf16_bits(v)),
-        }
-    }
-}
-
-const F16_MAX: f32 = 65504.0;
-
-/// binary16 bits of `v`: round to nearest even, clamped to +-65504 (NaN stays NaN).
-pub fn f32_to_f16_bits(v: f32) -> u16 {
-    let c = if v.is_nan() {
-        v
-    } else {
-        v.clamp(-F16_MAX, F16_MAX)
-    };
-    f16::from_f32(c).to_bits()
-}
-
-/// The f32 value of binary16 bits.
-pub fn f16_bits_to_f32(b: u16) -> f32 {
-    f16::from_bits(b).to_f32()
-}
-
-/// bfloat16 bits of `v`: round to nearest even on the upper 16 bits, clamped to the finite range
-/// (largest finite 0x7F7F); NaN becomes the quiet NaN with the same sign.
-pub fn f32_to_bf16_bits(v: f32) -> u16 {
-    let bits = v.to_bits();
-    if v.is_nan() {
-        return ((bits >> 16) as u16 & 0x8000) | 0x7FC0;
-    }
-    let rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16;
-    let hi = rounded as u16;
-    let sign = hi & 0x8000;
-    let mut mag = hi & 0x7FFF;
-    if mag >= 0x7F80 {
-        mag = 0x7F7F;
-    }
-    sign | mag
-}
-
-/// The f32 value of bfloat16 bits.
-pub fn bf16_bits_to_f32(b: u16) -> f32 {
-    f32::from_bits((b as u32) << 16)
+    128 + (4 + MAX_VALUE_BYTES) * n
 }
 
 /// One decoded entry; indices and (F32) values borrow the packet buffer when it is aligned.
@@ -296,7 +204,7 @@ fn read_version_major(buf: &[u8]) -> Option<u16> {
 }
 
 /// Little-endian u32s of a vector: borrowed when aligned (fast path), copied otherwise.
-pub fn u32s<'a>(v: flatbuffers::Vector<'a, u32>) -> Cow<'a, [u32]> {
+pub(crate) fn u32s<'a>(v: flatbuffers::Vector<'a, u32>) -> Cow<'a, [u32]> {
     if cfg!(target_endian = "little")
         && let Ok(s) = bytemuck::try_cast_slice::<u8, u32>(v.bytes())
     {
@@ -306,7 +214,7 @@ pub fn u32s<'a>(v: flatbuffers::Vector<'a, u32>) -> Cow<'a, [u32]> {
 }
 
 /// Little-endian f32s of a vector: borrowed when aligned (fast path), copied otherwise.
-pub fn f32s<'a>(v: flatbuffers::Vector<'a, f32>) -> Cow<'a, [f32]> {
+pub(crate) fn f32s<'a>(v: flatbuffers::Vector<'a, f32>) -> Cow<'a, [f32]> {
     if cfg!(target_endian = "little")
         && let Ok(s) = bytemuck::try_cast_slice::<u8, f32>(v.bytes())
     {
@@ -315,16 +223,16 @@ pub fn f32s<'a>(v: flatbuffers::Vector<'a, f32>) -> Cow<'a, [f32]> {
     Cow::Owned(f32s_copy(v.bytes()))
 }
 
-/// The copying path of [`u32s`] (public for tests).
-pub fn u32s_copy(bytes: &[u8]) -> Vec<u32> {
+/// The copying path of [`u32s`].
+pub(crate) fn u32s_copy(bytes: &[u8]) -> Vec<u32> {
     bytes
         .chunks_exact(4)
         .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect()
 }
 
-/// The copying path of [`f32s`] (public for tests).
-pub fn f32s_copy(bytes: &[u8]) -> Vec<f32> {
+/// The copying path of [`f32s`].
+pub(crate) fn f32s_copy(bytes: &[u8]) -> Vec<f32> {
     bytes
         .chunks_exact(4)
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
@@ -413,13 +321,14 @@ pub fn decode_packet(buf: &[u8], max_packet_size: usize) -> Result<Packet<'_>, D
         });
     }
     let enc_raw = p.encoding().0;
-    let encoding = ValueEncoding::from_u8(enc_raw).ok_or_else(|| {
+    let vc = by_wire(enc_raw).ok_or_else(|| {
         DecodeError::new(
             ErrorCode::UnsupportedEncoding,
             format!("encoding {enc_raw}"),
         )
     })?;
-    let wide = encoding == ValueEncoding::F32;
+    let encoding = vc.encoding;
+    let wide = vc.is_wide();
     for (j, e) in raw.iter().enumerate() {
         let ok = if wide {
             e.values.is_some() && e.values16.is_none()
@@ -434,7 +343,7 @@ pub fn decode_packet(buf: &[u8], max_packet_size: usize) -> Result<Packet<'_>, D
             };
             return Err(malformed(format!(
                 "entries[{j}]: {} packet needs {want} and no {other}",
-                encoding.name()
+                vc.name
             )));
         }
     }
@@ -464,23 +373,19 @@ pub fn decode_packet(buf: &[u8], max_packet_size: usize) -> Result<Packet<'_>, D
     }
     let mut entries = Vec::with_capacity(raw.len());
     for e in &raw {
-        let values: Cow<'_, [f32]> = if wide {
-            match e.values {
+        let values: Cow<'_, [f32]> = match vc.carrier {
+            Carrier::Values32 => match e.values {
                 Some(v) => f32s(v),
                 None => Cow::Owned(Vec::new()),
+            },
+            Carrier::Values16 { decode, .. } => {
+                let bits = e.values16.map(|v| v.bytes()).unwrap_or(&[]);
+                Cow::Owned(
+                    bits.chunks_exact(2)
+                        .map(|c| decode(u16::from_le_bytes([c[0], c[1]])))
+                        .collect(),
+                )
             }
-        } else {
-            let bits = e.values16.map(|v| v.bytes()).unwrap_or(&[]);
-            let dec: fn(u16) -> f32 = if encoding == ValueEncoding::F16 {
-                f16_bits_to_f32
-            } else {
-                bf16_bits_to_f32
-            };
-            Cow::Owned(
-                bits.chunks_exact(2)
-                    .map(|c| dec(u16::from_le_bytes([c[0], c[1]])))
-                    .collect(),
-            )
         };
         entries.push(Entry {
             origin: e.origin,
@@ -585,7 +490,7 @@ pub fn validate_packet(
 }
 
 // ------------------------------------------------------------------------------------------------
-// ValueEncoding
+// Encoding
 // ------------------------------------------------------------------------------------------------
 
 /// Serialises `packet` with the generated builder. Values are encoded per `packet.encoding`
@@ -604,16 +509,11 @@ pub fn encode_packet(packet: &OwnedPacket) -> Vec<u8> {
     let mut bits16: Vec<u16> = Vec::new();
     for e in &packet.entries {
         let idx = b.create_vector(&e.indices[..]);
-        let (vals, vals16) = match packet.encoding {
-            ValueEncoding::F32 => (Some(b.create_vector(&e.values[..])), None),
-            enc => {
-                let f: fn(f32) -> u16 = if enc == ValueEncoding::F16 {
-                    f32_to_f16_bits
-                } else {
-                    f32_to_bf16_bits
-                };
+        let (vals, vals16) = match codec(packet.encoding).carrier {
+            Carrier::Values32 => (Some(b.create_vector(&e.values[..])), None),
+            Carrier::Values16 { encode, .. } => {
                 bits16.clear();
-                bits16.extend(e.values.iter().map(|&v| f(v)));
+                bits16.extend(e.values.iter().map(|&v| encode(v)));
                 (None, Some(b.create_vector(&bits16[..])))
             }
         };
@@ -652,6 +552,37 @@ pub fn encode_packet(packet: &OwnedPacket) -> Vec<u8> {
 // JSON (spec/protocol.md Appendix B.2)
 // ------------------------------------------------------------------------------------------------
 
+/// A JSON value that is not the packet (or entry, id, value) it should be (spec Appendix B.2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JsonError(pub String);
+
+impl fmt::Display for JsonError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for JsonError {}
+
+impl From<String> for JsonError {
+    fn from(s: String) -> Self {
+        JsonError(s)
+    }
+}
+
+impl From<&str> for JsonError {
+    fn from(s: &str) -> Self {
+        JsonError(s.to_string())
+    }
+}
+
+/// The message, for callers that report errors as strings.
+impl From<JsonError> for String {
+    fn from(e: JsonError) -> String {
+        e.0
+    }
+}
+
 /// A u64 as 16 lowercase hex digits.
 pub fn hex16(x: u64) -> String {
     format!("{x:016x}")
@@ -669,19 +600,19 @@ pub fn f32_to_json(v: f32) -> Value {
 }
 
 /// Inverse of [`f32_to_json`] (a number is rounded to the nearest f32).
-pub fn f32_from_json(v: &Value) -> Result<f32, String> {
+pub fn f32_from_json(v: &Value) -> Result<f32, JsonError> {
     match v {
         Value::String(s) => match s.as_str() {
             "nan" => Ok(f32::NAN),
             "inf" => Ok(f32::INFINITY),
             "-inf" => Ok(f32::NEG_INFINITY),
-            _ => Err(format!("bad value {s:?}")),
+            _ => Err(JsonError(format!("bad value {s:?}"))),
         },
         Value::Number(n) => n
             .as_f64()
             .map(|x| x as f32)
-            .ok_or_else(|| format!("bad value {n}")),
-        other => Err(format!("bad value {other}")),
+            .ok_or_else(|| JsonError(format!("bad value {n}"))),
+        other => Err(JsonError(format!("bad value {other}"))),
     }
 }
 
@@ -733,11 +664,15 @@ pub fn owned_packet_to_json(p: &OwnedPacket) -> Value {
 }
 
 /// Parses a 16-hex-digit id (or a JSON integer).
-pub fn u64_from_json(v: &Value, what: &str) -> Result<u64, String> {
+pub fn u64_from_json(v: &Value, what: &str) -> Result<u64, JsonError> {
     match v {
-        Value::String(s) => u64::from_str_radix(s, 16).map_err(|e| format!("{what}: {e}")),
-        Value::Number(n) => n.as_u64().ok_or_else(|| format!("{what}: not a u64")),
-        _ => Err(format!("{what}: expected a hex string")),
+        Value::String(s) => {
+            u64::from_str_radix(s, 16).map_err(|e| JsonError(format!("{what}: {e}")))
+        }
+        Value::Number(n) => n
+            .as_u64()
+            .ok_or_else(|| JsonError(format!("{what}: not a u64"))),
+        _ => Err(JsonError(format!("{what}: expected a hex string"))),
     }
 }
 
@@ -751,7 +686,7 @@ fn as_u64(v: &Value, what: &str) -> Result<u64, String> {
 }
 
 /// An entry from its JSON object.
-pub fn entry_from_json(e: &Value) -> Result<OwnedEntry, String> {
+pub fn entry_from_json(e: &Value) -> Result<OwnedEntry, JsonError> {
     let indices = get(e, "indices")?
         .as_array()
         .ok_or("indices: not a list")?
@@ -765,7 +700,7 @@ pub fn entry_from_json(e: &Value) -> Result<OwnedEntry, String> {
         .ok_or("values: not a list")?
         .iter()
         .map(f32_from_json)
-        .collect::<Result<Vec<f32>, String>>()?;
+        .collect::<Result<Vec<f32>, JsonError>>()?;
     let hops = as_u64(get(e, "hops")?, "hops")?;
     Ok(OwnedEntry {
         origin: u64_from_json(get(e, "origin")?, "origin")?,
@@ -778,7 +713,7 @@ pub fn entry_from_json(e: &Value) -> Result<OwnedEntry, String> {
 }
 
 /// Inverse of [`packet_to_json`].
-pub fn packet_from_json(v: &Value) -> Result<OwnedPacket, String> {
+pub fn packet_from_json(v: &Value) -> Result<OwnedPacket, JsonError> {
     let entries = get(v, "entries")?
         .as_array()
         .ok_or("entries: not a list")?
@@ -812,4 +747,29 @@ pub fn packet_from_json(v: &Value) -> Result<OwnedPacket, String> {
         encoding: enc,
         entries,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fast_and_copying_paths_agree() {
+        let mut p = OwnedPacket::new(1, 1, [0; 32], ValueEncoding::F32);
+        p.entries.push(OwnedEntry {
+            origin: 1,
+            incarnation: 1,
+            seq: 1,
+            hops: 0,
+            indices: vec![1, 2, 3],
+            values: vec![0.5, -1.5, 3.25],
+        });
+        let buf = encode_packet(&p);
+        let e = fb::root_as_packet(&buf).expect("verifies").entries().get(0);
+        let v = e.values().expect("values");
+        assert_eq!(&f32s(v)[..], &f32s_copy(v.bytes())[..]);
+        assert_eq!(&f32s(v)[..], &[0.5, -1.5, 3.25]);
+        assert_eq!(&u32s(e.indices())[..], &u32s_copy(e.indices().bytes())[..]);
+        assert_eq!(u32s_copy(&[1, 0, 0, 0, 2, 0, 0, 0]), vec![1, 2]);
+    }
 }

@@ -173,7 +173,7 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
         options: FabricOptions,
     ) -> Result<Self, FabricError> {
         let mut transport = transport;
-        let sync_interval = config.sync_interval.max(1);
+        let sync_interval = u64::from(config.sync_interval.max(1));
         match Self::start(&mut store, &transport, config, &options) {
             Ok((engine, joined_from)) => {
                 let fabric = Fabric {

@@ -9,7 +9,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use df_core::DEFAULT_MAX_PACKET_SIZE;
-use df_core::snapshot::{Assembler, SnapshotError, SnapshotErrorKind, encode_chunk, fetch_chunks};
+use df_core::snapshot::{
+    SnapshotAssembler, SnapshotError, SnapshotErrorKind, encode_chunk, fetch_snapshot_chunks,
+};
 
 use crate::transport::{
     SnapshotProvider, Transport, TransportError, TransportStats, VerifiedSnapshot, node_hex,
@@ -230,11 +232,17 @@ impl Transport for MemoryTransport {
             (p, m.snapshot_ids)
         };
         let src = provider()?;
-        let asm = Assembler::new(*fingerprint, MEMORY_CHUNK_SIZE)?.expect_node(peer);
+        let asm = SnapshotAssembler::new(*fingerprint, MEMORY_CHUNK_SIZE)?.expect_node(peer);
         let request = |chunk: u64, size: usize, _left: Duration| {
             encode_chunk(&src, peer, id, chunk, size, DEFAULT_MAX_PACKET_SIZE)
         };
-        Ok(fetch_chunks(request, &asm, deadline, 0, Instant::now)?)
+        Ok(fetch_snapshot_chunks(
+            request,
+            &asm,
+            deadline,
+            0,
+            Instant::now,
+        )?)
     }
 
     fn stats(&self) -> TransportStats {

@@ -98,7 +98,7 @@ pub trait Transport {
     fn serve_snapshot(&self, provider: SnapshotProvider) -> Result<(), TransportError>;
 
     /// Fetches `peer`'s anchor snapshot of manifest `fingerprint` within `timeout`, verified by a
-    /// [`df_core::snapshot::Assembler`] (fingerprint, consistency, offsets, finite values, digest:
+    /// [`df_core::snapshot::SnapshotAssembler`] (fingerprint, consistency, offsets, finite values, digest:
     /// DF-ZEN-12).
     fn fetch_snapshot(
         &self,

@@ -61,8 +61,8 @@ pub struct Args {
     #[arg(long, default_value_t = 0.05)]
     pub ratio: f64,
     /// Local steps between two syncs.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
-    pub sync_interval: u64,
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    pub sync_interval: u32,
     /// Also synchronise the BatchNorm running statistics.
     #[arg(long)]
     pub include_buffers: bool,

@@ -450,7 +450,7 @@ pub fn run_node(
         loss_n += 1;
         if let Some(f) = node.fabric() {
             f.step()?;
-            if opts.max_lead > 0 && step % opts.sync_config.sync_interval.max(1) == 0 {
+            if opts.max_lead > 0 && step % u64::from(opts.sync_config.sync_interval.max(1)) == 0 {
                 paced += f.pace(&opts.neighbours, opts.max_lead, opts.wait_peers)?;
             }
         }

@@ -24,10 +24,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use df_core::snapshot::{
-    Assembler, SnapshotError, SnapshotErrorKind, SnapshotServer, fetch_chunks, format_chunk_params,
-};
 pub use df_core::snapshot::{DEFAULT_CHUNK_SIZE, parse_chunk_params};
+use df_core::snapshot::{
+    SnapshotAssembler, SnapshotError, SnapshotErrorKind, SnapshotServer, fetch_snapshot_chunks,
+    format_chunk_params,
+};
 use df_fabric::transport::{peer_timeout_message, peers_satisfied};
 use serde_json::{Value, json};
 use zenoh::Wait;
@@ -528,7 +529,7 @@ impl ZenohTransport {
         })
     }
 
-    /// One chunk query (the I/O of [`fetch_chunks`]): the reply bytes, or a typed error
+    /// One chunk query (the I/O of [`fetch_snapshot_chunks`]): the reply bytes, or a typed error
     /// (`ServerError` for an error reply, `Timeout` when nobody answered in time).
     fn get_chunk(
         &self,
@@ -573,7 +574,7 @@ impl ZenohTransport {
     }
 
     /// [`Transport::fetch_snapshot`] with an explicit chunk size: the chunks of `peer`'s snapshot go
-    /// through a [`df_core::snapshot::Assembler`] (node, fingerprint, snapshot id, total, offsets,
+    /// through a [`df_core::snapshot::SnapshotAssembler`] (node, fingerprint, snapshot id, total, offsets,
     /// finite values, digest: DF-ZEN-12); restarts from chunk 0 (at most 4 times) when the server
     /// switches snapshots.
     pub fn fetch_snapshot_chunked(
@@ -584,10 +585,10 @@ impl ZenohTransport {
         timeout: Duration,
     ) -> Result<VerifiedSnapshot, TransportError> {
         self.check_open()?;
-        let asm = Assembler::new(*fingerprint, chunk_size)?.expect_node(peer);
+        let asm = SnapshotAssembler::new(*fingerprint, chunk_size)?.expect_node(peer);
         let request =
             |chunk: u64, size: usize, left: Duration| self.get_chunk(peer, chunk, size, left);
-        Ok(fetch_chunks(
+        Ok(fetch_snapshot_chunks(
             request,
             &asm,
             Instant::now() + timeout,

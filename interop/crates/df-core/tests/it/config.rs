@@ -35,8 +35,8 @@ fn name_of(e: &ConfigError) -> &'static str {
 
 #[test]
 fn defaults_are_the_spec_table() {
-    // REQ: DF-PAR-11 (defaults), DF-PAR-1, DF-PAR-2, DF-PAR-3, DF-PAR-4, DF-PAR-5, DF-PAR-6,
-    // DF-PAR-7, DF-PAR-8, DF-PAR-9, DF-PAR-10
+    // REQ: DF-PAR-1, DF-PAR-2, DF-PAR-3, DF-PAR-4, DF-PAR-5, DF-PAR-6, DF-PAR-7, DF-PAR-8
+    // REQ: DF-PAR-9, DF-PAR-10, DF-PAR-11 (the defaults of the spec's table)
     let c = SyncConfig::default();
     assert_eq!(c.alpha, 1.0);
     assert_eq!(c.ratio, 0.05);
@@ -208,6 +208,30 @@ fn from_json_reads_every_key_and_round_trips() {
     assert_eq!(c.encoding, ValueEncoding::BF16);
     assert_eq!(c.max_origins, 7);
     assert_eq!(SyncConfig::from_json(&c.to_json()), Ok(c));
+    // the default-bounded config has exactly the keys of the Python reference's to_json
+    let keys: Vec<String> = SyncConfig::default()
+        .to_json()
+        .as_object()
+        .expect("object")
+        .keys()
+        .cloned()
+        .collect();
+    let mut python = vec![
+        "alpha",
+        "ratio",
+        "sync_interval",
+        "relay_threshold",
+        "hop_limit",
+        "max_packet_size",
+        "replay_window",
+        "max_incarnations",
+        "encoding",
+        "include_buffers",
+    ];
+    python.sort_unstable();
+    let mut keys = keys;
+    keys.sort();
+    assert_eq!(keys, python);
     // the wire value of the encoding is accepted too
     let f16 = SyncConfig::from_json(&json!({"encoding": 1})).expect("valid");
     assert_eq!(f16.encoding, ValueEncoding::F16);
@@ -239,6 +263,10 @@ fn from_json_refuses_unknown_keys_types_and_values() {
         (
             json!({"sync_interval": 0}),
             "sync_interval must be >= 1, got 0",
+        ),
+        (
+            json!({"sync_interval": 4_294_967_296u64}),
+            "sync_interval must be <= 4294967295, got 4294967296",
         ),
         (
             json!({"max_packet_size": 100}),

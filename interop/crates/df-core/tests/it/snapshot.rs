@@ -5,9 +5,10 @@ use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 use df_core::snapshot::{
-    Assembler, ChunkHeader, SnapshotError, SnapshotErrorKind as K, SnapshotServer, SnapshotSource,
-    VerifiedSnapshot, chunk_count, decode_chunk, encode_chunk, encode_snapshot_chunk, fetch_chunks,
-    format_chunk_params, max_chunk_size, parse_chunk_params, snapshot_digest,
+    ChunkHeader, SnapshotAssembler, SnapshotError, SnapshotErrorKind as K, SnapshotServer,
+    SnapshotSource, VerifiedSnapshot, chunk_count, decode_chunk, encode_chunk,
+    encode_snapshot_chunk, fetch_snapshot_chunks, format_chunk_params, max_chunk_size,
+    parse_chunk_params, snapshot_digest,
 };
 
 const FP: [u8; 32] = [7; 32];
@@ -24,7 +25,7 @@ fn kind<T: std::fmt::Debug>(r: Result<T, SnapshotError>) -> K {
 
 /// Assembles `src` served by node 9, snapshot 1, at `cs` values per chunk.
 fn assemble(src: &SnapshotSource, cs: usize) -> Result<VerifiedSnapshot, SnapshotError> {
-    let mut a = Assembler::new(FP, cs)?
+    let mut a = SnapshotAssembler::new(FP, cs)?
         .expect_node(9)
         .expect_total(src.total());
     while let Some(i) = a.next_missing() {
@@ -135,7 +136,7 @@ fn a_digest_mismatch_is_refused() {
     let src = source(6);
     let mut h = header(&src);
     h.digest[0] ^= 1;
-    let mut a = Assembler::new(FP, 3).expect("asm");
+    let mut a = SnapshotAssembler::new(FP, 3).expect("asm");
     for i in 0..2u64 {
         let s = (i * 3) as usize;
         let buf = encode_snapshot_chunk(&h, i * 3, &src.values()[s..s + 3]);
@@ -173,7 +174,7 @@ fn inconsistent_chunks_are_refused_and_change_nothing() {
     fp.fingerprint[0] ^= 1;
     edits.push((fp, K::FingerprintMismatch));
     for (x, want) in edits {
-        let mut a = Assembler::new(FP, 3).expect("asm");
+        let mut a = SnapshotAssembler::new(FP, 3).expect("asm");
         a.add(0, &decode_chunk(&first).expect("ok")).expect("first");
         let second = chunk(&x, 3, 3);
         let before = a.next_missing();
@@ -181,7 +182,7 @@ fn inconsistent_chunks_are_refused_and_change_nothing() {
         assert_eq!(a.next_missing(), before, "a refused chunk changes nothing");
     }
     // wrong offset, wrong length, index out of range
-    let mut a = Assembler::new(FP, 3).expect("asm");
+    let mut a = SnapshotAssembler::new(FP, 3).expect("asm");
     a.add(0, &decode_chunk(&first).expect("ok")).expect("first");
     assert_eq!(
         kind(a.add(1, &decode_chunk(&chunk(&h, 4, 3)).expect("ok"))),
@@ -196,7 +197,7 @@ fn inconsistent_chunks_are_refused_and_change_nothing() {
         K::BadOffset
     );
     // the joiner's N and the asked node
-    let asm = || Assembler::new(FP, 3).expect("asm");
+    let asm = || SnapshotAssembler::new(FP, 3).expect("asm");
     let c0 = decode_chunk(&first).expect("ok");
     assert_eq!(kind(asm().expect_total(8).add(0, &c0)), K::Inconsistent);
     assert_eq!(kind(asm().expect_node(3).add(0, &c0)), K::Inconsistent);
@@ -207,7 +208,7 @@ fn inconsistent_chunks_are_refused_and_change_nothing() {
     assert_eq!(a.next_missing(), Some(1));
     assert_eq!(kind(a.finish()), K::Malformed);
     assert_eq!(kind(asm().finish()), K::Malformed);
-    assert_eq!(kind(Assembler::new(FP, 0)), K::InvalidArgument);
+    assert_eq!(kind(SnapshotAssembler::new(FP, 0)), K::InvalidArgument);
 }
 
 #[test]
@@ -339,13 +340,13 @@ fn fetch_chunks_restarts_when_the_server_switches_snapshots() {
         }
         srv.answer(&format_chunk_params(i, cs), clock.get(), || source(n))
     };
-    let asm = Assembler::new(FP, 3).expect("asm").expect_node(9);
+    let asm = SnapshotAssembler::new(FP, 3).expect("asm").expect_node(9);
     let deadline = t0 + Duration::from_secs(3600);
-    let got = fetch_chunks(request, &asm, deadline, 4, || clock.get()).expect("fetched");
+    let got = fetch_snapshot_chunks(request, &asm, deadline, 4, || clock.get()).expect("fetched");
     assert_eq!(got.values, source(8).values());
     assert_eq!(got.header.snapshot_id, 2);
     // a deadline already passed is a timeout
-    let late = fetch_chunks(
+    let late = fetch_snapshot_chunks(
         |_, _, _| Err(SnapshotError::new(K::ServerError, "unused")),
         &asm,
         t0,
@@ -354,7 +355,7 @@ fn fetch_chunks_restarts_when_the_server_switches_snapshots() {
     );
     assert_eq!(kind(late), K::Timeout);
     // a server error is returned as is
-    let e = fetch_chunks(
+    let e = fetch_snapshot_chunks(
         |_, _, _| Err(SnapshotError::new(K::ServerError, "boom")),
         &asm,
         deadline,

@@ -24,7 +24,7 @@ fn s<'a>(v: &'a Value, k: &str) -> Result<&'a Value, String> {
 }
 
 fn hex_u64(v: &Value) -> Result<u64, String> {
-    df_core::wire::u64_from_json(v, "id")
+    Ok(df_core::wire::u64_from_json(v, "id")?)
 }
 
 fn bits(v: &Value) -> Result<Vec<f32>, String> {

@@ -834,7 +834,7 @@ impl PeerNode {
         if let Some(seed) = ins.get("seed").and_then(Value::as_u64) {
             self.rng = SplitMix64::new(seed ^ self.node_id);
         }
-        let interval = self.config.sync_interval.max(1);
+        let interval = u64::from(self.config.sync_interval.max(1));
         // plain SGD (no momentum) keeps no state: a fresh optimizer per call is the same optimizer
         let cfg: SgdConfig = sgd_config(0.0);
         let mut optim = cfg.init::<TrainBackend, Model>();
