@@ -19,8 +19,8 @@ mypy   # mypy.ini: the library, conformance/harness and python/demo
 step "rust: fmt, clippy, build"
 (cd interop && cargo fmt --all --check)
 (cd interop && cargo clippy --locked --workspace --all-targets -q -- -D warnings)
-(cd interop && cargo build --locked --workspace --bins -q)
-export PATH="$CARGO_TARGET_DIR/debug:$PATH"   # df-node, df-driver (dependencies are built at opt-level 2)
+(cd interop && cargo build --locked --workspace --bins --examples -q)
+export PATH="$CARGO_TARGET_DIR/debug:$PATH"   # df-node, df-driver (dependencies are built at opt-level 2); examples/own_model for tests/test_burn_example.py
 
 step "rust: tests"
 (cd interop && cargo test --locked --workspace -q)

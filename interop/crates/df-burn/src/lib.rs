@@ -29,8 +29,8 @@ pub enum BurnMapError {
     #[error("tensor {name}: expected shape {expected:?}, got {got:?}")]
     ShapeMismatch {
         name: String,
-        expected: Vec<usize>,
-        got: Vec<usize>,
+        expected: Vec<u64>,
+        got: Vec<u64>,
     },
     #[error("tensor {0} is in the manifest but not in the model")]
     MissingTensor(String),
@@ -48,19 +48,8 @@ pub enum BurnMapError {
     Data { name: String, reason: String },
 }
 
-/// One tensor of the canonical layout: PyTorch name and PyTorch shape.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct TensorSpec {
-    pub name: String,
-    pub shape: Vec<usize>,
-}
-
-impl TensorSpec {
-    /// Number of elements (1 for a scalar).
-    pub fn numel(&self) -> usize {
-        self.shape.iter().product()
-    }
-}
+/// One tensor of the canonical layout: PyTorch name and PyTorch shape (df-core's manifest entry).
+pub use df_core::TensorSpec;
 
 /// The canonical layout of a model: tensors in canonical order with their flat offsets.
 #[derive(Debug, Clone, PartialEq)]
@@ -84,7 +73,7 @@ impl CanonicalLayout {
                 return Err(BurnMapError::DuplicateName(s.name.clone()));
             }
             offsets.push(total);
-            total += s.numel();
+            total += s.numel() as usize;
         }
         Ok(Self {
             specs,
@@ -222,11 +211,11 @@ fn transpose2(src: &[f32], rows: usize, cols: usize, dst: &mut [f32]) {
 }
 
 /// Canonical shape of a Burn tensor shape.
-fn canonical_shape(burn_shape: &[usize], transpose: bool) -> Vec<usize> {
+fn canonical_shape(burn_shape: &[usize], transpose: bool) -> Vec<u64> {
     if transpose && burn_shape.len() == 2 {
-        vec![burn_shape[1], burn_shape[0]]
+        vec![burn_shape[1] as u64, burn_shape[0] as u64]
     } else {
-        burn_shape.to_vec()
+        burn_shape.iter().map(|&d| d as u64).collect()
     }
 }
 
@@ -397,7 +386,7 @@ impl<B: Backend> ModuleMapper<B> for Writer<'_> {
         };
         let burn_shape = param.lazy_shape().to_vec();
         let transpose = transpose && burn_shape.len() == 2;
-        let numel = spec.numel();
+        let numel = spec.numel() as usize;
         let canonical: Vec<f32> = match &self.write {
             Write::Full(flat) => flat[offset..offset + numel].to_vec(),
             Write::SparseAdd {
@@ -529,7 +518,7 @@ pub fn apply_sparse<B: Backend, M: Module<B>>(
     let mut j = 0;
     while j < indices.len() {
         let t = layout.tensor_of(indices[j] as usize);
-        let end = layout.offsets[t] + layout.specs[t].numel();
+        let end = layout.offsets[t] + layout.specs[t].numel() as usize;
         let hi = j + indices[j..].partition_point(|&i| (i as usize) < end);
         ranges.insert(layout.specs[t].name.clone(), (j, hi));
         j = hi;
@@ -554,6 +543,9 @@ pub fn apply_sparse<B: Backend, M: Module<B>>(
     let model = model.map(&mut w);
     Ok((model, w.touched))
 }
+
+mod store;
+pub use store::{BurnStore, layout_manifest};
 
 #[cfg(test)]
 mod tests;

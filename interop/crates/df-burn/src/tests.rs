@@ -102,12 +102,12 @@ fn linear_weight_is_transposed_to_pytorch_layout() {
 fn names_shapes_and_order() {
     let m = Small::<NB>::new(&dev());
     let l = canonical_layout::<NB, _>(&m, true).unwrap();
-    let got: Vec<(String, Vec<usize>)> = l
+    let got: Vec<(String, Vec<u64>)> = l
         .specs()
         .iter()
         .map(|s| (s.name.clone(), s.shape.clone()))
         .collect();
-    let want: Vec<(String, Vec<usize>)> = vec![
+    let want: Vec<(String, Vec<u64>)> = vec![
         ("bn1.bias".into(), vec![2]),
         ("bn1.running_mean".into(), vec![2]),
         ("bn1.running_var".into(), vec![2]),
@@ -192,7 +192,7 @@ fn import_keeps_param_ids_and_trainability() {
     let m = train_step(m, 1);
     let (_, after) = export_canonical::<AB, _>(&m, false).unwrap();
     for (s, &off) in layout.specs().iter().zip(layout.offsets()) {
-        let n = s.numel();
+        let n = s.numel() as usize;
         assert_ne!(
             before[off..off + n],
             after[off..off + n],

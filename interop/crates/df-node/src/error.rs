@@ -28,11 +28,11 @@ pub enum NodeError {
     #[error("engine: {0:?}")]
     Engine(df_core::EngineError),
     /// The transport failed.
-    #[error("transport: {0}")]
-    Transport(String),
-    /// `--join`: no verified snapshot could be fetched or imported.
-    #[error("join: {0}")]
-    Join(String),
+    #[error(transparent)]
+    Transport(#[from] df_fabric::TransportError),
+    /// The node loop failed (store, engine, transport, `--join`).
+    #[error(transparent)]
+    Fabric(#[from] df_fabric::FabricError),
 }
 
 impl NodeError {

@@ -1,5 +1,6 @@
 //! DeltaFabric Burn node: the demo's digits CNN trained with Burn 0.21 (NdArray + Autodiff),
-//! synchronised with PyTorch nodes through `df-core` (sparse top-k deltas) over a [`Transport`].
+//! synchronised by the library node loop ([`df_fabric::Fabric`] over a [`df_burn::BurnStore`] and a
+//! [`df_fabric::Transport`], Zenoh in the binary).
 //!
 //! The binary (`df-node`) speaks the same command line and stdout line protocol as the Python demo
 //! node (`python -m delta_fabric.demo.node`), see [`cli`] and [`node`]. The data files are described
@@ -11,7 +12,6 @@ pub mod error;
 pub mod model;
 pub mod node;
 pub mod rng;
-pub mod transport;
 pub mod zenoh;
 
 pub use error::NodeError;

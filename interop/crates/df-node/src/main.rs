@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use df_node::NodeError;
 use df_node::node::{Channel, run_node};
-use df_node::transport::Transport;
 use serde_json::Value;
 
 /// Events as JSON lines on stdout; `stop` (or EOF) on stdin.
@@ -55,19 +54,13 @@ impl Channel for StdioChannel {
     }
 }
 
-fn open_transport(o: &df_node::node::NodeOptions) -> Result<Box<dyn Transport>, NodeError> {
-    df_node::zenoh::open(o)
-}
-
 fn run() -> Result<(), NodeError> {
-    if std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {
-        println!("usage: {}", df_node::cli::USAGE);
-        return Ok(());
-    }
-    let opts = df_node::cli::parse_args(std::env::args().skip(1))?;
+    let opts = df_node::cli::parse_or_exit(std::env::args().skip(1));
+    df_fabric::logging::init_from_env();
+    df_zenoh::init_log_from_env();
     let data = df_node::data::read_dataset(&opts.data)?;
     let transport = if opts.sync {
-        Some(open_transport(&opts)?)
+        Some(df_node::zenoh::open(&opts)? as Box<dyn df_fabric::Transport>)
     } else {
         None
     };

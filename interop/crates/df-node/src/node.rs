@@ -1,15 +1,14 @@
 //! The training loop of one node and its stdout line protocol (same as the Python demo node).
 //!
 //! Per local step: sample a batch (uniform with replacement), one SGD step (PyTorch semantics:
-//! momentum with dampening 0, no Nesterov), then [`Fabric::step`]: drain the transport, let the
-//! [`df_core::Engine`] validate/aggregate (it updates the anchor), add the aggregate to the Burn
-//! model with [`df_burn::apply_sparse`] (only touched tensors are rebuilt), and every
-//! `sync_interval` steps export the canonical active vector, generate the own entry and publish
-//! own + relay packets. Relay entries produced on a non-sync step are published at once.
+//! momentum with dampening 0, no Nesterov) on the model held by a [`df_burn::BurnStore`], then
+//! [`df_fabric::Fabric::step`] (the library node loop: drain, engine receive, sparse apply to the
+//! model, and every `sync_interval` steps generate and publish own + relay packets).
 //!
 //! Events (one JSON object per stdout line):
 //! * with `--join`, first `{"event":"joined","index","from","num_params","incarnation","sha256",
-//!   "join_s"}` once a live peer's snapshot is fetched, verified and imported (see [`join_model`]);
+//!   "join_s"}` once a live peer's snapshot is fetched, verified (digest, fingerprint, finite values)
+//!   and loaded;
 //! * `{"event":"ready","index","node","framework":"burn","num_params","fingerprint",...}`
 //! * `{"event":"progress","index","step","loss","acc","accuracy","bytes_sent"}` every 10 steps and
 //!   at each evaluation (`acc`/`accuracy` null between evaluations; `loss`: mean since the last line)
@@ -17,9 +16,8 @@
 //!   on stdin, stdin closes, or `--linger` seconds pass;
 //! * `{"event":"done","index","accuracy","per_class","curve","stats",...}`.
 
-use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use burn::module::AutodiffModule;
 use burn::nn::loss::CrossEntropyLossConfig;
@@ -27,8 +25,9 @@ use burn::optim::momentum::MomentumConfig;
 use burn::optim::{GradientsParams, Optimizer, SgdConfig};
 use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
-use df_burn::CanonicalLayout;
-use df_core::{Admission, Engine, Manifest, SyncConfig};
+use df_burn::{BurnStore, CanonicalLayout};
+use df_core::{Manifest, SyncConfig};
+use df_fabric::{Fabric, FabricOptions, JoinOptions, Transport, WeightStore};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -36,14 +35,16 @@ use crate::data::{Dataset, IMAGE_LEN, NUM_CLASSES, Split, f32_bytes};
 use crate::error::NodeError;
 use crate::model::DigitsCnn;
 use crate::rng::SplitMix64;
-use crate::transport::Transport;
 use crate::{InnerBackend, TrainBackend};
 
 /// The trained model type.
 pub type Model = DigitsCnn<TrainBackend>;
 
-/// Upper bound on packets taken from the transport in one step (as the Python adapter).
-pub const MAX_DRAIN: usize = 4096;
+/// The model as a weight store.
+pub type Store = BurnStore<TrainBackend, Model>;
+
+/// The node loop of a run.
+pub type NodeFabric = Fabric<Store, Box<dyn Transport>>;
 
 /// Options of one node run (see [`crate::cli`] for the command line).
 #[derive(Debug, Clone)]
@@ -167,271 +168,15 @@ pub fn model_manifest(
     include_buffers: bool,
 ) -> Result<(CanonicalLayout, Manifest), NodeError> {
     let layout = df_burn::canonical_layout::<TrainBackend, _>(model, include_buffers)?;
-    let specs = layout.specs().iter().map(|s| df_core::TensorSpec {
-        name: s.name.clone(),
-        shape: s.shape.iter().map(|&d| d as u64).collect(),
-    });
-    let manifest = Manifest::new(specs).map_err(|e| NodeError::Manifest(e.to_string()))?;
+    let manifest = df_burn::layout_manifest(&layout)?;
     Ok((layout, manifest))
-}
-
-/// The sync side of a node: an [`Engine`] around a transport, applied to the Burn model.
-pub struct Fabric {
-    engine: Engine,
-    layout: CanonicalLayout,
-    transport: Box<dyn Transport>,
-    steps: u64,
-    pub syncs: u64,
-    pub bytes_sent: u64,
-    pub packets_sent: u64,
-    pub own_entries_sent: u64,
-    pub own_values_sent: u64,
-    pub relay_entries_sent: u64,
-    pub relay_values_sent: u64,
-    pub values_received_applied: u64,
-    pub tensors_rebuilt: u64,
-    /// The anchor came from a peer's snapshot (`--join`).
-    pub bootstrapped: bool,
-    /// Accepted entries by hop count.
-    pub accepted_by_hops: BTreeMap<u8, u64>,
-    /// Latest `(incarnation, seq)` accepted from each origin.
-    origin_progress: HashMap<u64, (u64, u64)>,
-}
-
-impl Fabric {
-    /// A fabric whose anchor is the model's current canonical vector.
-    pub fn new(
-        model: &Model,
-        config: SyncConfig,
-        node_id: u64,
-        incarnation: u64,
-        include_buffers: bool,
-        transport: Box<dyn Transport>,
-    ) -> Result<Fabric, NodeError> {
-        let (layout, manifest) = model_manifest(model, include_buffers)?;
-        let (_, active) = df_burn::export_with_layout::<TrainBackend, _>(model, include_buffers)?;
-        let fingerprint = manifest.fingerprint();
-        let mut transport = transport;
-        transport.serve_snapshots(incarnation, fingerprint, &active);
-        let engine = Engine::new(manifest, config, node_id, incarnation, active)?;
-        Ok(Fabric {
-            engine,
-            layout,
-            transport,
-            steps: 0,
-            syncs: 0,
-            bytes_sent: 0,
-            packets_sent: 0,
-            own_entries_sent: 0,
-            own_values_sent: 0,
-            relay_entries_sent: 0,
-            relay_values_sent: 0,
-            values_received_applied: 0,
-            tensors_rebuilt: 0,
-            bootstrapped: false,
-            accepted_by_hops: BTreeMap::new(),
-            origin_progress: HashMap::new(),
-        })
-    }
-
-    /// The engine (anchor, counters).
-    pub fn engine(&self) -> &Engine {
-        &self.engine
-    }
-
-    /// The transport.
-    pub fn transport_mut(&mut self) -> &mut dyn Transport {
-        self.transport.as_mut()
-    }
-
-    /// Call after every local optimizer step: receive/apply/relay, and generate every
-    /// `sync_interval` steps.
-    pub fn step(&mut self, model: Model) -> Result<Model, NodeError> {
-        self.steps += 1;
-        let packets = self.transport.drain(MAX_DRAIN)?;
-        let interval = u64::from(self.engine.config().sync_interval.max(1));
-        let sync = self.steps.is_multiple_of(interval);
-        if packets.is_empty() && !sync {
-            return Ok(model);
-        }
-        self.process(model, &packets, sync)
-    }
-
-    /// Receive, apply and relay what is pending, without generating.
-    pub fn poll(&mut self, model: Model) -> Result<Model, NodeError> {
-        let packets = self.transport.drain(MAX_DRAIN)?;
-        if packets.is_empty() {
-            return Ok(model);
-        }
-        self.process(model, &packets, false)
-    }
-
-    /// Receive what is pending and generate now.
-    pub fn sync_now(&mut self, model: Model) -> Result<Model, NodeError> {
-        let packets = self.transport.drain(MAX_DRAIN)?;
-        self.process(model, &packets, true)
-    }
-
-    fn process(
-        &mut self,
-        mut model: Model,
-        packets: &[Vec<u8>],
-        sync: bool,
-    ) -> Result<Model, NodeError> {
-        let mut relay = Vec::new();
-        let mut anchor_changed = false;
-        if !packets.is_empty() {
-            let refs: Vec<&[u8]> = packets.iter().map(Vec::as_slice).collect();
-            let res = self.engine.receive(&refs);
-            self.track_origins(&refs, &res);
-            if !res.indices.is_empty() {
-                let (m, touched) = df_burn::apply_sparse::<TrainBackend, _>(
-                    model,
-                    &self.layout,
-                    &res.indices,
-                    &res.values,
-                )?;
-                model = m;
-                self.tensors_rebuilt += touched as u64;
-                self.values_received_applied += res.indices.len() as u64;
-                anchor_changed = true;
-            }
-            relay = res.relay;
-        }
-        let mut own = Vec::new();
-        if sync {
-            self.syncs += 1;
-            let (_, active) = df_burn::export_with_layout::<TrainBackend, _>(
-                &model,
-                self.layout.include_buffers(),
-            )?;
-            own = self.engine.generate(&active, false)?;
-            anchor_changed |= !own.is_empty();
-        }
-        if anchor_changed {
-            self.transport.update_anchor(self.engine.anchor());
-        }
-        if own.is_empty() && relay.is_empty() {
-            return Ok(model);
-        }
-        for e in &own {
-            self.own_entries_sent += 1;
-            self.own_values_sent += e.indices.len() as u64;
-        }
-        for e in &relay {
-            self.relay_entries_sent += 1;
-            self.relay_values_sent += e.indices.len() as u64;
-        }
-        for pkt in self.engine.pack(&own, &relay) {
-            self.transport.publish(&pkt)?;
-            self.bytes_sent += pkt.len() as u64;
-            self.packets_sent += 1;
-        }
-        Ok(model)
-    }
-
-    fn track_origins(&mut self, packets: &[&[u8]], res: &df_core::ReceiveResult) {
-        for (buf, verdicts) in packets.iter().zip(&res.entry_outcomes) {
-            if !verdicts.contains(&Admission::Accepted) {
-                continue;
-            }
-            let Ok(pkt) = df_core::decode_packet(buf, self.engine.config().max_packet_size) else {
-                continue;
-            };
-            for (e, v) in pkt.entries.iter().zip(verdicts) {
-                if *v != Admission::Accepted {
-                    continue;
-                }
-                *self.accepted_by_hops.entry(e.hops).or_default() += 1;
-                let cur = self.origin_progress.entry(e.origin).or_insert((0, 0));
-                if (e.incarnation, e.seq) > *cur {
-                    *cur = (e.incarnation, e.seq);
-                }
-            }
-        }
-    }
-
-    /// Latest `(incarnation, seq)` accepted from each origin.
-    pub fn origin_progress(&self) -> &HashMap<u64, (u64, u64)> {
-        &self.origin_progress
-    }
-
-    /// Bounded staleness (the Python demo's rule): while this node is more than `max_lead` sync
-    /// rounds ahead of the slowest peer it hears from (or expects), keep receiving and relaying;
-    /// give up after `patience`. Returns the model and the time spent.
-    pub fn pace(
-        &mut self,
-        mut model: Model,
-        expected: &[u64],
-        max_lead: u64,
-        patience: Duration,
-    ) -> Result<(Model, Duration), NodeError> {
-        let t0 = Instant::now();
-        loop {
-            let mut peers: Vec<u64> = expected.to_vec();
-            peers.extend(self.origin_progress.keys().copied());
-            if peers.is_empty() {
-                break;
-            }
-            let mine = self.engine.next_seq().saturating_sub(1);
-            let slowest = peers
-                .iter()
-                .map(|p| self.origin_progress.get(p).map_or(0, |&(_, seq)| seq))
-                .min()
-                .unwrap_or(0);
-            if mine.saturating_sub(slowest) <= max_lead || t0.elapsed() > patience {
-                break;
-            }
-            self.transport.wait_for_packets(Duration::from_millis(50))?;
-            model = self.poll(model)?;
-        }
-        Ok((model, t0.elapsed()))
-    }
-
-    /// Counters in the shape of the Python adapter's `stats()`.
-    pub fn stats(&self) -> Value {
-        json!({
-            "node_id": format!("{:016x}", self.engine.node_id()),
-            "incarnation": self.engine.incarnation(),
-            "num_params": self.engine.num_params(),
-            "fingerprint": hex_lower(&self.engine.manifest().fingerprint()),
-            "bootstrapped": self.bootstrapped,
-            "steps": self.steps,
-            "syncs": self.syncs,
-            "bytes_sent": self.bytes_sent,
-            "packets_sent": self.packets_sent,
-            "own_entries_sent": self.own_entries_sent,
-            "own_values_sent": self.own_values_sent,
-            "relay_entries_sent": self.relay_entries_sent,
-            "relay_values_sent": self.relay_values_sent,
-            "values_received_applied": self.values_received_applied,
-            "tensors_rebuilt": self.tensors_rebuilt,
-            "accepted_by_hops": self.accepted_by_hops.iter()
-                .map(|(h, n)| (h.to_string(), json!(n)))
-                .collect::<serde_json::Map<String, Value>>(),
-            "receive": self.engine.counters().to_json(),
-            "transport": self.transport.stats_json(),
-        })
-    }
-
-    /// Closes the transport.
-    pub fn close(&mut self) {
-        self.transport.close();
-    }
 }
 
 fn hex_lower(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// Microseconds since the Unix epoch (never 0).
-pub fn default_incarnation() -> u64 {
-    let us = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros())
-        .unwrap_or(1);
-    u64::try_from(us).unwrap_or(u64::MAX).max(1)
-}
+pub use df_fabric::fabric::default_incarnation;
 
 /// A batch of `idx` images as tensors.
 pub fn batch_tensors<B: Backend>(
@@ -537,29 +282,6 @@ pub fn initial_model(
     }
 }
 
-/// Imports a fetched snapshot into `model` (parameters stay trainable) and checks that the model's
-/// canonical vector is now exactly the snapshot, so that active = anchor = snapshot.
-pub fn join_model(
-    model: Model,
-    snapshot: &[f32],
-    include_buffers: bool,
-) -> Result<Model, NodeError> {
-    let model = df_burn::import_canonical::<TrainBackend, _>(model, snapshot, include_buffers)
-        .map_err(|e| NodeError::Join(format!("importing the snapshot: {e}")))?;
-    let (_, active) = df_burn::export_canonical::<TrainBackend, _>(&model, include_buffers)?;
-    if active.len() != snapshot.len()
-        || active
-            .iter()
-            .zip(snapshot)
-            .any(|(a, b)| a.to_bits() != b.to_bits())
-    {
-        return Err(NodeError::Join(
-            "the imported snapshot does not export back bit-exactly".into(),
-        ));
-    }
-    Ok(model)
-}
-
 /// What a finished run produced.
 #[derive(Debug, Clone)]
 pub struct NodeOutcome {
@@ -578,7 +300,37 @@ pub struct NodeOutcome {
     pub report: Value,
 }
 
+/// The model alone (no sync) or inside the node loop.
+enum Holder {
+    Alone(Box<Store>),
+    Synced(Box<NodeFabric>),
+}
+
+impl Holder {
+    fn store(&self) -> &Store {
+        match self {
+            Holder::Alone(s) => s,
+            Holder::Synced(f) => f.store(),
+        }
+    }
+
+    fn store_mut(&mut self) -> &mut Store {
+        match self {
+            Holder::Alone(s) => s,
+            Holder::Synced(f) => f.store_mut(),
+        }
+    }
+
+    fn fabric(&mut self) -> Option<&mut NodeFabric> {
+        match self {
+            Holder::Alone(_) => None,
+            Holder::Synced(f) => Some(f),
+        }
+    }
+}
+
 /// Runs one node: training, sync (when `transport` is given and `opts.sync`), linger, report.
+/// The transport is closed when this returns (also on error).
 pub fn run_node(
     opts: &NodeOptions,
     data: &Dataset,
@@ -600,59 +352,53 @@ pub fn run_node(
     if let Some(m) = opts.bn_momentum {
         model.bn1.momentum = m;
     }
-    let (_, manifest) = model_manifest(&model, opts.include_buffers)?;
+    let store = Store::new(model, opts.include_buffers)?;
+    let manifest = store.manifest().clone();
     let incarnation = opts.incarnation.unwrap_or_else(default_incarnation);
-    let mut transport = transport;
-    if opts.join {
-        let t_join = Instant::now();
-        let t = match (opts.sync, transport.as_mut()) {
-            (true, Some(t)) => t,
-            _ => return Err(NodeError::Join("needs sync on and a transport".into())),
-        };
-        let fingerprint = manifest.fingerprint();
-        let (from, snapshot) =
-            t.fetch_snapshot(&opts.neighbours, &fingerprint, opts.join_timeout)?;
-        model = join_model(model, &snapshot, opts.include_buffers)?;
-        channel.emit(json!({
-            "event": "joined",
-            "index": opts.index,
-            "from": format!("{from:016x}"),
-            "num_params": snapshot.len(),
-            "incarnation": incarnation,
-            "sha256": hex_lower(&Sha256::digest(f32_bytes(&snapshot))),
-            "join_s": round3(t_join.elapsed().as_secs_f64()),
-        }));
-    }
-    let mut fabric = match (opts.sync, transport) {
-        (true, Some(t)) => Some(Fabric::new(
-            &model,
-            opts.sync_config.clone(),
-            opts.node_id,
-            incarnation,
-            opts.include_buffers,
-            t,
-        )?),
+    let mut node = match (opts.sync, transport) {
+        (true, Some(t)) => {
+            let t_join = Instant::now();
+            let options = FabricOptions {
+                incarnation: Some(incarnation),
+                join: opts.join.then(|| JoinOptions {
+                    timeout: opts.join_timeout,
+                    preferred: opts.neighbours.clone(),
+                }),
+                ..FabricOptions::default()
+            };
+            let f = Fabric::with_options(store, t, opts.sync_config.clone(), options)?;
+            if let Some(from) = f.joined_from() {
+                let anchor = f.engine()?.anchor().to_vec();
+                channel.emit(json!({
+                    "event": "joined",
+                    "index": opts.index,
+                    "from": format!("{from:016x}"),
+                    "num_params": anchor.len(),
+                    "incarnation": incarnation,
+                    "sha256": hex_lower(&Sha256::digest(f32_bytes(&anchor))),
+                    "join_s": round3(t_join.elapsed().as_secs_f64()),
+                }));
+            }
+            Holder::Synced(Box::new(f))
+        }
         (true, None) => {
-            return Err(NodeError::Transport(
+            return Err(NodeError::Usage(
                 "sync is on but no transport was given".into(),
             ));
         }
-        (false, _) => None,
+        (false, _) if opts.join => {
+            return Err(NodeError::Usage("--join needs --sync on".into()));
+        }
+        (false, _) => Holder::Alone(Box::new(store)),
     };
-    if let Some(f) = fabric.as_mut() {
-        f.bootstrapped = opts.join;
-    }
     let t_wait = Instant::now();
-    if let Some(f) = fabric.as_mut()
+    if let Some(f) = node.fabric()
         && !opts.neighbours.is_empty()
-        && !f
-            .transport_mut()
-            .wait_for_peers(&opts.neighbours, opts.wait_peers)?
+        && let Err(e) =
+            f.transport()
+                .wait_for_peers(opts.neighbours.len(), &opts.neighbours, opts.wait_peers)
     {
-        eprintln!(
-            "node {}: not every neighbour seen within {:?}; starting anyway",
-            opts.index, opts.wait_peers
-        );
+        eprintln!("node {}: {e}; starting anyway", opts.index);
     }
     let wait_peers_s = t_wait.elapsed().as_secs_f64();
     channel.emit(json!({
@@ -675,7 +421,7 @@ pub fn run_node(
             .wrapping_mul(1000)
             .wrapping_add(u64::from(opts.index)),
     );
-    let mut curve: Vec<(u64, f64)> = vec![(0, evaluate(&model, &data.test).0)];
+    let mut curve: Vec<(u64, f64)> = vec![(0, evaluate(node.store().model(), &data.test).0)];
     let mut loss_curve: Vec<(u64, f64)> = Vec::new();
     let (mut loss_sum, mut loss_n) = (0.0f64, 0u32);
     let n_train = data.train.len();
@@ -691,31 +437,36 @@ pub fn run_node(
             *i = rng.below(n_train);
         }
         let (x, y) = batch_tensors::<TrainBackend>(&data.train, &idx, &device);
-        let (m, loss) = train_step(model, &mut optim, x, y, lr);
-        model = m;
+        let mut loss = 0.0f32;
+        node.store_mut().update(|m| {
+            let (m, l) = train_step(m, &mut optim, x, y, lr);
+            loss = l;
+            m
+        });
         if !loss.is_finite() {
             return Err(NodeError::Data(format!("loss is {loss} at step {step}")));
         }
         loss_sum += f64::from(loss);
         loss_n += 1;
-        if let Some(f) = fabric.as_mut() {
-            model = f.step(model)?;
+        if let Some(f) = node.fabric() {
+            f.step()?;
             if opts.max_lead > 0 && step % u64::from(opts.sync_config.sync_interval.max(1)) == 0 {
-                let (m, waited) =
-                    f.pace(model, &opts.neighbours, opts.max_lead, opts.wait_peers)?;
-                model = m;
-                paced += waited;
+                paced += f.pace(&opts.neighbours, opts.max_lead, opts.wait_peers)?;
             }
         }
         let mut acc = None;
         if step % eval_every == 0 || step == opts.steps {
-            let a = evaluate(&model, &data.test).0;
+            let a = evaluate(node.store().model(), &data.test).0;
             curve.push((step, a));
             acc = Some(a);
         }
         if acc.is_some() || step % 10 == 0 {
             let mean_loss = loss_sum / f64::from(loss_n.max(1));
             loss_curve.push((step, mean_loss));
+            let bytes_sent = match &node {
+                Holder::Synced(f) => f.counters().bytes_sent,
+                Holder::Alone(_) => 0,
+            };
             channel.emit(json!({
                 "event": "progress",
                 "index": opts.index,
@@ -723,21 +474,21 @@ pub fn run_node(
                 "loss": mean_loss,
                 "acc": acc,
                 "accuracy": acc,
-                "bytes_sent": fabric.as_ref().map_or(0, |f| f.bytes_sent),
+                "bytes_sent": bytes_sent,
             }));
             loss_sum = 0.0;
             loss_n = 0;
         }
     }
     let train_s = t0.elapsed().as_secs_f64();
-    if let Some(f) = fabric.as_mut() {
-        model = f.sync_now(model)?; // the last residual goes out too
+    if let Some(f) = node.fabric() {
+        f.sync_now()?; // the last residual goes out too
     }
     channel.emit(json!({"event": "finished", "index": opts.index, "step": opts.steps}));
     let deadline = Instant::now() + opts.linger;
     loop {
-        if let Some(f) = fabric.as_mut() {
-            model = f.poll(model)?;
+        if let Some(f) = node.fabric() {
+            f.poll()?;
         }
         let now = Instant::now();
         if now >= deadline || channel.stop_requested(Duration::from_millis(10).min(deadline - now))
@@ -745,20 +496,25 @@ pub fn run_node(
             break;
         }
     }
-    if let Some(f) = fabric.as_mut() {
-        model = f.poll(model)?;
+    if let Some(f) = node.fabric() {
+        f.poll()?;
     }
-    let (accuracy, per_class) = evaluate(&model, &data.test);
-    let (_, weights) = df_burn::export_canonical::<TrainBackend, _>(&model, opts.include_buffers)?;
+    let model = node.store().model();
+    let (accuracy, per_class) = evaluate(model, &data.test);
+    let (_, weights) = df_burn::export_canonical::<TrainBackend, _>(model, opts.include_buffers)?;
     let bytes = f32_bytes(&weights);
     let weights_sha256 = hex_lower(&Sha256::digest(&bytes));
     let weights_path = opts.dump_path();
     if let Some(p) = &weights_path {
         std::fs::write(p, &bytes).map_err(|e| NodeError::io(p, e))?;
     }
-    let mut stats = match &fabric {
-        Some(f) => f.stats(),
-        None => json!({"bytes_sent": 0, "steps": opts.steps, "syncs": 0}),
+    let mut stats = match &node {
+        Holder::Synced(f) => {
+            let mut s = f.stats();
+            s["tensors_rebuilt"] = json!(f.store().tensors_rebuilt());
+            s
+        }
+        Holder::Alone(_) => json!({"bytes_sent": 0, "steps": opts.steps, "syncs": 0}),
     };
     let step_ms = if opts.steps > 0 {
         1000.0 * train_s / opts.steps as f64
@@ -807,8 +563,8 @@ pub fn run_node(
             .map_err(|e| NodeError::Data(format!("report: {e}")))?;
         std::fs::write(p, text + "\n").map_err(|e| NodeError::io(p, e))?;
     }
-    if let Some(f) = fabric.as_mut() {
-        f.close();
+    if let Some(f) = node.fabric() {
+        f.close()?;
     }
     Ok(NodeOutcome {
         accuracy,

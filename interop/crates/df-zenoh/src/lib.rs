@@ -13,7 +13,7 @@
 //!
 //! Received packets go through a callback into a bounded queue. [`QueuePolicy::DropOldest`] (the
 //! default) never blocks Zenoh's receive path and counts every dropped packet in
-//! [`TransportStats::dropped`]; [`QueuePolicy::Block`] makes the callback wait for room (back-pressure
+//! [`TransportStats::dropped_packets`]; [`QueuePolicy::Block`] makes the callback wait for room (back-pressure
 //! to the senders through congestion control BLOCK; two nodes that both block while publishing to
 //! each other can stall, so use it only with a consumer that drains independently of publishing).
 
@@ -24,9 +24,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+pub use df_core::snapshot::{DEFAULT_CHUNK_SIZE, parse_chunk_params};
 use df_core::snapshot::{
-    ChunkHeader, decode_snapshot_chunk, encode_snapshot_chunk, snapshot_digest,
+    SnapshotAssembler, SnapshotError, SnapshotErrorKind, SnapshotServer, fetch_snapshot_chunks,
+    format_chunk_params,
 };
+use df_fabric::transport::{peer_timeout_message, peers_satisfied};
 use serde_json::{Value, json};
 use zenoh::Wait;
 use zenoh::bytes::Encoding;
@@ -43,8 +46,19 @@ pub const DEFAULT_NAMESPACE: &str = "deltafabric/default";
 pub const PACKET_SCHEMA: &str = "deltafabric.v1.Packet";
 /// Encoding schema of snapshot chunk replies.
 pub const SNAPSHOT_SCHEMA: &str = "deltafabric.v1.SnapshotChunk";
-/// Default values per snapshot chunk a joiner asks for (1 MiB of f32, as the Python reference).
-pub const DEFAULT_CHUNK_SIZE: usize = 262_144;
+
+/// Turns on Zenoh's own logs (`tracing`) from the environment: `RUST_LOG` as Zenoh reads it, else
+/// the level in `DELTA_FABRIC_LOG` for the `zenoh` targets. Silent when neither is set. Pair it with
+/// `df_fabric::logging::init_from_env` for DeltaFabric's records.
+pub fn init_log_from_env() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        zenoh::try_init_log_from_env();
+    } else if let Ok(level) = std::env::var("DELTA_FABRIC_LOG")
+        && let Some(l) = df_fabric::logging::parse_level(&level)
+    {
+        zenoh::init_log_from_env_or(format!("zenoh={}", l.as_str().to_ascii_lowercase()));
+    }
+}
 
 /// A node id as 16 lowercase hex digits.
 pub fn node_hex(node: u64) -> String {
@@ -93,7 +107,7 @@ pub enum Mode {
 /// What the receive callback does when the queue is full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum QueuePolicy {
-    /// Drop the oldest queued packet (counted in [`TransportStats::dropped`]).
+    /// Drop the oldest queued packet (counted in [`TransportStats::dropped_packets`]).
     #[default]
     DropOldest,
     /// Wait for room (back-pressure; see the crate doc).
@@ -148,12 +162,12 @@ impl TransportConfig {
     /// The Zenoh config this transport opens its session with.
     pub fn zenoh_config(&self) -> Result<Config, TransportError> {
         if let Some(p) = &self.config_file {
-            return Config::from_file(p).map_err(|e| TransportError::Zenoh(e.to_string()));
+            return Config::from_file(p).map_err(|e| TransportError::Config(e.to_string()));
         }
         let mut c = Config::default();
         let set = |c: &mut Config, k: &str, v: String| {
             c.insert_json5(k, &v)
-                .map_err(|e| TransportError::Zenoh(format!("{k}: {e}")))
+                .map_err(|e| TransportError::Config(format!("{k}: {e}")))
         };
         let mode = match self.mode {
             Mode::Peer => "peer",
@@ -176,111 +190,38 @@ impl TransportConfig {
     }
 }
 
-/// Transport errors.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TransportError {
-    /// A Zenoh call failed.
-    Zenoh(String),
-    /// Bad configuration.
-    Config(String),
-    /// Waiting timed out.
-    Timeout(String),
-    /// A snapshot fetch failed (no server, bad chunk, digest or fingerprint mismatch).
-    Snapshot(String),
-    /// The transport is closed.
-    Closed,
-}
-
-impl fmt::Display for TransportError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TransportError::Zenoh(s) => write!(f, "zenoh: {s}"),
-            TransportError::Config(s) => write!(f, "config: {s}"),
-            TransportError::Timeout(s) => write!(f, "timeout: {s}"),
-            TransportError::Snapshot(s) => write!(f, "snapshot: {s}"),
-            TransportError::Closed => f.write_str("transport closed"),
-        }
-    }
-}
-
-impl std::error::Error for TransportError {}
+pub use df_fabric::transport::{
+    SnapshotProvider, SnapshotSource, Transport, TransportError, TransportStats, VerifiedSnapshot,
+};
 
 fn zerr(e: impl fmt::Display) -> TransportError {
-    TransportError::Zenoh(e.to_string())
+    TransportError::Network(format!("zenoh: {e}"))
 }
 
-/// Counters of the transport.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TransportStats {
-    /// Packets published.
-    pub published: u64,
-    /// Bytes published.
-    pub published_bytes: u64,
-    /// Packets received into the queue.
-    pub received: u64,
-    /// Packets dropped because the queue was full (DropOldest).
-    pub dropped: u64,
-    /// Packets currently queued.
-    pub queued: usize,
-}
-
-/// A captured state served as a snapshot (taken by the provider between two steps).
-#[derive(Debug, Clone, PartialEq)]
-pub struct SnapshotSource {
-    /// Incarnation of the serving node.
-    pub incarnation: u64,
-    /// Manifest fingerprint.
-    pub fingerprint: [u8; 32],
-    /// Framework name reported by the info queryable (e.g. `"burn"`).
-    pub framework: String,
-    /// The anchor, flat canonical order.
-    pub values: Arc<Vec<f32>>,
-}
-
-/// Captures the node's current snapshot; called from Zenoh's threads.
-pub type SnapshotProvider = Arc<dyn Fn() -> SnapshotSource + Send + Sync>;
-
-/// A fetched and verified snapshot.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FetchedSnapshot {
-    /// The values (verified against the digest, N of the chunks).
-    pub values: Vec<f32>,
-    /// The serving node.
-    pub node: u64,
-    /// The serving node's incarnation.
-    pub incarnation: u64,
-    /// The snapshot id.
-    pub snapshot_id: u64,
-}
-
-struct Captured {
-    id: u64,
-    at: Instant,
-    digest: [u8; 32],
-    src: SnapshotSource,
-}
-
-#[derive(Default)]
 struct Shared {
     queue: Mutex<VecDeque<Vec<u8>>>,
     queue_cv: Condvar,
     peers: Mutex<BTreeSet<u64>>,
     peers_cv: Condvar,
     received: AtomicU64,
+    received_bytes: AtomicU64,
     dropped: AtomicU64,
+    dropped_bytes: AtomicU64,
     published: AtomicU64,
     published_bytes: AtomicU64,
     provider: Mutex<Option<SnapshotProvider>>,
-    captured: Mutex<Option<Captured>>,
-    next_snapshot_id: AtomicU64,
+    /// Set by close: a blocked receive callback gives up instead of waiting for room.
+    closing: std::sync::atomic::AtomicBool,
+    /// Which capture answers which request (DF-ZEN-5, -11), shared by the queryable threads.
+    server: Mutex<SnapshotServer>,
+    /// Never served: what the server's capture closure returns on a path that cannot be taken
+    /// (a capture is requested only when `needs_capture` said so, with the same clock reading).
+    placeholder: SnapshotSource,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
-
-/// Reuse a captured snapshot for a chunk-0 request younger than this (concurrent joiners share one).
-const SNAPSHOT_REUSE: Duration = Duration::from_secs(10);
 
 impl Shared {
     fn push(&self, buf: Vec<u8>, capacity: usize, policy: QueuePolicy) {
@@ -288,71 +229,51 @@ impl Shared {
         match policy {
             QueuePolicy::DropOldest => {
                 while q.len() >= capacity.max(1) {
-                    q.pop_front();
-                    self.dropped.fetch_add(1, Ordering::Relaxed);
+                    if let Some(old) = q.pop_front() {
+                        self.dropped.fetch_add(1, Ordering::Relaxed);
+                        self.dropped_bytes
+                            .fetch_add(old.len() as u64, Ordering::Relaxed);
+                    }
                 }
             }
             QueuePolicy::Block => {
                 while q.len() >= capacity.max(1) {
+                    if self.closing.load(Ordering::Acquire) {
+                        return;
+                    }
                     q = self.queue_cv.wait(q).unwrap_or_else(|p| p.into_inner());
                 }
             }
         }
-        q.push_back(buf);
         self.received.fetch_add(1, Ordering::Relaxed);
+        self.received_bytes
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        q.push_back(buf);
         drop(q);
         self.queue_cv.notify_all();
     }
 
-    /// The capture answering a request (`fresh`: chunk 0 or info).
-    fn current(&self, fresh: bool) -> Option<(u64, [u8; 32], SnapshotSource)> {
-        let provider = lock(&self.provider).clone()?;
-        let mut cap = lock(&self.captured);
-        let stale = match &*cap {
-            None => true,
-            Some(c) => fresh && c.at.elapsed() >= SNAPSHOT_REUSE,
+    /// Runs `f` on the snapshot server at one clock reading, with a capture taken from the
+    /// provider only when the server needs one (DF-ZEN-11: chunk 0 and info may capture, later
+    /// chunks reuse the capture they started from).
+    fn with_server<R>(
+        &self,
+        fresh: bool,
+        f: impl FnOnce(&mut SnapshotServer, Instant, &dyn Fn() -> SnapshotSource) -> R,
+    ) -> Result<R, SnapshotError> {
+        let provider = lock(&self.provider).clone().ok_or_else(|| {
+            SnapshotError::new(SnapshotErrorKind::ServerError, "no snapshot served")
+        })?;
+        let mut server = lock(&self.server);
+        let now = Instant::now();
+        let captured = if server.needs_capture(fresh, now) {
+            Some(provider()?)
+        } else {
+            None
         };
-        if stale {
-            let src = provider();
-            let id = self.next_snapshot_id.fetch_add(1, Ordering::Relaxed) + 1;
-            *cap = Some(Captured {
-                id,
-                at: Instant::now(),
-                digest: snapshot_digest(&src.values),
-                src,
-            });
-        }
-        cap.as_ref().map(|c| (c.id, c.digest, c.src.clone()))
+        let capture = || captured.clone().unwrap_or_else(|| self.placeholder.clone());
+        Ok(f(&mut server, now, &capture))
     }
-}
-
-/// Parses `chunk=<i>&chunk_size=<c>` (pairs split on `&` and `;`, unknown keys ignored), with
-/// `1 <= c` and `4c + 1024 <= max_packet_size`.
-pub fn parse_chunk_params(params: &str, max_packet_size: usize) -> Result<(u64, usize), String> {
-    let mut chunk = None;
-    let mut size = None;
-    for part in params.split(['&', ';']) {
-        let (k, v) = part.split_once('=').unwrap_or((part, ""));
-        let v = v.trim();
-        let num = || -> Result<u64, String> {
-            if v.is_empty() || v.len() > 20 || !v.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(format!("{k}={v:?} is not a non-negative decimal integer"));
-            }
-            v.parse::<u64>().map_err(|e| e.to_string())
-        };
-        match k.trim() {
-            "chunk" if chunk.is_none() => chunk = Some(num()?),
-            "chunk_size" if size.is_none() => size = Some(num()?),
-            _ => {}
-        }
-    }
-    let chunk = chunk.ok_or("parameter chunk missing")?;
-    let size = size.ok_or("parameter chunk_size missing")?;
-    let limit = (max_packet_size.saturating_sub(1024) / 4) as u64;
-    if size < 1 || size > limit {
-        return Err(format!("chunk_size {size} not in [1, {limit}]"));
-    }
-    Ok((chunk, size as usize))
 }
 
 /// One node's Zenoh session with its publisher, subscribers, liveliness token and queryables.
@@ -365,6 +286,7 @@ pub struct ZenohTransport {
     _queryables: Vec<Queryable<()>>,
     token: Option<LivelinessToken>,
     shared: Arc<Shared>,
+    closed: bool,
 }
 
 impl fmt::Debug for ZenohTransport {
@@ -394,7 +316,25 @@ impl ZenohTransport {
         let mut cfg = cfg;
         cfg.namespace = ns.clone();
         let session = zenoh::open(cfg.zenoh_config()?).wait().map_err(zerr)?;
-        let shared = Arc::new(Shared::default());
+        let cfgerr = |e: SnapshotError| TransportError::Config(e.to_string());
+        let shared = Arc::new(Shared {
+            queue: Mutex::default(),
+            queue_cv: Condvar::new(),
+            peers: Mutex::default(),
+            peers_cv: Condvar::new(),
+            received: AtomicU64::new(0),
+            received_bytes: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            dropped_bytes: AtomicU64::new(0),
+            published: AtomicU64::new(0),
+            published_bytes: AtomicU64::new(0),
+            provider: Mutex::new(None),
+            closing: std::sync::atomic::AtomicBool::new(false),
+            server: Mutex::new(
+                SnapshotServer::new(cfg.node_id, cfg.max_packet_size).map_err(cfgerr)?,
+            ),
+            placeholder: SnapshotSource::new(1, [0; 32], vec![0.0f32], "none").map_err(cfgerr)?,
+        });
         let me = cfg.node_id;
         let own_key = delta_key(&ns, me);
         let publisher = session
@@ -439,31 +379,13 @@ impl ZenohTransport {
                 .declare_queryable(key)
                 .complete(true)
                 .callback(move |query| {
-                    let answer = (|| -> Result<Vec<u8>, String> {
-                        let (chunk, size) = parse_chunk_params(query.parameters().as_str(), mps)?;
-                        let (id, digest, src) =
-                            sh.current(chunk == 0).ok_or("no snapshot served")?;
-                        let n = src.values.len() as u64;
-                        let nchunks = n.div_ceil(size as u64).max(1);
-                        if chunk >= nchunks {
-                            return Err(format!("chunk {chunk} out of range (0..{nchunks})"));
-                        }
-                        let start = (chunk * size as u64) as usize;
-                        let end = (start + size).min(src.values.len());
-                        let h = ChunkHeader {
-                            node: me,
-                            incarnation: src.incarnation,
-                            fingerprint: src.fingerprint,
-                            snapshot_id: id,
-                            total: n,
-                            digest,
-                        };
-                        Ok(encode_snapshot_chunk(
-                            &h,
-                            start as u64,
-                            &src.values[start..end],
-                        ))
-                    })();
+                    // DF-ZEN-5: the sans-IO server policy of df_core::snapshot answers.
+                    let params = query.parameters().as_str().to_owned();
+                    let answer = parse_chunk_params(&params, mps).and_then(|(chunk, _)| {
+                        sh.with_server(chunk == 0, |srv, now, capture| {
+                            srv.answer(&params, now, capture)
+                        })?
+                    });
                     let _ = match answer {
                         Ok(buf) => query
                             .reply(reply_key.clone(), buf)
@@ -471,7 +393,7 @@ impl ZenohTransport {
                                 Encoding::APPLICATION_OCTET_STREAM.with_schema(SNAPSHOT_SCHEMA),
                             )
                             .wait(),
-                        Err(e) => query.reply_err(e).wait(),
+                        Err(e) => query.reply_err(e.to_string()).wait(),
                     };
                 })
                 .wait()
@@ -486,21 +408,13 @@ impl ZenohTransport {
                 .declare_queryable(key)
                 .complete(true)
                 .callback(move |query| {
-                    let _ = match sh.current(true) {
-                        Some((_, _, src)) => {
-                            let info = json!({
-                                "node": node_hex(me),
-                                "incarnation": node_hex(src.incarnation),
-                                "fingerprint": hex::encode(src.fingerprint),
-                                "framework": src.framework,
-                                "N": src.values.len(),
-                            });
-                            query
-                                .reply(reply_key.clone(), info.to_string())
-                                .encoding(Encoding::APPLICATION_JSON)
-                                .wait()
-                        }
-                        None => query.reply_err("no snapshot served").wait(),
+                    let info = sh.with_server(true, |srv, now, capture| srv.info(now, capture));
+                    let _ = match info {
+                        Ok(info) => query
+                            .reply(reply_key.clone(), info.to_string())
+                            .encoding(Encoding::APPLICATION_JSON)
+                            .wait(),
+                        Err(e) => query.reply_err(e.to_string()).wait(),
                     };
                 })
                 .wait()
@@ -545,13 +459,10 @@ impl ZenohTransport {
             _queryables: queryables,
             token: Some(token),
             shared,
+            closed: false,
         })
     }
 
-    /// This node's id.
-    pub fn node_id(&self) -> u64 {
-        self.cfg.node_id
-    }
     /// The namespace.
     pub fn namespace(&self) -> &str {
         &self.cfg.namespace
@@ -561,62 +472,17 @@ impl ZenohTransport {
         &self.session
     }
 
-    /// Publishes one packet on this node's delta key (blocks under congestion).
-    pub fn publish(&self, packet: &[u8]) -> Result<(), TransportError> {
-        self.publisher.put(packet.to_vec()).wait().map_err(zerr)?;
-        self.shared.published.fetch_add(1, Ordering::Relaxed);
-        self.shared
-            .published_bytes
-            .fetch_add(packet.len() as u64, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// Takes up to `max` queued packets (all when `None`), oldest first.
-    pub fn drain(&self, max: Option<usize>) -> Vec<Vec<u8>> {
-        let mut q = lock(&self.shared.queue);
-        let n = max.unwrap_or(usize::MAX).min(q.len());
-        let out: Vec<Vec<u8>> = q.drain(..n).collect();
-        drop(q);
-        self.shared.queue_cv.notify_all();
-        out
-    }
-
-    /// Waits until at least one packet is queued; `false` on timeout.
-    pub fn wait_for_packets(&self, timeout: Duration) -> bool {
-        let q = lock(&self.shared.queue);
-        let (q, _) = self
-            .shared
-            .queue_cv
-            .wait_timeout_while(q, timeout, |q| q.is_empty())
-            .unwrap_or_else(|p| p.into_inner());
-        !q.is_empty()
+    fn check_open(&self) -> Result<(), TransportError> {
+        if self.closed {
+            Err(TransportError::Closed)
+        } else {
+            Ok(())
+        }
     }
 
     /// The live peers (liveliness tokens seen, own excluded).
-    pub fn peers(&self) -> BTreeSet<u64> {
+    fn live(&self) -> BTreeSet<u64> {
         lock(&self.shared.peers).clone()
-    }
-
-    /// Waits until at least `n` peers are live; returns them, or `Timeout`.
-    pub fn wait_for_peers(
-        &self,
-        n: usize,
-        timeout: Duration,
-    ) -> Result<BTreeSet<u64>, TransportError> {
-        let p = lock(&self.shared.peers);
-        let (p, _) = self
-            .shared
-            .peers_cv
-            .wait_timeout_while(p, timeout, |p| p.len() < n)
-            .unwrap_or_else(|e| e.into_inner());
-        if p.len() >= n {
-            Ok(p.clone())
-        } else {
-            Err(TransportError::Timeout(format!(
-                "{} of {n} peers live after {timeout:?}",
-                p.len()
-            )))
-        }
     }
 
     /// Waits until `node` is no longer live; `false` on timeout.
@@ -628,13 +494,6 @@ impl ZenohTransport {
             .wait_timeout_while(p, timeout, |p| p.contains(&node))
             .unwrap_or_else(|e| e.into_inner());
         !p.contains(&node)
-    }
-
-    /// Serves snapshots and info from `provider` (DF-ZEN-5). Chunk-0 and info requests capture a
-    /// new snapshot unless the last one is younger than 10 s; later chunks use the last capture.
-    pub fn serve_snapshot(&self, provider: SnapshotProvider) {
-        *lock(&self.shared.provider) = Some(provider);
-        *lock(&self.shared.captured) = None;
     }
 
     /// Queries the info queryable of `peer`.
@@ -651,28 +510,38 @@ impl ZenohTransport {
         while let Ok(r) = replies.recv() {
             match r.result() {
                 Ok(s) => {
-                    return serde_json::from_slice(&s.payload().to_bytes())
-                        .map_err(|e| TransportError::Snapshot(format!("info JSON: {e}")));
+                    return serde_json::from_slice(&s.payload().to_bytes()).map_err(|e| {
+                        TransportError::Snapshot(SnapshotError::new(
+                            SnapshotErrorKind::ServerError,
+                            format!("info JSON: {e}"),
+                        ))
+                    });
                 }
                 Err(e) => err = Some(String::from_utf8_lossy(&e.payload().to_bytes()).into_owned()),
             }
         }
         Err(match err {
-            Some(e) => TransportError::Snapshot(format!("info of {}: {e}", node_hex(peer))),
+            Some(e) => TransportError::Snapshot(SnapshotError::new(
+                SnapshotErrorKind::ServerError,
+                format!("info of {}: {e}", node_hex(peer)),
+            )),
             None => TransportError::Timeout(format!("no info from {}", node_hex(peer))),
         })
     }
 
+    /// One chunk query (the I/O of [`fetch_snapshot_chunks`]): the reply bytes, or a typed error
+    /// (`ServerError` for an error reply, `Timeout` when nobody answered in time).
     fn get_chunk(
         &self,
         peer: u64,
         chunk: u64,
         size: usize,
         timeout: Duration,
-    ) -> Result<Vec<u8>, TransportError> {
+    ) -> Result<Vec<u8>, SnapshotError> {
         let sel = format!(
-            "{}?chunk={chunk}&chunk_size={size}",
-            snapshot_key(&self.cfg.namespace, peer)
+            "{}?{}",
+            snapshot_key(&self.cfg.namespace, peer),
+            format_chunk_params(chunk, size)
         );
         let replies = self
             .session
@@ -681,7 +550,7 @@ impl ZenohTransport {
             .consolidation(ConsolidationMode::None)
             .timeout(timeout.max(Duration::from_millis(1)))
             .wait()
-            .map_err(zerr)?;
+            .map_err(|e| SnapshotError::new(SnapshotErrorKind::NoServer, e.to_string()))?;
         let mut err = None;
         while let Ok(r) = replies.recv() {
             match r.result() {
@@ -690,122 +559,172 @@ impl ZenohTransport {
             }
         }
         Err(match err {
-            Some(e) => TransportError::Snapshot(format!("node {}: {e}", node_hex(peer))),
-            None => TransportError::Timeout(format!(
-                "no snapshot chunk {chunk} from {} within {timeout:?}",
-                node_hex(peer)
-            )),
+            Some(e) => SnapshotError::new(
+                SnapshotErrorKind::ServerError,
+                format!("node {}: {e}", node_hex(peer)),
+            ),
+            None => SnapshotError::new(
+                SnapshotErrorKind::Timeout,
+                format!(
+                    "no snapshot chunk {chunk} from {} within {timeout:?}",
+                    node_hex(peer)
+                ),
+            ),
         })
     }
 
-    /// Fetches `peer`'s snapshot chunk by chunk ([`DEFAULT_CHUNK_SIZE`] values) and verifies every
-    /// chunk (node, fingerprint, snapshot id, total, offset, length) and the whole digest
-    /// (DF-ZEN-5). Restarts from chunk 0 (at most 4 times) when the server switches snapshots.
-    pub fn fetch_snapshot(
-        &self,
-        peer: u64,
-        fingerprint: &[u8; 32],
-        timeout: Duration,
-    ) -> Result<FetchedSnapshot, TransportError> {
-        self.fetch_snapshot_chunked(peer, fingerprint, DEFAULT_CHUNK_SIZE, timeout)
-    }
-
-    /// [`ZenohTransport::fetch_snapshot`] with an explicit chunk size.
+    /// [`Transport::fetch_snapshot`] with an explicit chunk size: the chunks of `peer`'s snapshot go
+    /// through a [`df_core::snapshot::SnapshotAssembler`] (node, fingerprint, snapshot id, total, offsets,
+    /// finite values, digest: DF-ZEN-12); restarts from chunk 0 (at most 4 times) when the server
+    /// switches snapshots.
     pub fn fetch_snapshot_chunked(
         &self,
         peer: u64,
         fingerprint: &[u8; 32],
         chunk_size: usize,
         timeout: Duration,
-    ) -> Result<FetchedSnapshot, TransportError> {
-        let chunk_size = chunk_size.max(1);
-        let deadline = Instant::now() + timeout;
-        let left = || deadline.saturating_duration_since(Instant::now());
-        let bad = |s: String| TransportError::Snapshot(s);
-        'restart: for _ in 0..5 {
-            let mut values: Vec<f32> = Vec::new();
-            let mut head: Option<(u64, u64, u64, [u8; 32])> = None; // id, incarnation, total, digest
-            let mut i: u64 = 0;
-            loop {
-                if left().is_zero() {
-                    return Err(TransportError::Timeout(format!(
-                        "snapshot of {} not complete after {timeout:?}",
-                        node_hex(peer)
-                    )));
-                }
-                let buf = self.get_chunk(peer, i, chunk_size, left())?;
-                let c = decode_snapshot_chunk(&buf).map_err(|e| bad(format!("chunk {i}: {e}")))?;
-                if c.node != peer {
-                    return Err(bad(format!("chunk {i} from node {}", node_hex(c.node))));
-                }
-                if &c.fingerprint != fingerprint {
-                    return Err(bad(format!(
-                        "fingerprint mismatch: {} != local {}",
-                        hex::encode(c.fingerprint),
-                        hex::encode(fingerprint)
-                    )));
-                }
-                match head {
-                    None => {
-                        let total = usize::try_from(c.total)
-                            .map_err(|_| bad(format!("total {} too large", c.total)))?;
-                        values.reserve_exact(total);
-                        head = Some((c.snapshot_id, c.incarnation, c.total, c.digest));
-                    }
-                    Some((id, inc, total, digest)) => {
-                        if (c.snapshot_id, c.incarnation, c.total, c.digest)
-                            != (id, inc, total, digest)
-                        {
-                            continue 'restart; // the server switched snapshots
-                        }
-                    }
-                }
-                let Some((id, inc, total, digest)) = head else {
-                    return Err(bad("no header".into()));
-                };
-                let want_len = (total - c.offset).min(chunk_size as u64);
-                if c.offset != i * chunk_size as u64 || c.values.len() as u64 != want_len {
-                    return Err(bad(format!(
-                        "chunk {i}: offset {} / {} values, expected {} / {want_len}",
-                        c.offset,
-                        c.values.len(),
-                        i * chunk_size as u64
-                    )));
-                }
-                values.extend_from_slice(&c.values);
-                if values.len() as u64 == total {
-                    if snapshot_digest(&values) != digest {
-                        return Err(bad("digest mismatch".into()));
-                    }
-                    return Ok(FetchedSnapshot {
-                        values,
-                        node: peer,
-                        incarnation: inc,
-                        snapshot_id: id,
-                    });
-                }
-                i += 1;
-            }
-        }
-        Err(bad("snapshot kept changing during the fetch".into()))
+    ) -> Result<VerifiedSnapshot, TransportError> {
+        self.check_open()?;
+        let asm = SnapshotAssembler::new(*fingerprint, chunk_size)?.expect_node(peer);
+        let request =
+            |chunk: u64, size: usize, left: Duration| self.get_chunk(peer, chunk, size, left);
+        Ok(fetch_snapshot_chunks(
+            request,
+            &asm,
+            Instant::now() + timeout,
+            4,
+            Instant::now,
+        )?)
+    }
+}
+
+impl Transport for ZenohTransport {
+    fn node_id(&self) -> u64 {
+        self.cfg.node_id
     }
 
-    /// Counters.
-    pub fn stats(&self) -> TransportStats {
+    /// Publishes one packet on this node's delta key (blocks under congestion).
+    fn publish(&self, packet: &[u8]) -> Result<(), TransportError> {
+        self.check_open()?;
+        self.publisher.put(packet.to_vec()).wait().map_err(zerr)?;
+        self.shared.published.fetch_add(1, Ordering::Relaxed);
+        self.shared
+            .published_bytes
+            .fetch_add(packet.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn drain(&self, max: usize) -> Result<Vec<Vec<u8>>, TransportError> {
+        self.check_open()?;
+        let mut q = lock(&self.shared.queue);
+        let n = max.min(q.len());
+        let out: Vec<Vec<u8>> = q.drain(..n).collect();
+        drop(q);
+        self.shared.queue_cv.notify_all();
+        Ok(out)
+    }
+
+    fn wait_for_packets(&self, timeout: Duration) -> Result<bool, TransportError> {
+        self.check_open()?;
+        let q = lock(&self.shared.queue);
+        let (q, _) = self
+            .shared
+            .queue_cv
+            .wait_timeout_while(q, timeout, |q| q.is_empty())
+            .unwrap_or_else(|p| p.into_inner());
+        Ok(!q.is_empty())
+    }
+
+    fn peers(&self) -> Result<BTreeSet<u64>, TransportError> {
+        self.check_open()?;
+        Ok(self.live())
+    }
+
+    fn wait_for_peers(
+        &self,
+        n: usize,
+        expected: &[u64],
+        timeout: Duration,
+    ) -> Result<BTreeSet<u64>, TransportError> {
+        self.check_open()?;
+        let p = lock(&self.shared.peers);
+        let (p, _) = self
+            .shared
+            .peers_cv
+            .wait_timeout_while(p, timeout, |p| !peers_satisfied(n, expected, p))
+            .unwrap_or_else(|e| e.into_inner());
+        if peers_satisfied(n, expected, &p) {
+            Ok(p.clone())
+        } else {
+            Err(TransportError::Timeout(peer_timeout_message(
+                n, expected, &p, timeout,
+            )))
+        }
+    }
+
+    /// Serves snapshots and info from `provider` (DF-ZEN-5). Chunk-0 and info requests capture a
+    /// new snapshot unless the last one is younger than 10 s; later chunks use the last capture.
+    fn serve_snapshot(&self, provider: SnapshotProvider) -> Result<(), TransportError> {
+        self.check_open()?;
+        *lock(&self.shared.provider) = Some(provider);
+        // A new provider: the next request captures from it.
+        let fresh = SnapshotServer::new(self.cfg.node_id, self.cfg.max_packet_size)?;
+        *lock(&self.shared.server) = fresh;
+        Ok(())
+    }
+
+    /// [`ZenohTransport::fetch_snapshot_chunked`] with [`DEFAULT_CHUNK_SIZE`] values per chunk.
+    fn fetch_snapshot(
+        &self,
+        peer: u64,
+        fingerprint: &[u8; 32],
+        timeout: Duration,
+    ) -> Result<VerifiedSnapshot, TransportError> {
+        self.fetch_snapshot_chunked(peer, fingerprint, DEFAULT_CHUNK_SIZE, timeout)
+    }
+
+    fn stats(&self) -> TransportStats {
+        let (queued_packets, queued_bytes) = {
+            let q = lock(&self.shared.queue);
+            (q.len() as u64, q.iter().map(|p| p.len() as u64).sum())
+        };
+        let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
         TransportStats {
-            published: self.shared.published.load(Ordering::Relaxed),
-            published_bytes: self.shared.published_bytes.load(Ordering::Relaxed),
-            received: self.shared.received.load(Ordering::Relaxed),
-            dropped: self.shared.dropped.load(Ordering::Relaxed),
-            queued: lock(&self.shared.queue).len(),
+            published_packets: ld(&self.shared.published),
+            published_bytes: ld(&self.shared.published_bytes),
+            received_packets: ld(&self.shared.received),
+            received_bytes: ld(&self.shared.received_bytes),
+            dropped_packets: ld(&self.shared.dropped),
+            dropped_bytes: ld(&self.shared.dropped_bytes),
+            queued_packets,
+            queued_bytes,
         }
     }
 
-    /// Undeclares the token (peers see this node go) and closes the session.
-    pub fn close(mut self) -> Result<(), TransportError> {
-        if let Some(t) = self.token.take() {
-            t.undeclare().wait().map_err(zerr)?;
+    /// Undeclares the token (peers see this node go) and closes the session; idempotent.
+    fn close(&mut self) -> Result<(), TransportError> {
+        if self.closed {
+            return Ok(());
         }
-        self.session.close().wait().map_err(zerr)
+        self.closed = true;
+        self.shared.closing.store(true, Ordering::Release);
+        // Wake anyone blocked on the queue (Block policy) or on the peer set.
+        self.shared.queue_cv.notify_all();
+        self.shared.peers_cv.notify_all();
+        let token = self.token.take().map(|t| t.undeclare().wait());
+        let closed = self.session.close().wait();
+        log::debug!(target: "delta_fabric", "zenoh session of {} closed", node_hex(self.cfg.node_id));
+        if let Some(Err(e)) = token {
+            return Err(zerr(e));
+        }
+        closed.map_err(zerr)
+    }
+}
+
+impl Drop for ZenohTransport {
+    fn drop(&mut self) {
+        if let Err(e) = Transport::close(self) {
+            log::warn!(target: "delta_fabric", "closing the zenoh session: {e}");
+        }
     }
 }

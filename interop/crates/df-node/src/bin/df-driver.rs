@@ -15,11 +15,13 @@ use std::time::{Duration, Instant};
 use burn::optim::SgdConfig;
 use burn::tensor::{Int, Tensor, TensorData};
 use df_burn::CanonicalLayout;
+use df_core::snapshot::{SnapshotError, SnapshotErrorKind};
 use df_core::wire::{hex16, packet_from_json, packet_to_json};
 use df_core::{
     Admission, Counters, Engine, ErrorCode, Manifest, Outcome, OwnedEntry, SyncConfig, TensorSpec,
     decode_packet, encode_packet, validate_packet,
 };
+use df_fabric::Transport;
 use df_node::TrainBackend;
 use df_node::data::{IMAGE_LEN, Split};
 use df_node::node::{Model, evaluate, initial_model, model_manifest, sgd_config, train_step};
@@ -509,17 +511,12 @@ impl PeerNode {
         let served = self.served.clone();
         let fp = self.manifest.fingerprint();
         t.serve_snapshot(Arc::new(move || {
-            let (incarnation, values) = served
-                .lock()
-                .map(|g| g.clone())
-                .unwrap_or((1, Arc::new(Vec::new())));
-            SnapshotSource {
-                incarnation,
-                fingerprint: fp,
-                framework: "burn".into(),
-                values,
-            }
-        }));
+            let (incarnation, values) = served.lock().map(|g| g.clone()).map_err(|_| {
+                SnapshotError::new(SnapshotErrorKind::ServerError, "node state poisoned")
+            })?;
+            SnapshotSource::new(incarnation, fp, values.as_slice(), "burn")
+        }))
+        .map_err(|e| err(e.to_string()))?;
         Ok(t)
     }
 
@@ -674,7 +671,10 @@ impl PeerNode {
                     .ok_or_else(|| err("delta index out of range"))? += v;
             }
         }
-        let packets = self.transport()?.drain(None);
+        let packets = self
+            .transport()?
+            .drain(usize::MAX)
+            .map_err(|e| err(e.to_string()))?;
         let mut relay = Vec::new();
         if !packets.is_empty() {
             let refs: Vec<&[u8]> = packets.iter().map(Vec::as_slice).collect();
@@ -772,7 +772,8 @@ impl PeerNode {
                 return Ok(false);
             }
             self.transport()?
-                .wait_for_packets(left.min(Duration::from_millis(50)));
+                .wait_for_packets(left.min(Duration::from_millis(50)))
+                .map_err(|e| err(e.to_string()))?;
         }
     }
 
@@ -788,13 +789,14 @@ impl PeerNode {
                 return Ok(());
             }
             self.transport()?
-                .wait_for_packets(Duration::from_millis(20));
+                .wait_for_packets(Duration::from_millis(20))
+                .map_err(|e| err(e.to_string()))?;
         }
         Ok(())
     }
 
     fn close(&mut self) {
-        if let Some(t) = self.transport.take()
+        if let Some(mut t) = self.transport.take()
             && let Err(e) = t.close()
         {
             log(&format!("closing the transport: {e}"));
@@ -948,7 +950,7 @@ impl PeerHost {
                     .collect::<Result<_, _>>()?;
                 let deadline = Instant::now() + secs(ins, "timeout_s", 20.0).min(left);
                 loop {
-                    let live = node.transport()?.peers();
+                    let live = node.transport()?.peers().map_err(|e| err(e.to_string()))?;
                     if want.iter().all(|w| live.contains(w)) || Instant::now() >= deadline {
                         std::thread::sleep(secs(ins, "grace_ms", 300.0) / 1000);
                         let alive: Vec<String> = live.iter().map(|&x| hex16(x)).collect();

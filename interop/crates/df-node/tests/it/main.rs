@@ -5,11 +5,11 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use df_fabric::{MemoryHub, Transport};
 use df_node::data::{Dataset, Split, read_dataset, read_f32_file, write_dataset};
 use df_node::node::{
     Model, NodeOptions, RecordingChannel, evaluate, initial_model, model_manifest, run_node,
 };
-use df_node::transport::{MemoryHub, Transport};
 use df_node::{NodeError, TrainBackend};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -75,12 +75,12 @@ fn synthetic(n_train: usize, n_test: usize) -> Dataset {
 fn cnn_canonical_names_match_the_pytorch_state_dict() {
     let model = initial_model(None, true, 0).unwrap();
     let (layout, manifest) = model_manifest(&model, true).unwrap();
-    let got: Vec<(&str, &[usize])> = layout
+    let got: Vec<(&str, &[u64])> = layout
         .specs()
         .iter()
         .map(|s| (s.name.as_str(), s.shape.as_slice()))
         .collect();
-    let want: Vec<(&str, &[usize])> = vec![
+    let want: Vec<(&str, &[u64])> = vec![
         ("bn1.bias", &[16]),
         ("bn1.running_mean", &[16]),
         ("bn1.running_var", &[16]),
@@ -348,7 +348,7 @@ fn three_skewed_nodes_learn_every_class_through_sync() {
     std::fs::write(&init_path, df_node::data::f32_bytes(&init)).unwrap();
     let transports: Vec<Box<dyn Transport + Send>> = ids
         .iter()
-        .map(|&id| Box::new(hub.join(id, &[])) as Box<dyn Transport + Send>)
+        .map(|&id| Box::new(hub.join(id, &[]).unwrap()) as Box<dyn Transport + Send>)
         .collect();
     let handles: Vec<_> = transports
         .into_iter()
@@ -639,7 +639,7 @@ fn burn_steps_match_pytorch_steps() {
     }
     let (layout, got) = df_burn::export_with_layout::<TrainBackend, Model>(&model, true).unwrap();
     for (spec, &off) in layout.specs().iter().zip(layout.offsets()) {
-        let n = spec.numel();
+        let n = spec.numel() as usize;
         let (g, w, i0) = (&got[off..off + n], &want[off..off + n], &init[off..off + n]);
         let moved: f32 = w
             .iter()
@@ -677,7 +677,8 @@ fn burn_steps_match_pytorch_steps() {
 // REQ: DF-ZEN-5
 #[test]
 fn join_starts_from_a_live_peers_snapshot() {
-    use df_node::node::{Fabric, batch_tensors, sgd_config, train_step};
+    use df_fabric::{Fabric, FabricOptions};
+    use df_node::node::{Store, batch_tensors, sgd_config, train_step};
     use df_node::rng::SplitMix64;
     use std::io::{BufRead, BufReader, Write};
     let t_start = std::time::Instant::now();
@@ -719,20 +720,26 @@ fn join_starts_from_a_live_peers_snapshot() {
     oa.namespace = ns.clone();
     oa.listen = Some(format!("tcp/127.0.0.1:{pa}"));
     oa.sync_config.sync_interval = 5;
-    let mut model = initial_model(None, true, 7).unwrap();
+    let store = Store::new(initial_model(None, true, 7).unwrap(), true).unwrap();
     let transport = df_node::zenoh::open(&oa).unwrap();
+    let options = FabricOptions {
+        incarnation: Some(11),
+        ..FabricOptions::default()
+    };
     let mut fabric =
-        Fabric::new(&model, oa.sync_config.clone(), a_id, 11, true, transport).unwrap();
+        Fabric::with_options(store, transport, oa.sync_config.clone(), options).unwrap();
     let mut optim = sgd_config(0.9).init::<TrainBackend, Model>();
     let mut rng = SplitMix64::new(3);
     for _ in 0..10 {
         let idx: Vec<usize> = (0..16).map(|_| rng.below(data.train.len())).collect();
         let (x, y) = batch_tensors::<TrainBackend>(&data.train, &idx, &Default::default());
-        model = train_step(model, &mut optim, x, y, 0.05).0;
-        model = fabric.step(model).unwrap();
+        fabric
+            .store_mut()
+            .update(|m| train_step(m, &mut optim, x, y, 0.05).0);
+        fabric.step().unwrap();
     }
-    assert_eq!(fabric.syncs, 2);
-    let anchor: Vec<f32> = fabric.engine().anchor().to_vec();
+    assert_eq!(fabric.counters().syncs, 2);
+    let anchor: Vec<f32> = fabric.engine().unwrap().anchor().to_vec();
     let anchor_sha = hex(&Sha256::digest(df_node::data::f32_bytes(&anchor)));
 
     // Node B joins A.
@@ -779,10 +786,10 @@ fn join_starts_from_a_live_peers_snapshot() {
             events.push(ev);
         }
         fabric
-            .transport_mut()
+            .transport()
             .wait_for_packets(Duration::from_millis(50))
             .unwrap();
-        model = fabric.poll(model).unwrap();
+        fabric.poll().unwrap();
         let got = fabric.origin_progress().get(&b_id).copied();
         if finished && got.is_some_and(|(inc, seq)| Some(inc) == b_incarnation && seq >= 3) {
             break;
@@ -794,7 +801,8 @@ fn join_starts_from_a_live_peers_snapshot() {
     let st = b.wait().unwrap();
     reader.join().unwrap();
     events.extend(rx.try_iter());
-    fabric.close();
+    let a_stats = fabric.stats();
+    fabric.close().unwrap();
     assert!(st.success(), "B exit {st:?}");
     let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
     assert_eq!(kinds.first(), Some(&"joined"), "{kinds:?}");
@@ -816,7 +824,6 @@ fn join_starts_from_a_live_peers_snapshot() {
     let (got_inc, got_seq) = fabric.origin_progress()[&b_id];
     assert_eq!(got_inc, inc);
     assert!(got_seq >= 3, "A accepted B's entries up to seq {got_seq}");
-    let a_stats = fabric.stats();
     assert_eq!(a_stats["receive"]["packets_rejected"], 0, "{a_stats}");
     eprintln!(
         "join test: B joined in {}s, whole test {:.1}s",

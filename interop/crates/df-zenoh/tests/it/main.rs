@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use df_core::{OwnedEntry, OwnedPacket, ValueEncoding, decode_packet, encode_packet};
 use df_zenoh::{
-    SnapshotSource, TransportConfig, TransportError, ZenohTransport, parse_chunk_params, parse_node,
+    SnapshotSource, Transport, TransportConfig, TransportError, ZenohTransport, parse_chunk_params,
+    parse_node,
 };
 
 fn free_port() -> u16 {
@@ -66,12 +67,12 @@ fn two_sessions_exchange_liveliness_and_snapshot() {
 
     // REQ: DF-ZEN-4 (appearance)
     assert_eq!(
-        a.wait_for_peers(1, Duration::from_secs(10))
+        a.wait_for_peers(1, &[], Duration::from_secs(10))
             .expect("A sees B"),
         [b_id].into()
     );
     assert_eq!(
-        b.wait_for_peers(1, Duration::from_secs(10))
+        b.wait_for_peers(1, &[], Duration::from_secs(10))
             .expect("B sees A"),
         [a_id].into()
     );
@@ -91,27 +92,32 @@ fn two_sessions_exchange_liveliness_and_snapshot() {
     let deadline = Instant::now() + Duration::from_secs(10);
     let got = loop {
         a.publish(&buf).expect("publish");
-        if b.wait_for_packets(Duration::from_millis(200)) {
-            break b.drain(None);
+        if b.wait_for_packets(Duration::from_millis(200))
+            .expect("open")
+        {
+            break b.drain(usize::MAX).expect("open");
         }
         assert!(Instant::now() < deadline, "no packet within 10 s");
     };
     let d = decode_packet(&got[0], 1 << 24).expect("decodes");
     assert_eq!(d.sender, a_id);
     assert_eq!(&d.entries[0].values[..], &[0.5f32, -1.0][..]);
-    assert!(a.drain(None).is_empty(), "A ignores its own key");
-    assert!(b.stats().received >= 1);
+    assert!(
+        a.drain(usize::MAX).expect("open").is_empty(),
+        "A ignores its own key"
+    );
+    assert!(b.stats().received_packets >= 1);
 
     // a full queue drops its oldest packets and counts them
     std::thread::sleep(Duration::from_millis(100)); // late copies of the first exchange
-    b.drain(None);
+    b.drain(usize::MAX).expect("open");
     let before = b.stats();
     for seq in 2..12u64 {
         p.entries[0].seq = seq;
         a.publish(&encode_packet(&p)).expect("publish");
     }
     let deadline = Instant::now() + Duration::from_secs(10);
-    while b.stats().received < before.received + 10 {
+    while b.stats().received_packets < before.received_packets + 10 {
         assert!(
             Instant::now() < deadline,
             "10 packets not received within 10 s"
@@ -119,10 +125,11 @@ fn two_sessions_exchange_liveliness_and_snapshot() {
         std::thread::sleep(Duration::from_millis(10));
     }
     let st = b.stats();
-    assert_eq!(st.queued, 4);
-    assert_eq!(st.dropped, before.dropped + 6);
+    assert_eq!(st.queued_packets, 4);
+    assert_eq!(st.dropped_packets, before.dropped_packets + 6);
     let seqs: Vec<u64> = b
-        .drain(None)
+        .drain(usize::MAX)
+        .expect("open")
         .iter()
         .map(|x| decode_packet(x, 1 << 24).expect("decodes").entries[0].seq)
         .collect();
@@ -133,19 +140,17 @@ fn two_sessions_exchange_liveliness_and_snapshot() {
     );
 
     // REQ: DF-ZEN-5 (chunked snapshot)
-    let values: Arc<Vec<f32>> = Arc::new((0..1000).map(|i| i as f32 * 0.5 - 3.0).collect());
+    let values: Arc<[f32]> = (0..1000).map(|i| i as f32 * 0.5 - 3.0).collect();
     let v2 = values.clone();
-    a.serve_snapshot(Arc::new(move || SnapshotSource {
-        incarnation: 9,
-        fingerprint: fp,
-        framework: "burn".into(),
-        values: v2.clone(),
-    }));
+    a.serve_snapshot(Arc::new(move || {
+        SnapshotSource::new(9, fp, Arc::clone(&v2), "burn")
+    }))
+    .expect("serve");
     let snap = b
         .fetch_snapshot_chunked(a_id, &fp, 300, Duration::from_secs(10))
         .expect("snapshot");
-    assert_eq!(snap.values, *values);
-    assert_eq!((snap.node, snap.incarnation), (a_id, 9));
+    assert_eq!(&snap.values[..], &values[..]);
+    assert_eq!((snap.header.node, snap.header.incarnation), (a_id, 9));
     let wrong = b.fetch_snapshot_chunked(a_id, &[1u8; 32], 300, Duration::from_secs(10));
     assert!(
         matches!(wrong, Err(TransportError::Snapshot(_))),
@@ -162,11 +167,14 @@ fn two_sessions_exchange_liveliness_and_snapshot() {
     assert_eq!(info["node"], "0a0a000000000001");
 
     // REQ: DF-ZEN-4 (disappearance)
+    let mut b = b;
     b.close().expect("close");
+    b.close().expect("close is idempotent");
+    assert_eq!(b.drain(1), Err(TransportError::Closed));
     assert!(
         a.wait_for_peer_gone(b_id, Duration::from_secs(10)),
         "B's token went away"
     );
-    assert!(a.peers().is_empty());
-    a.close().expect("close");
+    assert!(a.peers().expect("open").is_empty());
+    drop(a); // Drop closes the session
 }

@@ -1,0 +1,586 @@
+//! The node loop (the mirror of Python's `delta_fabric.fabric.Fabric`): a [`Fabric`] owns a
+//! [`WeightStore`], a [`Transport`] and a [`df_core::Engine`].
+//!
+//! Per [`Fabric::step`] (call it after every local optimizer step): drain the transport without
+//! waiting, let the engine validate and aggregate what arrived (it updates the anchor), add the same
+//! aggregate to the store (DF-RCV-7), and every `sync_interval` steps gather the canonical vector,
+//! generate the own entry and publish own + relay packets. A step with no traffic and no sync does
+//! one `drain` and one modulo.
+//!
+//! The engine sits behind a mutex shared with the snapshot provider the fabric registers with the
+//! transport, so a joiner always gets a consistent anchor taken between two steps.
+//!
+//! Dropping the fabric closes the transport.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use df_core::{Engine, EngineError, ReceiveResult, SyncConfig};
+use log::{debug, info, warn};
+use serde_json::{Value, json};
+
+use crate::LOG_TARGET;
+use crate::store::{StoreError, WeightStore};
+use crate::transport::{
+    SnapshotError, SnapshotErrorKind, SnapshotProvider, SnapshotSource, Transport, TransportError,
+    node_hex,
+};
+
+/// Upper bound on packets taken from the transport in one step (as the Python node).
+pub const DEFAULT_MAX_DRAIN: usize = 4096;
+
+/// Longest time one join attempt may spend on one peer before the next live peer is tried.
+pub const JOIN_PER_PEER: Duration = Duration::from_secs(10);
+
+/// Everything that can go wrong in the node loop.
+#[derive(Debug, thiserror::Error)]
+pub enum FabricError {
+    /// The store refused an operation.
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    /// The transport failed.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// The engine refused an operation (bad parameter, non-finite delta).
+    #[error("engine: {0:?}")]
+    Engine(EngineError),
+    /// Joining (bootstrap from a live peer's snapshot, DF-ZEN-5) failed.
+    #[error("join: {0}")]
+    Join(String),
+    /// The fabric was used after [`Fabric::close`].
+    #[error("fabric is closed")]
+    Closed,
+    /// A thread panicked while holding the engine.
+    #[error("engine lock poisoned by a panic")]
+    Poisoned,
+}
+
+impl From<EngineError> for FabricError {
+    fn from(e: EngineError) -> Self {
+        FabricError::Engine(e)
+    }
+}
+
+/// Late join: start from a verified anchor snapshot of a live peer instead of the store's weights.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JoinOptions {
+    /// How long to look for a live peer and fetch its snapshot.
+    pub timeout: Duration,
+    /// Peers tried first when live (e.g. the configured neighbours), in this order.
+    pub preferred: Vec<u64>,
+}
+
+impl Default for JoinOptions {
+    fn default() -> Self {
+        JoinOptions {
+            timeout: Duration::from_secs(10),
+            preferred: Vec::new(),
+        }
+    }
+}
+
+/// Options of a [`Fabric`] beyond the sync parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FabricOptions {
+    /// Incarnation (default: microseconds since the Unix epoch, DF-RCV-4).
+    pub incarnation: Option<u64>,
+    /// Most packets taken from the transport per step.
+    pub max_drain: usize,
+    /// Use the engine's fast (approximate) selection path.
+    pub fast_selection: bool,
+    /// `Some`: bootstrap from a live peer's snapshot (DF-ZEN-5) before the engine starts.
+    pub join: Option<JoinOptions>,
+}
+
+impl Default for FabricOptions {
+    fn default() -> Self {
+        FabricOptions {
+            incarnation: None,
+            max_drain: DEFAULT_MAX_DRAIN,
+            fast_selection: false,
+            join: None,
+        }
+    }
+}
+
+/// Microseconds since the Unix epoch (never 0): a fresh incarnation (DF-RCV-4).
+pub fn default_incarnation() -> u64 {
+    let us = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros())
+        .unwrap_or(1);
+    u64::try_from(us).unwrap_or(u64::MAX).max(1)
+}
+
+/// Send counters of a fabric (Python `Fabric.stats()` keys).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SendCounters {
+    pub steps: u64,
+    pub syncs: u64,
+    pub bytes_sent: u64,
+    pub packets_sent: u64,
+    pub own_entries_sent: u64,
+    pub own_values_sent: u64,
+    pub relay_entries_sent: u64,
+    pub relay_values_sent: u64,
+    pub values_received_applied: u64,
+}
+
+/// One DeltaFabric node: a store, a transport and the engine between them (see the module docs).
+pub struct Fabric<W: WeightStore, T: Transport> {
+    store: W,
+    transport: T,
+    engine: Arc<Mutex<Engine>>,
+    sync_interval: u64,
+    max_drain: usize,
+    fast_selection: bool,
+    counters: SendCounters,
+    bootstrapped: bool,
+    joined_from: Option<u64>,
+    accepted_by_hops: BTreeMap<u8, u64>,
+    origin_progress: HashMap<u64, (u64, u64)>,
+    snapshots_served: Arc<AtomicU64>,
+    closed: bool,
+}
+
+impl<W: WeightStore, T: Transport> std::fmt::Debug for Fabric<W, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fabric")
+            .field("node", &node_hex(self.transport.node_id()))
+            .field("framework", &self.store.framework())
+            .field("steps", &self.counters.steps)
+            .field("closed", &self.closed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<W: WeightStore, T: Transport> Fabric<W, T> {
+    /// A node whose anchor is the store's current weights; the node id is the transport's.
+    pub fn new(store: W, transport: T, config: SyncConfig) -> Result<Self, FabricError> {
+        Self::with_options(store, transport, config, FabricOptions::default())
+    }
+
+    /// A node with explicit [`FabricOptions`] (incarnation, join, ...). With `options.join`, the
+    /// store is loaded with a live peer's verified snapshot first (active = anchor = snapshot).
+    ///
+    /// On error the transport is closed (it is dropped with the other arguments).
+    pub fn with_options(
+        mut store: W,
+        transport: T,
+        config: SyncConfig,
+        options: FabricOptions,
+    ) -> Result<Self, FabricError> {
+        let mut transport = transport;
+        let sync_interval = u64::from(config.sync_interval.max(1));
+        match Self::start(&mut store, &transport, config, &options) {
+            Ok((engine, joined_from)) => {
+                let fabric = Fabric {
+                    store,
+                    transport,
+                    engine: Arc::new(Mutex::new(engine)),
+                    sync_interval,
+                    max_drain: options.max_drain.max(1),
+                    fast_selection: options.fast_selection,
+                    counters: SendCounters::default(),
+                    bootstrapped: joined_from.is_some(),
+                    joined_from,
+                    accepted_by_hops: BTreeMap::new(),
+                    origin_progress: HashMap::new(),
+                    snapshots_served: Arc::new(AtomicU64::new(0)),
+                    closed: false,
+                };
+                fabric
+                    .transport
+                    .serve_snapshot(fabric.snapshot_provider())?;
+                info!(
+                    target: LOG_TARGET,
+                    "node {} up: framework {}, N = {}, incarnation {}{}",
+                    node_hex(fabric.transport.node_id()),
+                    fabric.store.framework(),
+                    fabric.store.num_params(),
+                    fabric.incarnation(),
+                    joined_from.map_or(String::new(), |p| format!(", joined from {}", node_hex(p)))
+                );
+                Ok(fabric)
+            }
+            Err(e) => {
+                warn!(target: LOG_TARGET, "node start failed: {e}; closing the transport");
+                let _ = transport.close();
+                Err(e)
+            }
+        }
+    }
+
+    fn start(
+        store: &mut W,
+        transport: &T,
+        config: SyncConfig,
+        options: &FabricOptions,
+    ) -> Result<(Engine, Option<u64>), FabricError> {
+        let node_id = transport.node_id();
+        let incarnation = options.incarnation.unwrap_or_else(default_incarnation);
+        let manifest = store.manifest().clone();
+        let (anchor, joined_from) = match &options.join {
+            Some(j) => {
+                let (from, values) = fetch_verified(transport, &manifest, j)?;
+                store.load(&values)?;
+                // The store must now read back exactly the snapshot: active = anchor (DF-ZEN-5).
+                let back = store.gather()?;
+                if back.len() != values.len()
+                    || back
+                        .iter()
+                        .zip(&values)
+                        .any(|(a, b)| a.to_bits() != b.to_bits())
+                {
+                    return Err(FabricError::Join(
+                        "the loaded snapshot does not read back bit-exactly from the store".into(),
+                    ));
+                }
+                (values, Some(from))
+            }
+            None => (store.gather()?, None),
+        };
+        let engine = Engine::new(manifest, config, node_id, incarnation, anchor)?;
+        Ok((engine, joined_from))
+    }
+
+    fn snapshot_provider(&self) -> SnapshotProvider {
+        let engine = Arc::clone(&self.engine);
+        let served = Arc::clone(&self.snapshots_served);
+        let framework = self.store.framework().to_owned();
+        Arc::new(move || {
+            // A copy of the anchor between two steps (the step holds the lock). After a panic in a
+            // step the engine may be half-updated: serve nothing rather than a torn anchor.
+            let (incarnation, fingerprint, values) = {
+                let e = engine.lock().map_err(|_| {
+                    SnapshotError::new(SnapshotErrorKind::ServerError, "node failed")
+                })?;
+                (
+                    e.incarnation(),
+                    e.manifest().fingerprint(),
+                    e.anchor().to_vec(),
+                )
+            };
+            served.fetch_add(1, Ordering::Relaxed);
+            SnapshotSource::new(incarnation, fingerprint, values, framework.clone())
+        })
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, Engine>, FabricError> {
+        self.engine.lock().map_err(|_| FabricError::Poisoned)
+    }
+
+    fn check_open(&self) -> Result<(), FabricError> {
+        if self.closed {
+            Err(FabricError::Closed)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Call once after every local optimizer step. Returns the number of packets published.
+    /// Never waits for packets; only `publish` can block (transport congestion control).
+    pub fn step(&mut self) -> Result<usize, FabricError> {
+        self.check_open()?;
+        self.counters.steps += 1;
+        let packets = self.transport.drain(self.max_drain)?;
+        let sync = self.counters.steps.is_multiple_of(self.sync_interval);
+        if packets.is_empty() && !sync {
+            return Ok(0);
+        }
+        self.process(&packets, sync)
+    }
+
+    /// Receives, applies and relays what is pending without generating (idle, winding down);
+    /// does not count as a step.
+    pub fn poll(&mut self) -> Result<usize, FabricError> {
+        self.check_open()?;
+        let packets = self.transport.drain(self.max_drain)?;
+        if packets.is_empty() {
+            return Ok(0);
+        }
+        self.process(&packets, false)
+    }
+
+    /// Receives what is pending and generates now, regardless of the step count.
+    pub fn sync_now(&mut self) -> Result<usize, FabricError> {
+        self.check_open()?;
+        let packets = self.transport.drain(self.max_drain)?;
+        self.process(&packets, true)
+    }
+
+    fn process(&mut self, packets: &[Vec<u8>], sync: bool) -> Result<usize, FabricError> {
+        let engine = Arc::clone(&self.engine);
+        let mut e = engine.lock().map_err(|_| FabricError::Poisoned)?;
+        let mut relay = Vec::new();
+        if !packets.is_empty() {
+            let refs: Vec<&[u8]> = packets.iter().map(Vec::as_slice).collect();
+            let res = e.receive(&refs);
+            self.track_accepted(&res);
+            if !res.indices.is_empty() {
+                self.store.apply(&res.indices, &res.values)?;
+                self.counters.values_received_applied += res.indices.len() as u64;
+            }
+            relay = res.relay;
+        }
+        let mut own = Vec::new();
+        if sync {
+            self.counters.syncs += 1;
+            let active = self.store.gather()?;
+            own = e.generate(&active, self.fast_selection)?;
+        }
+        if own.is_empty() && relay.is_empty() {
+            return Ok(0);
+        }
+        let out = e.pack(&own, &relay);
+        drop(e);
+        for x in &own {
+            self.counters.own_entries_sent += 1;
+            self.counters.own_values_sent += x.indices.len() as u64;
+        }
+        for x in &relay {
+            self.counters.relay_entries_sent += 1;
+            self.counters.relay_values_sent += x.indices.len() as u64;
+        }
+        for pkt in &out {
+            self.transport.publish(pkt)?;
+            self.counters.bytes_sent += pkt.len() as u64;
+            self.counters.packets_sent += 1;
+        }
+        Ok(out.len())
+    }
+
+    /// Hop histogram and per-origin progress from the engine's accepted entry headers (no second
+    /// decode of any packet).
+    fn track_accepted(&mut self, res: &ReceiveResult) {
+        for a in &res.accepted {
+            *self.accepted_by_hops.entry(a.hops).or_default() += 1;
+            let cur = self.origin_progress.entry(a.origin).or_insert((0, 0));
+            if (a.incarnation, a.seq) > *cur {
+                *cur = (a.incarnation, a.seq);
+            }
+        }
+    }
+
+    /// The store (read the model / weights).
+    pub fn store(&self) -> &W {
+        &self.store
+    }
+
+    /// The store, writable (a training step on the model). Changing the weights between steps is
+    /// what training does; the fabric picks the change up at the next sync.
+    pub fn store_mut(&mut self) -> &mut W {
+        &mut self.store
+    }
+
+    /// The transport.
+    pub fn transport(&self) -> &T {
+        &self.transport
+    }
+
+    /// The engine (anchor, counters, receiver state), locked.
+    pub fn engine(&self) -> Result<MutexGuard<'_, Engine>, FabricError> {
+        self.lock()
+    }
+
+    /// This node's id.
+    pub fn node_id(&self) -> u64 {
+        self.transport.node_id()
+    }
+
+    /// This node's incarnation.
+    pub fn incarnation(&self) -> u64 {
+        self.engine
+            .lock()
+            .map(|e| e.incarnation())
+            .unwrap_or_else(|p| p.into_inner().incarnation())
+    }
+
+    /// Whether the anchor came from a peer's snapshot, and from whom.
+    pub fn joined_from(&self) -> Option<u64> {
+        self.joined_from
+    }
+
+    /// Send counters.
+    pub fn counters(&self) -> SendCounters {
+        self.counters
+    }
+
+    /// Accepted entries by hop count.
+    pub fn accepted_by_hops(&self) -> &BTreeMap<u8, u64> {
+        &self.accepted_by_hops
+    }
+
+    /// Latest `(incarnation, seq)` accepted from each origin.
+    pub fn origin_progress(&self) -> &HashMap<u64, (u64, u64)> {
+        &self.origin_progress
+    }
+
+    /// Snapshots served to joiners so far.
+    pub fn snapshots_served(&self) -> u64 {
+        self.snapshots_served.load(Ordering::Relaxed)
+    }
+
+    /// Counters in the shape of Python's `Fabric.stats()`.
+    pub fn stats(&self) -> Value {
+        let e = self.engine.lock().unwrap_or_else(|p| p.into_inner());
+        let c = &self.counters;
+        json!({
+            "node_id": node_hex(e.node_id()),
+            "incarnation": e.incarnation(),
+            "framework": self.store.framework(),
+            "num_params": e.num_params(),
+            "fingerprint": hex_lower(&e.manifest().fingerprint()),
+            "bootstrapped": self.bootstrapped,
+            "steps": c.steps,
+            "syncs": c.syncs,
+            "bytes_sent": c.bytes_sent,
+            "packets_sent": c.packets_sent,
+            "own_entries_sent": c.own_entries_sent,
+            "own_values_sent": c.own_values_sent,
+            "relay_entries_sent": c.relay_entries_sent,
+            "relay_values_sent": c.relay_values_sent,
+            "values_received_applied": c.values_received_applied,
+            "accepted_by_hops": self.accepted_by_hops.iter()
+                .map(|(h, n)| (h.to_string(), json!(n)))
+                .collect::<serde_json::Map<String, Value>>(),
+            "snapshots_served": self.snapshots_served(),
+            "receive": e.counters().to_json(),
+            "transport": self.transport.stats().to_json(),
+        })
+    }
+
+    /// Bounded staleness: while this node is more than `max_lead` sync rounds ahead of the slowest
+    /// peer it hears from (or expects), keep receiving and relaying; give up after `patience`.
+    /// Returns the time spent.
+    pub fn pace(
+        &mut self,
+        expected: &[u64],
+        max_lead: u64,
+        patience: Duration,
+    ) -> Result<Duration, FabricError> {
+        let t0 = Instant::now();
+        loop {
+            let mut peers: Vec<u64> = expected.to_vec();
+            peers.extend(self.origin_progress.keys().copied());
+            if peers.is_empty() {
+                break;
+            }
+            let mine = self.lock()?.next_seq().saturating_sub(1);
+            let slowest = peers
+                .iter()
+                .map(|p| self.origin_progress.get(p).map_or(0, |&(_, seq)| seq))
+                .min()
+                .unwrap_or(0);
+            if mine.saturating_sub(slowest) <= max_lead || t0.elapsed() > patience {
+                break;
+            }
+            self.transport.wait_for_packets(Duration::from_millis(50))?;
+            self.poll()?;
+        }
+        Ok(t0.elapsed())
+    }
+
+    /// Stops the node and closes the transport (peers see it go); idempotent.
+    pub fn close(&mut self) -> Result<(), FabricError> {
+        if self.closed {
+            return Ok(());
+        }
+        self.closed = true;
+        debug!(target: LOG_TARGET, "node {} closing", node_hex(self.transport.node_id()));
+        self.transport.close()?;
+        Ok(())
+    }
+}
+
+impl<W: WeightStore, T: Transport> Drop for Fabric<W, T> {
+    fn drop(&mut self) {
+        if !self.closed {
+            let reason = if std::thread::panicking() {
+                "panic"
+            } else {
+                "dropped without close()"
+            };
+            info!(
+                target: LOG_TARGET,
+                "node {} closing the transport ({reason})",
+                node_hex(self.transport.node_id())
+            );
+            self.closed = true;
+            if let Err(e) = self.transport.close() {
+                warn!(target: LOG_TARGET, "closing the transport: {e}");
+            }
+        }
+    }
+}
+
+/// A verified snapshot from a live peer: the preferred live peers first, then any other, retried
+/// until `j.timeout`. Checks the length and that every value is finite (DF-ZEN-12) on top of the
+/// transport's fingerprint and digest checks.
+fn fetch_verified<T: Transport>(
+    transport: &T,
+    manifest: &df_core::Manifest,
+    j: &JoinOptions,
+) -> Result<(u64, Vec<f32>), FabricError> {
+    let t0 = Instant::now();
+    let deadline = t0 + j.timeout;
+    let left = || deadline.saturating_duration_since(Instant::now());
+    let fingerprint = manifest.fingerprint();
+    let n = usize::try_from(manifest.num_params()).unwrap_or(usize::MAX);
+    let mut last: Option<String> = None;
+    loop {
+        let live = transport.peers()?;
+        let mut order: Vec<u64> = j
+            .preferred
+            .iter()
+            .copied()
+            .filter(|p| live.contains(p))
+            .collect();
+        order.extend(live.iter().copied().filter(|p| !j.preferred.contains(p)));
+        for peer in order {
+            if left().is_zero() {
+                break;
+            }
+            match transport.fetch_snapshot(peer, &fingerprint, left().min(JOIN_PER_PEER)) {
+                // The transport's assembler checked fingerprint, offsets, finiteness and digest
+                // (DF-ZEN-12); the length must also be this manifest's N.
+                Ok(s) => match crate::store::check_full(&s.values, n) {
+                    Ok(()) => {
+                        info!(
+                            target: LOG_TARGET,
+                            "joined from {} ({} values, {:.3} s)",
+                            node_hex(peer),
+                            n,
+                            t0.elapsed().as_secs_f64()
+                        );
+                        return Ok((peer, s.values));
+                    }
+                    Err(e) => {
+                        warn!(target: LOG_TARGET, "snapshot of {} rejected: {e}", node_hex(peer));
+                        last = Some(format!("snapshot of {} rejected: {e}", node_hex(peer)));
+                    }
+                },
+                Err(e) => {
+                    debug!(target: LOG_TARGET, "snapshot of {}: {e}", node_hex(peer));
+                    last = Some(e.to_string().replace('\n', " "));
+                }
+            }
+        }
+        if left().is_zero() {
+            break;
+        }
+        // Wakes on a liveliness change, else retries after a short pause.
+        let want = live.len() + 1;
+        let _ = transport.wait_for_peers(want, &[], left().min(Duration::from_millis(100)));
+    }
+    Err(FabricError::Join(match last {
+        Some(e) => format!("no valid snapshot within {:?} (last error: {e})", j.timeout),
+        None => format!("no live peer within {:?}", j.timeout),
+    }))
+}
+
+fn hex_lower(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}

@@ -1,0 +1,41 @@
+//! The DeltaFabric node runtime as a library (the Rust mirror of Python's `delta_fabric.fabric`).
+//!
+//! A [`fabric::Fabric`] drives one node: it drains a [`transport::Transport`], lets the sans-IO
+//! [`df_core::Engine`] validate and aggregate what arrived, adds the aggregate to the weights held by
+//! a [`store::WeightStore`], generates its own sparse delta every `sync_interval` steps and publishes
+//! own and relayed entries. It is generic over both seams:
+//!
+//! | concept | Python | Rust |
+//! |---|---|---|
+//! | weight store seam | `delta_fabric.store.WeightStore` | [`store::WeightStore`] |
+//! | transport seam | `delta_fabric.transports.base.Transport` | [`transport::Transport`] |
+//! | in-memory transport | `delta_fabric.transports.memory` | [`memory::MemoryHub`] / [`memory::MemoryTransport`] |
+//! | the node | `delta_fabric.fabric.Fabric` | [`fabric::Fabric`] |
+//!
+//! Stores: `df_burn::BurnStore` (any Burn `Module`) and [`store::VecStore`] (a plain `Vec<f32>`).
+//! Transports: `df_zenoh::ZenohTransport` and [`memory::MemoryTransport`].
+//!
+//! Lifecycle: dropping a `Fabric` closes its transport (peers see the node go), so a program that
+//! returns early, propagates an error or unwinds from a panic releases the network. The library
+//! installs no signal handler: SIGINT / SIGTERM end the process at once (default disposition), and
+//! peers see the node go when its links close (`df-zenoh/tests/lifecycle.rs` measures all four
+//! endings). Logging goes
+//! through the [`log`] facade with target `delta_fabric` and is silent unless a logger is installed;
+//! binaries call [`logging::init_from_env`] (`DELTA_FABRIC_LOG` or `RUST_LOG`).
+
+pub mod fabric;
+pub mod logging;
+pub mod memory;
+pub mod store;
+pub mod transport;
+
+pub use fabric::{Fabric, FabricError, FabricOptions, JoinOptions};
+pub use memory::{MemoryHub, MemoryTransport};
+pub use store::{StoreError, VecStore, WeightStore};
+pub use transport::{
+    SnapshotError, SnapshotErrorKind, SnapshotProvider, SnapshotSource, Transport, TransportError,
+    TransportStats, VerifiedSnapshot,
+};
+
+/// The `log` target of every DeltaFabric record (the Python logger name).
+pub const LOG_TARGET: &str = "delta_fabric";

@@ -1,0 +1,274 @@
+//! An in-process transport: every [`MemoryTransport`] joined to a [`MemoryHub`] receives the packets
+//! published by its neighbours (every other member by default). For tests and single-process runs.
+//!
+//! Snapshots travel through the same chunk codec as on the network (`df_core::snapshot`), so a
+//! joiner on a memory hub exercises the verification path of a real join.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use df_core::DEFAULT_MAX_PACKET_SIZE;
+use df_core::snapshot::{
+    SnapshotAssembler, SnapshotError, SnapshotErrorKind, encode_chunk, fetch_snapshot_chunks,
+};
+
+use crate::transport::{
+    SnapshotProvider, Transport, TransportError, TransportStats, VerifiedSnapshot, node_hex,
+    peer_timeout_message, peers_satisfied,
+};
+
+/// Values per snapshot chunk on a memory hub (small, so that tests cross chunk boundaries).
+pub const MEMORY_CHUNK_SIZE: usize = 4096;
+
+#[derive(Default)]
+struct Member {
+    queue: VecDeque<Vec<u8>>,
+    queued_bytes: u64,
+    /// Whose packets it receives (`None`: everybody's).
+    neighbours: Option<Vec<u64>>,
+    provider: Option<SnapshotProvider>,
+    stats: TransportStats,
+    snapshot_ids: u64,
+}
+
+#[derive(Default)]
+struct HubState {
+    members: HashMap<u64, Member>,
+}
+
+#[derive(Default)]
+struct Hub {
+    state: Mutex<HubState>,
+    changed: Condvar,
+}
+
+/// An in-process broadcast hub (cheap to clone: clones share the hub).
+#[derive(Clone, Default)]
+pub struct MemoryHub {
+    hub: Arc<Hub>,
+}
+
+impl std::fmt::Debug for MemoryHub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryHub").finish_non_exhaustive()
+    }
+}
+
+fn lock(h: &Hub) -> MutexGuard<'_, HubState> {
+    h.state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl MemoryHub {
+    /// An empty hub.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Joins node `id` (non-zero, not already a member); `neighbours`: whose packets it receives
+    /// (empty: everybody's).
+    pub fn join(&self, id: u64, neighbours: &[u64]) -> Result<MemoryTransport, TransportError> {
+        if id == 0 {
+            return Err(TransportError::Config("node id must be non-zero".into()));
+        }
+        let mut s = lock(&self.hub);
+        if s.members.contains_key(&id) {
+            return Err(TransportError::Config(format!(
+                "node {} is already on this hub",
+                node_hex(id)
+            )));
+        }
+        s.members.insert(
+            id,
+            Member {
+                neighbours: (!neighbours.is_empty()).then(|| neighbours.to_vec()),
+                ..Member::default()
+            },
+        );
+        drop(s);
+        self.hub.changed.notify_all();
+        Ok(MemoryTransport {
+            hub: self.clone(),
+            id,
+            closed: false,
+        })
+    }
+}
+
+/// One member of a [`MemoryHub`]; leaves the hub on [`Transport::close`] or drop.
+#[derive(Debug)]
+pub struct MemoryTransport {
+    hub: MemoryHub,
+    id: u64,
+    closed: bool,
+}
+
+impl MemoryTransport {
+    fn state(&self) -> Result<MutexGuard<'_, HubState>, TransportError> {
+        if self.closed {
+            return Err(TransportError::Closed);
+        }
+        Ok(lock(&self.hub.hub))
+    }
+
+    fn live(s: &HubState, me: u64) -> BTreeSet<u64> {
+        s.members.keys().copied().filter(|&p| p != me).collect()
+    }
+}
+
+impl Transport for MemoryTransport {
+    fn node_id(&self) -> u64 {
+        self.id
+    }
+
+    fn publish(&self, packet: &[u8]) -> Result<(), TransportError> {
+        let mut s = self.state()?;
+        let me = self.id;
+        for (&dst, m) in s.members.iter_mut() {
+            if dst == me || !m.neighbours.as_ref().is_none_or(|n| n.contains(&me)) {
+                continue;
+            }
+            m.queue.push_back(packet.to_vec());
+            m.queued_bytes += packet.len() as u64;
+            m.stats.received_packets += 1;
+            m.stats.received_bytes += packet.len() as u64;
+        }
+        if let Some(m) = s.members.get_mut(&me) {
+            m.stats.published_packets += 1;
+            m.stats.published_bytes += packet.len() as u64;
+        }
+        drop(s);
+        self.hub.hub.changed.notify_all();
+        Ok(())
+    }
+
+    fn drain(&self, max: usize) -> Result<Vec<Vec<u8>>, TransportError> {
+        let mut s = self.state()?;
+        let Some(m) = s.members.get_mut(&self.id) else {
+            return Err(TransportError::Closed);
+        };
+        let n = m.queue.len().min(max);
+        let out: Vec<Vec<u8>> = m.queue.drain(..n).collect();
+        m.queued_bytes -= out.iter().map(|p| p.len() as u64).sum::<u64>();
+        Ok(out)
+    }
+
+    fn wait_for_packets(&self, timeout: Duration) -> Result<bool, TransportError> {
+        let s = self.state()?;
+        let me = self.id;
+        let (s, _) = self
+            .hub
+            .hub
+            .changed
+            .wait_timeout_while(s, timeout, |s| {
+                s.members.get(&me).is_some_and(|m| m.queue.is_empty())
+            })
+            .unwrap_or_else(|p| p.into_inner());
+        Ok(s.members.get(&me).is_some_and(|m| !m.queue.is_empty()))
+    }
+
+    fn peers(&self) -> Result<BTreeSet<u64>, TransportError> {
+        Ok(Self::live(&*self.state()?, self.id))
+    }
+
+    fn wait_for_peers(
+        &self,
+        n: usize,
+        expected: &[u64],
+        timeout: Duration,
+    ) -> Result<BTreeSet<u64>, TransportError> {
+        let s = self.state()?;
+        let me = self.id;
+        let (s, _) = self
+            .hub
+            .hub
+            .changed
+            .wait_timeout_while(s, timeout, |s| {
+                !peers_satisfied(n, expected, &Self::live(s, me))
+            })
+            .unwrap_or_else(|p| p.into_inner());
+        let live = Self::live(&s, me);
+        if peers_satisfied(n, expected, &live) {
+            Ok(live)
+        } else {
+            Err(TransportError::Timeout(peer_timeout_message(
+                n, expected, &live, timeout,
+            )))
+        }
+    }
+
+    fn serve_snapshot(&self, provider: SnapshotProvider) -> Result<(), TransportError> {
+        let mut s = self.state()?;
+        if let Some(m) = s.members.get_mut(&self.id) {
+            m.provider = Some(provider);
+        }
+        Ok(())
+    }
+
+    fn fetch_snapshot(
+        &self,
+        peer: u64,
+        fingerprint: &[u8; 32],
+        timeout: Duration,
+    ) -> Result<VerifiedSnapshot, TransportError> {
+        let deadline = Instant::now() + timeout;
+        // Capture on the server (as a queryable would), then move it chunk by chunk through the
+        // codec and the joiner's assembler.
+        let (provider, id) = {
+            let mut s = self.state()?;
+            let m = s.members.get_mut(&peer).ok_or_else(|| {
+                SnapshotError::new(
+                    SnapshotErrorKind::NoServer,
+                    format!("node {} is not on the hub", node_hex(peer)),
+                )
+            })?;
+            let p = m.provider.clone().ok_or_else(|| {
+                SnapshotError::new(
+                    SnapshotErrorKind::ServerError,
+                    format!("node {} serves no snapshot", node_hex(peer)),
+                )
+            })?;
+            m.snapshot_ids += 1;
+            (p, m.snapshot_ids)
+        };
+        let src = provider()?;
+        let asm = SnapshotAssembler::new(*fingerprint, MEMORY_CHUNK_SIZE)?.expect_node(peer);
+        let request = |chunk: u64, size: usize, _left: Duration| {
+            encode_chunk(&src, peer, id, chunk, size, DEFAULT_MAX_PACKET_SIZE)
+        };
+        Ok(fetch_snapshot_chunks(
+            request,
+            &asm,
+            deadline,
+            0,
+            Instant::now,
+        )?)
+    }
+
+    fn stats(&self) -> TransportStats {
+        let s = lock(&self.hub.hub);
+        s.members
+            .get(&self.id)
+            .map_or_else(TransportStats::default, |m| {
+                let mut st = m.stats;
+                st.queued_packets = m.queue.len() as u64;
+                st.queued_bytes = m.queued_bytes;
+                st
+            })
+    }
+
+    fn close(&mut self) -> Result<(), TransportError> {
+        if !self.closed {
+            self.closed = true;
+            lock(&self.hub.hub).members.remove(&self.id);
+            self.hub.hub.changed.notify_all();
+        }
+        Ok(())
+    }
+}
+
+impl Drop for MemoryTransport {
+    fn drop(&mut self) {
+        let _ = self.close();
+    }
+}

@@ -1,0 +1,178 @@
+//! Lifecycle of a process running a `Fabric` over a `ZenohTransport` (issue 8, item 3): a program
+//! that panics, returns without calling `close()`, or receives SIGTERM / SIGINT exits promptly, and
+//! its peers see it go.
+//!
+//! `harness = false`: `main` is both the parent (the checks) and, with `--child MODE`, the child
+//! process under test, so that a panic is a real process panic (no test harness catching it).
+//! Exit times are measured from the child's last output line (or from the signal) to its exit and
+//! printed; the assertion bound is generous (the target is 2 s) so that a loaded machine does not
+//! make the test flaky.
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use df_core::{Manifest, SyncConfig, TensorSpec};
+use df_fabric::{Fabric, Transport, VecStore};
+use df_zenoh::{TransportConfig, ZenohTransport};
+
+/// Bound on every wait of this test (the target exit time is 2 s).
+const BOUND: Duration = Duration::from_secs(30);
+
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+fn config(id: u64, ns: &str, listen: u16, connect: Option<u16>) -> TransportConfig {
+    let mut c = TransportConfig::new(id);
+    c.namespace = ns.to_string();
+    c.listen = vec![format!("tcp/127.0.0.1:{listen}")];
+    c.connect = connect
+        .map(|p| vec![format!("tcp/127.0.0.1:{p}")])
+        .unwrap_or_default();
+    c
+}
+
+const CHILD: u64 = 0xc0;
+const PARENT: u64 = 0xa0;
+
+/// The child: a fabric that steps a few times, then ends as `mode` says.
+fn child(mode: &str, ns: &str, parent_port: u16) {
+    let manifest = Manifest::new([TensorSpec::new("w", &[8])]).expect("manifest");
+    let store = VecStore::new(manifest, vec![0.5; 8]).expect("store");
+    let t = ZenohTransport::open(config(CHILD, ns, free_port(), Some(parent_port))).expect("open");
+    t.wait_for_peers(1, &[PARENT], BOUND).expect("parent live");
+    let cfg = SyncConfig {
+        sync_interval: 1,
+        ..SyncConfig::default()
+    };
+    let mut fabric = Fabric::new(store, t, cfg).expect("fabric");
+    for i in 0..3 {
+        fabric.store_mut().values_mut()[i] += 0.25;
+        fabric.step().expect("step");
+    }
+    match mode {
+        "panic" => {
+            println!("last");
+            panic!("the training script failed");
+        }
+        "drop" => {
+            println!("last");
+            // returns: `fabric` is dropped without close()
+        }
+        "signal" => {
+            println!("ready");
+            let until = Instant::now() + BOUND;
+            while Instant::now() < until {
+                fabric.step().expect("step");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            eprintln!("child: no signal came");
+            std::process::exit(3);
+        }
+        other => panic!("unknown mode {other}"),
+    }
+}
+
+struct Run {
+    mode: &'static str,
+    exit: std::process::ExitStatus,
+    exit_after: Duration,
+    peer_gone_after: Option<Duration>,
+}
+
+fn run(mode: &'static str, signal: Option<&str>) -> Run {
+    let ns = format!("df-lifecycle/{}/{mode}", std::process::id());
+    let port = free_port();
+    let parent = ZenohTransport::open(config(PARENT, &ns, port, None)).expect("open parent");
+    let exe = std::env::current_exe().expect("exe");
+    let mut c = Command::new(exe)
+        .args(["--child", if signal.is_some() { "signal" } else { mode }])
+        .args([ns.as_str(), &port.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn child");
+    parent
+        .wait_for_peers(1, &[CHILD], BOUND)
+        .expect("the child comes up");
+    let mut out = BufReader::new(c.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("child line");
+    let t0 = Instant::now();
+    if let Some(sig) = signal {
+        let ok = Command::new("kill")
+            .args([sig, &c.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(ok.success());
+    }
+    let exit = loop {
+        if let Some(s) = c.try_wait().expect("wait") {
+            break s;
+        }
+        if t0.elapsed() > BOUND {
+            let _ = c.kill();
+            let _ = c.wait();
+            panic!("{mode}: the child did not exit within {BOUND:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let exit_after = t0.elapsed();
+    let peer_gone_after = parent
+        .wait_for_peer_gone(CHILD, BOUND)
+        .then(|| t0.elapsed());
+    Run {
+        mode,
+        exit,
+        exit_after,
+        peer_gone_after,
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--child") {
+        let port = args[4].parse().expect("port");
+        child(&args[2], &args[3], port);
+        return;
+    }
+    // `cargo test -- --list` and filters: this target has one test, run it unless filtered out.
+    if args.iter().any(|a| a == "--list") {
+        println!("lifecycle: test");
+        return;
+    }
+    let runs = [
+        run("panic", None),
+        run("drop", None),
+        run("sigterm", Some("-TERM")),
+        run("sigint", Some("-INT")),
+    ];
+    for r in &runs {
+        eprintln!(
+            "lifecycle {:8} exit {:?} after {:.3} s; peer saw it gone after {}",
+            r.mode,
+            r.exit,
+            r.exit_after.as_secs_f64(),
+            r.peer_gone_after
+                .map_or("never".into(), |d| format!("{:.3} s", d.as_secs_f64()))
+        );
+    }
+    let [panic, drop_, term, int] = &runs;
+    assert_eq!(panic.exit.code(), Some(101), "a panic exits with 101");
+    assert_eq!(drop_.exit.code(), Some(0));
+    assert_eq!(term.exit.signal(), Some(15));
+    assert_eq!(int.exit.signal(), Some(2));
+    for r in &runs {
+        assert!(r.exit_after < BOUND, "{}: {:?}", r.mode, r.exit_after);
+        assert!(
+            r.peer_gone_after.is_some(),
+            "{}: peers never saw it go",
+            r.mode
+        );
+    }
+    eprintln!("lifecycle: ok");
+}
