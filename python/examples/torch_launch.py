@@ -19,6 +19,7 @@ that the nodes' weights agree (DF-NUM-1). ``--out DIR`` saves the final canonica
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 
@@ -87,10 +88,13 @@ def main() -> None:
             fabric.poll()
         weights = fabric.active_vector()
         node = f"{fabric.node_id:016x}"
+        progress = {f"{q:016x}": seq for q, (_, seq) in sorted(fabric.origin_progress().items())}
 
     with torch.no_grad():
         final_loss = float(nn.functional.mse_loss(model(x), y))
     print(f"node {node}: {len(peers)} peers, loss {first_loss:.4f} -> {final_loss:.4f}", flush=True)
+    # the last entry (seq) accepted from each origin; every node sends `last_seq` entries
+    print(f"node {node} progress: last seq {last_seq}, from origins {json.dumps(progress)}", flush=True)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         np.save(args.out / f"{node}.npy", weights)
