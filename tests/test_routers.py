@@ -149,7 +149,16 @@ class Proc:
         self.lines: list[str] = []
         self._cond = threading.Condition()
         self.p = subprocess.Popen(
-            ["ip", "netns", "exec", ns, "bash", "-c", f"exec {command}"],
+            # a plain command replaces the shell (its signals reach it); a shell line runs as is
+            [
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                "bash",
+                "-c",
+                command if _is_shell(command) else f"exec {command}",
+            ],
             cwd=cwd,
             env=env,
             stdout=subprocess.PIPE,
@@ -206,6 +215,10 @@ class Proc:
             except subprocess.TimeoutExpired:
                 os.killpg(self.p.pid, signal.SIGKILL)
                 self.p.wait(timeout=10)
+
+
+def _is_shell(command: str) -> bool:
+    return any(op in command for op in ("&&", ";", "|", ">"))
 
 
 def _env() -> dict[str, str]:
@@ -303,32 +316,24 @@ def test_two_machines_through_two_routers_plain_tcp(hosts: Hosts, tmp_path: Path
         _stop(launchers + routers[::-1])
 
 
+def _openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
+
+
 def _other_ca(work: Path) -> None:
     """A certificate with the CN of a member, signed by another CA: cluster/other.{pem,key}."""
     d = work / "cluster"
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    subprocess.run(
-        ["openssl", "req", "-x509", *ec, "-days", "1", "-subj", "/CN=other-ca"]
-        + ["-keyout", str(d / "other-ca.key"), "-out", str(d / "other-ca.pem")],
-        check=True,
-        capture_output=True,
-        timeout=60,
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+    ca, ca_key = str(d / "other-ca.pem"), str(d / "other-ca.key")
+    _openssl(
+        "req", "-x509", *ec, "-days", "1", "-subj", "/CN=other-ca", "-keyout", ca_key, "-out", ca
     )
-    subprocess.run(
-        ["openssl", "req", *ec, "-subj", "/CN=host-a"]
-        + ["-keyout", str(d / "other.key"), "-out", str(d / "other.csr")],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
+    csr = str(d / "other.csr")
+    _openssl("req", *ec, "-subj", "/CN=host-a", "-keyout", str(d / "other.key"), "-out", csr)
     (d / "other.ext").write_text("basicConstraints=CA:FALSE\nsubjectAltName=DNS:host-a\n")
-    subprocess.run(
-        ["openssl", "x509", "-req", "-in", str(d / "other.csr"), "-CA", str(d / "other-ca.pem")]
-        + ["-CAkey", str(d / "other-ca.key"), "-CAcreateserial", "-days", "1"]
-        + ["-extfile", str(d / "other.ext"), "-out", str(d / "other.pem")],
-        check=True,
-        capture_output=True,
-        timeout=60,
+    _openssl(
+        *("x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-days", "1"),
+        *("-extfile", str(d / "other.ext"), "-out", str(d / "other.pem")),
     )
 
 
@@ -378,6 +383,7 @@ def test_two_machines_over_mutual_tls_with_access_control(hosts: Hosts, tmp_path
             probes.append(probe)
             rc = probe.wait(timeout=120)
             text = probe.text()
+            print(f"--- {name}:\n{text}")  # shown with -s: what a user sees
             assert rc == 3, f"{name} was not refused (rc {rc}):\n{text}"
             assert "TransportError" in text and "likely causes" in text, text
             assert "certificate refused [seen in the Zenoh log]" in text, text
@@ -403,7 +409,14 @@ def test_two_machines_over_mutual_tls_with_access_control(hosts: Hosts, tmp_path
         probes.append(spoofer)
         line = listener.wait_line(r"^\{", timeout=120)
         counts = json.loads(line)
+        print(f"--- spoofing member: listener {counts}; router B:\n{routers[1].text()}")
         assert counts["own"] >= 1, f"the listener got none of B's own puts: {listener.text()}"
         assert counts["spoof"] == 0, f"B published on A's key: {counts}"
+        # the router says why, with Zenoh's line
+        routers[1].wait_line(
+            r"^ACL denial: .*CertCommonName\(host-b\).* is unauthorized to Put \(ingress\) on "
+            r"team/run1/v1/delta/00000000000000a0$",
+            timeout=30,
+        )
     finally:
         _stop(probes + launchers + routers[::-1])

@@ -94,7 +94,10 @@ def main() -> None:
         final_loss = float(nn.functional.mse_loss(model(x), y))
     print(f"node {node}: {len(peers)} peers, loss {first_loss:.4f} -> {final_loss:.4f}", flush=True)
     # the last entry (seq) accepted from each origin; every node sends `last_seq` entries
-    print(f"node {node} progress: last seq {last_seq}, from origins {json.dumps(progress)}", flush=True)
+    print(
+        f"node {node} progress: last seq {last_seq}, from origins {json.dumps(progress)}",
+        flush=True,
+    )
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         np.save(args.out / f"{node}.npy", weights)

@@ -31,15 +31,19 @@ import os
 import re
 import sys
 import threading
+import time
+from collections.abc import Callable
 
 __all__ = [
     "CAPTURE_ENV",
     "LOGGER_NAME",
     "LOG_ENV",
+    "add_zenoh_log_listener",
     "capture_zenoh_log",
     "enable_logging",
     "env_level",
     "init_zenoh_log",
+    "original_stdout",
     "zenoh_log_lines",
 ]
 
@@ -115,25 +119,65 @@ _ZENOH_LINE = re.compile(r"^\d{4}-\d\d-\d\dT[0-9:.]+Z\s+(TRACE|DEBUG|INFO|WARN|E
 _KEEP = 200
 _captured: collections.deque[str] = collections.deque(maxlen=_KEEP)
 _capture_state: dict[str, object] = {}
+_listeners: list[Callable[[str], None]] = []
 
 
-def zenoh_log_lines() -> list[str]:
-    """The Zenoh log lines captured so far (the last 200; empty without a capture)."""
+_SYNC = b"\x00delta-fabric-log-sync "
+_synced = threading.Condition(_lock)
+_sync_seen = [0]
+_sync_issued = [0]
+
+
+def zenoh_log_lines(sync: float = 1.0) -> list[str]:
+    """The Zenoh log lines captured so far (the last 200; empty without a capture). With a capture,
+    first waits (up to ``sync`` seconds) until the lines already written to the pipe are read."""
+    if "thread" in _capture_state and sync > 0:
+        with _lock:
+            _sync_issued[0] += 1
+            token = _sync_issued[0]
+        try:
+            os.write(1, _SYNC + str(token).encode() + b"\n")
+        except OSError:
+            token = 0
+        deadline = time.monotonic() + sync
+        with _synced:
+            while token and _sync_seen[0] < token:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                _synced.wait(left)
     with _lock:
         return list(_captured)
 
 
-def capture_zenoh_log() -> bool:
+def original_stdout() -> int | None:
+    """The file descriptor of the stdout that the capture replaced (None without a capture)."""
+    saved = _capture_state.get("saved")
+    return saved if isinstance(saved, int) else None
+
+
+def add_zenoh_log_listener(listener: Callable[[str], None]) -> None:
+    """Call ``listener(line)`` (on the capture's thread) for each captured Zenoh log line."""
+    with _lock:
+        _listeners.append(listener)
+
+
+def capture_zenoh_log(filter: str | None = None, echo: bool | None = None) -> bool:
     """Start the Zenoh log capture described in the module docstring (once per process; a later call
-    does nothing). False when Zenoh's log was already turned on without it, or stdout cannot be
-    redirected (no file descriptor 1)."""
+    does nothing). ``filter``: Zenoh's log filter (``RUST_LOG`` syntax; default ``warn``, or
+    ``DELTA_FABRIC_LOG``'s level when lower); ``echo``: also print Zenoh's lines (default: when
+    ``DELTA_FABRIC_LOG`` is set). False when Zenoh's log was already turned on without it, or stdout
+    cannot be redirected (no file descriptor 1)."""
     global _zenoh_done
     with _lock:
         if _zenoh_done:
             return "thread" in _capture_state
         _zenoh_done = True
     level = env_level()
-    echo = level is not None
+    if echo is None:
+        echo = level is not None
+    if filter is None:
+        filter = "warn" if level in (None, "warning", "error") else str(level)
     try:
         sys.stdout.flush()
         saved = os.dup(1)
@@ -170,16 +214,27 @@ def capture_zenoh_log() -> bool:
     atexit.register(_stop_capture)
     import zenoh
 
-    zenoh.init_log_from_env_or("warn" if level in (None, "warning", "error") else str(level))
+    zenoh.init_log_from_env_or(filter)
     return True
 
 
 def _forward(line: bytes, saved: int, echo: bool) -> None:
+    if line.startswith(_SYNC):
+        with _synced:
+            _sync_seen[0] = max(_sync_seen[0], int(line[len(_SYNC) :].strip() or b"0"))
+            _synced.notify_all()
+        return
     text = _ANSI.sub("", line.decode("utf-8", "replace")).rstrip("\n")
     is_zenoh = _ZENOH_LINE.match(text) is not None
     if is_zenoh:
         with _lock:
             _captured.append(text)
+            listeners = list(_listeners)
+        for listener in listeners:
+            try:
+                listener(text)
+            except Exception:  # a failing listener must not stop the capture
+                pass
     if echo or not is_zenoh:
         try:
             os.write(saved, line)

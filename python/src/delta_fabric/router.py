@@ -7,13 +7,20 @@ gossip) unless the config file turns it on. The router runs until SIGTERM or SIG
 
 ``--zenoh-config FILE`` is used as is (TLS, mutual TLS, access control...); ``--listen`` /
 ``--connect``, when given, replace its endpoints. Zenoh's log goes to stdout at ``--log`` (default
-``info``: connections, TLS failures and access-control denials show up there).
+``info``: connections and TLS failures show up there).
+
+``--log-denials``: report every access-control denial. Zenoh logs them only at trace level, as
+``<zid> on Interface(..)+CertCommonName(host-b)+... is unauthorized to Put (ingress) on <key>``; the
+router then prints ``ACL denial: ...`` with that line for messages coming in from a link (once per key
+and link: Zenoh decides when it first sees a key on a link, for every kind of message, and caches the
+decision) and leaves out the trace lines of allowed messages.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -61,6 +68,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=["error", "warn", "info", "debug", "trace"],
         help="Zenoh log level, on stdout (default: info; RUST_LOG wins)",
     )
+    p.add_argument(
+        "--log-denials",
+        action="store_true",
+        help="print each access-control denial with Zenoh's log line (default: off)",
+    )
 
 
 def build_config(
@@ -87,6 +99,35 @@ def build_config(
     return c
 
 
+_ACL_TARGET = "zenoh::net::routing::interceptor::access_control"
+_LEVELS = ("ERROR", "WARN", "INFO", "DEBUG", "TRACE")
+
+
+def _report_denials(level: str) -> None:
+    """Zenoh's log at ``level`` plus the access-control trace; denials are printed as such."""
+    from delta_fabric.log import add_zenoh_log_listener, capture_zenoh_log, original_stdout
+
+    shown = _LEVELS[: _LEVELS.index(level.upper()) + 1]
+
+    def on_line(line: str) -> None:
+        if "is unauthorized to" in line:
+            if "(ingress)" not in line or "unauthorized to Delete" in line:
+                return  # what a client may not send is what matters; Zenoh lists every action
+            out = f"ACL denial: {line.split(': ', 1)[-1]}\n  zenoh: {line}\n"
+        elif any(f" {lvl} " in line[:40] for lvl in shown) and not (
+            _ACL_TARGET in line and " TRACE " in line[:40]
+        ):
+            out = line + "\n"
+        else:
+            return
+        saved = original_stdout()
+        if saved is not None:
+            os.write(saved, out.encode())
+
+    add_zenoh_log_listener(on_line)
+    capture_zenoh_log(filter=f"{level},{_ACL_TARGET}=trace", echo=False)
+
+
 def run(args: argparse.Namespace) -> int:
     import zenoh
 
@@ -100,7 +141,10 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
-    zenoh.init_log_from_env_or(args.log)
+    if args.log_denials:
+        _report_denials(args.log)
+    else:
+        zenoh.init_log_from_env_or(args.log)
     try:
         config = build_config(args.listen, args.connect, args.zenoh_config)
         session = zenoh.open(config)  # type: ignore[arg-type]

@@ -323,7 +323,7 @@ _CAUSES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "the TLS handshake failed: a certificate from another CA, no client certificate under "
         "mutual TLS, an expired certificate or a name/IP not in the certificate (check "
         "transport/link/tls in the Zenoh config on both sides)",
-        ("certificate", "tls", "handshake", "x509", "webpki", "rustls", "caused by"),
+        ("certificate", "unknownca", "handshake", "x509", "webpki", "fatal alert", "badsignature"),
     ),
     (
         "access control denial",
@@ -336,7 +336,7 @@ _CAUSES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "endpoint unreachable",
         "nothing listens on the connect endpoints, a firewall blocks them, or the protocol "
         "differs (tcp/ vs tls/)",
-        ("unable to connect", "connection refused", "timed out", "unreachable", "no route"),
+        ("connection refused", "timed out", "unreachable", "no route", "unable to connect"),
     ),
 )
 
@@ -346,16 +346,28 @@ def diagnose(options: ZenohOptions, error: str = "") -> str:
     Zenoh log lines captured by :func:`delta_fabric.log.capture_zenoh_log` that point at them."""
     lines = zenoh_log_lines()
     text = "\n".join([*lines, error]).lower()
-    scored = sorted(_CAUSES, key=lambda c: -sum(text.count(w) for w in c[2] if w in text))
-    hits = [c for c in scored if any(w in text for w in c[2])]
-    where = (
-        f"mode {options.mode}, connect {list(options.connect) or '-'}, "
-        f"listen {list(options.listen) or '-'}"
-        + (f", config file {options.config_file}" if options.config_file is not None else "")
-    )
+
+    def score(cause: tuple[str, str, tuple[str, ...]]) -> int:
+        return sum(text.count(w) for w in cause[2])
+
+    # "unable to connect" comes with every refusal: it points at the endpoint only when nothing
+    # more specific was seen
+    seen = {c[0] for c in _CAUSES if any(w in text for w in c[2] if w != "unable to connect")}
+    if not seen and "unable to connect" in text:
+        seen = {"endpoint unreachable"}
+    scored = sorted(_CAUSES, key=lambda c: (c[0] not in seen, -score(c)))
+    if options.config_file is not None:
+        where = f"config file {options.config_file}" + "".join(
+            f", {k} {v}" for k, v in options.extra_config
+        )
+    else:
+        where = (
+            f"mode {options.mode}, connect {list(options.connect) or '-'}, "
+            f"listen {list(options.listen) or '-'}"
+        )
     out = [f"likely causes ({where}):"]
     for name, what, _ in scored:
-        mark = " [seen in the Zenoh log]" if (name, what, _) in hits else ""
+        mark = " [seen in the Zenoh log]" if name in seen else ""
         out.append(f"  - {name}{mark}: {what}")
     out.append(f"  - another namespace ({options.namespace}) or no other node started yet")
     relevant = [ln for ln in lines if any(w in ln.lower() for c in _CAUSES for w in c[2])]
