@@ -1,6 +1,6 @@
 """Probes for tests/test_routers.py, run inside a namespace "host" with ``ip netns exec``.
 
-    python tests/cluster_probe.py open CONFIG NODE NS       # a library node: open, wait for a peer
+    python tests/cluster_probe.py open CONFIG NODE NS [SECONDS]  # a library node: open, wait for a peer
     python tests/cluster_probe.py listen CONFIG NS VICTIM OWN SECONDS  # count puts on two delta keys
     python tests/cluster_probe.py spoof CONFIG NS VICTIM OWN SECONDS   # put on VICTIM's key, then OWN's
 
@@ -19,13 +19,13 @@ import threading
 import time
 
 
-def _open(config: str, node: int, ns: str) -> int:
+def _open(config: str, node: int, ns: str, seconds: float = 8.0) -> int:
     from delta_fabric.transports.base import TransportError
     from delta_fabric.transports.zenoh import ZenohOptions, ZenohTransport
 
     try:
         with ZenohTransport(ZenohOptions(node_id=node, namespace=ns, config_file=config)) as t:
-            peers = t.wait_for_peers(1, timeout=8.0)
+            peers = t.wait_for_peers(1, timeout=seconds)
             print(f"joined {sorted(peers)}", flush=True)
             return 0
     except TransportError as exc:
@@ -82,7 +82,7 @@ def _spoof(config: str, ns: str, victim: int, own: int, seconds: float) -> int:
 def main(argv: list[str]) -> int:
     cmd, config, *rest = argv
     if cmd == "open":
-        return _open(config, int(rest[0], 0), rest[1])
+        return _open(config, int(rest[0], 0), rest[1], *(float(x) for x in rest[2:3]))
     if cmd in ("listen", "spoof"):
         ns, victim, own, seconds = rest[0], int(rest[1], 0), int(rest[2], 0), float(rest[3])
         return (_listen if cmd == "listen" else _spoof)(config, ns, victim, own, seconds)
