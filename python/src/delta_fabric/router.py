@@ -2,7 +2,7 @@
 
 Nodes on a machine run in client mode and connect to that machine's router; the routers connect to each
 other (``--connect``). This is a router-mode session of the Zenoh Python package, so no ``zenohd`` build
-is needed; ``zenohd`` 1.10 with the same JSON5 file works the same way. Scouting is off (multicast and
+is needed (``zenohd`` 1.10 reads the same JSON5 files; not tested here). Scouting is off (multicast and
 gossip) unless the config file turns it on. The router runs until SIGTERM or SIGINT (exit 0).
 
 ``--zenoh-config FILE`` is used as is (TLS, mutual TLS, access control...); ``--listen`` /
