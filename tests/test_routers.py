@@ -5,9 +5,9 @@ reads docs/clusters.md and runs its ``A$`` / ``B$`` lines in order, in the names
 the routers are separate processes (``delta-fabric router``), the nodes are PyTorch nodes in client
 mode started by ``delta-fabric run``. Then:
 
-- every node accepted every other node's last entry (the example script prints, per origin, the last
-  seq it accepted; every node sends the same number of entries), and the final weights agree within
-  DF-NUM-1;
+- every node accepted every entry of every other node (the example script prints, per origin, the last
+  seq and the number of entries it accepted; seqs run from 1, and the engine accepts each entry once),
+  and the final weights agree within DF-NUM-1;
 - over mutual TLS with access control: a stranger without a certificate, and one with a certificate from
   another CA, are refused, with a diagnosis that names the certificate and quotes Zenoh's log line;
   machine B's certificate cannot publish on machine A's key (the listener gets B's own puts, never the
@@ -289,6 +289,14 @@ def check_cluster(launchers: list[Proc], out: Path, nodes: int) -> None:
     for node, (_, seen) in progress.items():
         others = {q: last for q, (last, _) in progress.items() if q != node}
         assert seen == others, f"node {node} accepted {seen}, expected every origin's last {others}"
+    # every entry: seqs run 1..last, the engine accepts each (origin, seq) once
+    counts = {
+        m.group(1): json.loads(m.group(2))
+        for m in re.finditer(r"node ([0-9a-f]{16}) accepted entries: (\{.*\})$", text, re.M)
+    }
+    assert counts == {
+        node: {q: last for q, (last, _) in progress.items() if q != node} for node in progress
+    }, f"accepted entries per origin {counts}, sent { ({q: p[0] for q, p in progress.items()}) }"
     weights = [np.load(out / f"{node}.npy") for node in progress]
     for i in range(len(weights)):
         for j in range(i + 1, len(weights)):
