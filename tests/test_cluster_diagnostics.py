@@ -191,3 +191,43 @@ def test_router_cli_rejects_a_missing_config_file(tmp_path: Path) -> None:
     )
     assert res.returncode == 2
     assert res.stderr.strip() == f"delta-fabric router: no such file: {tmp_path / 'x'}"
+
+
+_CAPTURE_SCRIPT = """
+import sys, zenoh
+from delta_fabric import log
+assert log.capture_zenoh_log()
+print("program line 1", flush=True)
+c = zenoh.Config()
+c.insert_json5("mode", '"client"')
+c.insert_json5("connect/endpoints", '["tcp/127.0.0.1:%d"]')
+c.insert_json5("scouting/multicast/enabled", "false")
+try:
+    zenoh.open(c)
+except Exception:
+    pass
+sys.stdout.write("program line 2\\n")
+lines = log.zenoh_log_lines()
+print("captured", len(lines), any("Unable to connect" in ln for ln in lines), flush=True)
+"""
+
+
+@pytest.mark.parametrize("echo", [False, True])
+def test_log_capture_keeps_zenoh_lines_and_passes_the_program_output(echo: bool) -> None:
+    env = _env()
+    if echo:
+        env["DELTA_FABRIC_LOG"] = "warning"
+    res = subprocess.run(
+        [sys.executable, "-c", _CAPTURE_SCRIPT % _free_port()],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert res.returncode == 0, res
+    out = res.stdout.splitlines()
+    program = [ln for ln in out if ln.startswith(("program", "captured"))]
+    assert program[:2] == ["program line 1", "program line 2"], out
+    assert program[2].startswith("captured ") and program[2].endswith(" True"), out
+    zenoh_lines = [ln for ln in out if "Unable to connect" in ln]
+    assert bool(zenoh_lines) == echo, out  # shown only when DELTA_FABRIC_LOG is set
