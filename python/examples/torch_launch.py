@@ -19,7 +19,9 @@ that the nodes' weights agree (DF-NUM-1). ``--out DIR`` saves the final canonica
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +63,8 @@ def main() -> None:
 
     # the script's defaults; DELTA_FABRIC_RATIO, DELTA_FABRIC_SYNC_INTERVAL... override them
     with Fabric.from_env(TorchStore(model), SyncConfig(ratio=0.1, sync_interval=1)) as fabric:
+        accepted: Counter[int] = Counter()  # entries accepted per origin (each is accepted once)
+        fabric.on_accepted = lambda entries: accepted.update(e.origin for e in entries)
         x, y = shard(1000 + fabric.node_id % 1_000_000)
         with torch.no_grad():
             first_loss = float(nn.functional.mse_loss(model(x), y))
@@ -87,10 +91,18 @@ def main() -> None:
             fabric.poll()
         weights = fabric.active_vector()
         node = f"{fabric.node_id:016x}"
+        progress = {f"{q:016x}": seq for q, (_, seq) in sorted(fabric.origin_progress().items())}
+        counts = {f"{q:016x}": n for q, n in sorted(accepted.items())}
 
     with torch.no_grad():
         final_loss = float(nn.functional.mse_loss(model(x), y))
     print(f"node {node}: {len(peers)} peers, loss {first_loss:.4f} -> {final_loss:.4f}", flush=True)
+    # the last entry (seq) accepted from each origin; every node sends `last_seq` entries
+    print(
+        f"node {node} progress: last seq {last_seq}, from origins {json.dumps(progress)}",
+        flush=True,
+    )
+    print(f"node {node} accepted entries: {json.dumps(counts)}", flush=True)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         np.save(args.out / f"{node}.npy", weights)

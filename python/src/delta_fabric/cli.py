@@ -27,6 +27,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
         "",
     ),
     "status": ("delta_fabric.cli_status", "list the live nodes of a namespace", ""),
+    "router": ("delta_fabric.router", "run a Zenoh router (for clusters across machines)", ""),
     "demo": (
         "delta_fabric_demo",
         "train a local cluster on the digits data set and report",

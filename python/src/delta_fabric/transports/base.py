@@ -85,11 +85,18 @@ class PeerTimeoutError(TransportError, TimeoutError):
     ``present``: the live peers at the deadline; ``needed``: how many were awaited; ``missing``: the ids
     known to be expected but absent (the configured neighbours, or the ``expected`` argument), empty when
     the transport cannot know who should be there; ``missing_count``: how many more peers were needed.
+    ``detail``: the transport's diagnosis (likely causes, captured log lines), appended to the message.
     """
 
     def __init__(
-        self, needed: int, present: frozenset[int], missing: frozenset[int], timeout: float
+        self,
+        needed: int,
+        present: frozenset[int],
+        missing: frozenset[int],
+        timeout: float,
+        detail: str = "",
     ) -> None:
+        self.detail = detail
         self.needed = needed
         self.present = present
         self.missing = missing
@@ -99,7 +106,7 @@ class PeerTimeoutError(TransportError, TimeoutError):
         have = ", ".join(node_hex(p) for p in sorted(present)) or "none"
         super().__init__(
             f"waited {timeout:.3g}s for {needed} peer(s), {len(present)} present ({have}); "
-            f"missing {self.missing_count}: {who}"
+            f"missing {self.missing_count}: {who}" + (f"\n{detail}" if detail else "")
         )
 
 

@@ -52,7 +52,7 @@ from numpy.typing import NDArray
 
 from delta_fabric import lifecycle
 from delta_fabric.extras import raise_missing_extra
-from delta_fabric.log import init_zenoh_log
+from delta_fabric.log import init_zenoh_log, zenoh_log_lines
 from delta_fabric.snapshot import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_MAX_PACKET_SIZE,
@@ -90,6 +90,7 @@ __all__ = [
     "ZenohTransport",
     "alive_key",
     "delta_key",
+    "diagnose",
     "info_key",
     "snapshot_key",
     "tune_malloc",
@@ -312,6 +313,80 @@ class ZenohOptions:
         return c
 
 
+def _leaves_loopback(options: ZenohOptions) -> bool:
+    """Whether the node may talk beyond this machine (config file, client mode, other addresses)."""
+    if options.config_file is not None or options.mode == "client":
+        return True
+    hosts = [e.split("/", 1)[-1].rsplit(":", 1)[0] for e in (*options.listen, *options.connect)]
+    return any(h not in ("127.0.0.1", "localhost", "[::1]") for h in hosts)
+
+
+#: (cause, what to check, words of a Zenoh log line that point at it)
+_CAUSES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    (
+        "certificate refused",
+        "the TLS handshake failed: a certificate from another CA, no client certificate under "
+        "mutual TLS, an expired certificate or a name/IP not in the certificate (check "
+        "transport/link/tls in the Zenoh config on both sides)",
+        ("certificate", "unknownca", "handshake", "x509", "webpki", "fatal alert", "badsignature"),
+    ),
+    (
+        "access control denial",
+        "a router's or peer's access_control drops this node's messages: its certificate's "
+        "common name, interface or key expression is not allowed (check the router's log for "
+        "'denied' lines)",
+        ("denied", "access control", "acl", "unauthorized", "not allowed"),
+    ),
+    (
+        "endpoint unreachable",
+        "nothing listens on the connect endpoints, a firewall blocks them, or the protocol "
+        "differs (tcp/ vs tls/)",
+        ("connection refused", "timed out", "unreachable", "no route", "unable to connect"),
+    ),
+)
+
+
+def diagnose(options: ZenohOptions, error: str = "") -> str:
+    """The likely causes of a node that sees no peer (or cannot open), most likely first, with the
+    Zenoh log lines captured by :func:`delta_fabric.log.capture_zenoh_log` that point at them."""
+    lines = zenoh_log_lines()
+    text = "\n".join([*lines, error]).lower()
+
+    def score(cause: tuple[str, str, tuple[str, ...]]) -> int:
+        return sum(text.count(w) for w in cause[2])
+
+    # "unable to connect" comes with every refusal: it points at the endpoint only when nothing
+    # more specific was seen
+    seen = {c[0] for c in _CAUSES if any(w in text for w in c[2] if w != "unable to connect")}
+    if not seen and "unable to connect" in text:
+        seen = {"endpoint unreachable"}
+    scored = sorted(_CAUSES, key=lambda c: (c[0] not in seen, -score(c)))
+    if options.config_file is not None:
+        where = f"config file {options.config_file}" + "".join(
+            f", {k} {v}" for k, v in options.extra_config
+        )
+    else:
+        where = (
+            f"mode {options.mode}, connect {list(options.connect) or '-'}, "
+            f"listen {list(options.listen) or '-'}"
+        )
+    out = [f"likely causes ({where}):"]
+    for name, what, _ in scored:
+        mark = " [seen in the Zenoh log]" if name in seen else ""
+        out.append(f"  - {name}{mark}: {what}")
+    out.append(f"  - another namespace ({options.namespace}) or no other node started yet")
+    relevant = [ln for ln in lines if any(w in ln.lower() for c in _CAUSES for w in c[2])]
+    shown = (relevant or lines)[-8:]
+    if shown:
+        out.append("Zenoh log:")
+        out.extend(f"  {ln}" for ln in shown)
+    else:
+        out.append(
+            "no Zenoh log line captured (DELTA_FABRIC_LOG=debug shows Zenoh's log on stdout)"
+        )
+    return "\n".join(out)
+
+
 class ZenohTransport:
     """A DeltaFabric node on Zenoh; implements :class:`~delta_fabric.transports.base.Transport`.
 
@@ -340,11 +415,13 @@ class ZenohTransport:
         self._owns_session = session is None
         #: whether glibc's malloc thresholds are tuned for large packets (:func:`tune_malloc`)
         self.malloc_tuned = tune_malloc() if options.tune_malloc else False
-        init_zenoh_log()
+        init_zenoh_log(capture=_leaves_loopback(options))
         try:
             self._session = session if session is not None else zenoh.open(options.build_config())
         except Exception as exc:
-            raise TransportError(f"cannot open the Zenoh session: {exc}") from exc
+            raise TransportError(
+                f"cannot open the Zenoh session: {exc}\n{diagnose(options, str(exc))}"
+            ) from exc
         try:
             self._delta_key = delta_key(self._ns, self._node_id)
             self._publisher = self._session.declare_publisher(
@@ -523,7 +600,9 @@ class ZenohTransport:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     missing = frozenset() if known is None else known - live
-                    raise PeerTimeoutError(n, live, missing, timeout)
+                    raise PeerTimeoutError(
+                        n, live, missing, timeout, diagnose(self.options) if not live else ""
+                    )
                 self._peers_changed.wait(left)
 
     def serve_snapshot(self, provider: SnapshotProvider) -> None:
