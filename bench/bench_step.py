@@ -1,4 +1,4 @@
-"""Per-step overhead of the PyTorch adapter, against the original design, measured in the same run.
+"""Per-step overhead of `Fabric` over a `TorchStore` against the original design, in the same run.
 
 1. Idle step (no sync, no traffic) as N grows: ``Fabric.step()`` vs the original per-step round trip
    ``state_dict -> NumPy -> (copy into the native buffer) -> load_state_dict``.

@@ -1,11 +1,10 @@
-"""`TorchStore` driven by `Fabric` over the in-process memory transport (and the `adapters.torch` shim)."""
+"""`TorchStore` driven by `Fabric` over the in-process memory transport."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
-from delta_fabric.adapters.torch import Fabric as ShimFabric
 from delta_fabric.config import SyncConfig
 from delta_fabric.fabric import Fabric, SnapshotUnavailable
 from delta_fabric.manifest import Manifest
@@ -72,12 +71,12 @@ def test_manifest_names_and_order() -> None:
     assert mb.spec("fc1.weight").shape == (8, 64)  # PyTorch [out, in]
 
 
-def test_fabric_uses_config_include_buffers_and_flat_layout() -> None:
+def test_fabric_over_torch_store_with_buffers_uses_the_flat_layout() -> None:
     # REQ: DF-MAN-3
     hub = MemoryHub()
     net = make_net()
-    fab = ShimFabric(  # the shim: include_buffers defaults to the config's
-        net,
+    fab = Fabric(
+        TorchStore(net, include_buffers=True),
         hub.transport(1),
         SyncConfig(include_buffers=True),
         node_id=1,
@@ -91,9 +90,11 @@ def test_fabric_uses_config_include_buffers_and_flat_layout() -> None:
         n = sd[name].numel()
         np.testing.assert_array_equal(v[off : off + n], sd[name].reshape(-1).numpy())
     assert np.array_equal(fab.engine.anchor, v)  # the anchor starts as the module's weights
-    assert isinstance(fab, Fabric) and isinstance(fab.store, TorchStore) and fab.module is net
-    assert all(t is fab.store.tensors[n] for n, t in fab.tensors.items())
-    assert fab.gathers == fab.store.gathers == 2  # the initial anchor and flat()
+    store = fab.store
+    assert isinstance(store, TorchStore) and store.module is net
+    sd_all = dict(net.named_parameters()) | dict(net.named_buffers())
+    assert all(t is sd_all[n] for n, t in store.tensors.items())  # the live objects
+    assert store.gathers == 2  # the initial anchor and flat()
 
 
 def test_tied_weights_rejected() -> None:

@@ -105,7 +105,7 @@ def test_demo_smoke_json(tmp_path: Path) -> None:
 def test_init_file_is_canonical_and_round_trips(tmp_path: Path) -> None:
     # REQ: DF-MAN-3
     torch = pytest.importorskip("torch")
-    from delta_fabric.adapters.torch import module_manifest
+    from delta_fabric.stores.torch import module_manifest
     from delta_fabric_demo.model import DigitsCNN, init_model, load_canonical, save_canonical
 
     model = init_model(7)

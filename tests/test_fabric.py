@@ -204,34 +204,6 @@ def test_package_root_imports_neither_torch_nor_zenoh() -> None:
     assert out.stdout.strip() == "[]"
 
 
-def test_adapter_shims_keep_the_old_constructors_and_hook() -> None:
-    """The `delta_fabric.adapters` shims: old signatures (``track_hops`` accepted, a no-op),
-    ``arrays`` / ``gathers`` / ``active_vector``, and the ``_count_hops`` override point that
-    subclasses written for the old adapters use (fed from the engine's headers, no decode)."""
-    from delta_fabric.adapters import FabricBase, NumpyFabric
-
-    seen: list[tuple[int, int]] = []
-
-    class Logging(NumpyFabric):
-        def _count_hops(self, packets: Sequence[bytes], res: Any) -> None:
-            super()._count_hops(packets, res)
-            seen.extend((e.origin, e.seq) for e in res.accepted)
-
-    hub = MemoryHub()
-    wa = np.zeros(3, np.float32)
-    a = NumpyFabric({"w": wa}, hub.transport(1), CFG, node_id=1, track_hops=True)
-    b = Logging({"w": np.zeros(3, np.float32)}, hub.transport(2), CFG, node_id=2)
-    assert isinstance(a, Fabric) and FabricBase is Fabric
-    wa[1] = 2.0
-    a.sync_now()
-    b.step()
-    assert seen == [(1, 1)] and b.accepted_by_hops == {0: 1}
-    assert b.arrays["w"].tolist() == [0.0, 2.0, 0.0] and b.active_vector().tolist() == [0, 2, 0]
-    assert a.gathers == 2  # the initial anchor and one generation
-    c = NumpyFabric.join({"w": np.ones(3, np.float32)}, hub.transport(3), CFG, node_id=3)
-    assert c.bootstrapped and c.arrays["w"].tolist() == a.engine.anchor.tolist()
-
-
 @pytest.mark.parametrize("bad", [0, -1, 2**64, True, "1"])
 def test_bad_node_id_is_refused_before_anything_happens(bad: Any) -> None:
     hub = MemoryHub()

@@ -17,11 +17,11 @@ jax = pytest.importorskip("jax", reason="the JAX store needs jax (pip install 'd
 torch = pytest.importorskip("torch", reason="the comparison with PyTorch needs torch")
 
 import jax.numpy as jnp  # noqa: E402
-from delta_fabric.adapters.torch import module_manifest, module_tensors  # noqa: E402
 from delta_fabric.layout import CanonicalLayout  # noqa: E402
 from delta_fabric.manifest import Manifest  # noqa: E402
 from delta_fabric.store import FunctionalStore, StoreError  # noqa: E402
 from delta_fabric.stores.jax import JaxStore, UnmappableLeaf  # noqa: E402
+from delta_fabric.stores.torch import module_manifest, module_tensors  # noqa: E402
 from delta_fabric_conformance.drivers import jax_digits  # noqa: E402
 from delta_fabric_demo.model import DigitsCNN  # noqa: E402
 from numpy.typing import NDArray  # noqa: E402

@@ -20,8 +20,9 @@ import time
 
 import numpy as np
 import torch
-from delta_fabric.adapters.torch import Fabric, module_tensors
 from delta_fabric.config import SyncConfig
+from delta_fabric.fabric import Fabric
+from delta_fabric.stores.torch import TorchStore, module_tensors
 from delta_fabric.transports.zenoh import ZenohOptions, ZenohTransport
 from torch import nn
 
@@ -116,7 +117,7 @@ def main() -> int:
     try:
         transport.wait_for_peers(len(peers), a.timeout, expected=peers)
         config = SyncConfig(ratio=0.5, sync_interval=5)
-        fabric = Fabric(model, transport, config, node_id=a.node_id, track_hops=True)
+        fabric = Fabric(TorchStore(model), transport, config, node_id=a.node_id)
         emit({"event": "ready", "node": f"{a.node_id:016x}", "num_params": fabric.num_params})
         xs, ys = shard(a.index)
         opt = torch.optim.SGD(model.parameters(), lr=0.05 / (len(peers) + 1))

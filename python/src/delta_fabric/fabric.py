@@ -413,7 +413,7 @@ class Fabric:
                 own = self.engine.generate(self.store.gather(), fast=self.fast_selection)
             out = self.engine.pack(own, relay) if (own or relay) else []
         if res is not None and res.accepted:
-            self._count_hops(packets, res)
+            self._note_accepted(res.accepted)
         for e in own:
             self.own_entries_sent += 1
             self.own_values_sent += int(e.indices.size)
@@ -426,11 +426,9 @@ class Fabric:
             self.packets_sent += 1
         return len(out)
 
-    def _count_hops(self, packets: Sequence[bytes], res: ReceiveResult) -> None:
+    def _note_accepted(self, accepted: Sequence[AcceptedEntry]) -> None:
         """Hop histogram, origin progress and ``on_accepted`` from the engine's accepted headers
-        (no decode). Kept under this name for subclasses written against the old adapters, which
-        override it; new code passes ``on_accepted`` instead."""
-        accepted = res.accepted
+        (no decode)."""
         hist = self.accepted_by_hops
         progress = self._origin_progress
         for e in accepted:

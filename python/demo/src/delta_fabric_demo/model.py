@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from delta_fabric.adapters.torch import module_manifest, module_tensors
 from delta_fabric.manifest import Manifest
+from delta_fabric.stores.torch import module_manifest, module_tensors
 from numpy.typing import NDArray
 from torch import nn
 from torch.nn import functional as F

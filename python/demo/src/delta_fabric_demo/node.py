@@ -182,8 +182,9 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
     """Train one node (see the module docstring); reports through ``channel``."""
     t_entry = time.monotonic()
     import torch
-    from delta_fabric.adapters.torch import Fabric, module_manifest
     from delta_fabric.config import SyncConfig
+    from delta_fabric.fabric import Fabric
+    from delta_fabric.stores.torch import TorchStore, module_manifest
     from torch.nn import functional as F
 
     from delta_fabric_demo.data import read_partition
@@ -222,7 +223,7 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
                 neighbours=neighbours or None,
             )
         )
-        fabric = Fabric(model, transport, cfg, node_id=node_id, track_hops=True)
+        fabric = Fabric(TorchStore(model, args.include_buffers), transport, cfg, node_id=node_id)
         t_wait = time.monotonic()
         if neighbours:
             try:

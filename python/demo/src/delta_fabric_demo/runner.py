@@ -406,7 +406,7 @@ def _fork_context() -> Any:
 
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(
-            ["torch", "delta_fabric_demo.node", "delta_fabric.adapters.torch"]
+            ["torch", "delta_fabric_demo.node", "delta_fabric.fabric", "delta_fabric.stores.torch"]
         )
         _FORK_CTX = ctx
     return _FORK_CTX

@@ -54,7 +54,7 @@ class TorchKit:
         self, manifest: Manifest, weights: NDArray[np.float32], config: SyncConfig
     ) -> Any:
         import torch
-        from delta_fabric.adapters.torch import module_manifest, module_tensors
+        from delta_fabric.stores.torch import module_manifest, module_tensors
 
         # one intra-op thread: live scenarios run several nodes on few cores (15x slower otherwise)
         torch.set_num_threads(1)
@@ -67,9 +67,9 @@ class TorchKit:
         return m
 
     def make_fabric(self, model: Any, args: NodeArgs) -> KitFabric:
-        from delta_fabric.adapters.torch import Fabric
+        from delta_fabric.stores.torch import TorchStore
 
-        return args.build(Fabric, model)
+        return args.fabric(TorchStore(model, args.config.include_buffers))
 
     def train_step(self, model: Any, fabric: KitFabric, x: Any, y: Any, lr: float) -> Any:
         import torch
@@ -95,7 +95,7 @@ class TorchKit:
         return out
 
     def active(self, model: Any, fabric: KitFabric) -> NDArray[np.float32]:
-        return np.asarray(fabric.active_vector(), dtype=np.float32)  # type: ignore[attr-defined]
+        return np.asarray(fabric.active_vector(), dtype=np.float32)
 
 
 def make_driver() -> Driver:

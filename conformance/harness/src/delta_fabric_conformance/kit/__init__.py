@@ -23,7 +23,6 @@ from delta_fabric_conformance.kit.peer import (
     PeerNode,
     accepted_logger,
     load_data,
-    logging_fabric,
 )
 
 __all__ = [
@@ -41,7 +40,6 @@ __all__ = [
     "Skipped",
     "accepted_logger",
     "load_data",
-    "logging_fabric",
     "main",
     "model_manifest",
     "run_generate",

@@ -1,14 +1,14 @@
 """Live scripted nodes of a Python driver's ``peer`` command (driver protocol section 5.6), and the
 model kit a framework plugs into them.
 
-A node is the package's own adapter loop on the Zenoh transport
-(:class:`~delta_fabric.transports.zenoh.ZenohTransport`): :class:`~delta_fabric.adapters.numpy.NumpyFabric`
-over a flat f32 vector for the ``flat`` model (scripted deltas are added to it, no framework needed), and
-for ``digits_cnn`` the framework's fabric around the framework's digits CNN, both built by the driver's
-:class:`ModelKit` (trained with plain SGD, ``fabric.step()`` after every optimizer step). The only
-additions are a log of accepted entries (the fabric's ``on_accepted`` callback, :func:`accepted_logger`)
-and a log of published packets (a transport wrapper). :class:`PeerHost` takes a ``node_factory`` to
-replace :class:`PeerNode` altogether.
+A node is the package's own node, :class:`~delta_fabric.fabric.Fabric`, on the Zenoh transport
+(:class:`~delta_fabric.transports.zenoh.ZenohTransport`): around a
+:class:`~delta_fabric.stores.numpy.NumpyStore` over a flat f32 vector for the ``flat`` model (scripted
+deltas are added to it, no framework needed), and for ``digits_cnn`` around the framework's store of the
+framework's digits CNN, built by the driver's :class:`ModelKit` (trained with plain SGD,
+``fabric.step()`` after every optimizer step). The only additions are a log of accepted entries (the
+fabric's ``on_accepted`` callback, :func:`accepted_logger`) and a log of published packets (a transport
+wrapper). :class:`PeerHost` takes a ``node_factory`` to replace :class:`PeerNode` altogether.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ import hashlib
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import numpy as np
-from delta_fabric.adapters.numpy import NumpyFabric
 from delta_fabric.config import SyncConfig
 from delta_fabric.engine import AcceptedEntry
 from delta_fabric.manifest import Manifest
 from delta_fabric.replay import Counters
+from delta_fabric.stores.numpy import NumpyStore
 from delta_fabric.transports.base import SnapshotProvider, TransportStats
 from delta_fabric.wire import decode_packet, encode_packet, packet_from_json
 from numpy.typing import NDArray
@@ -41,12 +41,11 @@ __all__ = [
     "PeerNode",
     "accepted_logger",
     "load_data",
-    "logging_fabric",
 ]
 
 
 class KitFabric(Protocol):
-    """What a live node uses of a fabric (the adapters' ``FabricBase`` API)."""
+    """What a live node uses of a fabric (a subset of `delta_fabric.fabric.Fabric`'s API)."""
 
     @property
     def manifest(self) -> Manifest: ...
@@ -68,6 +67,8 @@ class KitFabric(Protocol):
 
     def snapshot(self) -> Any: ...  # .anchor: the f32 anchor vector
 
+    def active_vector(self) -> NDArray[np.float32]: ...  # the store's weights, canonical flat f32
+
     def close(self) -> None: ...
 
 
@@ -82,22 +83,6 @@ class NodeArgs:
     bootstrap: bool  # load a live peer's snapshot before the first step (DF-ZEN-5)
     bootstrap_timeout: float
     accepted: list[dict[str, Any]]  # the log every accepted entry must be appended to
-
-    def build(self, fabric_class: type[Any], model: Any) -> KitFabric:
-        """``fabric_class(model, transport, config, node_id=..., ...)`` that logs accepted entries:
-        the one line a :class:`ModelKit` needs for an adapter with the standard constructor."""
-        cls = logging_fabric(fabric_class)
-        fabric: KitFabric = cls(
-            model,
-            self.transport,
-            self.config,
-            node_id=self.node_id,
-            incarnation=self.incarnation,
-            bootstrap=self.bootstrap,
-            bootstrap_timeout=self.bootstrap_timeout,
-            accepted=self.accepted,
-        )
-        return fabric
 
     def fabric(self, store: Any) -> KitFabric:
         """A `delta_fabric.fabric.Fabric` around a weight store (``delta_fabric.store.WeightStore``)
@@ -139,7 +124,7 @@ class ModelKit(Protocol):
         ...
 
     def make_fabric(self, model: Any, args: NodeArgs) -> KitFabric:
-        """The node around ``model`` (usually ``args.build(FrameworkFabric, model)``)."""
+        """The node around ``model`` (usually ``args.fabric(FrameworkStore(model))``)."""
         ...
 
     def train_step(
@@ -198,29 +183,6 @@ def accepted_logger(log: list[dict[str, Any]]) -> Callable[[Sequence[AcceptedEnt
         log.extend(_entry_id(e) for e in entries)
 
     return on_accepted
-
-
-_T = TypeVar("_T")
-_LOGGING: dict[type[Any], type[Any]] = {}
-
-
-def logging_fabric(base: type[_T]) -> type[_T]:
-    """A subclass of the adapter class ``base`` whose constructor takes ``accepted=`` (a list) and
-    appends every accepted entry's ``{origin, incarnation, seq, hops}`` to it (through the fabric's
-    ``on_accepted`` callback). Cached per class."""
-    cached = _LOGGING.get(base)
-    if cached is not None:
-        return cached
-    parent: Any = base
-
-    class Logging(parent):  # type: ignore[misc]
-        def __init__(self, *args: Any, accepted: list[dict[str, Any]], **kw: Any) -> None:
-            super().__init__(*args, on_accepted=accepted_logger(accepted), **kw)
-
-    Logging.__name__ = Logging.__qualname__ = f"Logging{base.__name__}"
-    _LOGGING[base] = Logging
-    out: type[_T] = Logging
-    return out
 
 
 class _RecordingTransport:
@@ -348,9 +310,9 @@ class PeerNode:
             fabric = self.kit.make_fabric(self.module, args)
         else:
             arrays = self.manifest.split(self.flat)  # views: the fabric updates self.flat in place
-            fabric = args.build(NumpyFabric, arrays)
+            fabric = args.fabric(NumpyStore(arrays))
         if fabric.manifest.fingerprint != self.manifest.fingerprint:
-            raise ValueError("the adapter's manifest differs from the scenario model's")
+            raise ValueError("the fabric's manifest differs from the scenario model's")
         return fabric
 
     def close(self) -> None:
