@@ -4,11 +4,11 @@
 //!
 //! `harness = false`: `main` is both the parent (the checks) and, with `--child MODE`, the child
 //! process under test, so that a panic is a real process panic (no test harness catching it).
-//! Exit times are measured from the child's last output line (or from the signal) to its exit and
+//! Exit times are measured from the parent's go line (or from the signal) to the child's exit and
 //! printed; the assertion bound is generous (the target is 2 s) so that a loaded machine does not
 //! make the test flaky.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
@@ -54,17 +54,21 @@ fn child(mode: &str, ns: &str, parent_port: u16) {
         fabric.store_mut().values_mut()[i] += 0.25;
         fabric.step().expect("step");
     }
+    // The parent sees this node live before it lets the child end: a child that ended at once could
+    // come and go before the parent's liveliness subscriber ever saw it.
+    println!("ready");
+    if mode != "signal" {
+        let mut go = String::new();
+        std::io::stdin().read_line(&mut go).expect("go line");
+    }
     match mode {
         "panic" => {
-            println!("last");
             panic!("the training script failed");
         }
         "drop" => {
-            println!("last");
             // returns: `fabric` is dropped without close()
         }
         "signal" => {
-            println!("ready");
             let until = Instant::now() + BOUND;
             while Instant::now() < until {
                 fabric.step().expect("step");
@@ -92,6 +96,7 @@ fn run(mode: &'static str, signal: Option<&str>) -> Run {
     let mut c = Command::new(exe)
         .args(["--child", if signal.is_some() { "signal" } else { mode }])
         .args([ns.as_str(), &port.to_string()])
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -102,7 +107,13 @@ fn run(mode: &'static str, signal: Option<&str>) -> Run {
     let mut out = BufReader::new(c.stdout.take().expect("stdout"));
     let mut line = String::new();
     out.read_line(&mut line).expect("child line");
+    assert_eq!(line.trim(), "ready", "{mode}: the child's first line");
+    let mut stdin = c.stdin.take().expect("stdin");
     let t0 = Instant::now();
+    if signal.is_none() {
+        stdin.write_all(b"go\n").expect("go");
+        stdin.flush().expect("flush");
+    }
     if let Some(sig) = signal {
         let ok = Command::new("kill")
             .args([sig, &c.id().to_string()])
