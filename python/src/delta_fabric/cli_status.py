@@ -191,5 +191,6 @@ def run(args: argparse.Namespace) -> int:
     except BrokenPipeError:
         pass
     if args.expect is not None and sum(r["alive"] for r in rows) < args.expect:
+        print(f"delta-fabric status: fewer than --expect {args.expect} live nodes", file=sys.stderr)
         return 1
     return 0

@@ -108,7 +108,7 @@ def _int(env: Env | None, name: str, lo: int, hi: int | None = None) -> int | No
     raw = _get(env, name)
     if raw is None:
         return None
-    bound = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
+    bound = f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"
     try:
         value = int(raw, 0)
     except ValueError:

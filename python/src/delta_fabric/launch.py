@@ -443,7 +443,7 @@ def run(args: argparse.Namespace) -> int:
     for p in plans:
         print(
             f"delta-fabric run: node [{p.rank}] id {p.node_id:016x} listens on "
-            f"{','.join(p.listen)}, connects to {','.join(p.connect) or '-'}",
+            f"{','.join(p.listen) or '-'}, connects to {','.join(p.connect) or '-'}",
             file=say,
         )
     line = join_line(args, plans)

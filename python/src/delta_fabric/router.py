@@ -153,8 +153,8 @@ def run(args: argparse.Namespace) -> int:
         return 1
     try:
         print(
-            f"router {session.zid()} ready: listen {json.dumps(args.listen)}, "
-            f"connect {json.dumps(args.connect)}"
+            f"router {session.zid()} ready: listen {json.dumps(args.listen) if args.listen else '-'}, "
+            f"connect {json.dumps(args.connect) if args.connect else '-'}"
             + (f", config {args.zenoh_config}" if args.zenoh_config is not None else ""),
             flush=True,
         )

@@ -333,8 +333,8 @@ _CAUSES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "access control denial",
         "a router's or peer's access_control drops this node's messages: its certificate's "
-        "common name, interface or key expression is not allowed (check the router's log for "
-        "'denied' lines)",
+        "common name, interface or key expression is not allowed (`delta-fabric router "
+        "--log-denials` prints them as 'ACL denial:' lines)",
         ("denied", "access control", "acl", "unauthorized", "not allowed"),
     ),
     (
