@@ -9,6 +9,11 @@
 //! * `BatchNorm.gamma` / `beta` are renamed `weight` / `bias`;
 //! * `BatchNorm.running_mean` / `running_var` are included only with `include_buffers`
 //!   (pending running-stat updates are flushed first, the equivalent of reading `model.valid()`);
+//! * `Conv1d` / `Conv2d` / `Conv3d` and `Embedding` parameters keep their names and layout (Burn's
+//!   equal PyTorch's);
+//! * any other parameter (a `LayerNorm`'s `gamma`, a `Param` held directly by a user struct, a
+//!   parameter inside a `Vec` or tuple, ...) is refused with [`BurnMapError::Unmappable`] naming its
+//!   path: the adapter cannot know the PyTorch name and shape, and does not guess (DF-MAN-12);
 //! * tensors are sorted by the UTF-8 bytes of their names and flattened row-major (DF-MAN-2/3).
 //!
 //! Writing back ([`import_canonical`], [`apply_sparse`]) keeps each parameter's [`ParamId`] and its
@@ -46,7 +51,17 @@ pub enum BurnMapError {
     UnsortedIndices { position: usize },
     #[error("tensor {name}: cannot read values: {reason}")]
     Data { name: String, reason: String },
+    /// A parameter whose canonical PyTorch name and shape the adapter cannot determine (DF-MAN-12):
+    /// the model is refused rather than mapped by a guess.
+    #[error(
+        "tensor {path} (field of {container}) has no known canonical PyTorch name (DF-MAN-12); \
+         supported modules: {SUPPORTED_MODULES}"
+    )]
+    Unmappable { path: String, container: String },
 }
+
+/// The Burn modules whose parameters the adapter maps to PyTorch names (DF-MAN-6, -8, -9, -10).
+pub const SUPPORTED_MODULES: &str = "Linear, Conv1d, Conv2d, Conv3d, BatchNorm, Embedding";
 
 /// One tensor of the canonical layout: PyTorch name and PyTorch shape (df-core's manifest entry).
 pub use df_core::TensorSpec;
@@ -172,8 +187,9 @@ impl PathStack {
         self.containers.pop();
     }
 
-    /// Canonical mapping of the current leaf (DF-MAN-6).
-    fn leaf(&self, include_buffers: bool) -> Leaf {
+    /// Canonical mapping of the current leaf (DF-MAN-6), or [`BurnMapError::Unmappable`] for a
+    /// parameter of a module this adapter does not know (DF-MAN-12).
+    fn leaf(&self, include_buffers: bool) -> Result<Leaf, BurnMapError> {
         let parent = self.containers.last().map_or("", String::as_str);
         let leaf = self.names.last().map_or("", String::as_str);
         let mut transpose = false;
@@ -182,12 +198,21 @@ impl PathStack {
                 transpose = true;
                 None
             }
+            ("Struct:Linear", "bias")
+            | ("Struct:Conv1d" | "Struct:Conv2d" | "Struct:Conv3d", "weight" | "bias")
+            | ("Struct:Embedding", "weight") => None,
             ("Struct:BatchNorm", "gamma") => Some("weight"),
             ("Struct:BatchNorm", "beta") => Some("bias"),
             ("Struct:BatchNorm", "running_mean" | "running_var") if !include_buffers => {
-                return Leaf::Skip;
+                return Ok(Leaf::Skip);
             }
-            _ => None,
+            ("Struct:BatchNorm", "running_mean" | "running_var") => None,
+            _ => {
+                return Err(BurnMapError::Unmappable {
+                    path: self.names.join("."),
+                    container: parent.strip_prefix("Struct:").unwrap_or(parent).to_owned(),
+                });
+            }
         };
         let name = match (renamed, self.names.split_last()) {
             (Some(r), Some((_, head))) => {
@@ -197,7 +222,7 @@ impl PathStack {
             }
             _ => self.names.join("."),
         };
-        Leaf::Tensor { name, transpose }
+        Ok(Leaf::Tensor { name, transpose })
     }
 }
 
@@ -261,8 +286,13 @@ impl<B: Backend> ModuleVisitor<B> for Collector {
         if self.error.is_some() {
             return;
         }
-        let Leaf::Tensor { name, transpose } = self.path.leaf(self.include_buffers) else {
-            return;
+        let (name, transpose) = match self.path.leaf(self.include_buffers) {
+            Ok(Leaf::Tensor { name, transpose }) => (name, transpose),
+            Ok(Leaf::Skip) => return,
+            Err(e) => {
+                self.error = Some(e);
+                return;
+            }
         };
         let burn_shape = param.lazy_shape().to_vec();
         let transpose = transpose && burn_shape.len() == 2;
@@ -377,7 +407,9 @@ impl<B: Backend> ModuleMapper<B> for Writer<'_> {
     }
 
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        let Leaf::Tensor { name, transpose } = self.path.leaf(self.layout.include_buffers) else {
+        // Validated before mapping (an unmappable leaf was refused by `check_model_layout`).
+        let Ok(Leaf::Tensor { name, transpose }) = self.path.leaf(self.layout.include_buffers)
+        else {
             return param;
         };
         // Validated before mapping: every leaf is in the layout with the matching shape.

@@ -289,3 +289,96 @@ fn typed_errors_on_bad_input() {
     let e = import_with_layout::<NB, _>(m, &other, &vec![0.0; n]).unwrap_err();
     assert!(matches!(e, BurnMapError::ShapeMismatch { .. }));
 }
+
+#[derive(Module, Debug)]
+struct WithLayerNorm<B: Backend> {
+    fc: Linear<B>,
+    norm: burn::nn::LayerNorm<B>,
+}
+
+#[derive(Module, Debug)]
+struct WithOwnParam<B: Backend> {
+    blocks: Vec<Linear<B>>,
+    scale: Param<Tensor<B, 1>>,
+}
+
+#[derive(Module, Debug)]
+struct Supported<B: Backend> {
+    emb: burn::nn::Embedding<B>,
+    conv: burn::nn::conv::Conv1d<B>,
+    blocks: Vec<Linear<B>>,
+    head: Option<Linear<B>>,
+}
+
+// REQ: DF-MAN-12
+#[test]
+fn modules_without_a_known_pytorch_mapping_are_refused_not_guessed() {
+    let d = dev();
+    // A LayerNorm holds gamma / beta: mapping them by their Burn names would guess.
+    let m = WithLayerNorm::<NB> {
+        fc: LinearConfig::new(3, 4).init(&d),
+        norm: burn::nn::LayerNormConfig::new(4).init(&d),
+    };
+    let expected = BurnMapError::Unmappable {
+        path: "norm.gamma".into(),
+        container: "LayerNorm".into(),
+    };
+    // REQ: DF-MAN-12 -- a typed configuration error naming the tensor, for every entry point
+    assert_eq!(canonical_layout::<NB, _>(&m, false).unwrap_err(), expected);
+    assert_eq!(export_canonical::<NB, _>(&m, true).unwrap_err(), expected);
+    assert_eq!(
+        import_canonical::<NB, _>(m.clone(), &[0.0; 32], false).unwrap_err(),
+        expected
+    );
+    let e = BurnStore::<NB, _>::new(m, false).unwrap_err();
+    assert_eq!(e, expected);
+    assert!(e.to_string().contains("norm.gamma"), "{e}");
+
+    // A Param held directly by the user's struct: its PyTorch counterpart is unknown.
+    let m = WithOwnParam::<NB> {
+        blocks: vec![LinearConfig::new(2, 2).init(&d)],
+        scale: Param::from_tensor(Tensor::ones([2], &d)),
+    };
+    // REQ: DF-MAN-12
+    assert_eq!(
+        canonical_layout::<NB, _>(&m, false).unwrap_err(),
+        BurnMapError::Unmappable {
+            path: "scale".into(),
+            container: "WithOwnParam".into(),
+        }
+    );
+
+    // Known modules still map, also inside a Vec (PyTorch ModuleList names) and an Option.
+    let m = Supported::<NB> {
+        emb: burn::nn::EmbeddingConfig::new(5, 3).init(&d),
+        conv: burn::nn::conv::Conv1dConfig::new(3, 2, 2).init(&d),
+        blocks: vec![
+            LinearConfig::new(2, 4).init(&d),
+            LinearConfig::new(4, 2).init(&d),
+        ],
+        head: Some(LinearConfig::new(2, 1).with_bias(false).init(&d)),
+    };
+    let layout = canonical_layout::<NB, _>(&m, true).unwrap();
+    let got: Vec<(String, Vec<u64>)> = layout
+        .specs()
+        .iter()
+        .map(|s| (s.name.clone(), s.shape.clone()))
+        .collect();
+    let want: Vec<(String, Vec<u64>)> = [
+        ("blocks.0.bias", vec![4]),
+        ("blocks.0.weight", vec![4, 2]),
+        ("blocks.1.bias", vec![2]),
+        ("blocks.1.weight", vec![2, 4]),
+        ("conv.bias", vec![2]),
+        ("conv.weight", vec![2, 3, 2]),
+        ("emb.weight", vec![5, 3]),
+        ("head.weight", vec![1, 2]),
+    ]
+    .into_iter()
+    .map(|(n, s)| (n.to_owned(), s))
+    .collect();
+    assert_eq!(got, want);
+    let (_, flat) = export_canonical::<NB, _>(&m, false).unwrap();
+    let back = import_canonical::<NB, _>(m, &flat, false).unwrap();
+    assert_eq!(export_canonical::<NB, _>(&back, false).unwrap().1, flat);
+}

@@ -52,6 +52,9 @@ pub enum FabricError {
     /// The fabric was used after [`Fabric::close`].
     #[error("fabric is closed")]
     Closed,
+    /// A stop signal arrived (only after [`crate::lifecycle::install`]): the node loop stops.
+    #[error("stopping on {0}")]
+    Stopped(crate::lifecycle::StopSignal),
     /// A thread panicked while holding the engine.
     #[error("engine lock poisoned by a panic")]
     Poisoned,
@@ -274,14 +277,17 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
 
     fn check_open(&self) -> Result<(), FabricError> {
         if self.closed {
-            Err(FabricError::Closed)
-        } else {
-            Ok(())
+            return Err(FabricError::Closed);
+        }
+        match crate::lifecycle::stop_signal() {
+            Some(sig) => Err(FabricError::Stopped(sig)),
+            None => Ok(()),
         }
     }
 
     /// Call once after every local optimizer step. Returns the number of packets published.
-    /// Never waits for packets; only `publish` can block (transport congestion control).
+    /// Never waits for packets; only `publish` can block (transport congestion control). After a
+    /// stop signal (with [`crate::lifecycle::install`]) it returns [`FabricError::Stopped`].
     pub fn step(&mut self) -> Result<usize, FabricError> {
         self.check_open()?;
         self.counters.steps += 1;

@@ -17,13 +17,17 @@
 //!
 //! Lifecycle: dropping a `Fabric` closes its transport (peers see the node go), so a program that
 //! returns early, propagates an error or unwinds from a panic releases the network. The library
-//! installs no signal handler: SIGINT / SIGTERM end the process at once (default disposition), and
-//! peers see the node go when its links close (`df-zenoh/tests/lifecycle.rs` measures all four
-//! endings). Logging goes
+//! installs no signal handler by itself: SIGINT / SIGTERM end the process at once (default
+//! disposition) and peers see the node go when its links close. A binary that calls
+//! [`lifecycle::install`] stops cleanly instead: the node loop stops at its next step
+//! ([`FabricError::Stopped`]), the fabric is dropped (transport closed) and
+//! [`lifecycle::exit_if_stopped`] prints the reason and exits with `128 + signal`
+//! (`df-zenoh/tests/lifecycle.rs` measures these endings). Logging goes
 //! through the [`log`] facade with target `delta_fabric` and is silent unless a logger is installed;
 //! binaries call [`logging::init_from_env`] (`DELTA_FABRIC_LOG` or `RUST_LOG`).
 
 pub mod fabric;
+pub mod lifecycle;
 pub mod logging;
 pub mod memory;
 pub mod store;

@@ -56,6 +56,9 @@ impl Channel for StdioChannel {
 
 fn run() -> Result<(), NodeError> {
     let opts = df_node::cli::parse_or_exit(std::env::args().skip(1));
+    // SIGINT / SIGTERM: the loop stops at its next step, the transport is closed, and `main`
+    // prints the reason and exits with 128 + signal.
+    df_fabric::lifecycle::install().map_err(|e| NodeError::io("signal handlers", e))?;
     df_fabric::logging::init_from_env();
     df_zenoh::init_log_from_env();
     let data = df_node::data::read_dataset(&opts.data)?;
@@ -70,7 +73,10 @@ fn run() -> Result<(), NodeError> {
 }
 
 fn main() {
-    if let Err(e) = run() {
+    let result = run();
+    // Everything of the run (the fabric and its transport) is dropped by now.
+    df_fabric::lifecycle::exit_if_stopped("df-node");
+    if let Err(e) = result {
         eprintln!("df-node: {e}");
         std::process::exit(if matches!(e, NodeError::Usage(_)) {
             2

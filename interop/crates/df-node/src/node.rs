@@ -329,6 +329,15 @@ impl Holder {
     }
 }
 
+/// [`FabricError::Stopped`] once a stop signal arrived (after `df_fabric::lifecycle::install`;
+/// also without a fabric, when the node trains alone).
+fn stop_if_signalled() -> Result<(), NodeError> {
+    match df_fabric::lifecycle::stop_signal() {
+        Some(sig) => Err(df_fabric::FabricError::Stopped(sig).into()),
+        None => Ok(()),
+    }
+}
+
 /// Runs one node: training, sync (when `transport` is given and `opts.sync`), linger, report.
 /// The transport is closed when this returns (also on error).
 pub fn run_node(
@@ -433,6 +442,7 @@ pub fn run_node(
     let mut idx = vec![0usize; opts.batch];
     let mut paced = Duration::ZERO;
     for step in 1..=opts.steps {
+        stop_if_signalled()?;
         for i in idx.iter_mut() {
             *i = rng.below(n_train);
         }
@@ -487,6 +497,7 @@ pub fn run_node(
     channel.emit(json!({"event": "finished", "index": opts.index, "step": opts.steps}));
     let deadline = Instant::now() + opts.linger;
     loop {
+        stop_if_signalled()?;
         if let Some(f) = node.fabric() {
             f.poll()?;
         }

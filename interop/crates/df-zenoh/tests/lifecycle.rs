@@ -1,6 +1,9 @@
 //! Lifecycle of a process running a `Fabric` over a `ZenohTransport` (issue 8, item 3): a program
 //! that panics, returns without calling `close()`, or receives SIGTERM / SIGINT exits promptly, and
-//! its peers see it go.
+//! its peers see it go. With `df_fabric::lifecycle::install` (as df-node does), SIGTERM / SIGINT stop
+//! the node loop at its next step, the fabric is dropped (transport closed), one reason line is
+//! printed to stderr and the exit status is 128 + signal; without it, the signal's default
+//! disposition ends the process.
 //!
 //! `harness = false`: `main` is both the parent (the checks) and, with `--child MODE`, the child
 //! process under test, so that a panic is a real process panic (no test harness catching it).
@@ -8,14 +11,14 @@
 //! printed; the assertion bound is generous (the target is 2 s) so that a loaded machine does not
 //! make the test flaky.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use df_core::{Manifest, SyncConfig, TensorSpec};
-use df_fabric::{Fabric, Transport, VecStore};
+use df_fabric::{Fabric, FabricError, Transport, VecStore};
 use df_zenoh::{TransportConfig, ZenohTransport};
 
 /// Bound on every wait of this test (the target exit time is 2 s).
@@ -37,13 +40,18 @@ fn config(id: u64, ns: &str, listen: u16, connect: Option<u16>) -> TransportConf
 }
 
 const CHILD: u64 = 0xc0;
+/// The program name in the child's reason line.
+const CHILD_NAME: &str = "df-lifecycle-child";
 const PARENT: u64 = 0xa0;
 
 /// The child: a fabric that steps a few times, then ends as `mode` says.
 fn child(mode: &str, ns: &str, parent_port: u16) {
     let manifest = Manifest::new([TensorSpec::new("w", &[8])]).expect("manifest");
     let store = VecStore::new(manifest, vec![0.5; 8]).expect("store");
-    let t = ZenohTransport::open(config(CHILD, ns, free_port(), Some(parent_port))).expect("open");
+    // Connect only: no listener of its own, so no race for a free port with other processes.
+    let mut c = config(CHILD, ns, 0, Some(parent_port));
+    c.listen.clear();
+    let t = ZenohTransport::open(c).expect("open");
     t.wait_for_peers(1, &[PARENT], BOUND).expect("parent live");
     let cfg = SyncConfig {
         sync_interval: 1,
@@ -55,9 +63,13 @@ fn child(mode: &str, ns: &str, parent_port: u16) {
         fabric.step().expect("step");
     }
     // The parent sees this node live before it lets the child end: a child that ended at once could
-    // come and go before the parent's liveliness subscriber ever saw it.
+    // come and go before the parent's liveliness subscriber ever saw it. (`clean`: the handlers are
+    // installed before the parent may send its signal.)
+    if mode == "clean" {
+        df_fabric::lifecycle::install().expect("signal handlers");
+    }
     println!("ready");
-    if mode != "signal" {
+    if mode != "signal" && mode != "clean" {
         let mut go = String::new();
         std::io::stdin().read_line(&mut go).expect("go line");
     }
@@ -67,6 +79,25 @@ fn child(mode: &str, ns: &str, parent_port: u16) {
         }
         "drop" => {
             // returns: `fabric` is dropped without close()
+        }
+        "clean" => {
+            let until = Instant::now() + BOUND;
+            loop {
+                match fabric.step() {
+                    Ok(_) => {}
+                    Err(FabricError::Stopped(_)) => break,
+                    Err(e) => panic!("step: {e}"),
+                }
+                if Instant::now() > until {
+                    eprintln!("child: no signal came");
+                    std::process::exit(3);
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            drop(fabric); // closes the transport
+            df_fabric::lifecycle::exit_if_stopped(CHILD_NAME);
+            eprintln!("child: stopped without a signal");
+            std::process::exit(4);
         }
         "signal" => {
             let until = Instant::now() + BOUND;
@@ -84,26 +115,40 @@ fn child(mode: &str, ns: &str, parent_port: u16) {
 struct Run {
     mode: &'static str,
     exit: std::process::ExitStatus,
+    stderr: String,
     exit_after: Duration,
     peer_gone_after: Option<Duration>,
 }
 
-fn run(mode: &'static str, signal: Option<&str>) -> Run {
+/// Runs the child in `mode`; with `signal`, sends it once the child is ready (`clean`: the child
+/// installed the lifecycle handlers).
+fn run(mode: &'static str, signal: Option<&str>, clean: bool) -> Run {
     let ns = format!("df-lifecycle/{}/{mode}", std::process::id());
     let port = free_port();
     let parent = ZenohTransport::open(config(PARENT, &ns, port, None)).expect("open parent");
     let exe = std::env::current_exe().expect("exe");
     let mut c = Command::new(exe)
-        .args(["--child", if signal.is_some() { "signal" } else { mode }])
+        .args([
+            "--child",
+            match (signal, clean) {
+                (None, _) => mode,
+                (Some(_), false) => "signal",
+                (Some(_), true) => "clean",
+            },
+        ])
         .args([ns.as_str(), &port.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("spawn child");
-    parent
-        .wait_for_peers(1, &[CHILD], BOUND)
-        .expect("the child comes up");
+    if let Err(e) = parent.wait_for_peers(1, &[CHILD], BOUND) {
+        let _ = c.kill();
+        let _ = c.wait();
+        let mut err = String::new();
+        let _ = c.stderr.take().map(|mut s| s.read_to_string(&mut err));
+        panic!("{mode}: the child did not come up: {e}; its stderr: {err}");
+    }
     let mut out = BufReader::new(c.stdout.take().expect("stdout"));
     let mut line = String::new();
     out.read_line(&mut line).expect("child line");
@@ -133,12 +178,19 @@ fn run(mode: &'static str, signal: Option<&str>) -> Run {
         std::thread::sleep(Duration::from_millis(5));
     };
     let exit_after = t0.elapsed();
+    let mut stderr = String::new();
+    c.stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr)
+        .expect("child stderr");
     let peer_gone_after = parent
         .wait_for_peer_gone(CHILD, BOUND)
         .then(|| t0.elapsed());
     Run {
         mode,
         exit,
+        stderr,
         exit_after,
         peer_gone_after,
     }
@@ -157,14 +209,16 @@ fn main() {
         return;
     }
     let runs = [
-        run("panic", None),
-        run("drop", None),
-        run("sigterm", Some("-TERM")),
-        run("sigint", Some("-INT")),
+        run("panic", None, false),
+        run("drop", None, false),
+        run("sigterm", Some("-TERM"), false),
+        run("sigint", Some("-INT"), false),
+        run("sigterm-clean", Some("-TERM"), true),
+        run("sigint-clean", Some("-INT"), true),
     ];
     for r in &runs {
         eprintln!(
-            "lifecycle {:8} exit {:?} after {:.3} s; peer saw it gone after {}",
+            "lifecycle {:13} exit {:?} after {:.3} s; peer saw it gone after {}",
             r.mode,
             r.exit,
             r.exit_after.as_secs_f64(),
@@ -172,11 +226,24 @@ fn main() {
                 .map_or("never".into(), |d| format!("{:.3} s", d.as_secs_f64()))
         );
     }
-    let [panic, drop_, term, int] = &runs;
+    let [panic, drop_, term, int, term_clean, int_clean] = &runs;
     assert_eq!(panic.exit.code(), Some(101), "a panic exits with 101");
+    assert!(panic.stderr.contains("the training script failed"));
     assert_eq!(drop_.exit.code(), Some(0));
+    // without the lifecycle handlers: the default disposition
     assert_eq!(term.exit.signal(), Some(15));
     assert_eq!(int.exit.signal(), Some(2));
+    // with them: the loop stops, the transport is closed, one reason line, 128 + signal
+    for (r, name, code) in [(term_clean, "SIGTERM", 143), (int_clean, "SIGINT", 130)] {
+        assert_eq!(r.exit.code(), Some(code), "{}: {}", r.mode, r.stderr);
+        let want = format!("{CHILD_NAME}: stopping on {name}");
+        assert!(
+            r.stderr.lines().any(|l| l == want),
+            "{}: no line {want:?} in {:?}",
+            r.mode,
+            r.stderr
+        );
+    }
     for r in &runs {
         assert!(r.exit_after < BOUND, "{}: {:?}", r.mode, r.exit_after);
         assert!(

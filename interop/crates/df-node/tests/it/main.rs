@@ -835,3 +835,69 @@ fn join_starts_from_a_live_peers_snapshot() {
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
+
+/// SIGTERM / SIGINT: df-node stops at its next step, closes its transport (a peer sees its
+/// liveliness token go), prints one reason line and exits with 128 + signal.
+#[test]
+fn binary_stops_cleanly_on_sigterm_and_sigint() {
+    use std::io::{BufRead, BufReader, Read};
+    let dir = scratch("signals");
+    write_dataset(&dir.join("data"), &synthetic(64, 20)).unwrap();
+    for (sig, name, code) in [("-TERM", "SIGTERM", 143), ("-INT", "SIGINT", 130)] {
+        let ns = format!("df-node-signals/{}/{name}", std::process::id());
+        let pw = free_port();
+        let mut wc = df_zenoh::TransportConfig::new(0x77);
+        wc.namespace = ns.clone();
+        wc.listen = vec![format!("tcp/127.0.0.1:{pw}")];
+        let watcher = df_zenoh::ZenohTransport::open(wc).unwrap();
+        let mut c = Command::new(env!("CARGO_BIN_EXE_df-node"))
+            .args(["--node-id", "c5", "--steps", "1000000", "--namespace", &ns])
+            .arg("--data")
+            .arg(dir.join("data"))
+            .args(["--connect", &format!("tcp/127.0.0.1:{pw}")])
+            .args(["--eval-every", "1000000"])
+            .stdin(Stdio::piped()) // kept open: no stop from stdin
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        watcher
+            .wait_for_peers(1, &[0xc5], Duration::from_secs(30))
+            .expect("df-node comes up");
+        let mut out = BufReader::new(c.stdout.take().unwrap());
+        let mut line = String::new();
+        while !line.contains("\"progress\"") {
+            line.clear();
+            assert!(out.read_line(&mut line).unwrap() > 0, "stdout closed");
+        }
+        let t0 = std::time::Instant::now();
+        assert!(
+            Command::new("kill")
+                .args([sig, &c.id().to_string()])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let bound = Duration::from_secs(30);
+        let status = loop {
+            if let Some(s) = c.try_wait().unwrap() {
+                break s;
+            }
+            assert!(t0.elapsed() < bound, "{name}: df-node still running");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let exit_after = t0.elapsed();
+        let gone = watcher.wait_for_peer_gone(0xc5, bound);
+        let gone_after = t0.elapsed();
+        let mut err = String::new();
+        c.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        eprintln!(
+            "df-node {name}: exit {status:?} after {:.3} s, peer saw it gone after {:.3} s",
+            exit_after.as_secs_f64(),
+            gone_after.as_secs_f64()
+        );
+        assert_eq!(status.code(), Some(code), "{name}: {err}");
+        assert_eq!(err.trim_end(), format!("df-node: stopping on {name}"));
+        assert!(gone, "{name}: the watcher never saw df-node go");
+    }
+}

@@ -1,6 +1,8 @@
 //! Two Zenoh sessions on tcp/127.0.0.1 (random free ports, no scouting): a packet exchange, a
 //! liveliness appearance and disappearance, info and a chunked snapshot fetch, all bounded in time.
 
+mod requirements;
+
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
