@@ -58,9 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def collect(session: Any, namespace: str, timeout: float) -> list[dict[str, Any]]:
     """``[{"node": hex16, "alive": True, "info": {...} | None}]`` sorted by node id, from an open
     Zenoh session."""
-    import zenoh
-
-    from delta_fabric.transports.zenoh import _parse_node
+    from delta_fabric.transports.zenoh import _parse_node, query_info
 
     live: set[int] = set()
     for reply in session.liveliness().get(f"{namespace}/v1/alive/*", timeout=timeout):
@@ -69,26 +67,7 @@ def collect(session: Any, namespace: str, timeout: float) -> list[dict[str, Any]
             node = _parse_node(str(ok.key_expr))
             if node is not None:
                 live.add(node)
-    infos: dict[int, dict[str, Any]] = {}
-    replies = session.get(
-        f"{namespace}/v1/info/*",
-        target=zenoh.QueryTarget.ALL,
-        consolidation=zenoh.ConsolidationMode.NONE,
-        timeout=timeout,
-    )
-    for reply in replies:
-        ok = reply.ok
-        if ok is None:
-            continue
-        node = _parse_node(str(ok.key_expr))
-        if node is None:
-            continue
-        try:
-            obj = json.loads(ok.payload.to_bytes())
-        except (ValueError, UnicodeDecodeError):
-            continue
-        if isinstance(obj, dict):
-            infos[node] = obj
+    infos = query_info(session, f"{namespace}/v1/info/*", timeout)
     return [
         {"node": f"{n:016x}", "alive": n in live, "info": infos.get(n)}
         for n in sorted(live | set(infos))

@@ -189,6 +189,32 @@ def _parse_node(key: str) -> int | None:
     return n if n != 0 else None
 
 
+def query_info(session: zenoh.Session, key: str, timeout: float) -> dict[int, dict[str, Any]]:
+    """Ask every info queryable matching ``key`` (DF-ZEN-6) -> ``{node: info object}``; replies that
+    are errors, on a key without a node id, or not a JSON object are skipped."""
+    out: dict[int, dict[str, Any]] = {}
+    replies = session.get(
+        key,
+        target=zenoh.QueryTarget.ALL,
+        consolidation=zenoh.ConsolidationMode.NONE,
+        timeout=timeout,
+    )
+    for reply in replies:
+        ok = reply.ok
+        if ok is None:
+            continue
+        node = _parse_node(str(ok.key_expr))
+        if node is None:
+            continue
+        try:
+            obj = json.loads(ok.payload.to_bytes())
+        except (ValueError, UnicodeDecodeError):
+            continue
+        if isinstance(obj, dict):
+            out[node] = obj
+    return out
+
+
 @dataclass(frozen=True)
 class ZenohOptions:
     """How a :class:`ZenohTransport` joins the cluster.
@@ -626,26 +652,8 @@ class ZenohTransport:
         """Query the info queryables of ``peer`` (None: every node serving one) -> ``{node: info}``."""
         self._check_open()
         key = info_key(self._ns, peer) if peer is not None else f"{self._ns}/v1/info/*"
-        out: dict[int, dict[str, Any]] = {}
-        replies = self._session.get(
-            key,
-            target=zenoh.QueryTarget.ALL,
-            consolidation=zenoh.ConsolidationMode.NONE,
-            timeout=timeout,
-        )
-        for reply in replies:
-            ok = reply.ok
-            if ok is None:
-                continue
-            node = _parse_node(str(ok.key_expr))
-            if node is None or node == self._node_id:
-                continue
-            try:
-                obj = json.loads(ok.payload.to_bytes())
-            except (ValueError, UnicodeDecodeError):
-                continue
-            if isinstance(obj, dict):
-                out[node] = obj
+        out = query_info(self._session, key, timeout)
+        out.pop(self._node_id, None)
         return out
 
     def _get_chunk(
