@@ -155,9 +155,28 @@ INC_B = 1
 INC_C = 0x0000000000000777
 
 
+#: Allowed ranges of a decode context (DF-PAR-5, DF-PAR-6; N of DF-MAN-3 with u32 indices): the
+#: generator refuses a vector outside them, as the runner does (erratum 1.1: ``oversize`` once used 295).
+CONTEXT_RANGES = {
+    "hop_limit": (0, 255),
+    "max_packet_size": (296, 2**31 - 1),
+    "num_params": (1, 2**32 - 1),
+}
+
+
 def context(
     manifest: Manifest = VECTOR_MANIFEST, max_packet_size: int = DEFAULT_MAX_PACKET_SIZE
 ) -> dict[str, Any]:
+    values = {
+        "hop_limit": HOP_LIMIT,
+        "max_packet_size": max_packet_size,
+        "num_params": manifest.num_params,
+    }
+    for name, (lo, hi) in CONTEXT_RANGES.items():
+        if not lo <= values[name] <= hi:
+            raise ValueError(
+                f"context {name} {values[name]} outside its allowed range [{lo}, {hi}]"
+            )
     return {
         "fingerprint": manifest.fingerprint.hex(),
         "num_params": manifest.num_params,
@@ -732,6 +751,10 @@ def invalid_cases() -> list[InvalidCase]:
     good = encode_packet(
         packet(base_entry(), entry(ORIGIN_B, INC_B, 3, 1, [1, 2, 3], [1.0, 2.0, 3.0]))
     )
+    # oversize: large enough that one byte less is still an allowed max_packet_size (>= 296)
+    big = encode_packet(
+        packet(base_entry(), entry(ORIGIN_B, INC_B, 3, 1, list(range(20)), [0.5] * 20))
+    )
     root = root_table(good)
     e0 = entry_table(good, 0)
     e1 = entry_table(good, 1)
@@ -760,10 +783,11 @@ def invalid_cases() -> list[InvalidCase]:
     cases = [
         InvalidCase(
             "oversize",
-            "A valid packet one byte longer than the context's max_packet_size.",
+            "A valid packet one byte longer than the context's max_packet_size (which is within "
+            "its allowed range, DF-PAR-6).",
             ErrorCode.OVERSIZE,
-            good,
-            max_packet_size=len(good) - 1,
+            big,
+            max_packet_size=len(big) - 1,
         ),
         InvalidCase("empty_buffer", "Zero bytes.", ErrorCode.BAD_IDENTIFIER, b""),
         InvalidCase(

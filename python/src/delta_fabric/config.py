@@ -1,4 +1,4 @@
-"""Protocol parameters of one node (spec section 1, DF-PAR), validated at construction."""
+"""Protocol parameters of one node (spec section 3, DF-PAR), validated at construction."""
 
 from __future__ import annotations
 

@@ -27,6 +27,7 @@ from delta_fabric_conformance.results import (
     TestResult,
     level_prefix,
 )
+from delta_fabric_conformance.suite import SuiteError, parameter_problems
 
 __all__ = ["Options", "Runner", "TestResult", "level_prefix", "vector_test_id"]
 #: Commands every registered implementation must answer (an `unsupported` answer fails the test).
@@ -118,10 +119,10 @@ class Runner:
 
     # the run ----------------------------------------------------------------------------------------
     def run(self) -> list[TestResult]:
+        index = self.load_index()  # SuiteError before any driver starts
         for run in self.runs:
             self.handshake(run)
         live = [r for r in self.runs if r.hello is not None]
-        index = self.load_index()
         for row in index:
             self.run_vector(row, live)
         for row in index:
@@ -226,6 +227,21 @@ class Runner:
         if d.get("version") != 1:
             raise ValueError(f"{path}: unsupported index version {d.get('version')!r}")
         rows: list[dict[str, Any]] = d["vectors"]
+        problems: list[str] = []
+        for row in rows:
+            data, _base = self.vector_files(row)
+            for member in ("context", "config"):
+                if member in data:
+                    problems += [
+                        f"{row['id']}: {p}" for p in parameter_problems(data[member], member)
+                    ]
+        if problems:
+            more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
+            raise SuiteError(
+                f"{path}: vectors outside the spec's parameter ranges: "
+                + "; ".join(problems[:3])
+                + more
+            )
         return rows
 
     def vector_files(self, row: Mapping[str, Any]) -> tuple[dict[str, Any], Path]:
