@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 from delta_fabric.config import SyncConfig
-from delta_fabric.engine import Engine
+from delta_fabric.engine import Engine, NonFiniteDelta
 from delta_fabric.manifest import Manifest, TensorSpec
 from delta_fabric.replay import ReceiverState
 from delta_fabric.wire import Entry, decode_packet, packet_to_json
@@ -102,8 +102,14 @@ def run_generate(v: Mapping[str, Any], *, gather: Gather | None = None) -> dict[
         anchor,
     )
     eng.next_seq = int(v.get("seq_start", 1))
-    entries = eng.generate(active, fast=bool(v.get("fast", False)))
+    error: dict[str, str] = {}
+    try:
+        entries = eng.generate(active, fast=bool(v.get("fast", False)))
+    except NonFiniteDelta:
+        # DF-GEN-9: the generation failed as a whole (driver protocol 5.4: ok with "error")
+        entries, error = [], {"error": "NON_FINITE"}
     return {
+        **error,
         "entries": [_entry_json(e) for e in entries],
         "next_seq": eng.next_seq,
         "anchor": eng.anchor.astype(np.float64).tolist(),
@@ -139,7 +145,8 @@ def run_receive(
     else:
         active = _flat_f32(apply(active.copy(), res.indices, res.values), active.size, "apply")
     relay = [packet_to_json(decode_packet(p, cfg.max_packet_size)) for p in eng.pack([], res.relay)]
-    counters = eng.counters.to_json()
+    # DF-RCV-10 counters of this step (driver protocol 5.5); relay_dropped_oversize is counted by pack
+    counters = {**eng.counters.to_json(), "relay_dropped_oversize": eng.relay_dropped_oversize}
     return {
         "rejections": [None if o is None else o.value for o in res.outcomes],
         "outcomes": ["ok" if o is None else o.value for o in res.outcomes],
