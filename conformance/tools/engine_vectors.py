@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from delta_fabric.config import SyncConfig
 from delta_fabric.engine import Engine, NonFiniteDelta, max_values_per_entry
+from delta_fabric.errors import DecodeError
 from delta_fabric.manifest import Manifest
 from delta_fabric.replay import Admission, ReceiverState
 from delta_fabric.wire import (
@@ -102,6 +103,23 @@ def entry_json(e: Entry) -> dict[str, Any]:
         "values": floats(e.values),
         "values_bits": f32_bits(e.values),
     }
+
+
+def _features(encodings: Sequence[ValueEncoding]) -> dict[str, list[str]]:
+    """The OPTIONAL features a vector needs (index ``features``, DF-CNF-30): 16-bit encodings."""
+    names = {F16: "encoding.f16", BF16: "encoding.bf16"}
+    feats = sorted({names[e] for e in encodings if e in names})
+    return {"features": feats} if feats else {}
+
+
+def _packet_encodings(packets: Sequence[bytes]) -> list[ValueEncoding]:
+    out = []
+    for buf in packets:
+        try:
+            out.append(decode_packet(buf).encoding)
+        except DecodeError:
+            pass  # a packet that does not decode needs no encoding support
+    return out
 
 
 def _dump(path: Path, obj: Any) -> None:
@@ -416,6 +434,7 @@ def _write_generate(vectors_dir: Path, case: GenCase) -> dict[str, Any]:
         "path": rel,
         "requirements": sorted(set(case.requirements)),
         "expect": {"entries": len(entries), "values": len(sent_idx)},
+        **_features([case.config.encoding]),
     }
 
 
@@ -462,6 +481,7 @@ def _write_failed_generate(vectors_dir: Path, case: GenCase, eng: Engine, k: int
         "path": rel,
         "requirements": sorted(set(case.requirements)),
         "expect": {"entries": 0, "values": 0, "error": case.error},
+        **_features([case.config.encoding]),
     }
 
 
@@ -527,7 +547,7 @@ def receive_cases() -> list[RecvCase]:
             "aggregate_two_origins_one_index",
             "Index 7 gets 1.5 (B, packet 0), 1e8 (C, packet 1) and -1e8 (D, packet 1): summed in f32 in "
             "arrival order from 0, the 1.5 is absorbed (agg = 0), the node applies that sum once.",
-            ["DF-RCV-6", "DF-RCV-7"],
+            ["DF-RCV-6", "DF-RCV-7", "DF-RCV-30"],
             [
                 pkt(ent(B, B_INC, 1, 0, [3, 7], [0.25, 1.5])),
                 pkt(
@@ -636,7 +656,7 @@ def receive_cases() -> list[RecvCase]:
             "Packet 0 holds a valid entry (B seq 1) and one with an index >= N: the whole packet is "
             "rejected (INDEX_OUT_OF_RANGE), its valid entry is not applied and leaves no trace in the "
             "window, so packet 1 with B seq 1 is accepted.",
-            ["DF-RCV-1"],
+            ["DF-RCV-1", "DF-RCV-30"],
             [
                 pkt(
                     ent(B, B_INC, 1, 0, [0], [9.0]),
@@ -735,7 +755,7 @@ def receive_cases() -> list[RecvCase]:
             "about 320 bytes; re-encoded as F32 it needs about 360, so it is applied, counted in "
             "entries_relayed (produced) and in relay_dropped_oversize, and not published; C's entry "
             "is relayed.",
-            ["DF-RLY-6", "DF-RLY-30", "DF-RCV-10"],
+            ["DF-RLY-6", "DF-RLY-30", "DF-RCV-10", "DF-RCV-30"],
             [
                 pkt(ent(B, B_INC, 1, 0, list(range(N)), [0.5] * N), enc=F16),
                 pkt(ent(C, C_INC, 1, 0, [3], [1.0]), sender=C),
@@ -853,6 +873,7 @@ def _write_receive(vectors_dir: Path, case: RecvCase) -> dict[str, Any]:
         "path": f"receive/{case.name}",
         "requirements": sorted(set(case.requirements)),
         "expect": {"rejections": rejections, "accepted_entries": res.accepted_entries},
+        **_features([case.config.encoding, *_packet_encodings(case.packets)]),
     }
 
 

@@ -1167,6 +1167,17 @@ def invalid_cases() -> list[InvalidCase]:
 # ------------------------------------------------------------------------------------------------
 # Writing
 # ------------------------------------------------------------------------------------------------
+def features_of(encodings: Sequence[ValueEncoding], fast: bool = False) -> dict[str, list[str]]:
+    """The index row's ``features``: the OPTIONAL features (driver capabilities) a vector needs, so
+    that a claimed target's test of a feature the implementation does not offer may stay unsupported
+    (DF-CNF-30). Empty (no member) for a vector that needs none."""
+    names = {ValueEncoding.F16: "encoding.f16", ValueEncoding.BF16: "encoding.bf16"}
+    feats = sorted(
+        {names[e] for e in encodings if e in names} | ({"generate.fast"} if fast else set())
+    )
+    return {"features": feats} if feats else {}
+
+
 def _dump_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=2, allow_nan=False) + "\n", encoding="utf-8")
 
@@ -1225,6 +1236,7 @@ def write_decode_vectors(vectors_dir: Path) -> list[dict[str, Any]]:
                 "path": rel,
                 "requirements": reqs,
                 "expect": "ok",
+                **features_of([got.encoding]),
             }
         )
     for c in invalid_cases():

@@ -8,6 +8,7 @@ accepted aggregate added to the active weights by the framework). Both default t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -39,6 +40,17 @@ def bits_of(a: NDArray[np.float32]) -> list[str]:
     return [f"{int(x):08x}" for x in np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)]
 
 
+def _numbers(a: NDArray[np.float32]) -> list[float | str]:
+    """f32 values as JSON numbers, non-finite ones as ``"nan"``, ``"inf"``, ``"-inf"`` (driver protocol
+    section 4: a weight may be infinite, for example in the vector of DF-GEN-9)."""
+    out: list[float | str] = []
+    for x in np.asarray(a, dtype=np.float32).astype(np.float64).tolist():
+        out.append(
+            x if math.isfinite(x) else ("nan" if math.isnan(x) else ("inf" if x > 0 else "-inf"))
+        )
+    return out
+
+
 def _hex_or_int(x: Any) -> int:
     return int(x, 16) if isinstance(x, str) else int(x)
 
@@ -68,7 +80,7 @@ def _entry_json(e: Entry) -> dict[str, Any]:
         "seq": int(e.seq),
         "hops": int(e.hops),
         "indices": e.indices.tolist(),
-        "values": e.values.astype(np.float64).tolist(),
+        "values": _numbers(e.values),
         "values_bits": bits_of(e.values),
     }
 
@@ -112,7 +124,7 @@ def run_generate(v: Mapping[str, Any], *, gather: Gather | None = None) -> dict[
         **error,
         "entries": [_entry_json(e) for e in entries],
         "next_seq": eng.next_seq,
-        "anchor": eng.anchor.astype(np.float64).tolist(),
+        "anchor": _numbers(eng.anchor),
         "anchor_bits": bits_of(eng.anchor),
         "active_bits": bits_of(active),
         # sizes of each entry alone in a packet (the split checks of exact_split = false)
@@ -153,12 +165,12 @@ def run_receive(
         "entry_outcomes": [[a.value for a in verdicts] for verdicts in res.entry_outcomes],
         "aggregate": {
             "indices": res.indices.tolist(),
-            "values": res.values.astype(np.float64).tolist(),
+            "values": _numbers(res.values),
             "values_bits": bits_of(res.values),
         },
-        "active": active.astype(np.float64).tolist(),
+        "active": _numbers(active),
         "active_bits": bits_of(active),
-        "anchor": eng.anchor.astype(np.float64).tolist(),
+        "anchor": _numbers(eng.anchor),
         "anchor_bits": bits_of(eng.anchor),
         "relay_entries": [_entry_json(e) for e in res.relay],
         "relay": relay,

@@ -215,6 +215,8 @@ fn hello(req: &Value) -> Answer {
         "protocol_versions": [PROTOCOL_VERSION],
         "capabilities": ["decode", "encode", "generate", "generate.fast", "receive", "encoding.f16",
                          "encoding.bf16", "peer", "peer.snapshot", "peer.train"],
+        // DF-CNF-30 (driver protocol 5.1): the conformance targets claimed; node implies the others
+        "claims": ["codec", "engine", "node"],
     }))
 }
 
