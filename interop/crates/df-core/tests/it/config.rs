@@ -87,7 +87,7 @@ fn every_bound_of_the_allowed_ranges_is_accepted() {
 #[test]
 fn every_parameter_outside_its_range_is_refused_with_its_name() {
     // REQ: DF-PAR-11 (MUST refuse to start, reporting a configuration error)
-    let refused: [(&str, Edit, &str); 16] = [
+    let refused: [(&str, Edit, &str); 17] = [
         (
             "alpha",
             |c| c.alpha = 0.0,
