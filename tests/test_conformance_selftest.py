@@ -34,6 +34,13 @@ FAULTS: dict[str, list[str]] = {
     # REQ: DF-CNF-30
     "over_claim": ["Required.protocol.hello.claims"],
     "claimed_unsupported": ["Required.receive.step.plain_apply", "Required.receive.step.duplicate"],
+    # REQ: DF-GEN-30
+    "split_actual_size": [
+        "Required.generate.exact.split_one_past_estimate_limit",
+        "Required.generate.exact.split_f16_pieces_fit_as_f32",
+    ],
+    # REQ: DF-RCV-30
+    "relayed_excludes_dropped": ["Required.receive.step.relay_dropped_oversize"],
 }
 #: registry members of a fake that differ from the reference driver's (what its hello says)
 REGISTRY_OVERRIDES: dict[str, dict[str, Any]] = {
@@ -138,6 +145,13 @@ def test_faults_are_blamed_on_the_faulty_driver_only(
     _rc, _out, results, _dir = fake_run
     tests = _by_impl(results)
     # a fake whose fault is in one command fails nothing else (faults with restarts cascade by design)
+    # the 1.0 misreadings pass every other vector: only the 1.1 boundary vectors tell them apart
+    assert {t for t, r in tests["split_actual_size"].items() if r["result"] == "failed"} == set(
+        FAULTS["split_actual_size"]
+    )
+    assert {
+        t for t, r in tests["relayed_excludes_dropped"].items() if r["result"] == "failed"
+    } == set(FAULTS["relayed_excludes_dropped"])
     assert {t for t, r in tests["wrong_code"].items() if r["result"] == "failed"} == {
         "Required.decode.invalid.hop_limit_exceeded",
         "Required.decode.invalid.hop_limit_255",
