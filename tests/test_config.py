@@ -91,3 +91,22 @@ def test_num_selected_uses_binary64_product() -> None:
     # REQ: DF-GEN-2
     assert 100 * 0.07 == 7.000000000000001
     assert SyncConfig(ratio=0.07).num_selected(100) == 8  # not 7: the product rounds up
+
+
+def test_max_origins_is_a_parameter_with_a_range() -> None:
+    # REQ: DF-PAR-30
+    # REQ: DF-SEC-30
+    # the origin bound of DF-SEC-2 (erratum 1.1): default 4096, [1, 2**20], refused outside; the
+    # engine's receiver uses it
+    from delta_fabric.engine import Engine
+    from delta_fabric.manifest import Manifest
+
+    assert SyncConfig().max_origins == 4096
+    assert "max_origins" not in SyncConfig().to_json()  # written only when set, as Rust does
+    for n in (1, 1 << 20):
+        assert SyncConfig.from_json({"max_origins": n}).max_origins == n
+    for bad in (0, (1 << 20) + 1):
+        with pytest.raises(ValueError, match="max_origins"):
+            SyncConfig(max_origins=bad)
+    m = Manifest.from_named_shapes({"w": (4,)})
+    assert Engine(m, SyncConfig(max_origins=3), 1, 1).state.max_origins == 3

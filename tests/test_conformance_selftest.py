@@ -31,6 +31,30 @@ FAULTS: dict[str, list[str]] = {
     "stdout_log": ["Required.protocol.framing.stdout_json_lines"],
     "wrong_seq": ["Required.protocol.framing.seq_echo"],
     "crash": ["Required.protocol.lifecycle.no_crash"],
+    # REQ: DF-CNF-30
+    "over_claim": ["Required.protocol.hello.claims"],
+    "claimed_unsupported": ["Required.receive.step.plain_apply", "Required.receive.step.duplicate"],
+    # REQ: DF-GEN-30
+    "split_actual_size": [
+        "Required.generate.exact.split_one_past_estimate_limit",
+        "Required.generate.exact.split_f16_pieces_fit_as_f32",
+    ],
+    # REQ: DF-RCV-30
+    "relayed_excludes_dropped": ["Required.receive.step.relay_dropped_oversize"],
+}
+#: registry members of a fake that differ from the reference driver's (what its hello says)
+REGISTRY_OVERRIDES: dict[str, dict[str, Any]] = {
+    "over_claim": {
+        "capabilities": [
+            "decode",
+            "encode",
+            "generate",
+            "generate.fast",
+            "receive",
+            "encoding.f16",
+            "encoding.bf16",
+        ]
+    },
 }
 
 
@@ -39,7 +63,14 @@ def _registry(tmp: Path, fakes: list[str], with_python: bool = True) -> Path:
     python = next(i for i in ref if i["name"] == "python")
     impls = [python] if with_python else []
     for f in fakes:
-        impls.append({**python, "name": f, "command": ["{python}", f"tests/fake_drivers/{f}.py"]})
+        impls.append(
+            {
+                **python,
+                "name": f,
+                "command": ["{python}", f"tests/fake_drivers/{f}.py"],
+                **REGISTRY_OVERRIDES.get(f, {}),
+            }
+        )
     path = tmp / "implementations.json"
     path.write_text(json.dumps({"version": 1, "implementations": impls}))
     return path
@@ -114,6 +145,13 @@ def test_faults_are_blamed_on_the_faulty_driver_only(
     _rc, _out, results, _dir = fake_run
     tests = _by_impl(results)
     # a fake whose fault is in one command fails nothing else (faults with restarts cascade by design)
+    # the 1.0 misreadings pass every other vector: only the 1.1 boundary vectors tell them apart
+    assert {t for t, r in tests["split_actual_size"].items() if r["result"] == "failed"} == set(
+        FAULTS["split_actual_size"]
+    )
+    assert {
+        t for t, r in tests["relayed_excludes_dropped"].items() if r["result"] == "failed"
+    } == set(FAULTS["relayed_excludes_dropped"])
     assert {t for t, r in tests["wrong_code"].items() if r["result"] == "failed"} == {
         "Required.decode.invalid.hop_limit_exceeded",
         "Required.decode.invalid.hop_limit_255",
@@ -258,3 +296,40 @@ def test_live_python_x_python_exchange(tmp_path: Path, capsys: pytest.CaptureFix
         (tmp_path / "out" / "live" / "exchange" / "python_x_python" / "events.json").read_text()
     )
     assert {e["op"] for e in events["b"]} >= {"join", "wait_alive", "wait", "report", "leave"}
+
+
+def test_claims_are_enforced(fake_run: tuple[int, str, dict[str, Any], Path]) -> None:
+    # REQ: DF-CNF-30
+    # REQ: DF-CNF-1
+    _rc, _out, results, out = fake_run
+    tests = _by_impl(results)
+    # the reference driver's claim (codec, engine, node) is accepted
+    assert tests["python"]["Required.protocol.hello.claims"]["result"] == "passed"
+    # over-claiming: refused, with the missing capabilities named
+    msg = tests["over_claim"]["Required.protocol.hello.claims"]["message"]
+    assert "node" in msg and "peer" in msg
+    # a claimed target's REQUIRED test answered skipped is a failure, not "unsupported"
+    r = tests["claimed_unsupported"]["Required.receive.step.plain_apply"]
+    assert r["result"] == "failed" and "claims the engine target" in r["message"]
+    # an OPTIONAL feature's test stays unsupported when the feature is not declared: the reference
+    # runs all of them, so check the rule on the units instead
+    from delta_fabric_conformance.claims import unsupported_claim_failure
+
+    assert (
+        unsupported_claim_failure(
+            "Required.decode.valid.f16_basic", ["codec"], ["decode"], ["encoding.f16"]
+        )
+        is None
+    )
+    assert unsupported_claim_failure("Required.decode.valid.f16_basic", [], ["decode"]) is None
+    assert unsupported_claim_failure("Required.live.torch_x_burn.exchange", ["engine"], []) is None
+    assert (
+        unsupported_claim_failure("Required.live.torch_x_burn.exchange", ["node"], []) is not None
+    )
+    # matrix.md shows the claims per implementation
+    matrix = (out / "matrix.md").read_text()
+    assert "## Claims" in matrix
+    assert "| `over_claim` | claim refused" in matrix
+    assert "claims: codec, engine, node" in matrix
+    row = next(ln for ln in matrix.splitlines() if ln.startswith("| `claimed_unsupported` |"))
+    assert "**fails**" in row

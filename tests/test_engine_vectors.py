@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 from delta_fabric.config import SyncConfig
-from delta_fabric.engine import Engine
+from delta_fabric.engine import Engine, NonFiniteDelta
 from delta_fabric.manifest import Manifest
 from delta_fabric.replay import ReceiverState
 from delta_fabric.wire import Packet, decode_packet, encode_packet, packet_to_json
@@ -63,7 +63,8 @@ def test_generate_vector(row: dict[str, Any]) -> None:
     cfg = SyncConfig.from_json(case["config"])
     node = case["node"]
     active = _from_bits(case["active_bits"])
-    assert np.array_equal(active, np.array(case["active"], dtype=np.float32))
+    numbers = np.array([float(x) for x in case["active"]], dtype=np.float32)  # "nan", "inf" too
+    assert np.array_equal(active, numbers, equal_nan=True)
     eng = Engine(
         manifest,
         cfg,
@@ -73,8 +74,16 @@ def test_generate_vector(row: dict[str, Any]) -> None:
     )
     eng.next_seq = case["seq_start"]
     assert cfg.num_selected(manifest.num_params) == case["k"]
-    entries = eng.generate(active, fast=case["fast"])
     exp = case["expected"]
+    if "error" in exp:
+        # REQ: DF-GEN-9 -- a failed generation changes nothing
+        assert exp["error"] == "NON_FINITE" and exp["entries"] == []
+        with pytest.raises(NonFiniteDelta):
+            eng.generate(active, fast=case["fast"])
+        assert eng.next_seq == exp["next_seq"] == case["seq_start"]
+        assert _bits(eng.anchor) == exp["anchor_bits"] == case["anchor_bits"]
+        return
+    entries = eng.generate(active, fast=case["fast"])
     got = [_entry(e) for e in entries]
     want = [_strip(e) for e in exp["entries"]]
     if exp["exact_split"]:
@@ -90,6 +99,7 @@ def test_generate_vector(row: dict[str, Any]) -> None:
         seqs = [e["seq"] for e in got]
         assert seqs == list(range(case["seq_start"], case["seq_start"] + len(got)))
         assert len(got) > 1
+        assert all(len(e["indices"]) <= exp["max_entry_values"] for e in got)
         for e in entries:
             one = Packet(eng.node_id, eng.incarnation, manifest.fingerprint, (e,), cfg.encoding)
             assert len(encode_packet(one)) <= cfg.max_packet_size

@@ -181,14 +181,17 @@ def test_codec_target_is_judged_on_codec_vectors_only(tmp_path: Path) -> None:
         "command": [sys.executable, str(driver)],
         "build": "",
         "capabilities": ["decode", "encode"],
+        "claims": ["codec"],
     }
     reg = tmp_path / "implementations.json"
     reg.write_text(json.dumps({"version": 1, "implementations": [impl]}))
     rc, results, _ = _run_suite(tmp_path, reg, "codec")
     by_id = {t["id"]: t for t in results["tests"]}
-    # REQ: DF-CNF-1 -- the claim names its target through its capabilities
+    # REQ: DF-CNF-1 -- the claim names its target (hello's claims, DF-CNF-30) and its capabilities
     (claim,) = results["implementations"]
     assert sorted(claim["capabilities"]) == ["decode", "encode"]
+    assert claim["claims"] == ["codec"]
+    assert by_id["Required.protocol.hello.claims"]["result"] == "passed"
     node_only = 0
     for row in _vector_rows():
         if row["kind"] == "encode":

@@ -114,6 +114,39 @@ def test_vectors_count_only_for_implementations_that_run_them(tmp_path: Path) ->
     assert decode_only <= rust.keys() and not decode_only & python.keys()
 
 
+def test_vectors_of_an_optional_feature_count_only_where_it_is_declared(tmp_path: Path) -> None:
+    """A vector that needs an OPTIONAL feature (index ``features``, e.g. ``encoding.f16``) covers nothing
+    for an implementation that does not declare it: its driver answers ``skipped`` there (issue 10,
+    What to build 6: per implementation, only what runs against it)."""
+    import json
+    import shutil
+
+    for rel in ("spec/protocol.md", "spec/traceability.json", "conformance/vectors/index.json"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / rel, tmp_path / rel)
+    (tmp_path / "conformance" / "scenarios").mkdir()
+    (tmp_path / "conformance" / "expected-failures").mkdir()
+    registry = json.loads((ROOT / "interop" / "implementations.json").read_text())
+    for impl in registry["implementations"]:
+        if impl["name"] == "rust":
+            impl["capabilities"] = [c for c in impl["capabilities"] if c != "encoding.f16"]
+    (tmp_path / "interop").mkdir()
+    (tmp_path / "interop" / "implementations.json").write_text(json.dumps(registry))
+    cites = tr.collect(tmp_path)
+    rows = json.loads((ROOT / "conformance" / "vectors" / "index.json").read_text())["vectors"]
+    f16 = [r for r in rows if "encoding.f16" in r.get("features", [])]
+    assert f16, "the index marks the vectors that need F16"
+    only = {rid for r in f16 for rid in r["requirements"]}
+    only -= {rid for r in rows if r not in f16 for rid in r["requirements"]}
+    rust, python = cites.by_target.get("rust", {}), cites.by_target.get("python", {})
+    for rid in only:
+        assert not any(p.startswith("vector:") for p in rust.get(rid, set())), rid
+        assert any(p.startswith("vector:") for p in python.get(rid, set())), rid
+    # and the vectors that need F16 do not count for rust at all
+    f16_places = {f"vector:{r['id']}" for r in f16}
+    assert not any(f16_places & set(places) for places in rust.values())
+
+
 def test_not_applicable_ids_are_must_ids_that_nothing_covers() -> None:
     """An id excluded for an implementation is a MUST id, and not one its own tests cover (then it
     applies after all, and the exclusion is stale)."""

@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 from delta_fabric.config import SyncConfig
-from delta_fabric.engine import Engine
+from delta_fabric.engine import Engine, NonFiniteDelta, max_values_per_entry
+from delta_fabric.errors import DecodeError
 from delta_fabric.manifest import Manifest
 from delta_fabric.replay import Admission, ReceiverState
 from delta_fabric.wire import (
@@ -76,8 +77,14 @@ def f32_from_bits(bits: Sequence[str]) -> NDArray[np.float32]:
     return np.array([int(b, 16) for b in bits], dtype=np.uint32).view(np.float32)
 
 
-def floats(a: NDArray[np.float32]) -> list[float]:
-    out: list[float] = np.asarray(a, dtype=np.float32).astype(np.float64).tolist()
+def floats(a: NDArray[np.float32]) -> list[float | str]:
+    """f32 values as JSON numbers; non-finite ones as ``"nan"``, ``"inf"``, ``"-inf"`` (driver
+    protocol, section 4)."""
+    out: list[float | str] = []
+    for x in np.asarray(a, dtype=np.float32).astype(np.float64).tolist():
+        out.append(
+            x if np.isfinite(x) else ("nan" if np.isnan(x) else ("inf" if x > 0 else "-inf"))
+        )
     return out
 
 
@@ -96,6 +103,23 @@ def entry_json(e: Entry) -> dict[str, Any]:
         "values": floats(e.values),
         "values_bits": f32_bits(e.values),
     }
+
+
+def _features(encodings: Sequence[ValueEncoding]) -> dict[str, list[str]]:
+    """The OPTIONAL features a vector needs (index ``features``, DF-CNF-30): 16-bit encodings."""
+    names = {F16: "encoding.f16", BF16: "encoding.bf16"}
+    feats = sorted({names[e] for e in encodings if e in names})
+    return {"features": feats} if feats else {}
+
+
+def _packet_encodings(packets: Sequence[bytes]) -> list[ValueEncoding]:
+    out = []
+    for buf in packets:
+        try:
+            out.append(decode_packet(buf).encoding)
+        except DecodeError:
+            pass  # a packet that does not decode needs no encoding support
+    return out
 
 
 def _dump(path: Path, obj: Any) -> None:
@@ -136,10 +160,12 @@ class GenCase:
     # False: the split points depend on the implementation's size accounting
     exact_split: bool = True
     manifest: Manifest = MANIFEST
+    # DF-GEN-9: the generation fails as a whole with this code
+    error: str | None = None
 
 
 def _brute_force(d: NDArray[np.float32], k: int) -> list[int]:
-    cand = [i for i in range(d.size) if d[i] != 0]
+    cand = [i for i in range(d.size) if d[i] != 0 and not np.isnan(d[i])]
     cand.sort(key=lambda i: (-abs(float(d[i])), i))
     return sorted(cand[:k])
 
@@ -217,12 +243,16 @@ def generate_cases() -> list[GenCase]:
             manifest=WIDE_MANIFEST,
         ),
         GenCase(
-            "k_clamped_to_one",
-            "ceil(24 * 1e-9) = 1.",
-            ["DF-GEN-2"],
+            "k_smallest_ratio",
+            "ratio = 5e-324, the smallest positive binary64 (subnormal): N * ratio = 1.2e-322 is "
+            "positive, so k = ceil(1.2e-322) = 1 (DF-GEN-2 erratum 1.1: k = ceil(N * ratio) is always "
+            "in [1, N], the 1.0 clamps never act). A node that rounds ratio to f32 (0) or uses floor "
+            "or round gets k = 0 and sends nothing. Replaces k_clamped_to_one (ratio 1e-9), whose "
+            "name promised a clamp that cannot act.",
+            ["DF-GEN-2", "DF-PAR-2"],
             _pattern(5, 17, 8, 3.0),
             np.zeros(N, dtype=np.float32),
-            SyncConfig(ratio=1e-9),
+            SyncConfig(ratio=5e-324),
         ),
         GenCase(
             "f32_inexact_difference",
@@ -276,6 +306,68 @@ def generate_cases() -> list[GenCase]:
             seq_start=41,
             exact_split=False,
         ),
+        # DF-GEN-6 (erratum 1.1): the trigger is the size estimate 288 + 8 n of a one-entry packet
+        GenCase(
+            "split_at_estimate_limit",
+            "k = 24, max_packet_size 480 = 160 + 128 + 8 * 24: the estimate equals the limit, so the "
+            "entry is not split (the boundary of DF-GEN-6 is inclusive).",
+            ["DF-GEN-6", "DF-GEN-30"],
+            _pattern(3, 31, 15, 4.0) + _f32([0.0625] * N),
+            np.zeros(N, dtype=np.float32),
+            SyncConfig(ratio=1.0, max_packet_size=480),
+            seq_start=41,
+        ),
+        GenCase(
+            "split_one_past_estimate_limit",
+            "k = 24, max_packet_size 479: the estimate 480 is one byte past the limit, so the origin "
+            "splits into pieces of at most floor((479 - 288) / 8) = 23 values, although the 24 values "
+            "encode to about 360 bytes (a node that splits on the actual size does not split).",
+            ["DF-GEN-6", "DF-GEN-30"],
+            _pattern(3, 31, 15, 4.0) + _f32([0.0625] * N),
+            np.zeros(N, dtype=np.float32),
+            SyncConfig(ratio=1.0, max_packet_size=479),
+            seq_start=41,
+            exact_split=False,
+        ),
+        GenCase(
+            "split_f16_pieces_fit_as_f32",
+            "F16, k = 24, max_packet_size 340: the 24 F16 values fit one packet (about 320 bytes) but "
+            "the same entry re-encoded as F32 by a relay would not (about 360 bytes). The estimate "
+            "(8 bytes per value for every encoding) splits into pieces of at most 6 values, each of "
+            "which a relay can re-encode as F32 (DF-GEN-11).",
+            ["DF-GEN-6", "DF-GEN-11", "DF-GEN-30"],
+            _pattern(3, 31, 15, 4.0) + _f32([0.0625] * N),
+            np.zeros(N, dtype=np.float32),
+            SyncConfig(ratio=1.0, max_packet_size=340, encoding=F16),
+            seq_start=41,
+            exact_split=False,
+        ),
+        GenCase(
+            "infinite_delta_fails",
+            "d[5] = +inf (active[5] = +inf): the generation fails as a whole (DF-GEN-9): no entry, the "
+            "seq is not consumed, the anchor is unchanged; the driver answers ok with "
+            '"error": "NON_FINITE" (erratum 1.1, driver protocol 5.4).',
+            ["DF-GEN-9", "DF-GEN-31"],
+            _f32([np.inf if i == 5 else 0.25 * (i + 1) for i in range(N)]),
+            np.zeros(N, dtype=np.float32),
+            SyncConfig(ratio=0.25),
+            seq_start=9,
+            error="NON_FINITE",
+        ),
+        GenCase(
+            "nan_delta_not_selected",
+            "d[3] = NaN and d[7] = -inf - (-inf) = NaN are never candidates (DF-GEN-9), however large k "
+            "is; the other deltas are sent.",
+            ["DF-GEN-9", "DF-GEN-3"],
+            _f32(
+                [
+                    np.nan if i == 3 else (-np.inf if i == 7 else 0.5 * (i % 5) - 1.0)
+                    for i in range(N)
+                ]
+            ),
+            _f32([-np.inf if i == 7 else 0.0 for i in range(N)]),
+            SyncConfig(ratio=1.0),
+        ),
     ]
     return cases
 
@@ -285,9 +377,12 @@ def _write_generate(vectors_dir: Path, case: GenCase) -> dict[str, Any]:
     eng.next_seq = case.seq_start
     k = case.config.num_selected(case.manifest.num_params)
     active = case.active.copy()
+    if case.error is not None:
+        return _write_failed_generate(vectors_dir, case, eng, k)
     entries = eng.generate(active)
     # independent cross-check of the engine's result
-    d = case.active - case.anchor
+    with np.errstate(invalid="ignore"):
+        d = case.active - case.anchor
     want = _brute_force(d, k)
     sent_idx = [int(i) for e in entries for i in e.indices]
     assert sent_idx == want, (case.name, sent_idx, want)
@@ -300,10 +395,11 @@ def _write_generate(vectors_dir: Path, case: GenCase) -> dict[str, Any]:
     assert [e.seq for e in entries] == list(range(case.seq_start, case.seq_start + len(entries)))
     packets = eng.pack(entries, [])
     assert all(len(p) <= case.config.max_packet_size for p in packets)
+    per = max_values_per_entry(case.config.max_packet_size)
+    assert all(e.indices.size <= per for e in entries)
+    assert (len(entries) > 1) == (len(want) > per), "DF-GEN-6: split exactly when n > n_max"
     if case.exact_split:
-        assert len(entries) <= 1, "only the split vector may carry several entries"
-    else:
-        assert len(entries) > 1, "the split vector must split"
+        assert len(entries) <= 1, "split points are implementation-defined: exact_split false"
 
     rel = f"generate/{case.name}"
     _dump(
@@ -323,6 +419,7 @@ def _write_generate(vectors_dir: Path, case: GenCase) -> dict[str, Any]:
             "anchor_bits": f32_bits(case.anchor),
             "expected": {
                 "exact_split": case.exact_split,
+                **({} if case.exact_split else {"max_entry_values": per}),
                 "entries": [entry_json(e) for e in entries],
                 "next_seq": eng.next_seq,
                 "anchor": floats(eng.anchor),
@@ -337,6 +434,54 @@ def _write_generate(vectors_dir: Path, case: GenCase) -> dict[str, Any]:
         "path": rel,
         "requirements": sorted(set(case.requirements)),
         "expect": {"entries": len(entries), "values": len(sent_idx)},
+        **_features([case.config.encoding]),
+    }
+
+
+def _write_failed_generate(vectors_dir: Path, case: GenCase, eng: Engine, k: int) -> dict[str, Any]:
+    """DF-GEN-9: a generation that fails changes nothing; the vector expects the error code."""
+    before = eng.anchor.copy()
+    try:
+        eng.generate(case.active.copy())
+    except NonFiniteDelta:
+        pass
+    else:  # pragma: no cover - the generator's own check
+        raise AssertionError(f"{case.name}: generation did not fail")
+    assert eng.next_seq == case.seq_start and f32_bits(eng.anchor) == f32_bits(before)
+    rel = f"generate/{case.name}"
+    _dump(
+        vectors_dir / f"{rel}.json",
+        {
+            "description": case.description,
+            "requirements": sorted(set(case.requirements)),
+            "manifest": case.manifest.to_json(),
+            "config": _config_json(case.config),
+            "node": {"id": hex16(NODE), "incarnation": hex16(NODE_INC)},
+            "seq_start": case.seq_start,
+            "fast": False,
+            "k": k,
+            "active": floats(case.active),
+            "active_bits": f32_bits(case.active),
+            "anchor": floats(case.anchor),
+            "anchor_bits": f32_bits(case.anchor),
+            "expected": {
+                "exact_split": True,
+                "error": case.error,
+                "entries": [],
+                "next_seq": case.seq_start,
+                "anchor": floats(before),
+                "anchor_bits": f32_bits(before),
+                "active_bits": f32_bits(case.active),
+            },
+        },
+    )
+    return {
+        "id": f"generate.{case.name}",
+        "kind": "generate",
+        "path": rel,
+        "requirements": sorted(set(case.requirements)),
+        "expect": {"entries": 0, "values": 0, "error": case.error},
+        **_features([case.config.encoding]),
     }
 
 
@@ -355,6 +500,8 @@ class RecvCase:
     history: list[tuple[int, int, int]] = field(default_factory=list)
     active: NDArray[np.float32] = field(default_factory=lambda: _pattern(7, 13, 6, 16.0))
     anchor: NDArray[np.float32] = field(default_factory=lambda: _pattern(5, 11, 5, 32.0))
+    # how many relay packets the case publishes (the packing vectors of DF-RLY-3/-6 publish several)
+    relay_packets: int = 1
 
 
 def ent(
@@ -400,7 +547,7 @@ def receive_cases() -> list[RecvCase]:
             "aggregate_two_origins_one_index",
             "Index 7 gets 1.5 (B, packet 0), 1e8 (C, packet 1) and -1e8 (D, packet 1): summed in f32 in "
             "arrival order from 0, the 1.5 is absorbed (agg = 0), the node applies that sum once.",
-            ["DF-RCV-6", "DF-RCV-7"],
+            ["DF-RCV-6", "DF-RCV-7", "DF-RCV-30"],
             [
                 pkt(ent(B, B_INC, 1, 0, [3, 7], [0.25, 1.5])),
                 pkt(
@@ -509,7 +656,7 @@ def receive_cases() -> list[RecvCase]:
             "Packet 0 holds a valid entry (B seq 1) and one with an index >= N: the whole packet is "
             "rejected (INDEX_OUT_OF_RANGE), its valid entry is not applied and leaves no trace in the "
             "window, so packet 1 with B seq 1 is accepted.",
-            ["DF-RCV-1"],
+            ["DF-RCV-1", "DF-RCV-30"],
             [
                 pkt(
                     ent(B, B_INC, 1, 0, [0], [9.0]),
@@ -560,16 +707,74 @@ def receive_cases() -> list[RecvCase]:
                 pkt(ent(D, D_INC, 5, 1, [10], [2.0]), sender=C),
             ],
         ),
+        # DF-RLY-3 / DF-RLY-6 (erratum 1.1): packing by the estimate 160 + sum(128 + 8 n), fit alone
+        # by the actual size, a dropped relay entry counted in entries_relayed and
+        # relay_dropped_oversize
+        RecvCase(
+            "relay_packing_at_estimate_limit",
+            "Relay entries of 10 and 5 values, max_packet_size 536 = 160 + (128 + 80) + (128 + 40): "
+            "the estimate equals the limit, so both go into one packet.",
+            ["DF-RLY-3", "DF-RLY-30"],
+            [
+                pkt(ent(B, B_INC, 1, 0, list(range(10)), [0.5] * 10)),
+                pkt(ent(C, C_INC, 1, 0, list(range(10, 15)), [0.25] * 5), sender=C),
+            ],
+            config=SyncConfig(max_packet_size=536),
+        ),
+        RecvCase(
+            "relay_packing_one_past_estimate_limit",
+            "The same relay entries with max_packet_size 535: the estimate 536 is one byte past the "
+            "limit, so the second entry starts a second packet (together they encode to about 330 "
+            "bytes: a node that packs by the actual size makes one packet).",
+            ["DF-RLY-3", "DF-RLY-30"],
+            [
+                pkt(ent(B, B_INC, 1, 0, list(range(10)), [0.5] * 10)),
+                pkt(ent(C, C_INC, 1, 0, list(range(10, 15)), [0.25] * 5), sender=C),
+            ],
+            config=SyncConfig(max_packet_size=535),
+            relay_packets=2,
+        ),
+        RecvCase(
+            "relay_alone_when_estimate_exceeds",
+            "max_packet_size 400 (estimate room: 14 values); B's entry of 20 F32 values (from a node "
+            "that split by the actual size, about 330 bytes) has the estimate 448 > 400 but fits "
+            "alone: it is relayed alone in its own packet, between C's and D's entries, which are "
+            "not packed with it.",
+            ["DF-RLY-3", "DF-RLY-6", "DF-RLY-30"],
+            [
+                pkt(ent(C, C_INC, 1, 0, [0, 1, 2], [1.0, 2.0, 3.0]), sender=C),
+                pkt(ent(B, B_INC, 1, 0, list(range(20)), [0.125] * 20)),
+                pkt(ent(D, D_INC, 1, 1, [23], [4.0]), sender=C),
+            ],
+            config=SyncConfig(max_packet_size=400),
+            relay_packets=3,
+        ),
+        RecvCase(
+            "relay_dropped_oversize",
+            "max_packet_size 340, node sends F32: B's F16 entry of 24 values arrives in a packet of "
+            "about 320 bytes; re-encoded as F32 it needs about 360, so it is applied, counted in "
+            "entries_relayed (produced) and in relay_dropped_oversize, and not published; C's entry "
+            "is relayed.",
+            ["DF-RLY-6", "DF-RLY-30", "DF-RCV-10", "DF-RCV-30"],
+            [
+                pkt(ent(B, B_INC, 1, 0, list(range(N)), [0.5] * N), enc=F16),
+                pkt(ent(C, C_INC, 1, 0, [3], [1.0]), sender=C),
+            ],
+            config=SyncConfig(max_packet_size=340),
+        ),
     ]
 
 
 def _counters_json(eng: Engine) -> dict[str, Any]:
     c = eng.counters.to_json()
     return {
+        "packets_received": c["packets_received"],
         "packets_accepted": c["packets_accepted"],
         "packets_rejected": c["packets_rejected"],
         "entries_accepted": c["entries_accepted"],
         "entries_relayed": c["entries_relayed"],
+        "values_applied": c["values_applied"],
+        "relay_dropped_oversize": eng.relay_dropped_oversize,
         "errors": c["errors"],
         "drops": {
             r: c["drops"][r] for r in ("own_origin", "duplicate", "too_old", "stale_incarnation")
@@ -611,7 +816,11 @@ def _write_receive(vectors_dir: Path, case: RecvCase) -> dict[str, Any]:
     assert f32_bits(active) == f32_bits(want_active) and f32_bits(eng.anchor) == f32_bits(
         want_anchor
     )
-    assert len(relay_packets) <= 1  # small cases: packing is not what these vectors check
+    want_packets = (
+        case.relay_packets if res.relay and len(res.relay) > eng.relay_dropped_oversize else 0
+    )
+    assert len(relay_packets) == want_packets, (case.name, len(relay_packets))
+    assert all(len(p) <= case.config.max_packet_size for p in relay_packets)
 
     d = vectors_dir / "receive" / case.name
     if d.exists():
@@ -664,6 +873,7 @@ def _write_receive(vectors_dir: Path, case: RecvCase) -> dict[str, Any]:
         "path": f"receive/{case.name}",
         "requirements": sorted(set(case.requirements)),
         "expect": {"rejections": rejections, "accepted_entries": res.accepted_entries},
+        **_features([case.config.encoding, *_packet_encodings(case.packets)]),
     }
 
 

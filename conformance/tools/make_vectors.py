@@ -155,9 +155,28 @@ INC_B = 1
 INC_C = 0x0000000000000777
 
 
+#: Allowed ranges of a decode context (DF-PAR-5, DF-PAR-6; N of DF-MAN-3 with u32 indices): the
+#: generator refuses a vector outside them, as the runner does (erratum 1.1: ``oversize`` once used 295).
+CONTEXT_RANGES = {
+    "hop_limit": (0, 255),
+    "max_packet_size": (296, 2**31 - 1),
+    "num_params": (1, 2**32 - 1),
+}
+
+
 def context(
     manifest: Manifest = VECTOR_MANIFEST, max_packet_size: int = DEFAULT_MAX_PACKET_SIZE
 ) -> dict[str, Any]:
+    values = {
+        "hop_limit": HOP_LIMIT,
+        "max_packet_size": max_packet_size,
+        "num_params": manifest.num_params,
+    }
+    for name, (lo, hi) in CONTEXT_RANGES.items():
+        if not lo <= values[name] <= hi:
+            raise ValueError(
+                f"context {name} {values[name]} outside its allowed range [{lo}, {hi}]"
+            )
     return {
         "fingerprint": manifest.fingerprint.hex(),
         "num_params": manifest.num_params,
@@ -732,6 +751,10 @@ def invalid_cases() -> list[InvalidCase]:
     good = encode_packet(
         packet(base_entry(), entry(ORIGIN_B, INC_B, 3, 1, [1, 2, 3], [1.0, 2.0, 3.0]))
     )
+    # oversize: large enough that one byte less is still an allowed max_packet_size (>= 296)
+    big = encode_packet(
+        packet(base_entry(), entry(ORIGIN_B, INC_B, 3, 1, list(range(20)), [0.5] * 20))
+    )
     root = root_table(good)
     e0 = entry_table(good, 0)
     e1 = entry_table(good, 1)
@@ -760,10 +783,11 @@ def invalid_cases() -> list[InvalidCase]:
     cases = [
         InvalidCase(
             "oversize",
-            "A valid packet one byte longer than the context's max_packet_size.",
+            "A valid packet one byte longer than the context's max_packet_size (which is within "
+            "its allowed range, DF-PAR-6).",
             ErrorCode.OVERSIZE,
-            good,
-            max_packet_size=len(good) - 1,
+            big,
+            max_packet_size=len(big) - 1,
         ),
         InvalidCase("empty_buffer", "Zero bytes.", ErrorCode.BAD_IDENTIFIER, b""),
         InvalidCase(
@@ -1143,6 +1167,17 @@ def invalid_cases() -> list[InvalidCase]:
 # ------------------------------------------------------------------------------------------------
 # Writing
 # ------------------------------------------------------------------------------------------------
+def features_of(encodings: Sequence[ValueEncoding], fast: bool = False) -> dict[str, list[str]]:
+    """The index row's ``features``: the OPTIONAL features (driver capabilities) a vector needs, so
+    that a claimed target's test of a feature the implementation does not offer may stay unsupported
+    (DF-CNF-30). Empty (no member) for a vector that needs none."""
+    names = {ValueEncoding.F16: "encoding.f16", ValueEncoding.BF16: "encoding.bf16"}
+    feats = sorted(
+        {names[e] for e in encodings if e in names} | ({"generate.fast"} if fast else set())
+    )
+    return {"features": feats} if feats else {}
+
+
 def _dump_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=2, allow_nan=False) + "\n", encoding="utf-8")
 
@@ -1201,6 +1236,7 @@ def write_decode_vectors(vectors_dir: Path) -> list[dict[str, Any]]:
                 "path": rel,
                 "requirements": reqs,
                 "expect": "ok",
+                **features_of([got.encoding]),
             }
         )
     for c in invalid_cases():

@@ -11,8 +11,10 @@ implementation:
   or by glob, optionally per top-level function (``{"*": default, "test_name": other}``): nothing is guessed;
 * a conformance vector (``conformance/vectors/index.json``) whose ``requirements`` list names the id, when
   the implementation's entry in ``interop/implementations.json`` declares the capability the runner needs
-  to run it (the vector's kind, ``generate.fast`` for fast-mode generation) and its expected-failure list
-  (``conformance/expected-failures/<impl>.txt``) does not name the test;
+  to run it (the vector's kind, ``generate.fast`` for fast-mode generation) and every OPTIONAL feature the
+  vector needs (its index row's ``features``, e.g. ``encoding.f16``: a driver without it answers
+  ``skipped``), and its expected-failure list (``conformance/expected-failures/<impl>.txt``) does not name
+  the test;
 * a live scenario (``conformance/scenarios/*.json``) whose ``requirements`` name the id, under the same two
   conditions with the scenario's ``capabilities`` (default ``["peer"]``).
 
@@ -299,11 +301,12 @@ def collect(root: Path = ROOT, smap: SourceMap | None = None) -> Citations:
 
     index = root / "conformance" / "vectors" / "index.json"
     for row in json.loads(index.read_text(encoding="utf-8"))["vectors"]:
-        place, need, tid = f"vector:{row['id']}", _vector_needs(root, row), _vector_test_id(row)
+        place, tid = f"vector:{row['id']}", _vector_test_id(row)
+        needs = {_vector_needs(root, row), *(str(f) for f in row.get("features", []))}
         for rid in _json_requirements(row):
             cites.add(None, rid, place)
             for name in impls:
-                if need in caps[name] and not _xfail(xfails[name], [tid]):
+                if needs <= caps[name] and not _xfail(xfails[name], [tid]):
                     cites.add(name, rid, place)
 
     for path in sorted((root / "conformance" / "scenarios").glob("*.json")):

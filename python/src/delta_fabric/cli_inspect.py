@@ -1,4 +1,4 @@
-"""`delta-fabric inspect`: decode a packet file and print it as JSON (spec section 8).
+"""`delta-fabric inspect`: decode a packet file and print it as JSON (spec Appendix B.2).
 
 Exit status: 0 valid packet (JSON of the packet on stdout); 1 rejected packet (``{"error": CODE,
 "detail":

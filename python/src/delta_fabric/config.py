@@ -1,4 +1,4 @@
-"""Protocol parameters of one node (spec section 1, DF-PAR), validated at construction."""
+"""Protocol parameters of one node (spec section 3, DF-PAR), validated at construction."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from delta_fabric.encodings import ValueEncoding, codec
+from delta_fabric.replay import DEFAULT_MAX_ORIGINS
 from delta_fabric.wire import PACKET_OVERHEAD_BOUND, encoded_size_bound
 
-__all__ = ["MIN_MAX_PACKET_SIZE", "SyncConfig"]
+__all__ = ["DEFAULT_MAX_ORIGINS", "MAX_MAX_ORIGINS", "MIN_MAX_PACKET_SIZE", "SyncConfig"]
 
 #: Smallest accepted ``max_packet_size``: a packet with one entry of one value (by the wire's size bound).
 MIN_MAX_PACKET_SIZE = PACKET_OVERHEAD_BOUND + encoded_size_bound(1)
@@ -19,6 +20,8 @@ MIN_MAX_PACKET_SIZE = PACKET_OVERHEAD_BOUND + encoded_size_bound(1)
 _MAX_HOPS = 255
 #: Largest replay window accepted (bits per (origin, incarnation)); keeps the receiver state bounded.
 _MAX_REPLAY_WINDOW = 1 << 20
+#: Largest ``max_origins`` (DF-PAR-30, DF-SEC-30); the default is the receiver's 4096.
+MAX_MAX_ORIGINS = 1 << 20
 
 
 def _check_int(name: str, value: object, lo: int, hi: int | None = None) -> None:
@@ -43,7 +46,8 @@ class SyncConfig:
     """Parameters of DF-PAR with the spec's defaults (section 3).
 
     ``alpha`` in (0, 1]; ``ratio`` in (0, 1]; ``relay_threshold`` >= 0; ``hop_limit`` in [0, 255];
-    ``max_packet_size`` >= `MIN_MAX_PACKET_SIZE`; ``replay_window`` in [1, 2**20]; ``max_incarnations`` >= 1.
+    ``max_packet_size`` >= `MIN_MAX_PACKET_SIZE`; ``replay_window`` in [1, 2**20]; ``max_incarnations`` >= 1;
+    ``max_origins`` in [1, 2**20] (DF-PAR-30: the origin bound of DF-SEC-2).
     ``encoding`` is the send encoding (own and relayed entries); ``include_buffers`` selects floating
     buffers into the manifest (DF-MAN-4).
     """
@@ -58,6 +62,7 @@ class SyncConfig:
     max_incarnations: int = 4
     encoding: ValueEncoding = ValueEncoding.F32
     include_buffers: bool = False
+    max_origins: int = DEFAULT_MAX_ORIGINS
 
     def __post_init__(self) -> None:
         alpha = _check_float("alpha", self.alpha)
@@ -74,6 +79,7 @@ class SyncConfig:
         _check_int("max_packet_size", self.max_packet_size, MIN_MAX_PACKET_SIZE, 2**31 - 1)
         _check_int("replay_window", self.replay_window, 1, _MAX_REPLAY_WINDOW)
         _check_int("max_incarnations", self.max_incarnations, 1, 1 << 16)
+        _check_int("max_origins", self.max_origins, 1, MAX_MAX_ORIGINS)
         encoding = codec(self.encoding).encoding  # ValueError naming the table's encodings
         if not isinstance(self.include_buffers, bool):
             raise TypeError("include_buffers must be a bool")
@@ -99,6 +105,10 @@ class SyncConfig:
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["encoding"] = codec(self.encoding).name
+        if self.max_origins == DEFAULT_MAX_ORIGINS:
+            del d[
+                "max_origins"
+            ]  # added in 1.1: written only when set (as the Rust SyncConfig does)
         return d
 
     @classmethod

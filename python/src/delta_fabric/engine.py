@@ -22,7 +22,7 @@ from delta_fabric.config import SyncConfig
 from delta_fabric.encodings import codec
 from delta_fabric.errors import DecodeError, ErrorCode
 from delta_fabric.manifest import Manifest
-from delta_fabric.replay import DEFAULT_MAX_ORIGINS, Admission, Counters, ReceiverState
+from delta_fabric.replay import Admission, Counters, ReceiverState
 from delta_fabric.selection import Selector
 from delta_fabric.wire import (
     PACKET_OVERHEAD_BOUND,
@@ -34,7 +34,14 @@ from delta_fabric.wire import (
     validate_packet,
 )
 
-__all__ = ["AcceptedEntry", "Engine", "ReceiveResult", "Snapshot", "max_values_per_entry"]
+__all__ = [
+    "AcceptedEntry",
+    "Engine",
+    "NonFiniteDelta",
+    "ReceiveResult",
+    "Snapshot",
+    "max_values_per_entry",
+]
 
 _U64_MAX = (1 << 64) - 1
 
@@ -62,6 +69,15 @@ def max_values_per_entry(max_packet_size: int) -> int:
         else:
             hi = mid - 1
     return lo
+
+
+class NonFiniteDelta(ValueError):
+    """DF-GEN-9: a generation failed as a whole because a delta is infinite (nothing changed; a
+    conformance driver answers it as ``"error": "NON_FINITE"``). ``index`` is the first such index."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__(f"cannot generate: the delta holds an infinite value at index {index}")
+        self.index = index
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,9 +165,10 @@ class Engine:
         incarnation: int,
         anchor: NDArray[np.float32] | None = None,
         *,
-        max_origins: int = DEFAULT_MAX_ORIGINS,
+        max_origins: int | None = None,
     ) -> None:
-        """``anchor`` (copied) is normally the initial weights, identical on every node; zeros if None."""
+        """``anchor`` (copied) is normally the initial weights, identical on every node; zeros if None.
+        ``max_origins`` overrides ``config.max_origins`` (DF-PAR-30)."""
         if manifest.num_params < 1:
             raise ValueError("the manifest holds no value")
         self.manifest = manifest
@@ -167,7 +184,7 @@ class Engine:
             self.node_id,
             window=config.replay_window,
             max_incarnations=config.max_incarnations,
-            max_origins=max_origins,
+            max_origins=config.max_origins if max_origins is None else max_origins,
         )
         self.counters = Counters()
         self.entries_generated = 0
@@ -216,8 +233,9 @@ class Engine:
 
         Returns own entries (hops 0, consecutive fresh seqs, disjoint ascending index ranges, each small
         enough for one packet); updates the anchor with the decoded sent values (error feedback). Returns
-        ``[]`` (no seq consumed) when ``active == anchor`` everywhere. Raises ``ValueError`` without any
-        change when a selected delta is infinite. NaN deltas are never selected.
+        ``[]`` (no seq consumed) when ``active == anchor`` everywhere. Raises `NonFiniteDelta` (a
+        ``ValueError``) without any change when a selected delta is infinite. NaN deltas are never
+        selected.
         """
         self._check_active(active)
         n = self.num_params
@@ -225,15 +243,17 @@ class Engine:
             self._selector = Selector(n)
             self._d = np.empty(n, dtype=np.float32)
         d = self._d
-        np.subtract(active, self._anchor, out=d)  # DF-GEN-1: f32, round to nearest even
+        with np.errstate(invalid="ignore"):  # inf - inf = NaN is a valid delta (DF-GEN-9)
+            np.subtract(active, self._anchor, out=d)  # DF-GEN-1: f32, round to nearest even
         k = self.config.num_selected(n)  # DF-GEN-2
         idx = self._selector.select(d, k, fast=fast)  # DF-GEN-3 (exact) / DF-GEN-7 (fast)
         if idx.size == 0:
             return []  # DF-GEN-8
         # DF-GEN-9: checked on d itself, before encoding: F16/BF16 would clamp an infinity to a
         # finite value. An infinity is the largest magnitude, so it is always among the selected.
-        if not bool(np.isfinite(d[idx]).all()):
-            raise ValueError("cannot generate: the delta holds an infinite value")
+        finite = np.isfinite(d[idx])
+        if not bool(finite.all()):
+            raise NonFiniteDelta(int(idx[int(np.argmin(finite))]))
         # DF-GEN-6: split into entries that fit a packet alone; then, per entry, the values are the
         # decoded values of what is sent (DF-GEN-4, by the encodings table) and the anchor moves by
         # them (DF-GEN-5, error feedback).
@@ -418,7 +438,7 @@ class Engine:
         incarnation: int,
         snapshot: Snapshot,
         *,
-        max_origins: int = DEFAULT_MAX_ORIGINS,
+        max_origins: int | None = None,
     ) -> Engine:
         """A joining node (DF-ZEN-5): anchor = snapshot; use a fresh incarnation and active = anchor."""
         eng = cls(manifest, config, node_id, incarnation, max_origins=max_origins)

@@ -1,4 +1,4 @@
-"""Manifest, canonical flat layout and fingerprint (spec section 2, DF-MAN)."""
+"""Manifest, canonical flat layout and fingerprint (spec section 4, DF-MAN)."""
 
 from __future__ import annotations
 

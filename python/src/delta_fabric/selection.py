@@ -1,4 +1,4 @@
-"""Top-k selection of a delta by magnitude (spec section 3: DF-GEN-3 exact, DF-GEN-7 fast).
+"""Top-k selection of a delta by magnitude (spec sections 5.3 and 5.7: DF-GEN-3 exact, DF-GEN-7 fast).
 
 Both modes share one idea: a threshold estimated from a deterministic strided sample of ``|d|``, one
 compare pass and one ``np.flatnonzero`` give a candidate set ``C = {i : |d[i]| >= t}`` of size ``O(k)``;

@@ -26,7 +26,7 @@ from delta_fabric.cli_support import (
 )
 
 from delta_fabric_conformance import __version__
-from delta_fabric_conformance.suite import ENV_VAR, Suite, SuiteNotFound, find_suite
+from delta_fabric_conformance.suite import ENV_VAR, Suite, SuiteError, SuiteNotFound, find_suite
 
 __all__ = ["add_arguments", "main", "run", "run_suite"]
 
@@ -239,7 +239,11 @@ def run_suite(args: argparse.Namespace) -> int:
     )
     t0 = time.time()
     runner = Runner(impls, opts)
-    results = runner.run()
+    try:
+        results = runner.run()
+    except SuiteError as exc:
+        print(f"conformance: {exc}", file=sys.stderr)
+        return 2
     coverage = compute_coverage(args.spec, _citations(args.vectors, args.scenarios))
     header: dict[str, Any] = {
         "version": 1,

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from delta_fabric_conformance.claims import TARGETS
+
 __all__ = ["ExpectedFailures", "Implementation", "load_registry"]
 
 
@@ -19,7 +21,9 @@ class Implementation:
 
     ``requires`` lists what the driver needs to start, as ``{"python": [module, ...]}`` (modules importable
     by the runner's Python, which runs ``{python}`` drivers). An ``optional`` implementation whose
-    requirements are missing is reported as skipped with the reason instead of failing.
+    requirements are missing is reported as skipped with the reason instead of failing. ``claims``:
+    the conformance targets the implementation claims (``codec``, ``engine``, ``node``; added in 1.1),
+    which its ``hello`` must state too.
     """
 
     name: str
@@ -31,6 +35,7 @@ class Implementation:
     description: str = ""
     optional: bool = False
     requires_python: tuple[str, ...] = ()
+    claims: tuple[str, ...] = ()
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Implementation:
@@ -46,6 +51,9 @@ class Implementation:
         modules = requires.get("python", [])
         if isinstance(modules, str) or not all(isinstance(m, str) and m for m in modules):
             raise ValueError(f"{d['name']}: requires.python must be a list of module names")
+        claims = d.get("claims", [])
+        if isinstance(claims, str) or not all(c in TARGETS for c in claims):
+            raise ValueError(f"{d['name']}: claims must be a list of targets {list(TARGETS)}")
         optional = d.get("optional", False)
         if not isinstance(optional, bool):
             raise ValueError(f"{d['name']}: optional must be true or false")
@@ -59,6 +67,7 @@ class Implementation:
             description=str(d.get("description", "")),
             optional=optional,
             requires_python=tuple(modules),
+            claims=tuple(str(c) for c in claims),
         )
 
     def missing_requirements(self) -> str | None:

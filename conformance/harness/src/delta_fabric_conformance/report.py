@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from delta_fabric_conformance.claims import TARGETS, implied_targets, target_of
+
 __all__ = [
     "Coverage",
     "compute_coverage",
@@ -140,6 +142,51 @@ def _cell(r: Any) -> str:
     return mark
 
 
+def _claims_md(results: Sequence[Any], header: Mapping[str, Any]) -> list[str]:
+    """The claims table (DF-CNF-30): per implementation and target, whether it is claimed and how its
+    REQUIRED tests came out. A claim holds when the hello check passed and no REQUIRED test of the
+    target failed or stayed unsupported."""
+    heads = [h for h in header.get("implementations", []) if not h.get("skipped")]
+    if not heads:
+        return []
+    out = [
+        "",
+        "## Claims",
+        "",
+        "Targets claimed in `hello` (a claim implies the smaller targets). Cells: REQUIRED tests of "
+        "the target passed / failed / unsupported; **holds** when a claimed target has no failed test.",
+        "",
+        "| implementation | " + " | ".join(TARGETS) + " |",
+        "|---|" + "---|" * len(TARGETS),
+    ]
+    for h in heads:
+        name = h["name"]
+        claimed = implied_targets(h.get("claims", []))
+        refused = any(
+            r.id == "Required.protocol.hello.claims" and r.result == "failed" and name in r.impls
+            for r in results
+        )
+        cells = []
+        for t in TARGETS:
+            mine = [
+                r
+                for r in results
+                if name in r.impls and r.level == "REQUIRED" and target_of(r.id) == t
+            ]
+            n = {k: sum(r.result == k for r in mine) for k in ("passed", "failed", "unsupported")}
+            fig = f"{n['passed']} / {n['failed']} / {n['unsupported']}"
+            if t not in claimed:
+                cells.append(f"not claimed ({fig})")
+            elif refused:
+                cells.append(f"claim refused ({fig})")
+            elif not mine:
+                cells.append("claimed, not run")
+            else:
+                cells.append(("**holds**" if n["failed"] == 0 else "**fails**") + f" ({fig})")
+        out.append(f"| `{name}` | " + " | ".join(cells) + " |")
+    return out
+
+
 def _matrix_md(
     results: Sequence[Any],
     impls: Sequence[str],
@@ -172,8 +219,10 @@ def _matrix_md(
             continue
         lines.append(
             f"- `{h['name']}`: {h.get('language', '?')} / {h.get('framework', '?')} "
-            f"{h.get('version', '')} capabilities: {', '.join(h.get('capabilities', []))}"
+            f"{h.get('version', '')} capabilities: {', '.join(h.get('capabilities', []))}; "
+            f"claims: {', '.join(h.get('claims', [])) or 'none'}"
         )
+    lines += _claims_md(results, header)
     lines += [
         "",
         "✓ passed, ✕ failed, ? unsupported, skip: skipped (optional, not installed); (xfail) listed in expected-failures, (XPASS) listed but passed",

@@ -139,6 +139,9 @@ class ImplRun:
         self.skipped: str | None = None  # why an optional implementation did not run
         self.hello: dict[str, Any] | None = None
         self.caps: set[str] = set()
+        # the targets hello claims (DF-CNF-30), and those the runner accepted (capabilities present)
+        self.claims: tuple[str, ...] = ()
+        self.accepted_claims: tuple[str, ...] = ()
         self.restarts = 0
         self.abandoned: str | None = None
         self.violations: dict[str, list[str]] = {}
@@ -170,6 +173,7 @@ class ImplRun:
             return f"hello name {r.body['name']!r} != registry name {self.impl.name!r}"
         self.hello = r.body
         self.caps = set(r.body["capabilities"])
+        self.claims = tuple(str(c) for c in r.body.get("claims", []))
         return None
 
     def restart(self) -> bool:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from delta_fabric_conformance.claims import claim_problems, unsupported_claim_failure
 from delta_fabric_conformance.client import Reply
 from delta_fabric_conformance.compare import diff_json
 from delta_fabric_conformance.engine_checks import check_engine_result
@@ -27,6 +28,7 @@ from delta_fabric_conformance.results import (
     TestResult,
     level_prefix,
 )
+from delta_fabric_conformance.suite import SuiteError, parameter_problems
 
 __all__ = ["Options", "Runner", "TestResult", "level_prefix", "vector_test_id"]
 #: Commands every registered implementation must answer (an `unsupported` answer fails the test).
@@ -80,8 +82,21 @@ class Runner:
         requirements: Iterable[str] = (),
         duration: float = 0.0,
         category: str = "",
+        features: Iterable[str] = (),
+        *,
+        enforce_claims: bool = True,
     ) -> TestResult:
         names = tuple(impls)
+        if result == UNSUPPORTED and level == "REQUIRED" and enforce_claims:
+            # DF-CNF-30: a REQUIRED test of a claimed target may not be unsupported
+            for run in self.runs:
+                if run.name in names:
+                    why = unsupported_claim_failure(
+                        test_id, run.accepted_claims, run.caps, features
+                    )
+                    if why is not None:
+                        result, message = FAILED, f"{why}: {message}"
+                        break
         pattern = None
         for n in names:
             xf = self.xfail.get(n)
@@ -118,10 +133,10 @@ class Runner:
 
     # the run ----------------------------------------------------------------------------------------
     def run(self) -> list[TestResult]:
+        index = self.load_index()  # SuiteError before any driver starts
         for run in self.runs:
             self.handshake(run)
         live = [r for r in self.runs if r.hello is not None]
-        index = self.load_index()
         for row in index:
             self.run_vector(row, live)
         for row in index:
@@ -170,7 +185,11 @@ class Runner:
             run.client.kill()
             return
         declared, said = set(run.impl.capabilities), run.caps
-        match = declared == said and run.framework == run.impl.framework
+        match = (
+            declared == said
+            and run.framework == run.impl.framework
+            and set(run.impl.claims) == set(run.claims)
+        )
         self.add(
             "Required.protocol.hello.registry_match",
             "REQUIRED",
@@ -178,8 +197,20 @@ class Runner:
             PASSED if match else FAILED,
             ""
             if match
-            else f"registry: {sorted(declared)} / {run.impl.framework}; "
-            f"hello: {sorted(said)} / {run.framework}",
+            else f"registry: {sorted(declared)} / {run.impl.framework} / claims "
+            f"{sorted(run.impl.claims)}; hello: {sorted(said)} / {run.framework} / claims "
+            f"{sorted(run.claims)}",
+        )
+        # DF-CNF-30: a claim of a target whose capabilities the driver lacks is refused
+        refused = claim_problems(run.claims, run.caps)
+        run.accepted_claims = () if refused else run.claims
+        self.add(
+            "Required.protocol.hello.claims",
+            "REQUIRED",
+            [run.name],
+            FAILED if refused else PASSED,
+            "claim refused: " + "; ".join(refused) if refused else "",
+            ["DF-CNF-1", "DF-CNF-30"],
         )
         bogus = f"x-conformance-{secrets.token_hex(4)}"
         r = run.call({"cmd": bogus, "payload": {"probe": True}}, "unknown command")
@@ -226,6 +257,21 @@ class Runner:
         if d.get("version") != 1:
             raise ValueError(f"{path}: unsupported index version {d.get('version')!r}")
         rows: list[dict[str, Any]] = d["vectors"]
+        problems: list[str] = []
+        for row in rows:
+            data, _base = self.vector_files(row)
+            for member in ("context", "config"):
+                if member in data:
+                    problems += [
+                        f"{row['id']}: {p}" for p in parameter_problems(data[member], member)
+                    ]
+        if problems:
+            more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
+            raise SuiteError(
+                f"{path}: vectors outside the spec's parameter ranges: "
+                + "; ".join(problems[:3])
+                + more
+            )
         return rows
 
     def vector_files(self, row: Mapping[str, Any]) -> tuple[dict[str, Any], Path]:
@@ -255,7 +301,17 @@ class Runner:
                 result, msg = UNSUPPORTED, f"unknown vector kind {kind!r}"
             if kind == "decode":
                 self.decode_passed[(run.name, str(row["id"]))] = result == PASSED
-            self.add(test_id, level, [run.name], result, msg, reqs, time.monotonic() - t0, kind)
+            self.add(
+                test_id,
+                level,
+                [run.name],
+                result,
+                msg,
+                reqs,
+                time.monotonic() - t0,
+                kind,
+                row.get("features", []),
+            )
 
     def _reply_verdict(self, run: ImplRun, cmd: str, r: Reply | str) -> tuple[str, str] | None:
         """Common verdicts: failures, skips and unsupported answers (None: look at the answer)."""
@@ -343,6 +399,7 @@ class Runner:
             return
         data, _base = self.vector_files(row)
         reqs = list(row.get("requirements", []))
+        feats = list(row.get("features", []))
         consumers = [
             c for c in runs if "decode" in c.caps and self.decode_passed.get((c.name, vid), False)
         ]
@@ -358,13 +415,22 @@ class Runner:
                     reqs,
                     0.0,
                     "encode",
+                    feats,
                 )
                 continue
             r = prod.call({"cmd": "encode", "packet": data["packet"]}, f"encode {vid}")
             v = self._reply_verdict(prod, "encode", r)
             if v is not None:
                 self.add(
-                    test_id, level, [prod.name], v[0], v[1], reqs, time.monotonic() - t0, "encode"
+                    test_id,
+                    level,
+                    [prod.name],
+                    v[0],
+                    v[1],
+                    reqs,
+                    time.monotonic() - t0,
+                    "encode",
+                    feats,
                 )
                 continue
             assert isinstance(r, Reply)
@@ -381,6 +447,7 @@ class Runner:
                     reqs,
                     time.monotonic() - t0,
                     "encode",
+                    enforce_claims=False,  # nothing judged the producer: not its fault
                 )
                 continue
             problems = []

@@ -18,7 +18,15 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ENV_VAR", "Suite", "SuiteNotFound", "find_suite"]
+__all__ = [
+    "ENV_VAR",
+    "PARAMETER_RANGES",
+    "Suite",
+    "SuiteError",
+    "SuiteNotFound",
+    "find_suite",
+    "parameter_problems",
+]
 
 ENV_VAR = "DELTA_FABRIC_SUITE"
 #: Files whose presence marks a suite root.
@@ -95,3 +103,48 @@ def find_suite(explicit: Path | None = None, cwd: Path | None = None) -> Suite:
         f"no conformance suite found from {start}: pass --suite DIR or set {ENV_VAR} to a "
         "DeltaFabric checkout (the folder holding conformance/ and interop/)"
     )
+
+
+class SuiteError(Exception):
+    """The suite data itself is wrong (for example a vector context outside the spec's ranges); the
+    runner refuses to run it (the message is one line)."""
+
+
+#: Allowed ranges of the parameters a vector may set (spec/protocol.md Section 3, DF-PAR-1..8 and
+#: DF-PAR-30; ``num_params``: N of a decode context, indices are u32). ``(lo, hi, lo_open)``: ``lo``
+#: excluded when ``lo_open``.
+PARAMETER_RANGES: dict[str, tuple[float, float, bool]] = {
+    "alpha": (0.0, 1.0, True),
+    "ratio": (0.0, 1.0, True),
+    "sync_interval": (1, 2**32 - 1, False),
+    "relay_threshold": (0.0, float("inf"), False),
+    "hop_limit": (0, 255, False),
+    "max_packet_size": (296, 2**31 - 1, False),
+    "replay_window": (1, 2**20, False),
+    "max_incarnations": (1, 2**16, False),
+    "max_origins": (1, 2**20, False),
+    "num_params": (1, 2**32 - 1, False),
+}
+ENCODINGS = ("F32", "F16", "BF16")
+
+
+def parameter_problems(values: object, where: str) -> list[str]:
+    """Every parameter of ``values`` (a vector's ``context`` or ``config``) outside its allowed range,
+    as ``"<where>.<name> <value> outside <range>"``. Unknown members are not judged here."""
+    if not isinstance(values, dict):
+        return [f"{where} is not an object"]
+    out: list[str] = []
+    for name, (lo, hi, lo_open) in PARAMETER_RANGES.items():
+        if name not in values:
+            continue
+        x = values[name]
+        ok = isinstance(x, (int, float)) and not isinstance(x, bool)
+        if ok:
+            ok = (lo < x if lo_open else lo <= x) and x <= hi
+        if not ok:
+            rng = f"{'(' if lo_open else '['}{lo}, {hi}]"
+            out.append(f"{where}.{name} {x!r} outside {rng}")
+    enc = values.get("encoding", "F32")
+    if enc not in ENCODINGS:
+        out.append(f"{where}.encoding {enc!r} not one of {list(ENCODINGS)}")
+    return out

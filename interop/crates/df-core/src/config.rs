@@ -21,9 +21,11 @@ pub const MAX_MAX_PACKET_SIZE: usize = 2_147_483_647;
 pub const MAX_REPLAY_WINDOW: u64 = 1 << 20;
 /// Largest accepted `max_incarnations` (DF-PAR-8).
 pub const MAX_MAX_INCARNATIONS: usize = 1 << 16;
+/// Largest accepted `max_origins` (DF-PAR-30, the origin bound of DF-SEC-2).
+pub const MAX_MAX_ORIGINS: usize = 1 << 20;
 
 /// The JSON keys [`SyncConfig::from_json`] accepts: the spec's parameters (section 3) and the
-/// receiver bound `max_origins` of this implementation.
+/// origin bound `max_origins` (DF-PAR-30, added in 1.1).
 pub const CONFIG_KEYS: [&str; 11] = [
     "alpha",
     "ratio",
@@ -251,9 +253,12 @@ impl SyncConfig {
             1,
             MAX_MAX_INCARNATIONS as u64,
         )?;
-        if self.max_origins < 1 {
-            return Err(out_of_range("max_origins", ">= 1", self.max_origins));
-        }
+        check_range(
+            "max_origins",
+            self.max_origins as u64,
+            1,
+            MAX_MAX_ORIGINS as u64,
+        )?;
         Ok(())
     }
 
@@ -307,9 +312,7 @@ impl SyncConfig {
                 json_int("max_incarnations", x, 1, MAX_MAX_INCARNATIONS as u64)? as usize;
         }
         if let Some(x) = obj.get("max_origins") {
-            let n = json_int("max_origins", x, 1, u64::MAX)?;
-            c.max_origins = usize::try_from(n)
-                .map_err(|_| out_of_range("max_origins", format!("<= {}", usize::MAX), n))?;
+            c.max_origins = json_int("max_origins", x, 1, MAX_MAX_ORIGINS as u64)? as usize;
         }
         if let Some(x) = obj.get("include_buffers") {
             c.include_buffers = x.as_bool().ok_or(ConfigError::WrongType {

@@ -1,4 +1,4 @@
-//! Top-k selection of a delta by magnitude (spec section 5: DF-GEN-3 exact, DF-GEN-7 fast).
+//! Top-k selection of a delta by magnitude (spec sections 5.3 and 5.7: DF-GEN-3 exact, DF-GEN-7 fast).
 //!
 //! Magnitudes are compared through the bit pattern `key = bits & 0x7fff_ffff`, which orders
 //! non-NaN |x| exactly like the values. Candidates are `0 < key <= 0x7f80_0000` (non-zero, not NaN;

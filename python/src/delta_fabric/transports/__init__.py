@@ -1,5 +1,5 @@
 """Network bindings of DeltaFabric: the :class:`Transport` contract, an in-process hub for tests, and the
-Zenoh binding (spec section 7), imported on demand because it needs the optional ``eclipse-zenoh``."""
+Zenoh binding (spec section 9), imported on demand because it needs the optional ``eclipse-zenoh``."""
 
 from __future__ import annotations
 

@@ -31,6 +31,7 @@ from delta_fabric.wire import (
     validate_packet,
 )
 
+from delta_fabric_conformance.claims import TARGET_CAPABILITIES, TARGETS
 from delta_fabric_conformance.kit.engine_io import Apply, Gather, run_generate, run_receive
 from delta_fabric_conformance.kit.peer import ModelKit, NodeFactory, PeerHost
 
@@ -126,6 +127,12 @@ class Driver:
             caps.append("peer.train")
         return caps
 
+    def claims(self) -> list[str]:
+        """The conformance targets claimed (DF-CNF-30): every target whose capabilities this driver
+        has (a driver without Zenoh claims ``codec`` and ``engine`` only)."""
+        caps = set(self.capabilities())
+        return [t for t in TARGETS if TARGET_CAPABILITIES[t] <= caps]
+
     def hello(self, req: Mapping[str, Any]) -> dict[str, Any]:
         versions = req.get("versions", [PROTOCOL_VERSION])
         if PROTOCOL_VERSION not in versions:
@@ -138,6 +145,7 @@ class Driver:
             "spec_version": SPEC_VERSION,
             "protocol_versions": [PROTOCOL_VERSION],
             "capabilities": self.capabilities(),
+            "claims": self.claims(),
         }
 
     def decode(self, req: Mapping[str, Any]) -> dict[str, Any]:

@@ -8,12 +8,13 @@ accepted aggregate added to the active weights by the framework). Both default t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from delta_fabric.config import SyncConfig
-from delta_fabric.engine import Engine
+from delta_fabric.engine import Engine, NonFiniteDelta
 from delta_fabric.manifest import Manifest, TensorSpec
 from delta_fabric.replay import ReceiverState
 from delta_fabric.wire import Entry, decode_packet, packet_to_json
@@ -37,6 +38,17 @@ def f32_from_bits(bits: Sequence[str]) -> NDArray[np.float32]:
 def bits_of(a: NDArray[np.float32]) -> list[str]:
     """float32 array -> hex binary32 patterns."""
     return [f"{int(x):08x}" for x in np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)]
+
+
+def _numbers(a: NDArray[np.float32]) -> list[float | str]:
+    """f32 values as JSON numbers, non-finite ones as ``"nan"``, ``"inf"``, ``"-inf"`` (driver protocol
+    section 4: a weight may be infinite, for example in the vector of DF-GEN-9)."""
+    out: list[float | str] = []
+    for x in np.asarray(a, dtype=np.float32).astype(np.float64).tolist():
+        out.append(
+            x if math.isfinite(x) else ("nan" if math.isnan(x) else ("inf" if x > 0 else "-inf"))
+        )
+    return out
 
 
 def _hex_or_int(x: Any) -> int:
@@ -68,7 +80,7 @@ def _entry_json(e: Entry) -> dict[str, Any]:
         "seq": int(e.seq),
         "hops": int(e.hops),
         "indices": e.indices.tolist(),
-        "values": e.values.astype(np.float64).tolist(),
+        "values": _numbers(e.values),
         "values_bits": bits_of(e.values),
     }
 
@@ -102,11 +114,17 @@ def run_generate(v: Mapping[str, Any], *, gather: Gather | None = None) -> dict[
         anchor,
     )
     eng.next_seq = int(v.get("seq_start", 1))
-    entries = eng.generate(active, fast=bool(v.get("fast", False)))
+    error: dict[str, str] = {}
+    try:
+        entries = eng.generate(active, fast=bool(v.get("fast", False)))
+    except NonFiniteDelta:
+        # DF-GEN-9: the generation failed as a whole (driver protocol 5.4: ok with "error")
+        entries, error = [], {"error": "NON_FINITE"}
     return {
+        **error,
         "entries": [_entry_json(e) for e in entries],
         "next_seq": eng.next_seq,
-        "anchor": eng.anchor.astype(np.float64).tolist(),
+        "anchor": _numbers(eng.anchor),
         "anchor_bits": bits_of(eng.anchor),
         "active_bits": bits_of(active),
         # sizes of each entry alone in a packet (the split checks of exact_split = false)
@@ -139,19 +157,20 @@ def run_receive(
     else:
         active = _flat_f32(apply(active.copy(), res.indices, res.values), active.size, "apply")
     relay = [packet_to_json(decode_packet(p, cfg.max_packet_size)) for p in eng.pack([], res.relay)]
-    counters = eng.counters.to_json()
+    # DF-RCV-10 counters of this step (driver protocol 5.5); relay_dropped_oversize is counted by pack
+    counters = {**eng.counters.to_json(), "relay_dropped_oversize": eng.relay_dropped_oversize}
     return {
         "rejections": [None if o is None else o.value for o in res.outcomes],
         "outcomes": ["ok" if o is None else o.value for o in res.outcomes],
         "entry_outcomes": [[a.value for a in verdicts] for verdicts in res.entry_outcomes],
         "aggregate": {
             "indices": res.indices.tolist(),
-            "values": res.values.astype(np.float64).tolist(),
+            "values": _numbers(res.values),
             "values_bits": bits_of(res.values),
         },
-        "active": active.astype(np.float64).tolist(),
+        "active": _numbers(active),
         "active_bits": bits_of(active),
-        "anchor": eng.anchor.astype(np.float64).tolist(),
+        "anchor": _numbers(eng.anchor),
         "anchor_bits": bits_of(eng.anchor),
         "relay_entries": [_entry_json(e) for e in res.relay],
         "relay": relay,

@@ -250,6 +250,7 @@ class PeerNode:
         self.manifest = model_manifest(self.model, self.config.include_buffers)
         self.accepted: list[dict[str, Any]] = []
         self.past_counters: list[Counters] = []
+        self.past_dropped_oversize = 0  # relay_dropped_oversize of earlier incarnations
         self.transport: _RecordingTransport | None = None
         self.module: Any = None
         # the flat model's weights
@@ -397,6 +398,7 @@ class PeerNode:
         if connect is not None:
             self.join_args["connect"] = list(connect)
         self.past_counters.append(self.fabric.engine.counters.copy())
+        self.past_dropped_oversize += self.fabric.engine.relay_dropped_oversize
         self.close()
         self.fabric = self._make_fabric(incarnation, bootstrap=False, timeout=0.0)
 
@@ -432,7 +434,11 @@ class PeerNode:
             "fingerprint": self.manifest.fingerprint.hex(),
             "num_params": self.manifest.num_params,
             "accepted": list(self.accepted),
-            "counters": self.counters().to_json(),
+            "counters": {
+                **self.counters().to_json(),
+                "relay_dropped_oversize": self.past_dropped_oversize
+                + self.fabric.engine.relay_dropped_oversize,
+            },
             "active_sha256": _sha(active),
             "anchor_sha256": _sha(anchor),
             "steps": self.fabric.steps,

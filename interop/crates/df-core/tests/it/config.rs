@@ -87,7 +87,7 @@ fn every_bound_of_the_allowed_ranges_is_accepted() {
 #[test]
 fn every_parameter_outside_its_range_is_refused_with_its_name() {
     // REQ: DF-PAR-11 (MUST refuse to start, reporting a configuration error)
-    let refused: [(&str, Edit, &str); 16] = [
+    let refused: [(&str, Edit, &str); 17] = [
         (
             "alpha",
             |c| c.alpha = 0.0,
@@ -161,7 +161,12 @@ fn every_parameter_outside_its_range_is_refused_with_its_name() {
         (
             "max_origins",
             |c| c.max_origins = 0,
-            "max_origins must be >= 1, got 0",
+            "max_origins must be [1, 1048576], got 0",
+        ),
+        (
+            "max_origins",
+            |c| c.max_origins = 1_048_577,
+            "max_origins must be [1, 1048576], got 1048577",
         ),
         (
             "alpha",
@@ -292,5 +297,20 @@ fn from_json_refuses_unknown_keys_types_and_values() {
     for (v, msg) in cases {
         let e = SyncConfig::from_json(&v).expect_err(msg);
         assert_eq!(e.to_string(), msg, "for {v}");
+    }
+}
+
+#[test]
+fn max_origins_is_a_parameter_with_a_range() {
+    // REQ: DF-PAR-30
+    // REQ: DF-SEC-30
+    // the origin bound of DF-SEC-2: default 4096, both ends of [1, 2^20] accepted, outside refused
+    assert_eq!(SyncConfig::default().max_origins, 4096);
+    for n in [1u64, 1 << 20] {
+        let c = SyncConfig::from_json(&json!({ "max_origins": n })).expect("in range");
+        assert_eq!(c.max_origins as u64, n);
+    }
+    for n in [0u64, (1 << 20) + 1] {
+        assert!(SyncConfig::from_json(&json!({ "max_origins": n })).is_err());
     }
 }

@@ -6,8 +6,8 @@ use serde_json::Value;
 
 use df_core::wire::{entry_from_json, packet_from_json};
 use df_core::{
-    Admission, Engine, Manifest, Outcome, OwnedEntry, OwnedPacket, SyncConfig, decode_packet,
-    encode_packet, validate_packet,
+    Admission, Engine, EngineError, Manifest, Outcome, OwnedEntry, OwnedPacket, SyncConfig,
+    decode_packet, encode_packet, validate_packet,
 };
 
 fn vectors_dir() -> PathBuf {
@@ -172,8 +172,25 @@ fn run_generate(dir: &Path, rel: &str) -> Result<(), String> {
             return Err(format!("k: got {got}, want {k}"));
         }
     }
-    let out = e.generate(&active, fast).map_err(|x| x.to_string())?;
     let x = s(&j, "expected")?;
+    if let Some(code) = x.get("error") {
+        // DF-GEN-9 / DF-GEN-31: the generation fails as a whole and changes nothing
+        return match e.generate(&active, fast) {
+            Err(EngineError::NonFinite { .. }) if code == "NON_FINITE" => {
+                cmp_bits("anchor", e.anchor(), &bits(s(x, "anchor_bits")?)?)?;
+                let ns = s(x, "next_seq")?.as_u64().ok_or("next_seq")?;
+                if e.next_seq() != ns || ns != seq_start {
+                    return Err(format!(
+                        "failed generation moved next_seq to {}",
+                        e.next_seq()
+                    ));
+                }
+                Ok(())
+            }
+            other => Err(format!("expected the error {code}, got {other:?}")),
+        };
+    }
+    let out = e.generate(&active, fast).map_err(|x| x.to_string())?;
     let want: Vec<OwnedEntry> = s(x, "entries")?
         .as_array()
         .ok_or("entries")?
@@ -202,6 +219,17 @@ fn run_generate(dir: &Path, rel: &str) -> Result<(), String> {
         }
         if out.len() < 2 {
             return Err("split entries: expected more than one entry".into());
+        }
+        // DF-GEN-30: no piece holds more values than the size estimate allows
+        if let Some(per) = x.get("max_entry_values").and_then(Value::as_u64) {
+            if out.iter().any(|en| en.indices.len() as u64 > per) {
+                return Err(format!(
+                    "split entries: a piece holds more than {per} values"
+                ));
+            }
+            if per != e.config().max_values_per_entry() as u64 {
+                return Err(format!("max_entry_values {per} != this implementation's"));
+            }
         }
         for (i, en) in out.iter().enumerate() {
             if en.seq != seq_start + i as u64 || en.hops != 0 || en.origin != e.node_id() {
@@ -327,7 +355,8 @@ fn run_receive(dir: &Path, rel: &str) -> Result<(), String> {
         packet_eq(&format!("relay[{i}]"), &got.to_owned_packet(), want)?;
     }
     // counters of this step
-    let c = r.counters.to_json();
+    let mut c = r.counters.to_json();
+    c["relay_dropped_oversize"] = Value::from(e.relay_dropped_oversize());
     let wc = s(x, "counters")?;
     for (k, v) in wc.as_object().ok_or("counters")? {
         let g = c.get(k).ok_or_else(|| format!("counter {k} unknown"))?;

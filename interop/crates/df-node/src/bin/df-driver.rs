@@ -18,8 +18,8 @@ use df_burn::CanonicalLayout;
 use df_core::snapshot::{SnapshotError, SnapshotErrorKind};
 use df_core::wire::{hex16, packet_from_json, packet_to_json};
 use df_core::{
-    Admission, Counters, Engine, ErrorCode, Manifest, Outcome, OwnedEntry, SyncConfig, TensorSpec,
-    decode_packet, encode_packet, validate_packet,
+    Admission, Counters, Engine, EngineError, ErrorCode, Manifest, Outcome, OwnedEntry, SyncConfig,
+    TensorSpec, decode_packet, encode_packet, validate_packet,
 };
 use df_fabric::Transport;
 use df_node::TrainBackend;
@@ -215,6 +215,8 @@ fn hello(req: &Value) -> Answer {
         "protocol_versions": [PROTOCOL_VERSION],
         "capabilities": ["decode", "encode", "generate", "generate.fast", "receive", "encoding.f16",
                          "encoding.bf16", "peer", "peer.snapshot", "peer.train"],
+        // DF-CNF-30 (driver protocol 5.1): the conformance targets claimed; node implies the others
+        "claims": ["codec", "engine", "node"],
     }))
 }
 
@@ -262,22 +264,30 @@ fn generate(req: &Value) -> Answer {
     let mut eng = engine_for(v, get(v, "node")?, f32s_from(v, "anchor")?)?;
     eng.set_next_seq(v.get("seq_start").and_then(Value::as_u64).unwrap_or(1));
     let fast = v.get("fast").and_then(Value::as_bool).unwrap_or(false);
-    let entries = eng
-        .generate(&active, fast)
-        .map_err(|e| err(e.to_string()))?;
+    // DF-GEN-9: a failed generation is answered `ok` with `"error": "NON_FINITE"`, no entry and
+    // the unchanged state (driver protocol 5.4).
+    let (entries, error) = match eng.generate(&active, fast) {
+        Ok(entries) => (entries, None),
+        Err(EngineError::NonFinite { .. }) => (Vec::new(), Some("NON_FINITE")),
+        Err(e) => return Err(err(e.to_string())),
+    };
     let sizes: Vec<usize> = entries
         .iter()
         .flat_map(|e| eng.pack(std::slice::from_ref(e), &[]))
         .map(|p| p.len())
         .collect();
-    Ok(json!({
+    let mut out = json!({
         "entries": entries.iter().map(entry_json).collect::<Vec<_>>(),
         "next_seq": eng.next_seq(),
         "anchor": f32_json(eng.anchor()),
         "anchor_bits": bits_of(eng.anchor()),
         "active_bits": bits_of(&active),
         "entry_packet_sizes": sizes,
-    }))
+    });
+    if let Some(code) = error {
+        out["error"] = json!(code);
+    }
+    Ok(out)
 }
 
 fn receive(req: &Value) -> Answer {
@@ -339,7 +349,7 @@ fn receive(req: &Value) -> Answer {
         "anchor_bits": bits_of(eng.anchor()),
         "relay_entries": res.relay.iter().map(entry_json).collect::<Vec<_>>(),
         "relay": relay,
-        "counters": res.counters.to_json(),
+        "counters": counters_json(&res.counters, eng.relay_dropped_oversize()),
     }))
 }
 
@@ -439,6 +449,14 @@ fn batch(split: &Split, idx: &[usize]) -> (Tensor<TrainBackend, 4>, Tensor<Train
     )
 }
 
+/// The DF-RCV-10 counters as the driver protocol reports them (section 5.5): the engine's
+/// counters plus `relay_dropped_oversize`, which the engine keeps apart because packing counts it.
+fn counters_json(c: &Counters, relay_dropped_oversize: u64) -> Value {
+    let mut j = c.to_json();
+    j["relay_dropped_oversize"] = json!(relay_dropped_oversize);
+    j
+}
+
 fn add_counters(a: &mut Counters, b: &Counters) {
     a.packets_received += b.packets_received;
     a.packets_accepted += b.packets_accepted;
@@ -468,6 +486,8 @@ struct PeerNode {
     served: Served,
     accepted: Vec<Value>,
     past: Counters,
+    /// `relay_dropped_oversize` of earlier incarnations (restarts).
+    past_dropped_oversize: u64,
     steps: u64,
     rng: SplitMix64,
 }
@@ -551,6 +571,7 @@ impl PeerNode {
             served: Arc::new(Mutex::new((incarnation, Arc::new(vec![0.0; n])))),
             accepted: Vec::new(),
             past: Counters::default(),
+            past_dropped_oversize: 0,
             steps: 0,
             rng: SplitMix64::new(seed),
         };
@@ -808,6 +829,7 @@ impl PeerNode {
             self.join["connect"] = c.clone();
         }
         add_counters(&mut self.past, self.engine.counters());
+        self.past_dropped_oversize += self.engine.relay_dropped_oversize();
         let anchor = self.engine.anchor().to_vec();
         self.close();
         self.engine = Engine::new(
@@ -871,7 +893,10 @@ impl PeerNode {
             "fingerprint": hex_lower(&self.manifest.fingerprint()),
             "num_params": self.manifest.num_params(),
             "accepted": self.accepted,
-            "counters": self.counters().to_json(),
+            "counters": counters_json(
+                &self.counters(),
+                self.past_dropped_oversize + self.engine.relay_dropped_oversize(),
+            ),
             "active_sha256": sha256_hex(&active),
             "anchor_sha256": sha256_hex(self.engine.anchor()),
             "steps": self.steps,
