@@ -58,7 +58,10 @@ def simulate(topology: str, n: int, policy: RelayPolicy, rounds: int, params: in
     hears = in_neighbours(topology, n)
     rng = np.random.default_rng(7)
     actives = [np.zeros(params, dtype=np.float32) for _ in range(n)]
-    outboxes: list[list[bytes]] = [[] for _ in range(n)]
+    # DF-RLY-63: a NEEDED node publishes an empty advertisement when it starts
+    outboxes: list[list[bytes]] = [
+        [a] if (a := eng.advertisement()) is not None else [] for eng in engines
+    ]
     generated: set[tuple[int, int]] = set()  # (origin, seq)
     received: list[set[tuple[int, int]]] = [set() for _ in range(n)]
     own = relays = sent_bytes = 0
@@ -79,6 +82,8 @@ def simulate(topology: str, n: int, policy: RelayPolicy, rounds: int, params: in
             own += len(mine)
             relays += len(res.relay)
             out = eng.pack(mine, res.relay)
+            if not out and (adv := eng.advertisement()) is not None:
+                out = [adv]  # DF-RLY-63: at least one packet per sync round
             sent_bytes += sum(len(p) for p in out)
             new_out.append(out)
             if r >= rounds // 2:

@@ -311,7 +311,7 @@ def test_parameter_defaults_match_the_reference_configuration() -> None:
 
     cfg = SyncConfig()
     rows = [r for r in table_rows(section("3")) if r[0].startswith("**[DF-PAR-")]
-    assert len(rows) == 10
+    assert len(rows) == 11
     for row in rows:
         name = row[1].strip("`")
         default = re.match(r"`([^`]+)`", row[4])
@@ -319,6 +319,8 @@ def test_parameter_defaults_match_the_reference_configuration() -> None:
         actual = getattr(cfg, name)
         if name == "encoding":
             assert actual.name == default.group(1)
+        elif name == "relay_policy":  # REQ: DF-PAR-60
+            assert actual.value == default.group(1)
         elif isinstance(actual, bool):
             assert str(actual).lower() == default.group(1)
         else:

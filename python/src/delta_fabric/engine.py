@@ -31,6 +31,7 @@ from delta_fabric.wire import (
     decode_packet,
     encode_packet,
     encoded_size_bound,
+    heard_size_bound,
     validate_packet,
 )
 
@@ -389,7 +390,7 @@ class Engine:
         (DF-RLY-63: published in a sync round that has nothing else to send); ``None`` otherwise."""
         if self.config.relay_policy is not RelayPolicy.NEEDED:
             return None
-        return self._encode([])
+        return self._encode([], PACKET_OVERHEAD_BOUND)
 
     def forget_peer(self, peer: int) -> None:
         """A peer left the cluster (its liveliness token is gone): it is no longer a neighbour."""
@@ -414,13 +415,13 @@ class Engine:
         def flush() -> None:
             nonlocal batch, size
             if batch:
-                out.append(self._encode(batch))
+                out.append(self._encode(batch, size))
             batch, size = [], PACKET_OVERHEAD_BOUND
 
         for is_own, e in [(True, x) for x in own] + [(False, x) for x in relay]:
             bound = encoded_size_bound(int(e.indices.size))
             if PACKET_OVERHEAD_BOUND + bound > limit:
-                alone = self._encode([e])
+                alone = self._encode([e], PACKET_OVERHEAD_BOUND + bound)
                 if len(alone) > limit:
                     if is_own:
                         raise ValueError("own entry too large for max_packet_size")
@@ -436,7 +437,8 @@ class Engine:
         flush()
         return out
 
-    def _encode(self, entries: Sequence[Entry]) -> bytes:
+    def _encode(self, entries: Sequence[Entry], estimate: int) -> bytes:
+        """One packet of ``entries`` whose size estimate (DF-RLY-3) is ``estimate``."""
         pkt = Packet(
             sender=self.node_id,
             sender_incarnation=self.incarnation,
@@ -444,11 +446,12 @@ class Engine:
             entries=tuple(entries),
             encoding=self.config.encoding,
         )
-        if self.config.relay_policy is not RelayPolicy.NEEDED:
-            return encode_packet(pkt)
-        # DF-RLY-61: the advertisement rides on every packet it fits into.
-        with_heard = encode_packet(replace(pkt, heard=self.heard))
-        return with_heard if len(with_heard) <= self.config.max_packet_size else encode_packet(pkt)
+        if self.config.relay_policy is RelayPolicy.NEEDED:
+            # DF-RLY-61: the advertisement rides on every packet whose estimate leaves room for it.
+            heard = self.heard
+            if estimate + heard_size_bound(len(heard)) <= self.config.max_packet_size:
+                pkt = replace(pkt, heard=heard)
+        return encode_packet(pkt)
 
     def step(
         self,

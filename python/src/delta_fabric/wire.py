@@ -62,6 +62,7 @@ __all__ = [
     "decode_packet",
     "encode_packet",
     "encoded_size_bound",
+    "heard_size_bound",
     "packet_from_json",
     "packet_to_json",
     "quantize",
@@ -212,6 +213,14 @@ def encoded_size_bound(num_values: int) -> int:
     if num_values < 0:
         raise ValueError("num_values must be >= 0")
     return 128 + (4 + MAX_VALUE_BYTES) * num_values
+
+
+def heard_size_bound(count: int) -> int:
+    """Upper bound on the bytes a ``Packet.heard`` vector of ``count`` ids adds to a packet (1.1,
+    DF-RLY-61): vtable slot, offset, length, padding and 8 bytes per id."""
+    if count < 0:
+        raise ValueError("count must be >= 0")
+    return 24 + 8 * count
 
 
 def _check_u64(name: str, x: int) -> int:

@@ -28,6 +28,7 @@ fn name_of(e: &ConfigError) -> &'static str {
     match e {
         ConfigError::OutOfRange { name, .. } | ConfigError::WrongType { name, .. } => name,
         ConfigError::UnknownEncoding(_) => "encoding",
+        ConfigError::UnknownRelayPolicy(_) => "relay_policy",
         ConfigError::UnknownKeys(_) => "keys",
         ConfigError::NotAnObject => "config",
     }
