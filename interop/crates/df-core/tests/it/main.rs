@@ -4,6 +4,7 @@
 mod config;
 mod engine;
 mod fuzz;
+mod relay;
 mod replay;
 mod requirements;
 mod requirements_per_impl;
