@@ -158,10 +158,11 @@ def decode_indices(packed: bytes | memoryview | NDArray[np.uint8]) -> NDArray[np
                 raise DecodeError(ErrorCode.EMPTY_ENTRY, "packed indices: empty bitmap")
             raise DecodeError(ErrorCode.MALFORMED, "packed indices: bitmap ends with a 0 byte")
         rel = np.flatnonzero(np.unpackbits(bitmap, bitorder="little")).astype(np.uint64)
-        idx = rel + np.uint64(base)
-        if int(idx[-1]) >= _U32_LIMIT:
+        top = int(rel[-1]) + base
+        if top >= _U32_LIMIT:
             raise DecodeError(ErrorCode.MALFORMED, "packed indices: an index >= 2**32")
-        return idx.astype(np.uint32)
+        out: NDArray[np.uint32] = (rel + np.uint64(base)).astype(np.uint32)
+        return out
     raise DecodeError(ErrorCode.MALFORMED, f"packed indices: unknown form {form}")
 
 
