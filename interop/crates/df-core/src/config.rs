@@ -361,15 +361,12 @@ impl SyncConfig {
             c.encoding = encoding_from_json(x)?;
         }
         if let Some(x) = obj.get("relay_policy") {
-            c.relay_policy = x
-                .as_str()
-                .and_then(RelayPolicy::from_name)
-                .ok_or_else(|| {
-                    ConfigError::UnknownRelayPolicy(match x {
-                        Value::String(s) => format!("'{s}'"),
-                        other => other.to_string(),
-                    })
-                })?;
+            c.relay_policy = x.as_str().and_then(RelayPolicy::from_name).ok_or_else(|| {
+                ConfigError::UnknownRelayPolicy(match x {
+                    Value::String(s) => format!("'{s}'"),
+                    other => other.to_string(),
+                })
+            })?;
         }
         c.validated()
     }

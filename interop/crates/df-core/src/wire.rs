@@ -532,7 +532,10 @@ pub fn encode_packet(packet: &OwnedPacket) -> Vec<u8> {
             .iter()
             .map(|e| entry_size_bound(e.indices.len().max(e.values.len())))
             .sum::<usize>()
-        + packet.heard.as_ref().map_or(0, |h| heard_size_bound(h.len()));
+        + packet
+            .heard
+            .as_ref()
+            .map_or(0, |h| heard_size_bound(h.len()));
     let mut b = FlatBufferBuilder::with_capacity(bound.min(1 << 31));
     let mut offs: Vec<WIPOffset<fb::Entry<'_>>> = Vec::with_capacity(packet.entries.len());
     let mut bits16: Vec<u16> = Vec::new();

@@ -291,7 +291,10 @@ fn packets_without_heard_keep_the_stored_advertisement() {
     let (x, b, c) = (0x10, 0x0B, 0x0C);
     let mut e = needed_engine(x, 16 << 20);
     e.receive(&[&pkt(c, vec![], Some(vec![b]))]);
-    let res = e.receive(&[&pkt(c, vec![], None), &pkt(b, vec![entry(b, 1)], Some(vec![]))]);
+    let res = e.receive(&[
+        &pkt(c, vec![], None),
+        &pkt(b, vec![entry(b, 1)], Some(vec![])),
+    ]);
     assert!(res.relay.is_empty());
 }
 
