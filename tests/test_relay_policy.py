@@ -229,3 +229,38 @@ def test_heard_must_be_nonzero_and_ascending() -> None:
             decode_packet(buf)
         assert ei.value.code is ErrorCode.MALFORMED
     assert decode_packet(encode_packet(Packet(1, 1, MANIFEST.fingerprint, ()))).heard is None
+
+
+def test_fabric_line_over_memory_hub_advertises_at_start_and_delivers() -> None:
+    # REQ: DF-RLY-63, DF-RLY-60
+    from delta_fabric.fabric import Fabric
+    from delta_fabric.stores.numpy import NumpyStore
+    from delta_fabric.transports.memory import MemoryHub
+
+    hub = MemoryHub()
+    cfg = SyncConfig(ratio=0.5, relay_policy=NEEDED)
+    line = {1: [2], 2: [1, 3], 3: [2]}  # 1 - 2 - 3: each transport hears its neighbours only
+    weights = {i: np.zeros(4, np.float32) for i in line}
+    transports = {i: hub.transport(i, neighbours=line[i]) for i in line}
+    spy = hub.transport(99, neighbours=[1])  # hears node 1, publishes nothing
+    fabs = {i: Fabric(NumpyStore({"w": weights[i]}), transports[i], cfg, node_id=i) for i in line}
+    # each node published one start-up advertisement (no entry, empty heard) before anything else
+    assert all(t.stats.published_packets == 1 for t in transports.values())
+    probe = decode_packet(spy.drain(10)[0])
+    assert (probe.sender, probe.entries, probe.heard) == (1, (), ())
+    for _ in range(3):
+        for i in line:
+            weights[i][i] += 1.0
+            fabs[i].sync_now()
+    for _ in range(3):
+        for f in fabs.values():
+            f.poll()
+    # every node holds every node's progress (1 and 3 only through 2's relays)
+    for i in line:
+        np.testing.assert_array_equal(weights[i], np.array([0, 3, 3, 3], np.float32))
+    # the ends relay nothing: their only neighbour sent them the entry
+    assert fabs[1].relay_entries_sent == 0 and fabs[3].relay_entries_sent == 0
+    assert fabs[2].relay_entries_sent == 6
+    assert fabs[1].engine.counters.drops.get(Admission.DUPLICATE, 0) == 0
+    for f in fabs.values():
+        f.close()

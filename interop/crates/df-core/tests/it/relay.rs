@@ -107,8 +107,8 @@ impl Sim {
             .collect();
         let mut out = Vec::with_capacity(n);
         let mut relayed = 0;
-        for i in 0..n {
-            let refs: Vec<&[u8]> = inboxes[i].iter().map(Vec::as_slice).collect();
+        for (i, inbox) in inboxes.iter().enumerate() {
+            let refs: Vec<&[u8]> = inbox.iter().map(Vec::as_slice).collect();
             let e = &mut self.engines[i];
             let res = e.receive(&refs);
             assert!(res.outcomes.iter().all(|o| *o == df_core::Outcome::Ok));
