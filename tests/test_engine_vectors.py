@@ -155,6 +155,8 @@ def test_receive_vector(row: dict[str, Any]) -> None:
         "entries_relayed",
     ):
         assert c[key] == exp["counters"][key], key
+    # REQ: DF-RLY-60 (1.1: counted only by the relay policy NEEDED vectors)
+    assert c["relay_suppressed"] == exp["counters"].get("relay_suppressed", 0)
     assert c["errors"] == exp["counters"]["errors"]
     for reason, n in exp["counters"]["drops"].items():
         assert c["drops"][reason] == n, reason

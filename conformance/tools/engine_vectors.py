@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from delta_fabric.config import SyncConfig
+from delta_fabric.config import RelayPolicy, SyncConfig
 from delta_fabric.engine import Engine, NonFiniteDelta, max_values_per_entry
 from delta_fabric.errors import DecodeError
 from delta_fabric.manifest import Manifest
@@ -140,6 +140,8 @@ def _pattern(mul: int, mod: int, off: int, div: float) -> NDArray[np.float32]:
 def _config_json(cfg: SyncConfig) -> dict[str, Any]:
     d = cfg.to_json()
     d.pop("include_buffers")  # the manifest is given: buffers are not a receive/generate concern
+    if cfg.relay_policy is RelayPolicy.ALL:
+        d.pop("relay_policy")  # 1.1 parameter: written only where a vector sets it
     return d
 
 
@@ -515,8 +517,23 @@ def ent(
     return Entry(origin, inc, seq, hops, np.array(idx, dtype=np.uint32), _f32(vals))
 
 
-def pkt(*entries: Entry, sender: int = B, enc: ValueEncoding = F32, fp: bytes = FP) -> bytes:
-    return encode_packet(Packet(sender, B_INC if sender == B else C_INC, fp, tuple(entries), enc))
+def pkt(
+    *entries: Entry,
+    sender: int = B,
+    enc: ValueEncoding = F32,
+    fp: bytes = FP,
+    heard: Sequence[int] | None = None,
+) -> bytes:
+    return encode_packet(
+        Packet(
+            sender,
+            B_INC if sender == B else C_INC,
+            fp,
+            tuple(entries),
+            enc,
+            heard=None if heard is None else tuple(heard),
+        )
+    )
 
 
 def receive_cases() -> list[RecvCase]:
@@ -697,6 +714,54 @@ def receive_cases() -> list[RecvCase]:
             [pkt(ent(B, B_INC, 1, 0, [0, 1], [1.0, -3.0]))],
             config=SyncConfig(alpha=0.3, encoding=BF16),
         ),
+        # relay policy NEEDED (1.1, spec section 8.6)
+        RecvCase(
+            "relay_needed_mesh",
+            "Relay policy NEEDED in a full mesh: B advertises that it hears C and the node, C that it "
+            "hears B and the node. B's entry is not relayed (its only other neighbour C hears B), nor "
+            "is C's: nothing is published, relay_suppressed = 2.",
+            ["DF-PAR-60", "DF-RLY-60", "DF-RLY-61", "DF-RLY-62", "DF-PKT-60"],
+            [
+                pkt(ent(B, B_INC, 1, 0, [0, 5], [0.5, -1.0]), heard=[NODE, C]),
+                pkt(ent(C, C_INC, 1, 0, [5, 9], [0.25, 2.0]), sender=C, heard=[NODE, B]),
+            ],
+            config=SyncConfig(relay_policy=RelayPolicy.NEEDED),
+        ),
+        RecvCase(
+            "relay_needed_line",
+            "Relay policy NEEDED on a line B - node - C: B and C each advertise only the node. Both "
+            "entries are relayed (each for the other neighbour) in one packet that carries the "
+            "node's advertisement heard = [B, C] (ascending).",
+            ["DF-PAR-60", "DF-RLY-60", "DF-RLY-61", "DF-RLY-3", "DF-PKT-60"],
+            [
+                pkt(ent(B, B_INC, 1, 0, [0, 5], [0.5, -1.0]), heard=[NODE]),
+                pkt(ent(C, C_INC, 1, 0, [5, 9], [0.25, 2.0]), sender=C, heard=[NODE]),
+            ],
+            config=SyncConfig(relay_policy=RelayPolicy.NEEDED),
+        ),
+        RecvCase(
+            "relay_needed_v10_neighbour",
+            "Relay policy NEEDED with a 1.0 neighbour: C's packet carries no advertisement, so C is "
+            "treated as lacking every entry and B's entry is relayed for it; C's entry is not "
+            "relayed, since B advertises that it hears C.",
+            ["DF-RLY-60", "DF-RLY-62"],
+            [
+                pkt(ent(B, B_INC, 1, 0, [0, 5], [0.5, -1.0]), heard=[NODE, C]),
+                pkt(ent(C, C_INC, 1, 0, [5, 9], [0.25, 2.0]), sender=C),
+            ],
+            config=SyncConfig(relay_policy=RelayPolicy.NEEDED),
+        ),
+        RecvCase(
+            "relay_needed_copy_heard",
+            "Relay policy NEEDED: D's entry arrives from B and, as a duplicate, from C in one step; "
+            "neither advertises D. Both neighbours sent a copy, so the entry is not relayed.",
+            ["DF-RLY-60"],
+            [
+                pkt(ent(D, D_INC, 4, 1, [3], [1.5]), heard=[NODE]),
+                pkt(ent(D, D_INC, 4, 1, [3], [1.5]), sender=C, heard=[NODE]),
+            ],
+            config=SyncConfig(relay_policy=RelayPolicy.NEEDED),
+        ),
         RecvCase(
             "duplicate_within_step",
             "The same entry twice in one step (two senders): the second is a duplicate against the "
@@ -775,6 +840,7 @@ def _counters_json(eng: Engine) -> dict[str, Any]:
         "entries_relayed": c["entries_relayed"],
         "values_applied": c["values_applied"],
         "relay_dropped_oversize": eng.relay_dropped_oversize,
+        **({"relay_suppressed": c["relay_suppressed"]} if c["relay_suppressed"] else {}),
         "errors": c["errors"],
         "drops": {
             r: c["drops"][r] for r in ("own_origin", "duplicate", "too_old", "stale_incarnation")

@@ -123,6 +123,8 @@ def invalid_requirements(name: str, code: ErrorCode) -> list[str]:
             req.add(REQ_ENCODING)
         elif name == "missing_indices_vector":
             req.add(REQ_INDICES)
+        elif name.startswith("heard_"):
+            req.add("DF-PKT-60")
         else:  # offsets, lengths, vtables, truncation, required tables
             req.add(REQ_HOSTILE)
     if name in ("snapshot_identifier", "version_major_2"):
@@ -217,7 +219,8 @@ class RawPacket:
     fingerprint: bytes | None = VECTOR_MANIFEST.fingerprint
     encoding: int | None = 0
     entries: list[RawEntry] | None = field(default_factory=lambda: [RawEntry()])
-    unknown_field: int | None = None  # a u32 in slot 7
+    heard: Sequence[int] | None = None  # slot 7 (1.1): raw u64 node ids
+    unknown_field: int | None = None  # a u32 in slot 8 (a field from a future minor version)
 
 
 def build_raw(p: RawPacket) -> bytes:
@@ -257,7 +260,8 @@ def build_raw(p: RawPacket) -> bytes:
             b.PrependUOffsetTRelative(off)
         entries = b.EndVector()
     fp = b.CreateByteVector(p.fingerprint) if p.fingerprint is not None else None
-    b.StartObject(8 if p.unknown_field is not None else 7)
+    heard = b.CreateNumpyVector(np.asarray(p.heard, dtype="<u8")) if p.heard is not None else None
+    b.StartObject(9 if p.unknown_field is not None else 8 if heard is not None else 7)
     if p.version_major is not None:
         b.PrependUint16Slot(0, p.version_major, 0)
     if p.version_minor is not None:
@@ -271,8 +275,10 @@ def build_raw(p: RawPacket) -> bytes:
         b.PrependUint8Slot(5, p.encoding, 0)
     if entries is not None:
         b.PrependUOffsetTRelativeSlot(6, entries, 0)
+    if heard is not None:
+        b.PrependUOffsetTRelativeSlot(7, heard, 0)
     if p.unknown_field is not None:
-        b.PrependUint32Slot(7, p.unknown_field, 0)
+        b.PrependUint32Slot(8, p.unknown_field, 0)
     b.Finish(b.EndObject(), file_identifier=FILE_IDENTIFIER)
     return bytes(b.Output())
 
@@ -392,6 +398,7 @@ def packet(
     sender: int = SENDER,
     sender_incarnation: int = SENDER_INC,
     version_minor: int = 0,
+    heard: tuple[int, ...] | None = None,
 ) -> Packet:
     return Packet(
         sender=sender,
@@ -400,6 +407,7 @@ def packet(
         entries=tuple(entries),
         encoding=encoding,
         version_minor=version_minor,
+        heard=heard,
     )
 
 
@@ -683,6 +691,19 @@ def valid_cases() -> list[ValidCase]:
             packet(base_entry(), version_minor=7),
         ),
         ValidCase(
+            "heard_advertisement",
+            "(1.1) Packet.heard: the sender advertises three node ids it hears, ascending.",
+            [fmt, "DF-PKT-60", "DF-RLY-61"],
+            packet(base_entry(), version_minor=1, heard=(ORIGIN_B, 0x5EED0000000000A0, ORIGIN_C)),
+        ),
+        ValidCase(
+            "heard_empty",
+            "(1.1) an empty Packet.heard (a sender that has heard nobody yet) with no entry: the "
+            "start-up advertisement of relay policy NEEDED.",
+            [fmt, "DF-PKT-60", "DF-RLY-63", "DF-PKT-4"],
+            packet(version_minor=1, heard=()),
+        ),
+        ValidCase(
             "many_entries",
             "64 entries of 64 origins, 1 value each.",
             [fmt, REQ_MULTI_ORIGIN],
@@ -700,7 +721,7 @@ def valid_cases() -> list[ValidCase]:
         ValidCase(
             "unknown_fields",
             "Packet and Entry tables with an extra field "
-            "(slot 7, from a future minor version): ignored.",
+            "(Packet slot 8, Entry slot 7, from a future minor version): ignored.",
             [fmt],
             raw=build_raw(
                 RawPacket(
@@ -807,6 +828,18 @@ def invalid_cases() -> list[InvalidCase]:
             "A buffer with the snapshot identifier 'DFS1'.",
             ErrorCode.BAD_IDENTIFIER,
             good[:4] + b"DFS1" + good[8:],
+        ),
+        InvalidCase(
+            "heard_zero",
+            "(1.1) Packet.heard holds node id 0.",
+            M,
+            raw(version_minor=1, heard=[0, ORIGIN_B]),
+        ),
+        InvalidCase(
+            "heard_unsorted",
+            "(1.1) Packet.heard is not strictly increasing (a repeated id).",
+            M,
+            raw(version_minor=1, heard=[ORIGIN_B, ORIGIN_B]),
         ),
         InvalidCase("version_major_2", "version_major is 2.", V, raw(version_major=2)),
         InvalidCase("version_major_0", "version_major written as 0.", V, raw(version_major=0)),

@@ -6,13 +6,35 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from enum import Enum
 from typing import Any
 
 from delta_fabric.encodings import ValueEncoding, codec
 from delta_fabric.replay import DEFAULT_MAX_ORIGINS
 from delta_fabric.wire import PACKET_OVERHEAD_BOUND, encoded_size_bound
 
-__all__ = ["DEFAULT_MAX_ORIGINS", "MAX_MAX_ORIGINS", "MIN_MAX_PACKET_SIZE", "SyncConfig"]
+__all__ = ["DEFAULT_MAX_ORIGINS", "MAX_MAX_ORIGINS", "MIN_MAX_PACKET_SIZE", "RelayPolicy", "SyncConfig"]
+
+
+class RelayPolicy(Enum):
+    """Which accepted entries a node relays (DF-PAR-60, spec section 8.6; added in 1.1).
+
+    ``ALL``: every relay candidate (the 1.0 behaviour, the default). ``NEEDED``: only candidates that
+    some known peer may still lack (DF-RLY-60); the node advertises the senders it hears (DF-RLY-61).
+    """
+
+    ALL = "ALL"
+    NEEDED = "NEEDED"
+
+    @classmethod
+    def parse(cls, value: object) -> RelayPolicy:
+        """The policy given as the enum or its name (case-insensitive); ``ValueError`` otherwise."""
+        if isinstance(value, RelayPolicy):
+            return value
+        if isinstance(value, str) and value.upper() in cls.__members__:
+            return cls[value.upper()]
+        raise ValueError(f"relay_policy must be one of ALL, NEEDED, got {value!r}")
+
 
 #: Smallest accepted ``max_packet_size``: a packet with one entry of one value (by the wire's size bound).
 MIN_MAX_PACKET_SIZE = PACKET_OVERHEAD_BOUND + encoded_size_bound(1)
@@ -63,6 +85,7 @@ class SyncConfig:
     encoding: ValueEncoding = ValueEncoding.F32
     include_buffers: bool = False
     max_origins: int = DEFAULT_MAX_ORIGINS
+    relay_policy: RelayPolicy = RelayPolicy.ALL
 
     def __post_init__(self) -> None:
         alpha = _check_float("alpha", self.alpha)
@@ -88,6 +111,7 @@ class SyncConfig:
         object.__setattr__(self, "ratio", ratio)
         object.__setattr__(self, "relay_threshold", threshold)
         object.__setattr__(self, "encoding", encoding)
+        object.__setattr__(self, "relay_policy", RelayPolicy.parse(self.relay_policy))
 
     @property
     def alpha_f32(self) -> float:
@@ -109,6 +133,7 @@ class SyncConfig:
             del d[
                 "max_origins"
             ]  # added in 1.1: written only when set (as the Rust SyncConfig does)
+        d["relay_policy"] = self.relay_policy.value
         return d
 
     @classmethod

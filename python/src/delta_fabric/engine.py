@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from numpy.typing import NDArray
 
-from delta_fabric.config import SyncConfig
+from delta_fabric.config import RelayPolicy, SyncConfig
 from delta_fabric.encodings import codec
 from delta_fabric.errors import DecodeError, ErrorCode
 from delta_fabric.manifest import Manifest
@@ -31,6 +31,7 @@ from delta_fabric.wire import (
     decode_packet,
     encode_packet,
     encoded_size_bound,
+    heard_size_bound,
     validate_packet,
 )
 
@@ -193,6 +194,11 @@ class Engine:
         self._max_entry_values = max_values_per_entry(config.max_packet_size)
         self._selector: Selector | None = None  # O(N) scratch, allocated at the first generation
         self._d: NDArray[np.float32] | None = None
+        # Relay policy NEEDED (spec section 8.6): who this node heard directly in this and the last
+        # sync round, and the advertisements of those senders (with their age in rounds).
+        self._heard_now: set[int] = set()
+        self._heard_prev: set[int] = set()
+        self._adverts: dict[int, tuple[frozenset[int], int]] = {}
 
     # ------------------------------------------------------------------------------------------------
     @property
@@ -238,6 +244,7 @@ class Engine:
         selected.
         """
         self._check_active(active)
+        self._end_round()
         n = self.num_params
         if self._selector is None or self._d is None:
             self._selector = Selector(n)
@@ -294,6 +301,8 @@ class Engine:
         threshold = cfg.relay_threshold
         hop_limit = cfg.hop_limit
         res = ReceiveResult(np.empty(0, dtype=np.uint32), np.empty(0, dtype=np.float32))
+        needed = cfg.relay_policy is RelayPolicy.NEEDED
+        copies: dict[tuple[int, int, int], set[int]] = {}  # senders of every copy of an entry
         parts_idx: list[NDArray[np.uint32]] = []
         parts_val: list[NDArray[np.float32]] = []
         c = self.counters
@@ -316,10 +325,15 @@ class Engine:
                 continue
             c.packets_accepted += 1
             res.outcomes.append(None)
+            if needed:
+                self._note_packet(pkt.sender, pkt.heard)
             verdicts: list[Admission] = []
             for j, e in enumerate(pkt.entries):
                 verdict = self.state.admit(e.origin, e.incarnation, e.seq)  # DF-RCV-2..4
                 verdicts.append(verdict)
+                if needed:
+                    key = (e.origin, e.incarnation, e.seq)
+                    copies.setdefault(key, set()).add(pkt.sender)
                 if verdict is not Admission.ACCEPTED:
                     c.count_drop(verdict)
                     continue
@@ -343,6 +357,10 @@ class Engine:
                     )
                 )
             res.entry_outcomes.append(verdicts)
+        if needed and res.relay:  # DF-RLY-60, after every advertisement of the step is known
+            kept = [e for e in res.relay if self._relay_needed(e, copies)]
+            c.relay_suppressed += len(res.relay) - len(kept)
+            res.relay = kept
         c.entries_accepted += res.accepted_entries
         c.entries_relayed += len(res.relay)
         if parts_idx:
@@ -351,6 +369,54 @@ class Engine:
             a[res.indices] = a[res.indices] + res.values  # DF-RCV-7 (anchor side)
             c.values_applied += int(res.indices.size)
         return res
+
+    # relay policy NEEDED (spec section 8.6) --------------------------------------------------------
+    def _note_packet(self, sender: int, heard: tuple[int, ...] | None) -> None:
+        """An accepted packet of ``sender``: it is heard directly (DF-RLY-61) and, when it carries
+        one, its advertisement replaces the stored one (DF-RLY-62)."""
+        if sender == self.node_id:
+            return
+        self._heard_now.add(sender)
+        if heard is not None:
+            self._adverts[sender] = (frozenset(heard), 0)
+
+    def _relay_needed(self, e: Entry, copies: dict[tuple[int, int, int], set[int]]) -> bool:
+        """DF-RLY-60: whether some neighbour (a node heard in this or the last round, which hears
+        this node too on symmetric links) other than the origin may lack the entry: its current
+        advertisement does not list the origin, and no copy of the entry came from it this step."""
+        got = copies.get((e.origin, e.incarnation, e.seq), set())
+        for peer in self._heard_now | self._heard_prev:
+            if peer == e.origin or peer in got:
+                continue
+            advert = self._adverts.get(peer)
+            if advert is None or e.origin not in advert[0]:
+                return True
+        return False
+
+    def _end_round(self) -> None:
+        """A generation ends the node's sync round: heard sets and advertisements age by one
+        round; an advertisement received two rounds ago or earlier is forgotten (DF-RLY-62)."""
+        self._heard_prev, self._heard_now = self._heard_now, set()
+        self._adverts = {p: (ids, age + 1) for p, (ids, age) in self._adverts.items() if age < 1}
+
+    @property
+    def heard(self) -> tuple[int, ...]:
+        """The node ids this node advertises (DF-RLY-61): the senders of packets it accepted in its
+        current and its previous sync round, ascending."""
+        return tuple(sorted(self._heard_now | self._heard_prev))
+
+    def advertisement(self) -> bytes | None:
+        """With relay policy NEEDED, a packet with no entry that carries this node's advertisement
+        (DF-RLY-63: published in a sync round that has nothing else to send); ``None`` otherwise."""
+        if self.config.relay_policy is not RelayPolicy.NEEDED:
+            return None
+        return self._encode([], PACKET_OVERHEAD_BOUND)
+
+    def forget_peer(self, peer: int) -> None:
+        """A peer left the cluster (its liveliness token is gone): it is no longer a neighbour."""
+        self._heard_now.discard(peer)
+        self._heard_prev.discard(peer)
+        self._adverts.pop(peer, None)
 
     def pack(self, own: Sequence[Entry], relay: Sequence[Entry]) -> list[bytes]:
         """DF-RLY-3/4: own entries first, then relay entries in acceptance order, greedily packed into
@@ -369,13 +435,13 @@ class Engine:
         def flush() -> None:
             nonlocal batch, size
             if batch:
-                out.append(self._encode(batch))
+                out.append(self._encode(batch, size))
             batch, size = [], PACKET_OVERHEAD_BOUND
 
         for is_own, e in [(True, x) for x in own] + [(False, x) for x in relay]:
             bound = encoded_size_bound(int(e.indices.size))
             if PACKET_OVERHEAD_BOUND + bound > limit:
-                alone = self._encode([e])
+                alone = self._encode([e], PACKET_OVERHEAD_BOUND + bound)
                 if len(alone) > limit:
                     if is_own:
                         raise ValueError("own entry too large for max_packet_size")
@@ -391,16 +457,21 @@ class Engine:
         flush()
         return out
 
-    def _encode(self, entries: Sequence[Entry]) -> bytes:
-        return encode_packet(
-            Packet(
-                sender=self.node_id,
-                sender_incarnation=self.incarnation,
-                fingerprint=self._fingerprint,
-                entries=tuple(entries),
-                encoding=self.config.encoding,
-            )
+    def _encode(self, entries: Sequence[Entry], estimate: int) -> bytes:
+        """One packet of ``entries`` whose size estimate (DF-RLY-3) is ``estimate``."""
+        pkt = Packet(
+            sender=self.node_id,
+            sender_incarnation=self.incarnation,
+            fingerprint=self._fingerprint,
+            entries=tuple(entries),
+            encoding=self.config.encoding,
         )
+        if self.config.relay_policy is RelayPolicy.NEEDED:
+            # DF-RLY-61: the advertisement rides on every packet whose estimate leaves room for it.
+            heard = self.heard
+            if estimate + heard_size_bound(len(heard)) <= self.config.max_packet_size:
+                pkt = replace(pkt, heard=heard)
+        return encode_packet(pkt)
 
     def step(
         self,
@@ -416,7 +487,11 @@ class Engine:
         res = self.receive(packets)
         res.apply_to(active)
         own = self.generate(active, fast=fast) if sync else []
-        return res, self.pack(own, res.relay)
+        out = self.pack(own, res.relay)
+        if sync and not out:
+            advert = self.advertisement()  # DF-RLY-63
+            out = [] if advert is None else [advert]
+        return res, out
 
     # snapshots ----------------------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:

@@ -19,7 +19,7 @@ variable                                  meaning
                                           ``SYNC_INTERVAL``, ``RELAY_THRESHOLD``, ``HOP_LIMIT``,
                                           ``MAX_PACKET_SIZE``, ``REPLAY_WINDOW``,
                                           ``MAX_INCARNATIONS``, ``ENCODING``, ``INCLUDE_BUFFERS``,
-                                          ``MAX_ORIGINS``
+                                          ``MAX_ORIGINS``, ``RELAY_POLICY`` (``ALL`` or ``NEEDED``)
 ``DELTA_FABRIC_BOOTSTRAP``                ``auto``, ``1`` (required) or ``0`` (default)
 ``DELTA_FABRIC_LOCAL_RANK``               this process's index among the launcher's local nodes
 ``DELTA_FABRIC_LOCAL_NODES``              how many nodes the launcher started on this machine
@@ -230,7 +230,7 @@ def metrics(env: Env | None = None) -> tuple[Path | None, float]:
 def sync_config_kwargs(env: Env | None = None) -> dict[str, Any]:
     """The `SyncConfig` fields set through ``DELTA_FABRIC_<FIELD>``, parsed to their types (the
     ranges are checked by `SyncConfig`; `SyncConfig.from_env` turns its errors into `EnvError`)."""
-    from delta_fabric.config import SyncConfig
+    from delta_fabric.config import RelayPolicy, SyncConfig
     from delta_fabric.wire import ValueEncoding
 
     out: dict[str, Any] = {}
@@ -249,6 +249,11 @@ def sync_config_kwargs(env: Env | None = None) -> dict[str, Any]:
             except KeyError:
                 names = ", ".join(e.name for e in ValueEncoding)
                 raise EnvError(name, raw, f"must be one of {names}") from None
+        elif isinstance(default, RelayPolicy):
+            try:
+                value = RelayPolicy.parse(raw.strip())
+            except ValueError as exc:
+                raise EnvError(name, raw, str(exc)) from None
         elif isinstance(default, int):
             try:
                 value = int(raw, 0)

@@ -36,7 +36,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from delta_fabric.config import SyncConfig
+from delta_fabric.config import RelayPolicy, SyncConfig
 from delta_fabric.engine import AcceptedEntry, Engine, ReceiveResult, Snapshot
 from delta_fabric.errors import DeltaFabricError
 from delta_fabric.manifest import Manifest
@@ -44,6 +44,7 @@ from delta_fabric.metrics import MetricsWriter
 from delta_fabric.snapshot import SnapshotError, SnapshotSource
 from delta_fabric.store import FunctionalStore, WeightStore
 from delta_fabric.transports.base import Transport, check_node_id, node_hex
+from delta_fabric.wire import Packet, encode_packet
 
 __all__ = [
     "DEFAULT_MAX_DRAIN",
@@ -245,10 +246,18 @@ class Fabric:
         """The engine with anchor = the store's weights, or = a live peer's snapshot (loaded into
         the store too: active = anchor, DF-ZEN-5). The store changes only once all checks passed."""
         snapshot: Snapshot | None = None
-        if bootstrap is True or bootstrap == "auto":
-            snapshot = self._fetch_snapshot(required=bootstrap is True, timeout=timeout)
         if incarnation is None:
             incarnation = default_incarnation()
+        if self.config.relay_policy is RelayPolicy.NEEDED:
+            # DF-RLY-63: make this node a neighbour of its peers before a snapshot is captured, so
+            # that they relay for it from then on.
+            self.transport.publish(
+                encode_packet(
+                    Packet(self.node_id, incarnation, self.manifest.fingerprint, (), heard=())
+                )
+            )
+        if bootstrap is True or bootstrap == "auto":
+            snapshot = self._fetch_snapshot(required=bootstrap is True, timeout=timeout)
         if snapshot is None:
             return Engine(
                 self.manifest, self.config, self.node_id, incarnation, self.store.gather()
@@ -412,6 +421,9 @@ class Fabric:
                 self.syncs += 1
                 own = self.engine.generate(self.store.gather(), fast=self.fast_selection)
             out = self.engine.pack(own, relay) if (own or relay) else []
+            if sync and not out:
+                advert = self.engine.advertisement()  # DF-RLY-63 (relay policy NEEDED)
+                out = [] if advert is None else [advert]
         if res is not None and res.accepted:
             self._note_accepted(res.accepted)
         for e in own:

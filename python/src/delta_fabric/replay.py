@@ -99,6 +99,8 @@ class Counters:
     values_applied: int = 0
     errors: dict[ErrorCode, int] = field(default_factory=dict)
     drops: dict[Admission, int] = field(default_factory=dict)
+    #: relay candidates not relayed because every known peer already has them (DF-RLY-60, 1.1)
+    relay_suppressed: int = 0
 
     def count_error(self, code: ErrorCode) -> None:
         self.errors[code] = self.errors.get(code, 0) + 1
@@ -115,6 +117,7 @@ class Counters:
             "entries_accepted": self.entries_accepted,
             "entries_relayed": self.entries_relayed,
             "values_applied": self.values_applied,
+            "relay_suppressed": self.relay_suppressed,
             "errors": {c.value: self.errors.get(c, 0) for c in ErrorCode},
             "drops": {
                 r.value: self.drops.get(r, 0) for r in Admission if r is not Admission.ACCEPTED
@@ -131,6 +134,7 @@ class Counters:
             self.values_applied,
             dict(self.errors),
             dict(self.drops),
+            self.relay_suppressed,
         )
 
 

@@ -16,7 +16,8 @@ soon as the root table is readable; with several faults any one of their codes m
 4. ``UNSUPPORTED_VERSION``: ``version_major != 1`` (absent reads as 0).
 5. ``MALFORMED``: every other field of every table: offsets and lengths in bounds, required fields
    present, fingerprint of 32 bytes, non-zero sender, sender_incarnation, origin, incarnation, seq;
-   the entries' vectors hold no more element bytes than the buffer (no aliasing amplification).
+   the entries' vectors hold no more element bytes than the buffer (no aliasing amplification);
+   ``heard`` (1.1), when present, non-zero and strictly ascending.
 6. ``UNSUPPORTED_ENCODING``: encoding not in the table :data:`delta_fabric.encodings.CODECS`
    (F32, F16, BF16).
 7. ``MALFORMED``: an entry without the values vector of the encoding, or with the other one.
@@ -61,6 +62,7 @@ __all__ = [
     "decode_packet",
     "encode_packet",
     "encoded_size_bound",
+    "heard_size_bound",
     "packet_from_json",
     "packet_to_json",
     "quantize",
@@ -153,10 +155,15 @@ class Packet:
     encoding: ValueEncoding = ValueEncoding.F32
     version_major: int = VERSION_MAJOR
     version_minor: int = VERSION_MINOR
+    #: (1.1, DF-RLY-61) the node ids the sender advertises as heard directly, ascending; ``None``
+    #: when the packet carries no advertisement (field absent).
+    heard: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.entries, tuple):
             object.__setattr__(self, "entries", tuple(self.entries))
+        if self.heard is not None and not isinstance(self.heard, tuple):
+            object.__setattr__(self, "heard", tuple(int(x) for x in self.heard))
         if not isinstance(self.fingerprint, bytes):
             object.__setattr__(self, "fingerprint", bytes(self.fingerprint))
         if not isinstance(self.encoding, ValueEncoding):
@@ -173,6 +180,7 @@ class Packet:
             and self.version_major == other.version_major
             and self.version_minor == other.version_minor
             and self.entries == other.entries
+            and self.heard == other.heard
         )
 
     __hash__ = None  # type: ignore[assignment]
@@ -205,6 +213,14 @@ def encoded_size_bound(num_values: int) -> int:
     if num_values < 0:
         raise ValueError("num_values must be >= 0")
     return 128 + (4 + MAX_VALUE_BYTES) * num_values
+
+
+def heard_size_bound(count: int) -> int:
+    """Upper bound on the bytes a ``Packet.heard`` vector of ``count`` ids adds to a packet (1.1,
+    DF-RLY-61): vtable slot, offset, length, padding and 8 bytes per id."""
+    if count < 0:
+        raise ValueError("count must be >= 0")
+    return 24 + 8 * count
 
 
 def _check_u64(name: str, x: int) -> int:
@@ -254,6 +270,11 @@ def encode_packet(packet: Packet) -> bytes:
         b.PrependUOffsetTRelative(off)
     entries_off = b.EndVector()
     fp_off = b.CreateByteVector(bytes(packet.fingerprint))
+    heard_off = None
+    if packet.heard is not None:
+        heard_off = b.CreateNumpyVector(
+            np.array([_check_u64("heard", x) for x in packet.heard], dtype="<u8")
+        )
     _gen_packet.PacketStart(b)
     _gen_packet.PacketAddVersionMajor(b, int(packet.version_major))
     _gen_packet.PacketAddVersionMinor(b, int(packet.version_minor))
@@ -264,6 +285,8 @@ def encode_packet(packet: Packet) -> bytes:
     _gen_packet.PacketAddFingerprint(b, fp_off)
     _gen_packet.PacketAddEncoding(b, int(vc.encoding))
     _gen_packet.PacketAddEntries(b, entries_off)
+    if heard_off is not None:
+        _gen_packet.PacketAddHeard(b, heard_off)
     root = _gen_packet.PacketEnd(b)
     b.Finish(root, file_identifier=FILE_IDENTIFIER)
     return bytes(b.Output())
@@ -281,7 +304,7 @@ _U64 = struct.Struct("<Q")
 
 # Field slots (schema order).
 _P_VERSION_MAJOR, _P_VERSION_MINOR, _P_SENDER, _P_SENDER_INC = 0, 1, 2, 3
-_P_FINGERPRINT, _P_ENCODING, _P_ENTRIES = 4, 5, 6
+_P_FINGERPRINT, _P_ENCODING, _P_ENTRIES, _P_HEARD = 4, 5, 6, 7
 _E_ORIGIN, _E_INCARNATION, _E_SEQ, _E_HOPS = 0, 1, 2, 3
 _E_INDICES, _E_VALUES, _E_VALUES16 = 4, 5, 6
 
@@ -500,6 +523,7 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
     fp = r.vector(root, _P_FINGERPRINT, 1, "Packet.fingerprint")
     encoding_raw = r.u8(root, _P_ENCODING, "Packet.encoding")
     entries_vec = r.vector(root, _P_ENTRIES, 4, "Packet.entries")
+    heard_vec = r.vector(root, _P_HEARD, 8, "Packet.heard")
     if fp is None:
         _malformed("Packet.fingerprint (required) missing")
     if fp[1] != FINGERPRINT_SIZE:
@@ -511,6 +535,7 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
     if sender_incarnation == 0:
         _malformed("sender_incarnation is 0")
     fingerprint = bytes(mv[fp[0] : fp[0] + FINGERPRINT_SIZE])
+    heard = _heard(mv, heard_vec)
 
     start, count = entries_vec
     if count == 0:
@@ -524,6 +549,7 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
             ValueEncoding(encoding_raw),
             version_major,
             version_minor,
+            heard,
         )
 
     # Every Entry table at once (MALFORMED checks).
@@ -613,8 +639,29 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
         )
     )
     return Packet(
-        sender, sender_incarnation, fingerprint, entries, encoding, version_major, version_minor
+        sender,
+        sender_incarnation,
+        fingerprint,
+        entries,
+        encoding,
+        version_major,
+        version_minor,
+        heard,
     )
+
+
+def _heard(mv: memoryview, vec: tuple[int, int] | None) -> tuple[int, ...] | None:
+    """``Packet.heard`` (1.1, DF-PKT-60): absent is ``None``; present, its ids must be non-zero and
+    strictly ascending (``MALFORMED`` otherwise)."""
+    if vec is None:
+        return None
+    start, count = vec
+    ids = np.frombuffer(mv, dtype="<u8", count=count, offset=start)
+    if bool((ids == 0).any()):
+        _malformed("Packet.heard holds node id 0")
+    if bool((ids[1:] <= ids[:-1]).any()):
+        _malformed("Packet.heard is not strictly ascending")
+    return tuple(ids.tolist())
 
 
 def decode_packet(
@@ -697,6 +744,7 @@ def packet_to_json(packet: Packet) -> dict[str, Any]:
         "sender_incarnation": _hex16(packet.sender_incarnation),
         "fingerprint": bytes(packet.fingerprint).hex(),
         "encoding": ValueEncoding(packet.encoding).name,
+        **({} if packet.heard is None else {"heard": [_hex16(x) for x in packet.heard]}),
         "entries": [
             {
                 "origin": _hex16(e.origin),
@@ -770,6 +818,11 @@ def packet_from_json(d: Mapping[str, Any]) -> Packet:
             encoding=ValueEncoding[d.get("encoding", "F32")],
             version_major=int(d.get("version_major", VERSION_MAJOR)),
             version_minor=int(d.get("version_minor", VERSION_MINOR)),
+            heard=(
+                None
+                if d.get("heard") is None
+                else tuple(_parse_hex_u64(x, "heard") for x in d["heard"])
+            ),
         )
     except KeyError as exc:
         raise ValueError(f"missing or unknown key {exc}") from None

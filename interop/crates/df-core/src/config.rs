@@ -25,8 +25,8 @@ pub const MAX_MAX_INCARNATIONS: usize = 1 << 16;
 pub const MAX_MAX_ORIGINS: usize = 1 << 20;
 
 /// The JSON keys [`SyncConfig::from_json`] accepts: the spec's parameters (section 3) and the
-/// origin bound `max_origins` (DF-PAR-30, added in 1.1).
-pub const CONFIG_KEYS: [&str; 11] = [
+/// origin bound `max_origins` (DF-PAR-30, added in 1.1) and the relay policy (DF-PAR-60, added in 1.1).
+pub const CONFIG_KEYS: [&str; 12] = [
     "alpha",
     "ratio",
     "sync_interval",
@@ -38,7 +38,37 @@ pub const CONFIG_KEYS: [&str; 11] = [
     "include_buffers",
     "encoding",
     "max_origins",
+    "relay_policy",
 ];
+
+/// Which accepted entries a node relays (DF-PAR-60, spec section 8.6; added in 1.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RelayPolicy {
+    /// Every relay candidate (the 1.0 behaviour, the default).
+    #[default]
+    All,
+    /// Only candidates some neighbour may still lack (DF-RLY-60); the node advertises the senders
+    /// it hears (DF-RLY-61).
+    Needed,
+}
+
+impl RelayPolicy {
+    /// `"ALL"` or `"NEEDED"` (the JSON and environment spelling).
+    pub fn name(self) -> &'static str {
+        match self {
+            RelayPolicy::All => "ALL",
+            RelayPolicy::Needed => "NEEDED",
+        }
+    }
+    /// The policy of a name, case-insensitive.
+    pub fn from_name(s: &str) -> Option<RelayPolicy> {
+        match s.to_ascii_uppercase().as_str() {
+            "ALL" => Some(RelayPolicy::All),
+            "NEEDED" => Some(RelayPolicy::Needed),
+            _ => None,
+        }
+    }
+}
 
 /// A configuration value outside its allowed range, of the wrong type, or an unknown key
 /// (DF-PAR-11: a node refuses to start with it).
@@ -65,6 +95,8 @@ pub enum ConfigError {
     },
     /// An encoding that is not `F32`, `F16` or `BF16` (DF-PAR-10).
     UnknownEncoding(String),
+    /// A relay policy that is not `ALL` or `NEEDED` (DF-PAR-60).
+    UnknownRelayPolicy(String),
     /// Keys that are not configuration parameters (sorted).
     UnknownKeys(Vec<String>),
     /// The configuration is not a JSON object.
@@ -87,6 +119,9 @@ impl fmt::Display for ConfigError {
                 article(expected)
             ),
             ConfigError::UnknownEncoding(s) => write!(f, "unknown encoding {s}"),
+            ConfigError::UnknownRelayPolicy(s) => {
+                write!(f, "relay_policy must be one of ALL, NEEDED, got {s}")
+            }
             ConfigError::UnknownKeys(keys) => {
                 let quoted: Vec<String> = keys.iter().map(|k| format!("'{k}'")).collect();
                 write!(f, "unknown config keys: [{}]", quoted.join(", "))
@@ -157,6 +192,8 @@ pub struct SyncConfig {
     pub encoding: ValueEncoding,
     /// Origins tracked (receiver bound, not fixed by the spec's table; spec DF-SEC-2); `>= 1`.
     pub max_origins: usize,
+    /// DF-PAR-60 (1.1): which accepted entries are relayed.
+    pub relay_policy: RelayPolicy,
 }
 
 impl Default for SyncConfig {
@@ -174,6 +211,7 @@ impl Default for SyncConfig {
             include_buffers: false,
             encoding: ValueEncoding::F32,
             max_origins: DEFAULT_MAX_ORIGINS,
+            relay_policy: RelayPolicy::All,
         }
     }
 }
@@ -207,6 +245,7 @@ impl SyncConfig {
             include_buffers,
             encoding,
             max_origins: DEFAULT_MAX_ORIGINS,
+            relay_policy: RelayPolicy::All,
         }
         .validated()
     }
@@ -324,6 +363,14 @@ impl SyncConfig {
         if let Some(x) = obj.get("encoding") {
             c.encoding = encoding_from_json(x)?;
         }
+        if let Some(x) = obj.get("relay_policy") {
+            c.relay_policy = x.as_str().and_then(RelayPolicy::from_name).ok_or_else(|| {
+                ConfigError::UnknownRelayPolicy(match x {
+                    Value::String(s) => format!("'{s}'"),
+                    other => other.to_string(),
+                })
+            })?;
+        }
         c.validated()
     }
 
@@ -342,6 +389,7 @@ impl SyncConfig {
         m.insert("max_incarnations".into(), json!(self.max_incarnations));
         m.insert("include_buffers".into(), json!(self.include_buffers));
         m.insert("encoding".into(), json!(self.encoding.name()));
+        m.insert("relay_policy".into(), json!(self.relay_policy.name()));
         if self.max_origins != DEFAULT_MAX_ORIGINS {
             m.insert("max_origins".into(), json!(self.max_origins));
         }

@@ -4,18 +4,19 @@
 //! [`ReceiveResult::apply_to`] to them. All arithmetic is f32 in the order the spec fixes, so the
 //! results are bit-identical to the Python reference.
 
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 
 use serde_json::{Value, json};
 
-use crate::config::{ConfigError, SyncConfig};
+use crate::config::{ConfigError, RelayPolicy, SyncConfig};
 use crate::error::ErrorCode;
 use crate::manifest::Manifest;
 use crate::replay::{Admission, ReceiverState};
 use crate::selection::{Selector, num_selected};
 use crate::wire::{
     OwnedEntry, OwnedPacket, PACKET_OVERHEAD_BOUND, decode_packet, encode_packet, entry_size_bound,
-    validate_packet,
+    heard_size_bound, validate_packet,
 };
 
 /// Engine errors (misuse by the caller, never caused by received bytes).
@@ -86,6 +87,8 @@ pub struct Counters {
     pub errors: [u64; 13],
     /// Drops per reason, in [`Admission::DROPS`] order.
     pub drops: [u64; 5],
+    /// Relay candidates not relayed because every neighbour already has them (DF-RLY-60, 1.1).
+    pub relay_suppressed: u64,
 }
 
 impl Counters {
@@ -132,6 +135,7 @@ impl Counters {
             "entries_accepted": self.entries_accepted,
             "entries_relayed": self.entries_relayed,
             "values_applied": self.values_applied,
+            "relay_suppressed": self.relay_suppressed,
             "errors": errors,
             "drops": drops,
         })
@@ -214,6 +218,11 @@ pub struct Engine {
     touched: Vec<bool>,
     touched_list: Vec<u32>,
     relay_dropped_oversize: std::sync::atomic::AtomicU64,
+    // Relay policy NEEDED (spec section 8.6): senders heard in this and the last sync round, and
+    // their advertisements with their age in rounds.
+    heard_now: BTreeSet<u64>,
+    heard_prev: BTreeSet<u64>,
+    adverts: HashMap<u64, (BTreeSet<u64>, u8)>,
 }
 
 impl Engine {
@@ -264,6 +273,9 @@ impl Engine {
             touched: Vec::new(),
             touched_list: Vec::new(),
             relay_dropped_oversize: std::sync::atomic::AtomicU64::new(0),
+            heard_now: BTreeSet::new(),
+            heard_prev: BTreeSet::new(),
+            adverts: HashMap::new(),
         })
     }
 
@@ -343,6 +355,7 @@ impl Engine {
                 got: active.len(),
             });
         }
+        self.end_round();
         self.d.clear();
         self.d
             .extend(active.iter().zip(&self.anchor).map(|(&a, &b)| a - b));
@@ -398,6 +411,9 @@ impl Engine {
         let c = &mut res.counters;
         self.touched_list.clear();
         let mut u: Vec<f32> = Vec::new();
+        let needed = self.config.relay_policy == RelayPolicy::Needed;
+        // senders of every copy of an entry in this step (DF-RLY-60)
+        let mut copies: HashMap<(u64, u64, u64), Vec<u64>> = HashMap::new();
         for (packet_index, buf) in packets.iter().enumerate() {
             c.packets_received += 1;
             let pkt = match decode_packet(buf, self.config.max_packet_size)
@@ -414,10 +430,24 @@ impl Engine {
             };
             c.packets_accepted += 1;
             res.outcomes.push(Outcome::Ok);
+            if needed && pkt.sender != self.node_id {
+                // DF-RLY-61, DF-RLY-62: heard directly; its advertisement replaces the stored one
+                self.heard_now.insert(pkt.sender);
+                if let Some(h) = &pkt.heard {
+                    self.adverts
+                        .insert(pkt.sender, (h.iter().copied().collect(), 0));
+                }
+            }
             let mut admissions = Vec::with_capacity(pkt.entries.len());
             for (entry_index, e) in pkt.entries.iter().enumerate() {
                 let a = self.state.admit(e.origin, e.incarnation, e.seq);
                 admissions.push(a);
+                if needed {
+                    copies
+                        .entry((e.origin, e.incarnation, e.seq))
+                        .or_default()
+                        .push(pkt.sender);
+                }
                 if a != Admission::Accepted {
                     c.count_drop(a);
                     continue;
@@ -459,13 +489,23 @@ impl Engine {
                         }
                     }
                     if !r.indices.is_empty() {
-                        c.entries_relayed += 1;
                         res.relay.push(r);
                     }
                 }
             }
             res.entry_outcomes.push(admissions);
         }
+        if needed && !res.relay.is_empty() {
+            // DF-RLY-60, after every advertisement of the step is known
+            let before = res.relay.len();
+            let relay = std::mem::take(&mut res.relay);
+            res.relay = relay
+                .into_iter()
+                .filter(|e| self.relay_needed(e, &copies))
+                .collect();
+            res.counters.relay_suppressed += (before - res.relay.len()) as u64;
+        }
+        res.counters.entries_relayed += res.relay.len() as u64;
         self.touched_list.sort_unstable();
         res.indices.reserve(self.touched_list.len());
         res.values.reserve(self.touched_list.len());
@@ -486,6 +526,7 @@ impl Engine {
         t.entries_accepted += c.entries_accepted;
         t.entries_relayed += c.entries_relayed;
         t.values_applied += c.values_applied;
+        t.relay_suppressed += c.relay_suppressed;
         for (a, b) in t.errors.iter_mut().zip(c.errors) {
             *a += b;
         }
@@ -493,6 +534,72 @@ impl Engine {
             *a += b;
         }
         res
+    }
+
+    /// DF-RLY-60: whether some neighbour (a sender heard in this or the last sync round, which
+    /// hears this node too on symmetric links) other than the origin may lack the entry: its
+    /// current advertisement does not list the origin and no copy of the entry came from it in
+    /// this step.
+    fn relay_needed(&self, e: &OwnedEntry, copies: &HashMap<(u64, u64, u64), Vec<u64>>) -> bool {
+        let got = copies.get(&(e.origin, e.incarnation, e.seq));
+        self.heard_now.union(&self.heard_prev).any(|&peer| {
+            peer != e.origin
+                && !got.is_some_and(|g| g.contains(&peer))
+                && !self
+                    .adverts
+                    .get(&peer)
+                    .is_some_and(|(ids, _)| ids.contains(&e.origin))
+        })
+    }
+
+    /// A generation ends the node's sync round: heard sets and advertisements age by one round;
+    /// an advertisement received two rounds ago or earlier is forgotten (DF-RLY-62).
+    fn end_round(&mut self) {
+        self.heard_prev = std::mem::take(&mut self.heard_now);
+        self.adverts.retain(|_, (_, age)| *age < 1);
+        for (_, age) in self.adverts.values_mut() {
+            *age += 1;
+        }
+    }
+
+    /// The node ids this node advertises (DF-RLY-61): the senders of packets it accepted in its
+    /// current and its previous sync round, ascending.
+    pub fn heard(&self) -> Vec<u64> {
+        self.heard_now.union(&self.heard_prev).copied().collect()
+    }
+
+    /// A peer left the cluster (its liveliness token is gone): it is no longer a neighbour.
+    pub fn forget_peer(&mut self, peer: u64) {
+        self.heard_now.remove(&peer);
+        self.heard_prev.remove(&peer);
+        self.adverts.remove(&peer);
+    }
+
+    /// With relay policy NEEDED, a packet with no entry that carries this node's advertisement
+    /// (DF-RLY-63: published in a sync round that has nothing else to send); `None` otherwise.
+    pub fn advertisement(&self) -> Option<Vec<u8>> {
+        if self.config.relay_policy != RelayPolicy::Needed {
+            return None;
+        }
+        let mut p = OwnedPacket::new(
+            self.node_id,
+            self.incarnation,
+            self.manifest.fingerprint(),
+            self.config.encoding,
+        );
+        self.add_advert(&mut p, PACKET_OVERHEAD_BOUND);
+        Some(encode_packet(&p))
+    }
+
+    /// DF-RLY-61: with relay policy NEEDED the advertisement rides on every packet whose size
+    /// estimate (DF-RLY-3) leaves room for it.
+    fn add_advert(&self, p: &mut OwnedPacket, estimate: usize) {
+        if self.config.relay_policy == RelayPolicy::Needed {
+            let h = self.heard();
+            if estimate + heard_size_bound(h.len()) <= self.config.max_packet_size {
+                p.heard = Some(h);
+            }
+        }
     }
 
     /// Packs own entries (first) then relay entries, in order, into as few packets as the greedy
@@ -529,12 +636,14 @@ impl Engine {
             if PACKET_OVERHEAD_BOUND + b > limit {
                 let mut alone = new_packet();
                 alone.entries.push(e.clone());
+                self.add_advert(&mut alone, PACKET_OVERHEAD_BOUND + b);
                 if encode_packet(&alone).len() > limit {
                     self.relay_dropped_oversize
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     continue;
                 }
                 if !cur.entries.is_empty() {
+                    self.add_advert(&mut cur, size);
                     out.push(std::mem::replace(&mut cur, new_packet()));
                     size = PACKET_OVERHEAD_BOUND;
                 }
@@ -542,6 +651,7 @@ impl Engine {
                 continue;
             }
             if !cur.entries.is_empty() && size + b > limit {
+                self.add_advert(&mut cur, size);
                 out.push(std::mem::replace(&mut cur, new_packet()));
                 size = PACKET_OVERHEAD_BOUND;
             }
@@ -549,6 +659,7 @@ impl Engine {
             cur.entries.push(e.clone());
         }
         if !cur.entries.is_empty() {
+            self.add_advert(&mut cur, size);
             out.push(cur);
         }
         out

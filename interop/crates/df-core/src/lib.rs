@@ -20,6 +20,7 @@
 
 #![warn(missing_docs)]
 
+pub mod compact;
 pub mod config;
 pub mod encodings;
 pub mod engine;

@@ -45,6 +45,13 @@ pub fn entry_size_bound(n: usize) -> usize {
     128 + (4 + MAX_VALUE_BYTES) * n
 }
 
+/// Upper bound on the bytes a `Packet.heard` vector of `n` ids adds to a packet (1.1,
+/// DF-RLY-61): vtable slot, offset, length, padding and 8 bytes per id (same as the Python
+/// reference `heard_size_bound`).
+pub fn heard_size_bound(n: usize) -> usize {
+    24 + 8 * n
+}
+
 /// One decoded entry; indices and (F32) values borrow the packet buffer when it is aligned.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Entry<'a> {
@@ -79,6 +86,9 @@ pub struct Packet<'a> {
     pub encoding: ValueEncoding,
     /// The entries, in packet order.
     pub entries: Vec<Entry<'a>>,
+    /// (1.1, DF-PKT-60) the node ids the sender advertises as heard directly, ascending; `None`
+    /// when the packet carries no advertisement.
+    pub heard: Option<Vec<u64>>,
 }
 
 /// An entry owned by the caller, for encoding.
@@ -115,6 +125,8 @@ pub struct OwnedPacket {
     pub encoding: ValueEncoding,
     /// Entries in packet order.
     pub entries: Vec<OwnedEntry>,
+    /// (1.1, DF-PKT-60) advertised heard node ids (written as given), `None`: field absent.
+    pub heard: Option<Vec<u64>>,
 }
 
 impl OwnedPacket {
@@ -133,6 +145,7 @@ impl OwnedPacket {
             fingerprint: fingerprint.to_vec(),
             encoding,
             entries: Vec::new(),
+            heard: None,
         }
     }
 }
@@ -162,6 +175,7 @@ impl Packet<'_> {
             fingerprint: self.fingerprint.to_vec(),
             encoding: self.encoding,
             entries: self.entries.iter().map(Entry::to_owned_entry).collect(),
+            heard: self.heard.clone(),
         }
     }
 }
@@ -298,6 +312,19 @@ pub fn decode_packet(buf: &[u8], max_packet_size: usize) -> Result<Packet<'_>, D
     if p.sender_incarnation() == 0 {
         return Err(malformed("sender_incarnation is 0"));
     }
+    let heard = match p.heard() {
+        None => None,
+        Some(v) => {
+            let ids: Vec<u64> = v.iter().collect();
+            if ids.contains(&0) {
+                return Err(malformed("Packet.heard holds node id 0"));
+            }
+            if ids.windows(2).any(|w| w[1] <= w[0]) {
+                return Err(malformed("Packet.heard is not strictly ascending"));
+            }
+            Some(ids)
+        }
+    };
     let fbe = p.entries();
     let mut raw = Vec::with_capacity(fbe.len());
     for (j, e) in fbe.iter().enumerate() {
@@ -446,6 +473,7 @@ pub fn decode_packet(buf: &[u8], max_packet_size: usize) -> Result<Packet<'_>, D
         fingerprint,
         encoding,
         entries,
+        heard,
     })
 }
 
@@ -503,7 +531,11 @@ pub fn encode_packet(packet: &OwnedPacket) -> Vec<u8> {
             .entries
             .iter()
             .map(|e| entry_size_bound(e.indices.len().max(e.values.len())))
-            .sum::<usize>();
+            .sum::<usize>()
+        + packet
+            .heard
+            .as_ref()
+            .map_or(0, |h| heard_size_bound(h.len()));
     let mut b = FlatBufferBuilder::with_capacity(bound.min(1 << 31));
     let mut offs: Vec<WIPOffset<fb::Entry<'_>>> = Vec::with_capacity(packet.entries.len());
     let mut bits16: Vec<u16> = Vec::new();
@@ -532,6 +564,7 @@ pub fn encode_packet(packet: &OwnedPacket) -> Vec<u8> {
     }
     let entries = b.create_vector(&offs[..]);
     let fp = b.create_vector(&packet.fingerprint[..]);
+    let heard = packet.heard.as_ref().map(|h| b.create_vector(&h[..]));
     let root = fb::Packet::create(
         &mut b,
         &fb::PacketArgs {
@@ -542,6 +575,7 @@ pub fn encode_packet(packet: &OwnedPacket) -> Vec<u8> {
             fingerprint: Some(fp),
             encoding: fb::ValueEncoding(packet.encoding.to_u8()),
             entries: Some(entries),
+            heard,
         },
     );
     fb::finish_packet_buffer(&mut b, root);
@@ -636,7 +670,7 @@ fn entry_json(
 
 /// The JSON object of spec Appendix B.2 (also `inspect` output).
 pub fn packet_to_json(p: &Packet<'_>) -> Value {
-    json!({
+    let mut v = json!({
         "version_major": p.version_major,
         "version_minor": p.version_minor,
         "sender": hex16(p.sender),
@@ -644,12 +678,24 @@ pub fn packet_to_json(p: &Packet<'_>) -> Value {
         "fingerprint": hex::encode(p.fingerprint),
         "encoding": p.encoding.name(),
         "entries": p.entries.iter().map(|e| entry_json(e.origin, e.incarnation, e.seq, e.hops, &e.indices, &e.values)).collect::<Vec<_>>(),
-    })
+    });
+    add_heard_json(&mut v, p.heard.as_deref());
+    v
+}
+
+/// The optional `heard` member (1.1): present only when the packet carries the field.
+fn add_heard_json(v: &mut Value, heard: Option<&[u64]>) {
+    if let (Some(h), Some(obj)) = (heard, v.as_object_mut()) {
+        obj.insert(
+            "heard".into(),
+            Value::Array(h.iter().map(|&x| Value::String(hex16(x))).collect()),
+        );
+    }
 }
 
 /// The JSON of an owned packet, values as a receiver decodes them (quantized per the encoding).
 pub fn owned_packet_to_json(p: &OwnedPacket) -> Value {
-    json!({
+    let mut v = json!({
         "version_major": p.version_major,
         "version_minor": p.version_minor,
         "sender": hex16(p.sender),
@@ -660,7 +706,9 @@ pub fn owned_packet_to_json(p: &OwnedPacket) -> Value {
             let q: Vec<f32> = e.values.iter().map(|&v| p.encoding.quantize(v)).collect();
             entry_json(e.origin, e.incarnation, e.seq, e.hops, &e.indices, &q)
         }).collect::<Vec<_>>(),
-    })
+    });
+    add_heard_json(&mut v, p.heard.as_deref());
+    v
 }
 
 /// Parses a 16-hex-digit id (or a JSON integer).
@@ -746,6 +794,16 @@ pub fn packet_from_json(v: &Value) -> Result<OwnedPacket, JsonError> {
         .map_err(|e| format!("fingerprint: {e}"))?,
         encoding: enc,
         entries,
+        heard: match v.get("heard") {
+            None | Some(Value::Null) => None,
+            Some(h) => Some(
+                h.as_array()
+                    .ok_or("heard: not a list")?
+                    .iter()
+                    .map(|x| u64_from_json(x, "heard"))
+                    .collect::<Result<Vec<u64>, JsonError>>()?,
+            ),
+        },
     })
 }
 

@@ -17,6 +17,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use df_core::config::RelayPolicy;
+use df_core::wire::{OwnedPacket, encode_packet};
 use df_core::{Engine, EngineError, ReceiveResult, SyncConfig};
 use log::{debug, info, warn};
 use serde_json::{Value, json};
@@ -225,6 +227,18 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
         let node_id = transport.node_id();
         let incarnation = options.incarnation.unwrap_or_else(default_incarnation);
         let manifest = store.manifest().clone();
+        if config.relay_policy == RelayPolicy::Needed {
+            // DF-RLY-63: become a neighbour of the peers before a snapshot is captured, so that
+            // they relay for this node from then on.
+            let mut probe = OwnedPacket::new(
+                node_id,
+                incarnation,
+                manifest.fingerprint(),
+                config.encoding,
+            );
+            probe.heard = Some(Vec::new());
+            transport.publish(&encode_packet(&probe))?;
+        }
         let (anchor, joined_from) = match &options.join {
             Some(j) => {
                 let (from, values) = fetch_verified(transport, &manifest, j)?;
@@ -337,10 +351,15 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
             let active = self.store.gather()?;
             own = e.generate(&active, self.fast_selection)?;
         }
-        if own.is_empty() && relay.is_empty() {
-            return Ok(0);
-        }
-        let out = e.pack(&own, &relay);
+        let out = if own.is_empty() && relay.is_empty() {
+            // DF-RLY-63 (relay policy NEEDED): a sync round with nothing to send still advertises
+            match (sync, e.advertisement()) {
+                (true, Some(p)) => vec![p],
+                _ => return Ok(0),
+            }
+        } else {
+            e.pack(&own, &relay)
+        };
         drop(e);
         for x in &own {
             self.counters.own_entries_sent += 1;

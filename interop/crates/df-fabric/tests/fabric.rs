@@ -290,3 +290,63 @@ fn log_levels_parse_like_rust_log() {
     assert_eq!(parse_level("zenoh=info"), None);
     assert_eq!(parse_level("nonsense"), None);
 }
+
+// REQ: DF-RLY-63, DF-RLY-60
+#[test]
+fn relay_policy_needed_advertises_at_start_and_delivers_on_a_line() {
+    use df_core::config::RelayPolicy;
+    use df_core::wire::decode_packet;
+    let hub = MemoryHub::new();
+    let spy = hub.join(99, &[1]).unwrap(); // hears node 1, publishes nothing
+    let needed = SyncConfig {
+        relay_policy: RelayPolicy::Needed,
+        ..cfg()
+    };
+    let mk = |id: u64, nb: &[u64]| -> Node {
+        let options = FabricOptions {
+            incarnation: Some(1),
+            ..FabricOptions::default()
+        };
+        Fabric::with_options(
+            store(0.0),
+            hub.join(id, nb).unwrap(),
+            needed.clone(),
+            options,
+        )
+        .unwrap()
+    };
+    let mut nodes = vec![mk(1, &[2]), mk(2, &[1, 3]), mk(3, &[2])];
+    // the start-up advertisement: no entry, an empty heard set
+    let probe = spy.drain(10).unwrap();
+    assert_eq!(probe.len(), 1);
+    let p = decode_packet(&probe[0], 1 << 20).unwrap();
+    assert_eq!((p.sender, p.entries.len(), p.heard), (1, 0, Some(vec![])));
+    for k in 0..20 {
+        for n in nodes.iter_mut() {
+            train(n, k);
+            n.step().unwrap();
+        }
+    }
+    drain(&mut nodes);
+    let w: Vec<Vec<f32>> = nodes.iter().map(|n| n.store().gather().unwrap()).collect();
+    let scale = w.iter().flatten().fold(0.0f32, |m, x| m.max(x.abs()));
+    for a in &w[1..] {
+        let d = a
+            .iter()
+            .zip(&w[0])
+            .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+        assert!(d <= 1e-4 * scale, "diff {d} scale {scale}");
+    }
+    // the ends relay nothing (their only neighbour sent them every entry); the middle relays
+    assert_eq!(nodes[0].counters().relay_entries_sent, 0);
+    assert_eq!(nodes[2].counters().relay_entries_sent, 0);
+    assert!(nodes[1].counters().relay_entries_sent > 0);
+    assert_eq!(
+        nodes[0]
+            .engine()
+            .unwrap()
+            .counters()
+            .drop_count(df_core::Admission::Duplicate),
+        0
+    );
+}

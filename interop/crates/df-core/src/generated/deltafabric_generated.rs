@@ -333,6 +333,7 @@ impl<'a> Packet<'a> {
   pub const VT_FINGERPRINT: ::flatbuffers::VOffsetT = 12;
   pub const VT_ENCODING: ::flatbuffers::VOffsetT = 14;
   pub const VT_ENTRIES: ::flatbuffers::VOffsetT = 16;
+  pub const VT_HEARD: ::flatbuffers::VOffsetT = 18;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -346,6 +347,7 @@ impl<'a> Packet<'a> {
     let mut builder = PacketBuilder::new(_fbb);
     builder.add_sender_incarnation(args.sender_incarnation);
     builder.add_sender(args.sender);
+    if let Some(x) = args.heard { builder.add_heard(x); }
     if let Some(x) = args.entries { builder.add_entries(x); }
     if let Some(x) = args.fingerprint { builder.add_fingerprint(x); }
     builder.add_version_minor(args.version_minor);
@@ -411,6 +413,15 @@ impl<'a> Packet<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<Entry>>>>(Packet::VT_ENTRIES, None).unwrap()}
   }
+  /// (1.1) Node ids whose packets the sender received directly in its last two sync rounds, ascending
+  /// (spec section 8.6). Absent: the sender does not advertise (a 1.0 node, or relay policy ALL).
+  #[inline]
+  pub fn heard(&self) -> Option<::flatbuffers::Vector<'a, u64>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u64>>>(Packet::VT_HEARD, None)}
+  }
 }
 
 impl ::flatbuffers::Verifiable for Packet<'_> {
@@ -426,6 +437,7 @@ impl ::flatbuffers::Verifiable for Packet<'_> {
      .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u8>>>("fingerprint", Self::VT_FINGERPRINT, true)?
      .visit_field::<ValueEncoding>("encoding", Self::VT_ENCODING, false)?
      .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<Entry>>>>("entries", Self::VT_ENTRIES, true)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u64>>>("heard", Self::VT_HEARD, false)?
      .finish();
     Ok(())
   }
@@ -438,6 +450,7 @@ pub struct PacketArgs<'a> {
     pub fingerprint: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u8>>>,
     pub encoding: ValueEncoding,
     pub entries: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<Entry<'a>>>>>,
+    pub heard: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u64>>>,
 }
 impl<'a> Default for PacketArgs<'a> {
   #[inline]
@@ -450,6 +463,7 @@ impl<'a> Default for PacketArgs<'a> {
       fingerprint: None, // required field
       encoding: ValueEncoding::F32,
       entries: None, // required field
+      heard: None,
     }
   }
 }
@@ -488,6 +502,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> PacketBuilder<'a, 'b, A> {
     self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Packet::VT_ENTRIES, entries);
   }
   #[inline]
+  pub fn add_heard(&mut self, heard: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , u64>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Packet::VT_HEARD, heard);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> PacketBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     PacketBuilder {
@@ -514,6 +532,7 @@ impl ::core::fmt::Debug for Packet<'_> {
       ds.field("fingerprint", &self.fingerprint());
       ds.field("encoding", &self.encoding());
       ds.field("entries", &self.entries());
+      ds.field("heard", &self.heard());
       ds.finish()
   }
 }

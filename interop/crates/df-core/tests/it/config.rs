@@ -1,6 +1,6 @@
 //! `SyncConfig` checks (spec section 3), mirroring `tests/test_config.py` of the Python reference.
 
-use df_core::config::{MAX_REPLAY_WINDOW, MIN_MAX_PACKET_SIZE};
+use df_core::config::{MAX_REPLAY_WINDOW, MIN_MAX_PACKET_SIZE, RelayPolicy};
 use df_core::{ConfigError, Engine, EngineError, Manifest, SyncConfig, TensorSpec, ValueEncoding};
 use serde_json::json;
 
@@ -28,6 +28,7 @@ fn name_of(e: &ConfigError) -> &'static str {
     match e {
         ConfigError::OutOfRange { name, .. } | ConfigError::WrongType { name, .. } => name,
         ConfigError::UnknownEncoding(_) => "encoding",
+        ConfigError::UnknownRelayPolicy(_) => "relay_policy",
         ConfigError::UnknownKeys(_) => "keys",
         ConfigError::NotAnObject => "config",
     }
@@ -199,7 +200,8 @@ fn from_json_reads_every_key_and_round_trips() {
     // REQ: DF-PAR-11
     let v = json!({"alpha": 0.5, "ratio": 1, "sync_interval": 3, "relay_threshold": 0,
         "hop_limit": 255, "max_packet_size": 296, "replay_window": 1048576,
-        "max_incarnations": 1, "include_buffers": true, "encoding": "BF16", "max_origins": 7});
+        "max_incarnations": 1, "include_buffers": true, "encoding": "BF16", "max_origins": 7,
+        "relay_policy": "needed"});
     let c = SyncConfig::from_json(&v).expect("valid");
     assert_eq!(c.alpha, 0.5);
     assert_eq!(c.ratio, 1.0);
@@ -212,7 +214,14 @@ fn from_json_reads_every_key_and_round_trips() {
     assert!(c.include_buffers);
     assert_eq!(c.encoding, ValueEncoding::BF16);
     assert_eq!(c.max_origins, 7);
+    // REQ: DF-PAR-60
+    assert_eq!(c.relay_policy, RelayPolicy::Needed);
     assert_eq!(SyncConfig::from_json(&c.to_json()), Ok(c));
+    assert_eq!(
+        SyncConfig::from_json(&json!({"relay_policy": "SOME"})),
+        Err(ConfigError::UnknownRelayPolicy("'SOME'".into()))
+    );
+    assert_eq!(SyncConfig::default().relay_policy, RelayPolicy::All);
     // the default-bounded config has exactly the keys of the Python reference's to_json
     let keys: Vec<String> = SyncConfig::default()
         .to_json()
@@ -232,6 +241,7 @@ fn from_json_reads_every_key_and_round_trips() {
         "max_incarnations",
         "encoding",
         "include_buffers",
+        "relay_policy",
     ];
     python.sort_unstable();
     let mut keys = keys;

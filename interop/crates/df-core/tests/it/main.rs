@@ -1,9 +1,11 @@
 //! The df-core integration tests (one binary): unit tests from the spec, a deterministic
 //! mutation fuzz of the decoder, and every conformance vector of `conformance/vectors`.
 
+mod compact;
 mod config;
 mod engine;
 mod fuzz;
+mod relay;
 mod replay;
 mod requirements;
 mod requirements_per_impl;

@@ -83,6 +83,7 @@ fn packet_eq(what: &str, got: &OwnedPacket, want: &OwnedPacket) -> Result<(), St
         got.sender_incarnation,
         &got.fingerprint,
         got.encoding,
+        &got.heard,
     ) != (
         want.version_major,
         want.version_minor,
@@ -90,6 +91,7 @@ fn packet_eq(what: &str, got: &OwnedPacket, want: &OwnedPacket) -> Result<(), St
         want.sender_incarnation,
         &want.fingerprint,
         want.encoding,
+        &want.heard,
     ) {
         return Err(format!(
             "{what}: header differs: got {got:?}, want {want:?}"

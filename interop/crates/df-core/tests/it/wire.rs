@@ -228,6 +228,7 @@ fn unknown_encoding_and_mismatched_vectors() {
             fingerprint: Some(fpv),
             encoding: fb::ValueEncoding(9),
             entries: Some(entries),
+            heard: None,
         },
     );
     fb::finish_packet_buffer(&mut b, root);
@@ -264,6 +265,7 @@ fn unknown_encoding_and_mismatched_vectors() {
             fingerprint: Some(fpv),
             encoding: fb::ValueEncoding::F32,
             entries: Some(entries),
+            heard: None,
         },
     );
     fb::finish_packet_buffer(&mut b, root);

@@ -464,6 +464,7 @@ fn add_counters(a: &mut Counters, b: &Counters) {
     a.entries_accepted += b.entries_accepted;
     a.entries_relayed += b.entries_relayed;
     a.values_applied += b.values_applied;
+    a.relay_suppressed += b.relay_suppressed;
     for (x, y) in a.errors.iter_mut().zip(b.errors) {
         *x += y;
     }

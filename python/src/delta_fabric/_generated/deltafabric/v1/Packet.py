@@ -125,8 +125,37 @@ class Packet(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
         return o == 0
 
+    # (1.1) Node ids whose packets the sender received directly in its last two sync rounds, ascending
+    # (spec section 8.6). Absent: the sender does not advertise (a 1.0 node, or relay policy ALL).
+    # Packet
+    def Heard(self, j: int):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint64Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 8))
+        return 0
+
+    # Packet
+    def HeardAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint64Flags, o)
+        return 0
+
+    # Packet
+    def HeardLength(self) -> int:
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Packet
+    def HeardIsNone(self) -> bool:
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        return o == 0
+
 def PacketStart(builder: flatbuffers.Builder):
-    builder.StartObject(7)
+    builder.StartObject(8)
 
 def Start(builder: flatbuffers.Builder):
     PacketStart(builder)
@@ -184,6 +213,18 @@ def PacketStartEntriesVector(builder, numElems: int) -> int:
 
 def StartEntriesVector(builder, numElems: int) -> int:
     return PacketStartEntriesVector(builder, numElems)
+
+def PacketAddHeard(builder: flatbuffers.Builder, heard: int):
+    builder.PrependUOffsetTRelativeSlot(7, flatbuffers.number_types.UOffsetTFlags.py_type(heard), 0)
+
+def AddHeard(builder: flatbuffers.Builder, heard: int):
+    PacketAddHeard(builder, heard)
+
+def PacketStartHeardVector(builder, numElems: int) -> int:
+    return builder.StartVector(8, numElems, 8)
+
+def StartHeardVector(builder, numElems: int) -> int:
+    return PacketStartHeardVector(builder, numElems)
 
 def PacketEnd(builder: flatbuffers.Builder) -> int:
     return builder.EndObject()

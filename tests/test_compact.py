@@ -1,0 +1,107 @@
+"""Reference codecs of the compact-encodings proposal (spec/proposals/compact-encodings.md)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from delta_fabric.compact import (
+    FORM_BITMAP,
+    FORM_DELTA,
+    decode_indices,
+    encode_bitmap,
+    encode_delta,
+    encode_indices,
+    q8_decode,
+    q8_encode,
+    q8_quantize,
+)
+from delta_fabric.errors import DecodeError, ErrorCode
+
+
+def u32(xs: list[int]) -> np.ndarray:
+    return np.array(xs, dtype=np.uint32)
+
+
+def test_delta_varint_example() -> None:
+    # first index 3, gaps 4 and 300 (two bytes: 0xac 0x02), 2**32 - 1 - 307 (five bytes)
+    idx = u32([3, 7, 307, 2**32 - 1])
+    b = encode_delta(idx)
+    assert b[:6] == bytes([FORM_DELTA, 0x03, 0x04, 0xAC, 0x02, 0xCC])
+    assert len(b) == 1 + 1 + 1 + 2 + 5
+    assert decode_indices(b).tolist() == idx.tolist()
+
+
+def test_bitmap_example() -> None:
+    idx = u32([8, 9, 11, 16])
+    b = encode_bitmap(idx)
+    assert b == bytes([FORM_BITMAP, 8, 0b0000_1011, 0b0000_0001])
+    assert decode_indices(b).tolist() == idx.tolist()
+
+
+@pytest.mark.parametrize("density", [0.01, 0.05, 0.2, 0.6, 1.0])
+def test_roundtrip_and_shorter_form(density: float) -> None:
+    rng = np.random.default_rng(1)
+    n = 20_000
+    idx = np.sort(rng.choice(n, size=max(1, int(n * density)), replace=False)).astype(np.uint32)
+    b = encode_indices(idx)
+    assert len(b) == min(len(encode_delta(idx)), len(encode_bitmap(idx)))
+    assert decode_indices(b).tolist() == idx.tolist()
+    assert b[0] == (FORM_BITMAP if density >= 0.2 else FORM_DELTA)
+
+
+@pytest.mark.parametrize(
+    ("data", "code"),
+    [
+        (b"", ErrorCode.MALFORMED),  # no form byte
+        (bytes([7, 1]), ErrorCode.MALFORMED),  # unknown form
+        (bytes([FORM_DELTA]), ErrorCode.EMPTY_ENTRY),
+        (bytes([FORM_DELTA, 0x83]), ErrorCode.MALFORMED),  # truncated varint
+        (bytes([FORM_DELTA, 0x80, 0x00]), ErrorCode.MALFORMED),  # overlong
+        (bytes([FORM_DELTA, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01]), ErrorCode.MALFORMED),  # 6 bytes
+        (bytes([FORM_DELTA, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F]), ErrorCode.MALFORMED),  # >= 2**32
+        (bytes([FORM_DELTA, 0xFF, 0xFF, 0xFF, 0xFF, 0x0F, 0x01]), ErrorCode.MALFORMED),  # sum
+        (bytes([FORM_DELTA, 0x05, 0x00]), ErrorCode.DUPLICATE_INDEX),
+        (bytes([FORM_BITMAP, 0x05]), ErrorCode.EMPTY_ENTRY),
+        (bytes([FORM_BITMAP, 0x05, 0x00]), ErrorCode.EMPTY_ENTRY),
+        (bytes([FORM_BITMAP, 0x05, 0x01, 0x00]), ErrorCode.MALFORMED),  # trailing 0 byte
+        (bytes([FORM_BITMAP, 0x85]), ErrorCode.MALFORMED),  # truncated base
+        (bytes([FORM_BITMAP, 0xFF, 0xFF, 0xFF, 0xFF, 0x0F, 0x02]), ErrorCode.MALFORMED),
+    ],
+)
+def test_invalid_packed_indices(data: bytes, code: ErrorCode) -> None:
+    with pytest.raises(DecodeError) as ei:
+        decode_indices(data)
+    assert ei.value.code is code
+
+
+def test_q8_rounding_scale_and_error_feedback() -> None:
+    v = np.array([0.5, -1.27, 0.005, 0.00499, 1e-3], dtype=np.float32)
+    scale, q = q8_encode(v)
+    assert scale == np.float32(np.float32(1.27) / np.float32(127.0))
+    assert q.tolist()[:2] == [50, -127]
+    # q = rint(fl32(v / scale)) with ties to even; decoded = fl32(q * scale), exactly
+    assert q.tolist() == np.rint(np.divide(v, scale, dtype=np.float32)).astype(int).tolist()
+    dec = q8_decode(scale, q)
+    assert dec.tolist() == (q.astype(np.float32) * scale).tolist()
+    assert q8_quantize(v).tolist() == dec.tolist()
+    # error feedback with the value actually sent: the residual is what Q8 could not carry
+    anchor = np.zeros(5, dtype=np.float32)
+    anchor += q8_quantize(v)
+    residual = v - anchor
+    assert float(np.max(np.abs(residual))) <= float(scale) / 2 * (1 + 1e-6)
+
+
+def test_q8_edge_cases() -> None:
+    scale, q = q8_encode(np.array([1e-45, -1e-45], dtype=np.float32))  # subnormal max: scale 0
+    assert scale == 0 and q.tolist() == [0, 0]
+    with pytest.raises(ValueError):
+        q8_encode(np.array([np.inf], dtype=np.float32))
+    for bad, code in ((np.nan, ErrorCode.NON_FINITE), (np.inf, ErrorCode.NON_FINITE)):
+        with pytest.raises(DecodeError) as ei:
+            q8_decode(bad, np.array([1], dtype=np.int8))
+        assert ei.value.code is code
+    with pytest.raises(DecodeError) as ei:
+        q8_decode(-1.0, np.array([1], dtype=np.int8))
+    assert ei.value.code is ErrorCode.MALFORMED
+    # -128 is decodable (never produced by the encoder)
+    assert q8_decode(0.5, np.array([-128], dtype=np.int8)).tolist() == [-64.0]
