@@ -13,7 +13,13 @@ from delta_fabric.encodings import ValueEncoding, codec
 from delta_fabric.replay import DEFAULT_MAX_ORIGINS
 from delta_fabric.wire import PACKET_OVERHEAD_BOUND, encoded_size_bound
 
-__all__ = ["DEFAULT_MAX_ORIGINS", "MAX_MAX_ORIGINS", "MIN_MAX_PACKET_SIZE", "RelayPolicy", "SyncConfig"]
+__all__ = [
+    "DEFAULT_MAX_ORIGINS",
+    "MAX_MAX_ORIGINS",
+    "MIN_MAX_PACKET_SIZE",
+    "RelayPolicy",
+    "SyncConfig",
+]
 
 
 class RelayPolicy(Enum):
