@@ -33,6 +33,7 @@ and the index and value checks run once over all entries.
 
 from __future__ import annotations
 
+import json
 import math
 import struct
 from collections.abc import Iterator, Mapping, Sequence
@@ -61,6 +62,8 @@ __all__ = [
     "decode_packet",
     "encode_packet",
     "encoded_size_bound",
+    "json_dumps",
+    "json_loads",
     "packet_from_json",
     "packet_to_json",
     "quantize",
@@ -317,7 +320,9 @@ class _Reader:
         if vsize < 4 or vsize & 1:
             _malformed(f"{what} vtable size {vsize} invalid")
         if vt + vsize > self.n:
-            _malformed(f"{what} vtable: bytes [{vt}, {vt + vsize}) outside the {self.n}-byte buffer")
+            _malformed(
+                f"{what} vtable: bytes [{vt}, {vt + vsize}) outside the {self.n}-byte buffer"
+            )
         self.spans.append((pos, pos + 4))
         return pos, vt, vsize
 
@@ -760,6 +765,47 @@ def packet_to_json(packet: Packet) -> dict[str, Any]:
             for e in packet.entries
         ],
     }
+
+
+def _parse_json_int(text: str) -> int | float:
+    # DF-CNF-20: the integer form -0 is the float -0.0 (json would make it the integer 0, that is +0.0)
+    return -0.0 if text == "-0" else int(text)
+
+
+def json_loads(text: str | bytes) -> Any:
+    """``json.loads`` with the number rules of spec DF-CNF-20: ``-0`` reads as -0.0 (so that a value's
+    sign survives a writer that prints integers). Other numbers read as :func:`json.loads` reads
+    them; ``NaN`` and ``Infinity``, which JSON does not have, are refused (``ValueError``)."""
+
+    def refuse(name: str) -> float:
+        raise ValueError(f"{name} is not JSON (DF-CNF-20: write non-finite f32 values as strings)")
+
+    return json.loads(text, parse_int=_parse_json_int, parse_constant=refuse)
+
+
+def _finite_json(x: Any) -> Any:
+    if isinstance(x, float):
+        if math.isnan(x):
+            return "nan"
+        if math.isinf(x):
+            return "inf" if x > 0 else "-inf"
+        return x
+    if isinstance(x, dict):
+        return {k: _finite_json(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite_json(v) for v in x]
+    return x
+
+
+def json_dumps(obj: Any, **kw: Any) -> str:
+    """``json.dumps`` with the number rules of spec DF-CNF-20: every float is written in a float form
+    (``-0.0``, ``1.0``: Python's ``repr``), and a non-finite float as ``"nan"``, ``"inf"`` or
+    ``"-inf"`` instead of failing (the f32 values of a node whose weights became non-finite are
+    reported, not lost). ``kw`` goes to :func:`json.dumps`."""
+    try:
+        return json.dumps(obj, allow_nan=False, **kw)
+    except ValueError:  # a non-finite float somewhere: rewrite (rare; the common path is one pass)
+        return json.dumps(_finite_json(obj), allow_nan=False, **kw)
 
 
 def _parse_hex_u64(x: Any, what: str) -> int:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import jsonschema
+from delta_fabric.wire import json_dumps, json_loads
 
 __all__ = ["DriverClient", "ProtocolViolation", "Reply", "schema_validator"]
 
@@ -164,7 +165,7 @@ class DriverClient:
         if problem is not None:  # a bug of the runner or of a scenario file, not of the driver
             raise ValueError(f"the runner built an invalid request: {problem}")
         try:
-            p.stdin.write((json.dumps(msg, separators=(",", ":"), allow_nan=False) + "\n").encode())
+            p.stdin.write((json_dumps(msg, separators=(",", ":")) + "\n").encode())
             p.stdin.flush()
         except OSError as exc:
             try:
@@ -193,7 +194,7 @@ class DriverClient:
             raise ProtocolViolation("exited", f"driver exited (status {rc}) before answering {cmd}")
         elapsed = time.monotonic() - t0
         try:
-            msg = json.loads(line)
+            msg = json_loads(line)  # DF-CNF-20: -0 reads as -0.0
         except ValueError:
             self.kill()
             raise ProtocolViolation(

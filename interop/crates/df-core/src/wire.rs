@@ -939,4 +939,56 @@ mod tests {
         );
         assert_eq!(u32s_copy(&[1, 0, 0, 0, 2, 0, 0, 0]), vec![1, 2]);
     }
+
+    #[test]
+    fn f32_json_form_shows_floats_and_names_non_finite_values() {
+        // REQ: DF-CNF-20
+        let text = |x: f32| serde_json::to_string(&f32_to_json(x)).expect("json");
+        assert_eq!(text(-0.0), "-0.0");
+        assert_eq!(text(1.0), "1.0");
+        assert_eq!(text(1e16), "1e16");
+        assert_eq!(text(f32::INFINITY), "\"inf\"");
+        assert_eq!(text(f32::NEG_INFINITY), "\"-inf\"");
+        assert_eq!(text(f32::NAN), "\"nan\"");
+        // a reader takes the integer form -0 as -0.0
+        let v: Value = serde_json::from_str("-0").expect("json");
+        assert_eq!(f32_from_json(&v).expect("f32").to_bits(), 0x8000_0000);
+        let v: Value = serde_json::from_str("\"inf\"").expect("json");
+        assert_eq!(f32_from_json(&v).expect("f32"), f32::INFINITY);
+    }
+
+    #[test]
+    fn misaligned_positions_are_malformed_but_addresses_do_not_matter() {
+        // REQ: DF-PKT-21
+        let mut p = OwnedPacket::new(1, 1, [7; 32], ValueEncoding::F32);
+        p.entries.push(OwnedEntry {
+            origin: 1,
+            incarnation: 1,
+            seq: 1,
+            hops: 0,
+            indices: vec![1, 2, 3],
+            values: vec![0.5, -1.5, 3.25],
+        });
+        let buf = encode_packet(&p);
+        // at an odd address: accepted
+        let mut shifted = vec![0u8; buf.len() + 1];
+        shifted[1..].copy_from_slice(&buf);
+        assert!(decode_packet(&shifted[1..], DEFAULT_MAX_PACKET_SIZE).is_ok());
+        // every object moved by k bytes after the identifier (root offset fixed): misaligned
+        // unless k is a multiple of 8
+        for k in 1..=8usize {
+            let root = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize + k;
+            let mut moved = Vec::with_capacity(buf.len() + k);
+            moved.extend_from_slice(&(root as u32).to_le_bytes());
+            moved.extend_from_slice(&buf[4..8]);
+            moved.extend(std::iter::repeat_n(0u8, k));
+            moved.extend_from_slice(&buf[8..]);
+            let r = decode_packet(&moved, DEFAULT_MAX_PACKET_SIZE);
+            if k == 8 {
+                assert!(r.is_ok(), "k = 8: {r:?}");
+            } else {
+                assert_eq!(r.expect_err("misaligned").code, ErrorCode::Malformed, "k = {k}");
+            }
+        }
+    }
 }
