@@ -5,18 +5,20 @@ use the generated accessors: Python's FlatBuffers runtime has no verifier, so :f
 is a bounds-checked reader written for this schema. Whatever the bytes, it raises nothing but
 :class:`~delta_fabric.errors.DecodeError`.
 
-Check order (spec section 7.2 and DF-RCV-9: table order, except that ``version_major`` is checked as
-soon as the root table is readable; with several faults any one of their codes may be reported).
+Check order: spec DF-RCV-20 (normative since 1.1; with several faults the code of the first failing
+step is reported).
 
 ``decode_packet`` (context-free, needs only ``max_packet_size``):
 
 1. ``OVERSIZE``: ``len(buf) > max_packet_size``.
 2. ``BAD_IDENTIFIER``: fewer than 8 bytes, or bytes 4..8 != ``DFP1``.
-3. ``MALFORMED``: root table or its vtable out of bounds.
+3. ``MALFORMED``: the root uoffset, the root table, its vtable or ``version_major`` break a verifier
+   rule of spec section 6.7.
 4. ``UNSUPPORTED_VERSION``: ``version_major != 1`` (absent reads as 0).
-5. ``MALFORMED``: every other field of every table: offsets and lengths in bounds, required fields
-   present, fingerprint of 32 bytes, non-zero sender, sender_incarnation, origin, incarnation, seq;
-   the entries' vectors hold no more element bytes than the buffer (no aliasing amplification).
+5. ``MALFORMED``: every other verifier rule of section 6.7 (DF-PKT-20: bounds, alignment relative to
+   the first byte of the packet (DF-PKT-21), uoffsets not 0, vtables, required fields) and the sharing
+   rule (DF-SEC-20: table heads, fields and vectors pairwise disjoint); fingerprint of 32 bytes,
+   non-zero sender, sender_incarnation, origin, incarnation, seq.
 6. ``UNSUPPORTED_ENCODING``: encoding not in the table :data:`delta_fabric.encodings.CODECS`
    (F32, F16, BF16).
 7. ``MALFORMED``: an entry without the values vector of the encoding, or with the other one.
@@ -26,7 +28,8 @@ soon as the root table is readable; with several faults any one of their codes m
 ``validate_packet`` (needs the local context): ``FINGERPRINT_MISMATCH``, ``HOP_LIMIT``,
 ``INDEX_OUT_OF_RANGE``.
 
-Alignment is not required (FlatBuffers is offset-based): NumPy views over unaligned data are valid.
+The address of the buffer in memory does not matter (NumPy views over unaligned data are valid);
+only positions relative to its first byte are checked.
 The per-entry work is vectorised: the Entry tables are parsed with NumPy gathers over the buffer,
 and the index and value checks run once over all entries.
 """
