@@ -537,6 +537,20 @@ def build(ns: ModuleType) -> list[Case]:
         max_packet_size=len(good) - 1,
     )
     bad(
+        "order_bad_identifier_and_root_uoffset_zero",
+        "Identifier DFP2 and a root uoffset of 0: BAD_IDENTIFIER (step 2 before 3).",
+        b"\0\0\0\0DFP2" + good[8:],
+        ErrorCode.BAD_IDENTIFIER,
+        o,
+    )
+    bad(
+        "order_version_and_unknown_encoding",
+        "version_major 2 and encoding 3: UNSUPPORTED_VERSION (step 4 before 6).",
+        pk(version_major=2, encoding=3),
+        V,
+        o,
+    )
+    bad(
         "order_misaligned_root_and_version",
         "The root table misaligned and version_major 2: MALFORMED (step 3 before 4).",
         pk(table_shift=2, version_major=2),
@@ -586,6 +600,21 @@ def build(ns: ModuleType) -> list[Case]:
         o,
     )
     bad(
+        "order_unknown_encoding_and_length_mismatch",
+        "encoding 3 and an entry of 3 indices and 2 values: UNSUPPORTED_ENCODING (step 6 before 8).",
+        pk([E(values=(1.0, 2.0))], encoding=3),
+        U,
+        o,
+    )
+    bad(
+        "order_values16_in_f32_then_length_mismatch",
+        "An F32 packet whose first entry has a length mismatch and whose second carries values16 "
+        "too: MALFORMED (step 7 over all entries before 8).",
+        pk([E(values=(1.0, 2.0)), E(origin=0xC3, values16=(1, 2, 3))]),
+        M,
+        o,
+    )
+    bad(
         "order_empty_and_length_mismatch",
         "indices [] with values [0.5]: LENGTH_MISMATCH (step 8 before 9).",
         pk([E(indices=(), values=(0.5,))]),
@@ -618,6 +647,13 @@ def build(ns: ModuleType) -> list[Case]:
         "indices [7, 3] in the first entry, an empty second entry: EMPTY_ENTRY (step 9 before 10).",
         pk([E(indices=(7, 3), values=(1.0, 2.0)), E(origin=0xC3, indices=(), values=())]),
         ErrorCode.EMPTY_ENTRY,
+        o,
+    )
+    bad(
+        "order_duplicate_and_nan",
+        "indices [3, 3] with values [NaN, 1.0]: DUPLICATE_INDEX (step 11 before 12).",
+        pk([E(indices=(3, 3), values=(float("nan"), 1.0))]),
+        ErrorCode.DUPLICATE_INDEX,
         o,
     )
     bad(
