@@ -96,6 +96,8 @@ class P:
     zero: set[str] = field(default_factory=set)  # "root", "entries", "e0.indices": uoffset 0
     unknown_voffset: int | None = None
     truncate: int = 0  # bytes cut from the end
+    vtable_last: bool = False  # entry 0's vtable after every vector (it ends the buffer)
+    root_vsize: int | None = None  # overrides the root vtable's size field
 
 
 class _Buf:
@@ -178,9 +180,11 @@ def assemble(p: P) -> bytes:
 
     tables: list[int] = []
     shared_vt: int | None = None
-    for e in p.entries:
+    for j, e in enumerate(p.entries):
         present = [n for n in ENTRY_FIELDS if getattr(e, n) is not None]
-        if p.share_vtable and shared_vt is not None:
+        if p.vtable_last and j == 0:
+            vt = -1  # placed below
+        elif p.share_vtable and shared_vt is not None:
             vt = shared_vt
         else:
             vt = _vtable(
@@ -214,6 +218,15 @@ def assemble(p: P) -> bytes:
                     buf.put(target + 4 + size * i, fmt, x)
                 vectors[key] = target
             link(field_pos(t, ENTRY_FIELDS, e.at, name), target, f"e{j}.{name}")
+    if p.vtable_last and p.entries:
+        e = p.entries[0]
+        present = [n for n in ENTRY_FIELDS if getattr(e, n) is not None]
+        vt = _vtable(
+            buf, ENTRY_FIELDS, present, e.at, ENTRY_SIZE, e.vtable_shift, e.unknown_voffset
+        )
+        buf.put(tables[0], "<i", tables[0] - vt)
+    if p.root_vsize is not None:
+        buf.put(root_vt, "<H", p.root_vsize)
     for i, j in enumerate(slots):
         link(ev + 4 + 4 * i, tables[j], f"entries[{i}]")
     out = bytes(buf.b)
@@ -303,6 +316,12 @@ def build(ns: ModuleType) -> list[Case]:
         [REQ_ALIGN],
     )
     valid(
+        "vtable_ends_the_buffer",
+        "An Entry vtable placed after every vector, its last byte the last byte of the buffer "
+        "(negative soffset; v + vsize = n is in bounds).",
+        pk(vtable_last=True),
+    )
+    valid(
         "unknown_field_out_of_bounds",
         "Slot 7 of the root table and of an Entry (unknown to 1.1) has a voffset past the end of the "
         "buffer: it is neither read nor checked (Section 6.7, rule 6).",
@@ -314,6 +333,20 @@ def build(ns: ModuleType) -> list[Case]:
         "objects of the sharing rule.",
         pk([E(unknown_voffset=24)]),
         [REQ_SHARING],
+    )
+    bad(
+        "vtable_size_2",
+        "The root vtable's size is 2 (below the minimum of 4).",
+        pk(root_vsize=2),
+        M,
+        [],
+    )
+    bad(
+        "vtable_one_byte_past_end",
+        "vtable_ends_the_buffer without its last byte: the vtable ends one byte past the buffer.",
+        assemble(pk(vtable_last=True))[:-1],
+        M,
+        [],
     )
     # --- misalignment, one kind each --------------------------------------------------------------
     mis = [REQ_ALIGN]
