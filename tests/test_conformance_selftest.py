@@ -155,10 +155,12 @@ def test_faults_are_blamed_on_the_faulty_driver_only(
     assert {t for t, r in tests["wrong_code"].items() if r["result"] == "failed"} == {
         "Required.decode.invalid.hop_limit_exceeded",
         "Required.decode.invalid.hop_limit_255",
+        "Required.decode.invalid.order_index_range_then_hop_limit",
     }
     assert {t for t, r in tests["ok_on_invalid"].items() if r["result"] == "failed"} == {
         "Required.decode.invalid.duplicate_index",
         "Required.decode.invalid.duplicate_index_zero",
+        "Required.decode.invalid.order_duplicate_and_nan",
     }
     assert all(
         not t.startswith("Required.decode.")
@@ -232,6 +234,7 @@ def test_expected_failures_strict_both_ways(
     (xf / "wrong_code.txt").write_text(
         "# planted fault\n"
         "Required.decode.invalid.hop_limit_*   # answers MALFORMED\n"
+        "Required.decode.invalid.order_index_range_then_hop_limit   # answers MALFORMED\n"
         "Required.decode.valid.single_entry_f32  # passes: must come back as an unexpected pass\n"
     )
     rc, _printed, results = _run(
@@ -255,7 +258,10 @@ def test_expected_failures_strict_both_ways(
     assert results["summary"]["unexpected_failures"] == 0
     assert rc == 1  # the unexpected pass fails the run
 
-    (xf / "wrong_code.txt").write_text("Required.decode.invalid.hop_limit_*  # answers MALFORMED\n")
+    (xf / "wrong_code.txt").write_text(
+        "Required.decode.invalid.hop_limit_*  # answers MALFORMED\n"
+        "Required.decode.invalid.order_index_range_then_hop_limit  # answers MALFORMED\n"
+    )
     rc, _printed, results = _run(
         [
             "--output",
@@ -270,7 +276,7 @@ def test_expected_failures_strict_both_ways(
         ],
         capsys,
     )
-    assert rc == 0 and results["summary"]["expected_failures"] == 2
+    assert rc == 0 and results["summary"]["expected_failures"] == 3
 
 
 def test_live_python_x_python_exchange(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

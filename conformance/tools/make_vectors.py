@@ -56,6 +56,7 @@ TOOLS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = TOOLS_DIR.parent.parent
 DEFAULT_VECTORS_DIR = REPO_ROOT / "conformance" / "vectors"
 ENGINE_VECTORS = TOOLS_DIR / "engine_vectors.py"
+VERDICT_VECTORS = TOOLS_DIR / "verdict_vectors.py"
 INDEX_VERSION = 1
 
 # ------------------------------------------------------------------------------------------------
@@ -84,6 +85,9 @@ REQ_MINOR = "DF-VER-2"  # every minor accepted, unknown fields ignored, other ma
 REQ_EVOLUTION = "DF-VER-3"  # minors add fields at the end / unknown encodings rejected
 REQ_IDENTIFIER_STABLE = "DF-VER-5"  # DFP1 in every version: other majors are UNSUPPORTED_VERSION
 REQ_HOSTILE = "DF-SEC-1"  # every offset and length checked before use
+REQ_JSON_FLOAT = (
+    "DF-CNF-20"  # f32 values in JSON show they are floats (-0.0), non-finite as strings
+)
 REQ_ERR: dict[ErrorCode, str] = {code: f"DF-ERR-{i}" for i, code in enumerate(ErrorCode, start=1)}
 #: Ids every invalid vector of a code exercises, besides DF-RCV-1 and its DF-ERR id.
 REQ_BY_CODE: dict[ErrorCode, list[str]] = {
@@ -759,7 +763,7 @@ def valid_cases() -> list[ValidCase]:
         "version_minor_7": [REQ_MINOR],
         "defaults_omitted": [REQ_NOT_CANONICAL],
         "defaults_explicit": [REQ_NOT_CANONICAL],
-        "signed_zeros": [REQ_ENCODING],
+        "signed_zeros": [REQ_ENCODING, REQ_JSON_FLOAT],
         "extreme_f32": [REQ_ENCODING],
         "subnormal_f32": [REQ_ENCODING],
     }
@@ -1229,6 +1233,36 @@ def _check_decode(data: bytes, ctx: dict[str, Any]) -> tuple[Packet | None, Erro
     return p, None
 
 
+def verdict_cases() -> tuple[list[ValidCase], list[InvalidCase]]:
+    """The hand-assembled vectors of ``verdict_vectors.py`` (spec 1.1 Section 6.7, DF-SEC-20,
+    DF-RCV-20): valid and invalid cases."""
+    spec = importlib.util.spec_from_file_location("verdict_vectors", VERDICT_VECTORS)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["verdict_vectors"] = module  # dataclasses look modules up by name
+    spec.loader.exec_module(module)
+    valid: list[ValidCase] = []
+    invalid: list[InvalidCase] = []
+    for c in module.build(sys.modules[__name__]):
+        if c.error is None:
+            valid.append(
+                ValidCase(c.name, c.description, list(c.requirements), raw=c.data, expect=c.expect)
+            )
+        else:
+            reqs = sorted({*invalid_requirements(c.name, c.error), *c.requirements})
+            invalid.append(
+                InvalidCase(
+                    c.name,
+                    c.description,
+                    c.error,
+                    c.data,
+                    reqs,
+                    max_packet_size=c.max_packet_size or DEFAULT_MAX_PACKET_SIZE,
+                )
+            )
+    return valid, invalid
+
+
 def write_decode_vectors(vectors_dir: Path) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for sub in ("valid", "invalid"):
@@ -1237,7 +1271,8 @@ def write_decode_vectors(vectors_dir: Path) -> list[dict[str, Any]]:
             shutil.rmtree(d)
         d.mkdir(parents=True)
     seen: set[str] = set()
-    for v in valid_cases():
+    verdict_valid, verdict_invalid = verdict_cases()
+    for v in [*valid_cases(), *verdict_valid]:
         assert v.name not in seen, v.name
         seen.add(v.name)
         if v.packet is not None:
@@ -1272,7 +1307,7 @@ def write_decode_vectors(vectors_dir: Path) -> list[dict[str, Any]]:
                 **features_of([got.encoding]),
             }
         )
-    for c in invalid_cases():
+    for c in [*invalid_cases(), *verdict_invalid]:
         assert c.name not in seen, c.name
         seen.add(c.name)
         ctx = context(c.manifest, c.max_packet_size)

@@ -5,19 +5,21 @@ use the generated accessors: Python's FlatBuffers runtime has no verifier, so :f
 is a bounds-checked reader written for this schema. Whatever the bytes, it raises nothing but
 :class:`~delta_fabric.errors.DecodeError`.
 
-Check order (spec section 7.2 and DF-RCV-9: table order, except that ``version_major`` is checked as
-soon as the root table is readable; with several faults any one of their codes may be reported).
+Check order: spec DF-RCV-20 (normative since 1.1; with several faults the code of the first failing
+step is reported).
 
 ``decode_packet`` (context-free, needs only ``max_packet_size``):
 
 1. ``OVERSIZE``: ``len(buf) > max_packet_size``.
 2. ``BAD_IDENTIFIER``: fewer than 8 bytes, or bytes 4..8 != ``DFP1``.
-3. ``MALFORMED``: root table or its vtable out of bounds.
+3. ``MALFORMED``: the root uoffset, the root table, its vtable or ``version_major`` break a verifier
+   rule of spec section 6.7.
 4. ``UNSUPPORTED_VERSION``: ``version_major != 1`` (absent reads as 0).
-5. ``MALFORMED``: every other field of every table: offsets and lengths in bounds, required fields
-   present, fingerprint of 32 bytes, non-zero sender, sender_incarnation, origin, incarnation, seq;
-   the entries' vectors hold no more element bytes than the buffer (no aliasing amplification);
-   ``heard`` (1.1), when present, non-zero and strictly ascending.
+5. ``MALFORMED``: every other verifier rule of section 6.7 (DF-PKT-20: bounds, alignment relative to
+   the first byte of the packet (DF-PKT-21), uoffsets not 0, vtables, required fields) and the sharing
+   rule (DF-SEC-20: table heads, fields and vectors pairwise disjoint); fingerprint of 32 bytes,
+   non-zero sender, sender_incarnation, origin, incarnation, seq; ``heard`` (1.1), when present,
+   non-zero and strictly ascending.
 6. ``UNSUPPORTED_ENCODING``: encoding not in the table :data:`delta_fabric.encodings.CODECS`
    (F32, F16, BF16).
 7. ``MALFORMED``: an entry without the values vector of the encoding, or with the other one.
@@ -27,13 +29,15 @@ soon as the root table is readable; with several faults any one of their codes m
 ``validate_packet`` (needs the local context): ``FINGERPRINT_MISMATCH``, ``HOP_LIMIT``,
 ``INDEX_OUT_OF_RANGE``.
 
-Alignment is not required (FlatBuffers is offset-based): NumPy views over unaligned data are valid.
+The address of the buffer in memory does not matter (NumPy views over unaligned data are valid);
+only positions relative to its first byte are checked.
 The per-entry work is vectorised: the Entry tables are parsed with NumPy gathers over the buffer,
 and the index and value checks run once over all entries.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import struct
 from collections.abc import Iterator, Mapping, Sequence
@@ -63,6 +67,8 @@ __all__ = [
     "encode_packet",
     "encoded_size_bound",
     "heard_size_bound",
+    "json_dumps",
+    "json_loads",
     "packet_from_json",
     "packet_to_json",
     "quantize",
@@ -314,31 +320,41 @@ def _malformed(detail: str) -> NoReturn:
 
 
 class _Reader:
-    """Bounds-checked primitive reads over a byte buffer. Every failure raises MALFORMED."""
+    """Bounds-checked primitive reads over a byte buffer, by the verifier rules of spec section 6.7
+    (DF-PKT-20, DF-PKT-21). Every failure raises MALFORMED. ``spans`` collects the byte ranges of
+    the objects read (table heads, fields, vectors) for the sharing rule (DF-SEC-20)."""
 
-    __slots__ = ("mv", "n")
+    __slots__ = ("mv", "n", "spans")
 
     def __init__(self, mv: memoryview) -> None:
         self.mv = mv
         self.n = len(mv)
+        self.spans: list[tuple[int, int]] = []
 
-    def _need(self, pos: int, size: int, what: str) -> None:
+    def _need(self, pos: int, size: int, what: str, align: int) -> None:
         if pos < 0 or pos + size > self.n:
             _malformed(f"{what}: bytes [{pos}, {pos + size}) outside the {self.n}-byte buffer")
+        if pos % align:
+            _malformed(f"{what}: position {pos} not a multiple of {align}")
 
     def table(self, pos: int, what: str) -> tuple[int, int, int]:
         """Locate the table at ``pos``; returns (table position, vtable position, vtable size)."""
-        self._need(pos, 4, f"{what} table")
+        self._need(pos, 4, f"{what} table", 4)
         vt = pos - _I32.unpack_from(self.mv, pos)[0]
-        self._need(vt, 4, f"{what} vtable")
+        self._need(vt, 4, f"{what} vtable", 2)
         vsize = _U16.unpack_from(self.mv, vt)[0]
         if vsize < 4 or vsize & 1:
             _malformed(f"{what} vtable size {vsize} invalid")
-        self._need(vt, vsize, f"{what} vtable")
+        if vt + vsize > self.n:
+            _malformed(
+                f"{what} vtable: bytes [{vt}, {vt + vsize}) outside the {self.n}-byte buffer"
+            )
+        self.spans.append((pos, pos + 4))
         return pos, vt, vsize
 
     def field(self, tab: tuple[int, int, int], slot: int, size: int, what: str) -> int:
-        """Absolute position of field ``slot`` (0 when absent), checked to hold ``size`` bytes."""
+        """Absolute position of field ``slot`` (0 when absent), checked to hold ``size`` aligned
+        bytes."""
         pos, vt, vsize = tab
         voff = 4 + 2 * slot
         if voff + 2 > vsize:
@@ -346,7 +362,8 @@ class _Reader:
         off: int = _U16.unpack_from(self.mv, vt + voff)[0]
         if off == 0:
             return 0
-        self._need(pos + off, size, what)
+        self._need(pos + off, size, what, size)
+        self.spans.append((pos + off, pos + off + size))
         return pos + off
 
     def u8(self, tab: tuple[int, int, int], slot: int, what: str) -> int:
@@ -368,11 +385,16 @@ class _Reader:
         p = self.field(tab, slot, 4, what)
         if p == 0:
             return None
-        target = p + _U32.unpack_from(self.mv, p)[0]
-        self._need(target, 4, f"{what} length")
+        uoff = _U32.unpack_from(self.mv, p)[0]
+        if uoff == 0:
+            _malformed(f"{what}: uoffset 0 (points to itself)")
+        target = p + uoff
+        self._need(target, 4, f"{what} length", 4)
         length = int(_U32.unpack_from(self.mv, target)[0])
         start = target + 4
-        self._need(start, length * elem_size, f"{what} ({length} x {elem_size} bytes)")
+        if start + length * elem_size > self.n:
+            _malformed(f"{what} ({length} x {elem_size} bytes) outside the {self.n}-byte buffer")
+        self.spans.append((target, start + length * elem_size))
         return start, length
 
 
@@ -388,27 +410,36 @@ def _windows(a8: NDArray[np.uint8], k: int) -> NDArray[np.uint8]:
 
 
 class _EntryTables:
-    """Vectorised bounds-checked reads of the same field of every Entry table of a packet.
+    """Vectorised bounds-checked reads of the same field of every Entry table of a packet, by the
+    verifier rules of spec section 6.7 (bounds, alignment, uoffsets not 0).
 
     ``table`` holds the absolute positions of the tables (already checked); each read gathers from
-    read-only sliding-window views of the buffer, only at positions checked to lie inside it.
+    read-only sliding-window views of the buffer, only at positions checked to lie inside it. The
+    byte ranges read (table heads, fields, vectors) are collected in ``starts`` / ``ends`` for the
+    sharing rule (DF-SEC-20).
     """
 
-    __slots__ = ("a8", "n", "table", "vsize", "vt", "w2", "w4", "w8")
+    __slots__ = ("a8", "ends", "n", "starts", "table", "vsize", "vt", "w2", "w4", "w8")
 
     def __init__(self, a8: NDArray[np.uint8], elems: NDArray[np.int64]) -> None:
         self.a8 = a8
         self.n = n = int(a8.size)
         self.w2, self.w4, self.w8 = _windows(a8, 2), _windows(a8, 4), _windows(a8, 8)
-        # elems: positions of the uoffsets in the entries vector (inside the buffer: checked by the
-        # caller)
-        table = elems + self.u32(elems)
+        # elems: positions of the uoffsets in the entries vector (inside the buffer and aligned:
+        # checked by the caller)
+        uoff = self.u32(elems)
+        self.fail_where(uoff == 0, "uoffset 0 (points to itself)")
+        table = elems + uoff
         self.fail_where(table + 4 > n, "table out of bounds")
+        self.fail_where(table % 4 != 0, "table not aligned to 4")
         vt = table - self.w4[table].view("<i4")[:, 0].astype(np.int64)
         self.fail_where((vt < 0) | (vt + 4 > n), "vtable out of bounds")
+        self.fail_where(vt % 2 != 0, "vtable not aligned to 2")
         vsize = self.w2[vt].view("<u2")[:, 0].astype(np.int64)
         self.fail_where((vsize < 4) | ((vsize & 1) == 1) | (vt + vsize > n), "vtable size invalid")
         self.table, self.vt, self.vsize = table, vt, vsize
+        self.starts: list[NDArray[np.int64]] = [table]
+        self.ends: list[NDArray[np.int64]] = [table + 4]
 
     @staticmethod
     def fail_where(bad: NDArray[np.bool_], what: str) -> None:
@@ -419,7 +450,8 @@ class _EntryTables:
         return self.w4[pos].view("<u4")[:, 0].astype(np.int64)
 
     def field(self, slot: int, size: int, name: str) -> tuple[NDArray[np.bool_], NDArray[np.int64]]:
-        """(present, absolute position) of field ``slot``; present ones checked to hold ``size``."""
+        """(present, absolute position) of field ``slot``; present ones checked to hold ``size``
+        bytes aligned to ``size``."""
         voff = 4 + 2 * slot
         has = self.vsize >= voff + 2
         off = np.zeros(self.table.size, dtype=np.int64)
@@ -427,6 +459,10 @@ class _EntryTables:
         present = off != 0
         pos = self.table + off
         self.fail_where(present & (pos + size > self.n), f"{name} out of bounds")
+        if size > 1:
+            self.fail_where(present & (pos % size != 0), f"{name} not aligned to {size}")
+        self.starts.append(pos[present])
+        self.ends.append(pos[present] + size)
         return present, pos
 
     def scalar(self, slot: int, size: int, name: str) -> NDArray[np.uint64]:
@@ -447,16 +483,36 @@ class _EntryTables:
     ) -> tuple[NDArray[np.bool_], NDArray[np.int64], NDArray[np.int64]]:
         """(present, start of the elements, element count) of a vector field."""
         present, pos = self.field(slot, 4, name)
-        target = np.zeros(self.table.size, dtype=np.int64)
-        target[present] = pos[present] + self.u32(pos[present])
+        uoff = np.zeros(self.table.size, dtype=np.int64)
+        uoff[present] = self.u32(pos[present])
+        self.fail_where(present & (uoff == 0), f"{name} uoffset 0 (points to itself)")
+        target = pos + uoff
         self.fail_where(present & (target + 4 > self.n), f"{name} length out of bounds")
+        self.fail_where(present & (target % 4 != 0), f"{name} length not aligned to 4")
         count = np.zeros(self.table.size, dtype=np.int64)
         count[present] = self.u32(target[present])
         start = target + 4
-        self.fail_where(
-            present & (start + count * elem_size > self.n), f"{name} data out of bounds"
-        )
+        end = start + count * elem_size
+        self.fail_where(present & (end > self.n), f"{name} data out of bounds")
+        self.starts.append(target[present])
+        self.ends.append(end[present])
         return present, start, count
+
+
+def _check_disjoint(starts: NDArray[np.int64], ends: NDArray[np.int64]) -> None:
+    """DF-SEC-20: the byte ranges of the objects of a packet (table heads, fields, vectors; not
+    vtables) are pairwise disjoint."""
+    if starts.size < 2:
+        return
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    bad = e[:-1] > s[1:]
+    if bool(bad.any()):
+        k = int(np.argmax(bad))
+        _malformed(
+            f"shared or overlapping objects: bytes [{int(s[k])}, {int(e[k])}) and "
+            f"[{int(s[k + 1])}, {int(e[k + 1])})"
+        )
 
 
 def _first_bad_pair(ok: NDArray[np.bool_], counts: NDArray[np.int64]) -> int:
@@ -512,7 +568,10 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
     if n < 8 or bytes(mv[4:8]) != FILE_IDENTIFIER:
         raise DecodeError(ErrorCode.BAD_IDENTIFIER, "missing file identifier DFP1")
     r = _Reader(mv)
-    root = r.table(_U32.unpack_from(mv, 0)[0], "Packet")
+    root_off = _U32.unpack_from(mv, 0)[0]
+    if root_off == 0:
+        _malformed("root uoffset 0 (points to itself)")
+    root = r.table(root_off, "Packet")
 
     version_major = r.u16(root, _P_VERSION_MAJOR, "Packet.version_major")
     if version_major != VERSION_MAJOR:
@@ -539,6 +598,10 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
 
     start, count = entries_vec
     if count == 0:
+        _check_disjoint(
+            np.array([a for a, _ in r.spans], dtype=np.int64),
+            np.array([b for _, b in r.spans], dtype=np.int64),
+        )
         if encoding_raw not in CODECS:
             raise DecodeError(ErrorCode.UNSUPPORTED_ENCODING, f"encoding {encoding_raw}")
         return Packet(
@@ -567,16 +630,12 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
     t.fail_where(origin == 0, "origin is 0")
     t.fail_where(incarnation == 0, "incarnation is 0")
     t.fail_where(seq == 0, "seq is 0")
-    # DF-SEC-1 (linear time and memory): vectors of distinct entries occupy distinct bytes in any
-    # buffer a builder writes, so their element bytes add up to less than the buffer. More means
-    # that entries share (alias) vectors, which would let a small packet decode to a huge one.
-    element_bytes = int(
-        (idx_count * 4).sum()
-        + (v32_count * 4).sum(where=v32_present)
-        + (v16_count * 2).sum(where=v16_present)
+    # DF-SEC-20 (sharing rule): no two objects share a byte, so no small packet decodes to a huge
+    # one through entries that point at one table or at overlapping vectors.
+    _check_disjoint(
+        np.concatenate([np.array([a for a, _ in r.spans], dtype=np.int64), *t.starts]),
+        np.concatenate([np.array([b for _, b in r.spans], dtype=np.int64), *t.ends]),
     )
-    if element_bytes > n:
-        _malformed(f"entries share vectors: {element_bytes} element bytes in a {n}-byte buffer")
 
     if encoding_raw not in CODECS:
         raise DecodeError(ErrorCode.UNSUPPORTED_ENCODING, f"encoding {encoding_raw}")
@@ -757,6 +816,47 @@ def packet_to_json(packet: Packet) -> dict[str, Any]:
             for e in packet.entries
         ],
     }
+
+
+def _parse_json_int(text: str) -> int | float:
+    # DF-CNF-20: the integer form -0 is the float -0.0 (json would make it the integer 0, that is +0.0)
+    return -0.0 if text == "-0" else int(text)
+
+
+def json_loads(text: str | bytes) -> Any:
+    """``json.loads`` with the number rules of spec DF-CNF-20: ``-0`` reads as -0.0 (so that a value's
+    sign survives a writer that prints integers). Other numbers read as :func:`json.loads` reads
+    them; ``NaN`` and ``Infinity``, which JSON does not have, are refused (``ValueError``)."""
+
+    def refuse(name: str) -> float:
+        raise ValueError(f"{name} is not JSON (DF-CNF-20: write non-finite f32 values as strings)")
+
+    return json.loads(text, parse_int=_parse_json_int, parse_constant=refuse)
+
+
+def _finite_json(x: Any) -> Any:
+    if isinstance(x, float):
+        if math.isnan(x):
+            return "nan"
+        if math.isinf(x):
+            return "inf" if x > 0 else "-inf"
+        return x
+    if isinstance(x, dict):
+        return {k: _finite_json(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite_json(v) for v in x]
+    return x
+
+
+def json_dumps(obj: Any, **kw: Any) -> str:
+    """``json.dumps`` with the number rules of spec DF-CNF-20: every float is written in a float form
+    (``-0.0``, ``1.0``: Python's ``repr``), and a non-finite float as ``"nan"``, ``"inf"`` or
+    ``"-inf"`` instead of failing (the f32 values of a node whose weights became non-finite are
+    reported, not lost). ``kw`` goes to :func:`json.dumps`."""
+    try:
+        return json.dumps(obj, allow_nan=False, **kw)
+    except ValueError:  # a non-finite float somewhere: rewrite (rare; the common path is one pass)
+        return json.dumps(_finite_json(obj), allow_nan=False, **kw)
 
 
 def _parse_hex_u64(x: Any, what: str) -> int:

@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from delta_fabric.wire import json_loads
+
 from delta_fabric_conformance.claims import claim_problems, unsupported_claim_failure
 from delta_fabric_conformance.client import Reply
 from delta_fabric_conformance.compare import diff_json
@@ -277,8 +279,7 @@ class Runner:
     def vector_files(self, row: Mapping[str, Any]) -> tuple[dict[str, Any], Path]:
         base = self.opts.vectors / str(row["path"])
         path = base / "case.json" if base.is_dir() else base.with_name(base.name + ".json")
-        with open(path, encoding="utf-8") as f:
-            data: dict[str, Any] = json.load(f)
+        data: dict[str, Any] = json_loads(path.read_text(encoding="utf-8"))  # DF-CNF-20
         return data, base
 
     def run_vector(self, row: Mapping[str, Any], runs: list[ImplRun]) -> None:

@@ -441,7 +441,7 @@ pub fn decode_chunk(buf: &[u8]) -> Result<SnapshotChunk<'_>, SnapshotError> {
             return Err(err(Malformed, format!("{name} is 0")));
         }
     }
-    let values = f32s(c.values());
+    let values = f32s(c.values().bytes());
     if values.is_empty() {
         return Err(err(Malformed, "chunk holds no value"));
     }

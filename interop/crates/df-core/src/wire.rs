@@ -1,10 +1,14 @@
 //! The packet wire format (spec section 6, DF-PKT) and receive-side checks (section 7, DF-RCV-1).
 //!
-//! Check order of [`decode_packet`] (context-free; with several faults the first found is reported):
-//! 1. `OVERSIZE`, 2. `BAD_IDENTIFIER`, 3. `MALFORMED` when the root table is not readable,
-//! 4. `UNSUPPORTED_VERSION` (read by hand as soon as the root table is readable),
-//! 5. `MALFORMED`: the generated FlatBuffers verifier with tight [`flatbuffers::VerifierOptions`],
-//!    then fingerprint length, non-zero sender / sender_incarnation / origin / incarnation / seq,
+//! Check order of [`decode_packet`] (spec DF-RCV-20, normative: with several faults the first
+//! failing step's code is reported):
+//! 1. `OVERSIZE`, 2. `BAD_IDENTIFIER`, 3. `MALFORMED` when the root table, its vtable or
+//!    `version_major` is not readable by the verifier rules of spec section 6.7,
+//! 4. `UNSUPPORTED_VERSION`,
+//! 5. `MALFORMED`: every other verifier rule of section 6.7 (bounds, alignment relative to the
+//!    packet's first byte, uoffsets not 0, vtables, required fields, disjoint objects: DF-PKT-20,
+//!    DF-PKT-21, DF-SEC-20), fingerprint length, non-zero sender / sender_incarnation / origin /
+//!    incarnation / seq,
 //! 6. `UNSUPPORTED_ENCODING`, 7. `MALFORMED` for a values vector not matching the encoding,
 //! 8. `LENGTH_MISMATCH`, `EMPTY_ENTRY`, `UNSORTED_INDICES`, `DUPLICATE_INDEX`, `NON_FINITE`
 //!    (each over all entries before the next).
@@ -15,7 +19,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use flatbuffers::{FlatBufferBuilder, VerifierOptions, WIPOffset};
+use flatbuffers::{FlatBufferBuilder, WIPOffset};
 use serde_json::{Value, json};
 
 /// The packet's value encoding (defined with its table in [`crate::encodings`]).
@@ -188,53 +192,40 @@ fn malformed(detail: impl Into<String>) -> DecodeError {
     DecodeError::new(ErrorCode::Malformed, detail)
 }
 
-fn rd_u16(b: &[u8], pos: usize) -> Option<u16> {
-    let s = b.get(pos..pos.checked_add(2)?)?;
-    Some(u16::from_le_bytes([s[0], s[1]]))
+fn rd_u16(b: &[u8], pos: usize) -> u16 {
+    u16::from_le_bytes([b[pos], b[pos + 1]])
 }
 
-fn rd_u32(b: &[u8], pos: usize) -> Option<u32> {
-    let s = b.get(pos..pos.checked_add(4)?)?;
-    Some(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+fn rd_u32(b: &[u8], pos: usize) -> u32 {
+    u32::from_le_bytes([b[pos], b[pos + 1], b[pos + 2], b[pos + 3]])
 }
 
-/// `Some(version_major)` when the root table and its vtable are in bounds (absent field: 0).
-fn read_version_major(buf: &[u8]) -> Option<u16> {
-    let pos = rd_u32(buf, 0)? as usize;
-    let soff = rd_u32(buf, pos)? as i32 as i64;
-    let vt = usize::try_from(pos as i64 - soff).ok()?;
-    let vsize = rd_u16(buf, vt)? as usize;
-    if vsize < 4 || !vsize.is_multiple_of(2) || vt.checked_add(vsize)? > buf.len() {
-        return None;
-    }
-    if vsize < 6 {
-        return Some(0);
-    }
-    let off = rd_u16(buf, vt + 4)? as usize;
-    if off == 0 {
-        return Some(0);
-    }
-    rd_u16(buf, pos.checked_add(off)?)
+fn rd_u64(b: &[u8], pos: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[pos..pos + 8]);
+    u64::from_le_bytes(w)
 }
 
-/// Little-endian u32s of a vector: borrowed when aligned (fast path), copied otherwise.
-pub(crate) fn u32s<'a>(v: flatbuffers::Vector<'a, u32>) -> Cow<'a, [u32]> {
+/// Little-endian u32s of a vector's element bytes: borrowed when aligned in memory (fast path),
+/// copied otherwise.
+pub(crate) fn u32s(bytes: &[u8]) -> Cow<'_, [u32]> {
     if cfg!(target_endian = "little")
-        && let Ok(s) = bytemuck::try_cast_slice::<u8, u32>(v.bytes())
+        && let Ok(s) = bytemuck::try_cast_slice::<u8, u32>(bytes)
     {
         return Cow::Borrowed(s);
     }
-    Cow::Owned(u32s_copy(v.bytes()))
+    Cow::Owned(u32s_copy(bytes))
 }
 
-/// Little-endian f32s of a vector: borrowed when aligned (fast path), copied otherwise.
-pub(crate) fn f32s<'a>(v: flatbuffers::Vector<'a, f32>) -> Cow<'a, [f32]> {
+/// Little-endian f32s of a vector's element bytes: borrowed when aligned in memory (fast path),
+/// copied otherwise.
+pub(crate) fn f32s(bytes: &[u8]) -> Cow<'_, [f32]> {
     if cfg!(target_endian = "little")
-        && let Ok(s) = bytemuck::try_cast_slice::<u8, f32>(v.bytes())
+        && let Ok(s) = bytemuck::try_cast_slice::<u8, f32>(bytes)
     {
         return Cow::Borrowed(s);
     }
-    Cow::Owned(f32s_copy(v.bytes()))
+    Cow::Owned(f32s_copy(bytes))
 }
 
 /// The copying path of [`u32s`].
@@ -253,29 +244,177 @@ pub(crate) fn f32s_copy(bytes: &[u8]) -> Vec<f32> {
         .collect()
 }
 
-/// Verifier options sized to the buffer: no deeper than the schema, at most one table per 4 bytes,
-/// and an apparent size of a few times the buffer (bounds the work on overlapping vectors).
-fn verifier_options(len: usize) -> VerifierOptions {
-    VerifierOptions {
-        max_depth: 8,
-        max_tables: len / 4 + 2,
-        max_apparent_size: len.saturating_mul(4).saturating_add(1024),
-        ignore_missing_null_terminator: false,
+/// A located table: its position, its vtable's position and the vtable's size in bytes.
+#[derive(Clone, Copy)]
+struct Table {
+    pos: usize,
+    vt: usize,
+    vsize: usize,
+}
+
+/// The verifier rules of spec section 6.7 (DF-PKT-20, DF-PKT-21) over one buffer, written for this
+/// schema (no stock verifier: its limits are not the spec's). Positions are relative to the first
+/// byte of the packet, never to its address in memory. `spans` collects the byte ranges of the
+/// objects read (table heads, fields, vectors; not vtables) for the sharing rule (DF-SEC-20).
+struct Reader<'a> {
+    buf: &'a [u8],
+    spans: Vec<(usize, usize)>,
+}
+
+impl<'a> Reader<'a> {
+    fn need(&self, pos: usize, size: usize, align: usize, what: &str) -> Result<(), DecodeError> {
+        let n = self.buf.len();
+        if pos.checked_add(size).is_none_or(|end| end > n) {
+            return Err(malformed(format!(
+                "{what}: {size} bytes at {pos} outside the {n}-byte buffer"
+            )));
+        }
+        if !pos.is_multiple_of(align) {
+            return Err(malformed(format!(
+                "{what}: position {pos} not a multiple of {align}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The table whose soffset is at `pos`.
+    fn table(&mut self, pos: usize, what: &str) -> Result<Table, DecodeError> {
+        self.need(pos, 4, 4, &format!("{what} table"))?;
+        let soff = i64::from(rd_u32(self.buf, pos) as i32);
+        let vt = usize::try_from(pos as i64 - soff)
+            .map_err(|_| malformed(format!("{what} vtable before the buffer")))?;
+        self.need(vt, 4, 2, &format!("{what} vtable"))?;
+        let vsize = usize::from(rd_u16(self.buf, vt));
+        if vsize < 4 || !vsize.is_multiple_of(2) {
+            return Err(malformed(format!("{what} vtable size {vsize} invalid")));
+        }
+        if vt + vsize > self.buf.len() {
+            return Err(malformed(format!("{what} vtable outside the buffer")));
+        }
+        self.spans.push((pos, pos + 4));
+        Ok(Table { pos, vt, vsize })
+    }
+
+    /// Position of field `slot` (None when absent), checked to hold `size` bytes aligned to `size`.
+    fn field(
+        &mut self,
+        t: Table,
+        slot: usize,
+        size: usize,
+        what: &str,
+    ) -> Result<Option<usize>, DecodeError> {
+        let voff = 4 + 2 * slot;
+        if voff + 2 > t.vsize {
+            return Ok(None);
+        }
+        let off = usize::from(rd_u16(self.buf, t.vt + voff));
+        if off == 0 {
+            return Ok(None);
+        }
+        let p = t.pos + off;
+        self.need(p, size, size, what)?;
+        self.spans.push((p, p + size));
+        Ok(Some(p))
+    }
+
+    fn u8(&mut self, t: Table, slot: usize, what: &str) -> Result<u8, DecodeError> {
+        Ok(self.field(t, slot, 1, what)?.map_or(0, |p| self.buf[p]))
+    }
+
+    fn u16(&mut self, t: Table, slot: usize, what: &str) -> Result<u16, DecodeError> {
+        Ok(self
+            .field(t, slot, 2, what)?
+            .map_or(0, |p| rd_u16(self.buf, p)))
+    }
+
+    fn u64(&mut self, t: Table, slot: usize, what: &str) -> Result<u64, DecodeError> {
+        Ok(self
+            .field(t, slot, 8, what)?
+            .map_or(0, |p| rd_u64(self.buf, p)))
+    }
+
+    /// The target of the uoffset at `p` (already checked in bounds and aligned): not 0.
+    fn follow(&self, p: usize, what: &str) -> Result<usize, DecodeError> {
+        let uoff = rd_u32(self.buf, p) as usize;
+        if uoff == 0 {
+            return Err(malformed(format!("{what}: uoffset 0 (points to itself)")));
+        }
+        p.checked_add(uoff)
+            .ok_or_else(|| malformed(format!("{what}: uoffset overflows")))
+    }
+
+    /// (start of the elements, element count) of a vector field, or None when absent.
+    fn vector(
+        &mut self,
+        t: Table,
+        slot: usize,
+        elem: usize,
+        what: &str,
+    ) -> Result<Option<(usize, usize)>, DecodeError> {
+        let Some(p) = self.field(t, slot, 4, what)? else {
+            return Ok(None);
+        };
+        let target = self.follow(p, what)?;
+        self.need(target, 4, 4, &format!("{what} length"))?;
+        let count = rd_u32(self.buf, target) as usize;
+        let start = target + 4;
+        let end = count.checked_mul(elem).and_then(|b| start.checked_add(b));
+        let Some(end) = end.filter(|&e| e <= self.buf.len()) else {
+            return Err(malformed(format!(
+                "{what} ({count} x {elem} bytes) outside the {}-byte buffer",
+                self.buf.len()
+            )));
+        };
+        self.spans.push((target, end));
+        Ok(Some((start, count)))
+    }
+
+    /// DF-SEC-20: the collected objects are pairwise disjoint.
+    fn check_disjoint(&mut self) -> Result<(), DecodeError> {
+        self.spans.sort_unstable();
+        for w in self.spans.windows(2) {
+            if w[0].1 > w[1].0 {
+                return Err(malformed(format!(
+                    "shared or overlapping objects: bytes [{}, {}) and [{}, {})",
+                    w[0].0, w[0].1, w[1].0, w[1].1
+                )));
+            }
+        }
+        Ok(())
     }
 }
 
-struct RawEntry<'a> {
+struct RawEntry {
     origin: u64,
     incarnation: u64,
     seq: u64,
     hops: u8,
-    indices: flatbuffers::Vector<'a, u32>,
-    values: Option<flatbuffers::Vector<'a, f32>>,
-    values16: Option<flatbuffers::Vector<'a, u16>>,
+    /// (start, count) of each vector.
+    indices: (usize, usize),
+    values: Option<(usize, usize)>,
+    values16: Option<(usize, usize)>,
 }
 
-/// Decodes and checks a packet without context (check order in the module doc). Never panics,
-/// whatever `buf` holds; the buffer need not be aligned. REQ: DF-RCV-1.
+// Field slots (schema order).
+const P_VERSION_MAJOR: usize = 0;
+const P_VERSION_MINOR: usize = 1;
+const P_SENDER: usize = 2;
+const P_SENDER_INC: usize = 3;
+const P_FINGERPRINT: usize = 4;
+const P_ENCODING: usize = 5;
+const P_ENTRIES: usize = 6;
+const P_HEARD: usize = 7;
+const E_ORIGIN: usize = 0;
+const E_INCARNATION: usize = 1;
+const E_SEQ: usize = 2;
+const E_HOPS: usize = 3;
+const E_INDICES: usize = 4;
+const E_VALUES: usize = 5;
+const E_VALUES16: usize = 6;
+
+/// Decodes and checks a packet without context (check order in the module doc, spec DF-RCV-20).
+/// Never panics, whatever `buf` holds; the buffer's address need not be aligned (DF-PKT-6).
+/// REQ: DF-RCV-1.
 pub fn decode_packet(buf: &[u8], max_packet_size: usize) -> Result<Packet<'_>, DecodeError> {
     if buf.len() > max_packet_size {
         return Err(DecodeError::new(
@@ -289,33 +428,54 @@ pub fn decode_packet(buf: &[u8], max_packet_size: usize) -> Result<Packet<'_>, D
             "missing file identifier DFP1",
         ));
     }
-    let version_major =
-        read_version_major(buf).ok_or_else(|| malformed("root table or vtable out of bounds"))?;
+    let mut r = Reader {
+        buf,
+        spans: Vec::new(),
+    };
+    // step 3: the root table, its vtable and version_major readable
+    let root_off = rd_u32(buf, 0) as usize;
+    if root_off == 0 {
+        return Err(malformed("root uoffset 0 (points to itself)"));
+    }
+    let root = r.table(root_off, "Packet")?;
+    let version_major = r.u16(root, P_VERSION_MAJOR, "Packet.version_major")?;
     if version_major != VERSION_MAJOR {
         return Err(DecodeError::new(
             ErrorCode::UnsupportedVersion,
             format!("version_major {version_major}"),
         ));
     }
-    let opts = verifier_options(buf.len());
-    let p = fb::root_as_packet_with_opts(&opts, buf).map_err(|e| malformed(e.to_string()))?;
-    let fp = p.fingerprint();
-    if fp.len() != FINGERPRINT_SIZE {
+    // step 5: every other rule of section 6.7 and DF-PKT-2, DF-PKT-8
+    let version_minor = r.u16(root, P_VERSION_MINOR, "Packet.version_minor")?;
+    let sender = r.u64(root, P_SENDER, "Packet.sender")?;
+    let sender_incarnation = r.u64(root, P_SENDER_INC, "Packet.sender_incarnation")?;
+    let fp = r.vector(root, P_FINGERPRINT, 1, "Packet.fingerprint")?;
+    let enc_raw = r.u8(root, P_ENCODING, "Packet.encoding")?;
+    let entries_vec = r.vector(root, P_ENTRIES, 4, "Packet.entries")?;
+    let Some((fp_start, fp_len)) = fp else {
+        return Err(malformed("Packet.fingerprint (required) missing"));
+    };
+    if fp_len != FINGERPRINT_SIZE {
         return Err(malformed(format!(
-            "fingerprint has {} bytes, expected {FINGERPRINT_SIZE}",
-            fp.len()
+            "fingerprint has {fp_len} bytes, expected {FINGERPRINT_SIZE}"
         )));
     }
-    if p.sender() == 0 {
+    let Some((ent_start, ent_count)) = entries_vec else {
+        return Err(malformed("Packet.entries (required) missing"));
+    };
+    if sender == 0 {
         return Err(malformed("sender is 0"));
     }
-    if p.sender_incarnation() == 0 {
+    if sender_incarnation == 0 {
         return Err(malformed("sender_incarnation is 0"));
     }
-    let heard = match p.heard() {
+    // (1.1, DF-PKT-60) Packet.heard: non-zero, strictly ascending
+    let heard = match r.vector(root, P_HEARD, 8, "Packet.heard")? {
         None => None,
-        Some(v) => {
-            let ids: Vec<u64> = v.iter().collect();
+        Some((start, count)) => {
+            let ids: Vec<u64> = (0..count)
+                .map(|i| rd_u64(buf, start + 8 * i))
+                .collect();
             if ids.contains(&0) {
                 return Err(malformed("Packet.heard holds node id 0"));
             }
@@ -325,29 +485,42 @@ pub fn decode_packet(buf: &[u8], max_packet_size: usize) -> Result<Packet<'_>, D
             Some(ids)
         }
     };
-    let fbe = p.entries();
-    let mut raw = Vec::with_capacity(fbe.len());
-    for (j, e) in fbe.iter().enumerate() {
-        if e.origin() == 0 {
+    let mut raw = Vec::with_capacity(ent_count);
+    for j in 0..ent_count {
+        let what = |f: &str| format!("entries[{j}].{f}");
+        let table = r.follow(ent_start + 4 * j, &what("table"))?;
+        let t = r.table(table, &format!("entries[{j}]"))?;
+        let origin = r.u64(t, E_ORIGIN, &what("origin"))?;
+        let incarnation = r.u64(t, E_INCARNATION, &what("incarnation"))?;
+        let seq = r.u64(t, E_SEQ, &what("seq"))?;
+        let hops = r.u8(t, E_HOPS, &what("hops"))?;
+        let indices = r.vector(t, E_INDICES, 4, &what("indices"))?;
+        let values = r.vector(t, E_VALUES, 4, &what("values"))?;
+        let values16 = r.vector(t, E_VALUES16, 2, &what("values16"))?;
+        let Some(indices) = indices else {
+            return Err(malformed(what("indices (required) missing")));
+        };
+        if origin == 0 {
             return Err(malformed(format!("entries[{j}].origin is 0")));
         }
-        if e.incarnation() == 0 {
+        if incarnation == 0 {
             return Err(malformed(format!("entries[{j}].incarnation is 0")));
         }
-        if e.seq() == 0 {
+        if seq == 0 {
             return Err(malformed(format!("entries[{j}].seq is 0")));
         }
         raw.push(RawEntry {
-            origin: e.origin(),
-            incarnation: e.incarnation(),
-            seq: e.seq(),
-            hops: e.hops(),
-            indices: e.indices(),
-            values: e.values(),
-            values16: e.values16(),
+            origin,
+            incarnation,
+            seq,
+            hops,
+            indices,
+            values,
+            values16,
         });
     }
-    let enc_raw = p.encoding().0;
+    r.check_disjoint()?;
+    // step 6
     let vc = by_wire(enc_raw).ok_or_else(|| {
         DecodeError::new(
             ErrorCode::UnsupportedEncoding,
@@ -356,6 +529,7 @@ pub fn decode_packet(buf: &[u8], max_packet_size: usize) -> Result<Packet<'_>, D
     })?;
     let encoding = vc.encoding;
     let wide = vc.is_wide();
+    // step 7
     for (j, e) in raw.iter().enumerate() {
         let ok = if wide {
             e.values.is_some() && e.values16.is_none()
@@ -374,24 +548,21 @@ pub fn decode_packet(buf: &[u8], max_packet_size: usize) -> Result<Packet<'_>, D
             )));
         }
     }
-    let value_len = |e: &RawEntry<'_>| -> usize {
-        match (e.values, e.values16) {
-            (Some(v), _) if wide => v.len(),
-            (_, Some(v)) if !wide => v.len(),
-            _ => 0,
-        }
+    let value_vec = |e: &RawEntry| -> (usize, usize) {
+        let v = if wide { e.values } else { e.values16 };
+        v.unwrap_or((0, 0))
     };
     for (j, e) in raw.iter().enumerate() {
-        let n = value_len(e);
-        if n != e.indices.len() {
+        let n = value_vec(e).1;
+        if n != e.indices.1 {
             return Err(DecodeError::new(
                 ErrorCode::LengthMismatch,
-                format!("entries[{j}]: {n} values for {} indices", e.indices.len()),
+                format!("entries[{j}]: {n} values for {} indices", e.indices.1),
             ));
         }
     }
     for (j, e) in raw.iter().enumerate() {
-        if e.indices.is_empty() {
+        if e.indices.1 == 0 {
             return Err(DecodeError::new(
                 ErrorCode::EmptyEntry,
                 format!("entries[{j}] has no index"),
@@ -400,26 +571,23 @@ pub fn decode_packet(buf: &[u8], max_packet_size: usize) -> Result<Packet<'_>, D
     }
     let mut entries = Vec::with_capacity(raw.len());
     for e in &raw {
+        let (vs, vn) = value_vec(e);
         let values: Cow<'_, [f32]> = match vc.carrier {
-            Carrier::Values32 => match e.values {
-                Some(v) => f32s(v),
-                None => Cow::Owned(Vec::new()),
-            },
-            Carrier::Values16 { decode, .. } => {
-                let bits = e.values16.map(|v| v.bytes()).unwrap_or(&[]);
-                Cow::Owned(
-                    bits.chunks_exact(2)
-                        .map(|c| decode(u16::from_le_bytes([c[0], c[1]])))
-                        .collect(),
-                )
-            }
+            Carrier::Values32 => f32s(&buf[vs..vs + 4 * vn]),
+            Carrier::Values16 { decode, .. } => Cow::Owned(
+                buf[vs..vs + 2 * vn]
+                    .chunks_exact(2)
+                    .map(|c| decode(u16::from_le_bytes([c[0], c[1]])))
+                    .collect(),
+            ),
         };
+        let (is, inn) = e.indices;
         entries.push(Entry {
             origin: e.origin,
             incarnation: e.incarnation,
             seq: e.seq,
             hops: e.hops,
-            indices: u32s(e.indices),
+            indices: u32s(&buf[is..is + 4 * inn]),
             values,
         });
     }
@@ -464,12 +632,12 @@ pub fn decode_packet(buf: &[u8], max_packet_size: usize) -> Result<Packet<'_>, D
         }
     }
     let mut fingerprint = [0u8; 32];
-    fingerprint.copy_from_slice(fp.bytes());
+    fingerprint.copy_from_slice(&buf[fp_start..fp_start + FINGERPRINT_SIZE]);
     Ok(Packet {
         version_major,
-        version_minor: p.version_minor(),
-        sender: p.sender(),
-        sender_incarnation: p.sender_incarnation(),
+        version_minor,
+        sender,
+        sender_incarnation,
         fingerprint,
         encoding,
         entries,
@@ -825,9 +993,70 @@ mod tests {
         let buf = encode_packet(&p);
         let e = fb::root_as_packet(&buf).expect("verifies").entries().get(0);
         let v = e.values().expect("values");
-        assert_eq!(&f32s(v)[..], &f32s_copy(v.bytes())[..]);
-        assert_eq!(&f32s(v)[..], &[0.5, -1.5, 3.25]);
-        assert_eq!(&u32s(e.indices())[..], &u32s_copy(e.indices().bytes())[..]);
+        assert_eq!(&f32s(v.bytes())[..], &f32s_copy(v.bytes())[..]);
+        assert_eq!(&f32s(v.bytes())[..], &[0.5, -1.5, 3.25]);
+        assert_eq!(
+            &u32s(e.indices().bytes())[..],
+            &u32s_copy(e.indices().bytes())[..]
+        );
         assert_eq!(u32s_copy(&[1, 0, 0, 0, 2, 0, 0, 0]), vec![1, 2]);
+    }
+
+    #[test]
+    fn f32_json_form_shows_floats_and_names_non_finite_values() {
+        // REQ: DF-CNF-20
+        let text = |x: f32| serde_json::to_string(&f32_to_json(x)).expect("json");
+        assert_eq!(text(-0.0), "-0.0");
+        assert_eq!(text(1.0), "1.0");
+        // an integral value far from 1 still shows it is a float (an exponent)
+        let big = text(2f32.powi(60));
+        assert!(big.contains('e') && !big.contains(' '), "{big}");
+        assert_eq!(text(f32::INFINITY), "\"inf\"");
+        assert_eq!(text(f32::NEG_INFINITY), "\"-inf\"");
+        assert_eq!(text(f32::NAN), "\"nan\"");
+        // a reader takes the integer form -0 as -0.0
+        let v: Value = serde_json::from_str("-0").expect("json");
+        assert_eq!(f32_from_json(&v).expect("f32").to_bits(), 0x8000_0000);
+        let v: Value = serde_json::from_str("\"inf\"").expect("json");
+        assert_eq!(f32_from_json(&v).expect("f32"), f32::INFINITY);
+    }
+
+    #[test]
+    fn misaligned_positions_are_malformed_but_addresses_do_not_matter() {
+        // REQ: DF-PKT-21
+        let mut p = OwnedPacket::new(1, 1, [7; 32], ValueEncoding::F32);
+        p.entries.push(OwnedEntry {
+            origin: 1,
+            incarnation: 1,
+            seq: 1,
+            hops: 0,
+            indices: vec![1, 2, 3],
+            values: vec![0.5, -1.5, 3.25],
+        });
+        let buf = encode_packet(&p);
+        // at an odd address: accepted
+        let mut shifted = vec![0u8; buf.len() + 1];
+        shifted[1..].copy_from_slice(&buf);
+        assert!(decode_packet(&shifted[1..], DEFAULT_MAX_PACKET_SIZE).is_ok());
+        // every object moved by k bytes after the identifier (root offset fixed): misaligned
+        // unless k is a multiple of 8
+        for k in 1..=8usize {
+            let root = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize + k;
+            let mut moved = Vec::with_capacity(buf.len() + k);
+            moved.extend_from_slice(&(root as u32).to_le_bytes());
+            moved.extend_from_slice(&buf[4..8]);
+            moved.extend(std::iter::repeat_n(0u8, k));
+            moved.extend_from_slice(&buf[8..]);
+            let r = decode_packet(&moved, DEFAULT_MAX_PACKET_SIZE);
+            if k == 8 {
+                assert!(r.is_ok(), "k = 8: {r:?}");
+            } else {
+                assert_eq!(
+                    r.expect_err("misaligned").code,
+                    ErrorCode::Malformed,
+                    "k = {k}"
+                );
+            }
+        }
     }
 }

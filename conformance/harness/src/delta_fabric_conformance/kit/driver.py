@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import importlib.util
-import json
 import sys
 import traceback
 from collections.abc import Callable, Mapping
@@ -26,6 +25,8 @@ from delta_fabric.errors import DecodeError
 from delta_fabric.wire import (
     decode_packet,
     encode_packet,
+    json_dumps,
+    json_loads,
     packet_from_json,
     packet_to_json,
     validate_packet,
@@ -94,6 +95,7 @@ class Driver:
         self.handlers: dict[str, Handler] = {
             "hello": self.hello,
             "decode": self.decode,
+            "decode_batch": self.decode_batch,
             "encode": self.encode,
             "generate": self.generate,
             "receive": self.receive,
@@ -113,6 +115,7 @@ class Driver:
     def capabilities(self) -> list[str]:
         caps = [
             "decode",
+            "decode.batch",
             "encode",
             "generate",
             "generate.fast",
@@ -148,20 +151,37 @@ class Driver:
             "claims": self.claims(),
         }
 
+    @staticmethod
+    def _decode_one(buf: bytes, ctx: Mapping[str, Any]) -> dict[str, Any]:
+        """Decode then validate (spec DF-RCV-8, in the order of DF-RCV-20): the packet JSON.
+        Raises :class:`DecodeError`."""
+        pkt = decode_packet(buf, int(ctx["max_packet_size"]))
+        validate_packet(
+            pkt,
+            fingerprint=bytes.fromhex(ctx["fingerprint"]),
+            num_params=int(ctx["num_params"]),
+            hop_limit=int(ctx["hop_limit"]),
+        )
+        return packet_to_json(pkt)
+
     def decode(self, req: Mapping[str, Any]) -> dict[str, Any]:
         buf = base64.b64decode(req["packet"], validate=True)
-        ctx = req["context"]
         try:
-            pkt = decode_packet(buf, int(ctx["max_packet_size"]))
-            validate_packet(
-                pkt,
-                fingerprint=bytes.fromhex(ctx["fingerprint"]),
-                num_params=int(ctx["num_params"]),
-                hop_limit=int(ctx["hop_limit"]),
-            )
+            return {"packet": self._decode_one(buf, req["context"])}
         except DecodeError as exc:
             raise Rejected(exc.code.value, exc.detail) from None
-        return {"packet": packet_to_json(pkt)}
+
+    def decode_batch(self, req: Mapping[str, Any]) -> dict[str, Any]:
+        """``decode`` of every packet of the request, in order (capability ``decode.batch``)."""
+        ctx = req["context"]
+        results: list[dict[str, Any]] = []
+        for b64 in req["packets"]:
+            buf = base64.b64decode(b64, validate=True)
+            try:
+                results.append({"packet": self._decode_one(buf, ctx)})
+            except DecodeError as exc:
+                results.append({"rejected": exc.code.value})
+        return {"results": results}
 
     def encode(self, req: Mapping[str, Any]) -> dict[str, Any]:
         pkt = packet_from_json(req["packet"])
@@ -210,7 +230,8 @@ class Driver:
             return {"errored": {"message": f"{type(exc).__name__}: {exc}", "traceback": tb}}
 
     def write(self, out: IO[str], seq: Any, body: Mapping[str, Any]) -> None:
-        out.write(json.dumps({"seq": seq, **body}, separators=(",", ":"), allow_nan=False) + "\n")
+        # DF-CNF-20: floats in float form, non-finite values as "nan" / "inf" / "-inf"
+        out.write(json_dumps({"seq": seq, **body}, separators=(",", ":")) + "\n")
         out.flush()
 
     def serve(self, inp: IO[str], out: IO[str]) -> int:
@@ -218,7 +239,7 @@ class Driver:
             if not line.strip():
                 continue
             try:
-                req = json.loads(line)
+                req = json_loads(line)
                 if not isinstance(req, dict):
                     raise ValueError("request is not a JSON object")
             except ValueError as exc:

@@ -213,32 +213,77 @@ fn hello(req: &Value) -> Answer {
         "framework": "burn",
         "spec_version": SPEC_VERSION,
         "protocol_versions": [PROTOCOL_VERSION],
-        "capabilities": ["decode", "encode", "generate", "generate.fast", "receive", "encoding.f16",
-                         "encoding.bf16", "peer", "peer.snapshot", "peer.train"],
+        "capabilities": ["decode", "decode.batch", "encode", "generate", "generate.fast", "receive",
+                         "encoding.f16", "encoding.bf16", "peer", "peer.snapshot", "peer.train"],
         // DF-CNF-30 (driver protocol 5.1): the conformance targets claimed; node implies the others
         "claims": ["codec", "engine", "node"],
     }))
 }
 
+/// The `context` of a `decode` / `decode_batch` request.
+struct DecodeContext {
+    fingerprint: [u8; 32],
+    num_params: u64,
+    hop_limit: u8,
+    max_packet_size: usize,
+}
+
+impl DecodeContext {
+    fn from_request(req: &Value) -> Result<Self, Fail> {
+        let ctx = get(req, "context")?;
+        let num = |k: &str| {
+            get(ctx, k)?
+                .as_u64()
+                .ok_or_else(|| err(format!("context.{k}")))
+        };
+        Ok(DecodeContext {
+            fingerprint: fingerprint(get(ctx, "fingerprint")?.as_str().unwrap_or(""))?,
+            num_params: num("num_params")?,
+            hop_limit: u8::try_from(num("hop_limit")?).map_err(|_| err("hop_limit > 255"))?,
+            max_packet_size: usize::try_from(num("max_packet_size")?)
+                .map_err(|_| err("max_packet_size"))?,
+        })
+    }
+
+    /// Decode then validate (spec DF-RCV-8, in the order of DF-RCV-20): the packet JSON, or the code.
+    fn run(&self, buf: &[u8]) -> Result<Value, df_core::error::DecodeError> {
+        let pkt = decode_packet(buf, self.max_packet_size)?;
+        validate_packet(&pkt, &self.fingerprint, self.num_params, self.hop_limit)?;
+        Ok(packet_to_json(&pkt))
+    }
+}
+
+fn b64_arg(v: &Value, what: &str) -> Result<Vec<u8>, Fail> {
+    b64_decode(
+        v.as_str()
+            .ok_or_else(|| err(format!("{what}: not a string")))?,
+    )
+}
+
 fn decode(req: &Value) -> Answer {
-    let buf = b64_decode(
-        get(req, "packet")?
-            .as_str()
-            .ok_or_else(|| err("packet: not a string"))?,
-    )?;
-    let ctx = get(req, "context")?;
-    let num = |k: &str| {
-        get(ctx, k)?
-            .as_u64()
-            .ok_or_else(|| err(format!("context.{k}")))
-    };
-    let fp = fingerprint(get(ctx, "fingerprint")?.as_str().unwrap_or(""))?;
-    let max = usize::try_from(num("max_packet_size")?).map_err(|_| err("max_packet_size"))?;
-    let hop_limit = u8::try_from(num("hop_limit")?).map_err(|_| err("hop_limit > 255"))?;
-    let pkt = decode_packet(&buf, max).map_err(|e| Fail::Rejected(e.code, e.to_string()))?;
-    validate_packet(&pkt, &fp, num("num_params")?, hop_limit)
+    let buf = b64_arg(get(req, "packet")?, "packet")?;
+    let ctx = DecodeContext::from_request(req)?;
+    let pkt = ctx
+        .run(&buf)
         .map_err(|e| Fail::Rejected(e.code, e.to_string()))?;
-    Ok(json!({ "packet": packet_to_json(&pkt) }))
+    Ok(json!({ "packet": pkt }))
+}
+
+/// `decode_batch` (capability `decode.batch`): `decode` of every packet of the request, in order.
+fn decode_batch(req: &Value) -> Answer {
+    let ctx = DecodeContext::from_request(req)?;
+    let packets = get(req, "packets")?
+        .as_array()
+        .ok_or_else(|| err("packets: not a list"))?;
+    let mut results = Vec::with_capacity(packets.len());
+    for (i, p) in packets.iter().enumerate() {
+        let buf = b64_arg(p, &format!("packets[{i}]"))?;
+        results.push(match ctx.run(&buf) {
+            Ok(pkt) => json!({ "packet": pkt }),
+            Err(e) => json!({ "rejected": e.code.as_str() }),
+        });
+    }
+    Ok(json!({ "results": results }))
 }
 
 fn encode(req: &Value) -> Answer {
@@ -1059,6 +1104,7 @@ fn respond(host: &mut PeerHost, req: &Value) -> Value {
     let result = match cmd {
         "hello" => hello(req),
         "decode" => decode(req),
+        "decode_batch" => decode_batch(req),
         "encode" => encode(req),
         "generate" => generate(req),
         "receive" => receive(req),
