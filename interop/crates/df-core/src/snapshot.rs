@@ -45,7 +45,7 @@ pub const DEFAULT_KEEP: Duration = Duration::from_secs(60);
 pub enum SnapshotErrorKind {
     /// Fewer than 8 bytes, or bytes 4..8 are not `DFS1`.
     BadIdentifier,
-    /// Structure out of bounds, required field missing, bad sizes, zero ids, missing chunks.
+    /// Structure out of bounds, required field missing, bad sizes, zero ids.
     Malformed,
     /// `version_major != 1`.
     UnsupportedVersion,
@@ -71,6 +71,8 @@ pub enum SnapshotErrorKind {
     /// A caller passed an invalid argument (zero id, empty snapshot, zero chunk size); the Python
     /// reference raises `ValueError` there.
     InvalidArgument,
+    /// `finish` before every chunk was accepted (DF-ZEN-41, added in 1.1).
+    Incomplete,
 }
 
 impl SnapshotErrorKind {
@@ -90,6 +92,7 @@ impl SnapshotErrorKind {
             SnapshotErrorKind::ServerError => "SERVER_ERROR",
             SnapshotErrorKind::Timeout => "TIMEOUT",
             SnapshotErrorKind::InvalidArgument => "INVALID_ARGUMENT",
+            SnapshotErrorKind::Incomplete => "INCOMPLETE",
         }
     }
 }
@@ -698,9 +701,9 @@ impl SnapshotAssembler {
 
     /// The verified snapshot: every chunk present and the digest of the values matches.
     pub fn finish(self) -> Result<VerifiedSnapshot, SnapshotError> {
-        use SnapshotErrorKind::{DigestMismatch, Malformed};
+        use SnapshotErrorKind::{DigestMismatch, Incomplete};
         let Some(header) = self.first else {
-            return Err(err(Malformed, "no chunk received"));
+            return Err(err(Incomplete, "no chunk received"));
         };
         if self.missing > 0 {
             let first_missing: Vec<usize> = self
@@ -712,7 +715,7 @@ impl SnapshotAssembler {
                 .take(8)
                 .collect();
             return Err(err(
-                Malformed,
+                Incomplete,
                 format!("{} chunks missing, first {first_missing:?}", self.missing),
             ));
         }

@@ -32,7 +32,13 @@ from delta_fabric.wire import (
 )
 
 from delta_fabric_conformance.kit.engine_io import Apply, Gather, run_generate, run_receive
+from delta_fabric_conformance.kit.forward import ForwardKit, run_forward
 from delta_fabric_conformance.kit.peer import ModelKit, NodeFactory, PeerHost
+from delta_fabric_conformance.kit.snapshot_io import (
+    decode_b64,
+    run_snapshot_assemble,
+    run_snapshot_decode,
+)
 
 __all__ = ["Driver", "Rejected", "Skipped", "main"]
 
@@ -96,9 +102,13 @@ class Driver:
             "encode": self.encode,
             "generate": self.generate,
             "receive": self.receive,
+            "snapshot_decode": self.snapshot_decode,
+            "snapshot_assemble": self.snapshot_assemble,
             "peer": self.peer,
             "stop": self.stop,
         }
+        if isinstance(kit, ForwardKit):
+            self.handlers["forward"] = self.forward
         self.stopping = False
 
     # commands --------------------------------------------------------------------------------------
@@ -118,12 +128,15 @@ class Driver:
             "receive",
             "encoding.f16",
             "encoding.bf16",
+            "snapshot",
         ]
         if importlib.util.find_spec("zenoh") is None:
             return caps
         caps += ["peer", "peer.snapshot"]
         if self.kit is not None or self.node_factory is not None:
             caps.append("peer.train")
+        if "forward" in self.handlers:
+            caps.append("forward")
         return caps
 
     def hello(self, req: Mapping[str, Any]) -> dict[str, Any]:
@@ -165,6 +178,17 @@ class Driver:
     def receive(self, req: Mapping[str, Any]) -> dict[str, Any]:
         packets = [base64.b64decode(p, validate=True) for p in req["packets"]]
         return run_receive(req["vector"], packets, apply=self.apply)
+
+    def snapshot_decode(self, req: Mapping[str, Any]) -> dict[str, Any]:
+        return run_snapshot_decode(base64.b64decode(req["chunk"], validate=True))
+
+    def snapshot_assemble(self, req: Mapping[str, Any]) -> dict[str, Any]:
+        return run_snapshot_assemble(req["vector"], decode_b64(req["chunks"]))
+
+    def forward(self, req: Mapping[str, Any]) -> dict[str, Any]:
+        if not isinstance(self.kit, ForwardKit):
+            raise Skipped("no model kit with forward_check")
+        return run_forward(self.kit, req["vector"])
 
     def peer(self, req: Mapping[str, Any]) -> dict[str, Any]:
         if self._peer is None:
