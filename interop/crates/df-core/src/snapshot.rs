@@ -298,6 +298,8 @@ pub struct SnapshotChunk<'a> {
     pub digest: [u8; 32],
     /// The chunk's values.
     pub values: Cow<'a, [f32]>,
+    /// The sender's minor version (any is accepted; `version_major` is always 1 here).
+    pub version_minor: u16,
 }
 
 /// Header fields of a chunk to encode with [`encode_snapshot_chunk`].
@@ -463,6 +465,7 @@ pub fn decode_chunk(buf: &[u8]) -> Result<SnapshotChunk<'_>, SnapshotError> {
     let mut digest = [0u8; 32];
     digest.copy_from_slice(dg.bytes());
     Ok(SnapshotChunk {
+        version_minor: c.version_minor(),
         node: c.node(),
         incarnation: c.incarnation(),
         fingerprint,

@@ -205,13 +205,32 @@ pub fn train_step<O: Optimizer<Model, TrainBackend>>(
     y: Tensor<TrainBackend, 1, Int>,
     lr: f64,
 ) -> (Model, f32) {
+    let (model, loss, _) = train_step_logits(model, optim, x, y, lr);
+    (model, loss)
+}
+
+/// [`train_step`] that also returns the training-mode logits `[n, 10]` of the batch (the
+/// conformance `forward` check compares them with the reference).
+pub fn train_step_logits<O: Optimizer<Model, TrainBackend>>(
+    model: Model,
+    optim: &mut O,
+    x: Tensor<TrainBackend, 4>,
+    y: Tensor<TrainBackend, 1, Int>,
+    lr: f64,
+) -> (Model, f32, Vec<f32>) {
     let logits = model.forward(x);
+    let seen: Vec<f32> = logits
+        .clone()
+        .into_data()
+        .convert::<f32>()
+        .to_vec()
+        .unwrap_or_default();
     let loss = CrossEntropyLossConfig::new()
         .init(&logits.device())
         .forward(logits, y);
     let value = loss.clone().into_scalar().elem::<f32>();
     let grads = GradientsParams::from_grads(loss.backward(), &model);
-    (optim.step(lr, model, grads), value)
+    (optim.step(lr, model, grads), value, seen)
 }
 
 /// The optimizer of the demo: SGD with PyTorch's momentum semantics (dampening 0, no Nesterov;

@@ -83,21 +83,24 @@ class JaxKit:
         y: NDArray[np.int64],
         lr: float,
     ) -> ForwardResult:
-        model = self.make_model(manifest, weights, SyncConfig(include_buffers=include_buffers))
-        variables = model.store.state()
+        store = JaxStore(jax_digits.digits_variables(), include_buffers=include_buffers)
+        if store.manifest != manifest:
+            raise ValueError("the JAX digits CNN's manifest differs from the vector's")
+        store.load(weights)  # as make_model, without its warm-up compile for batch 32
+        variables = store.state()
         xj = jnp.asarray(x)
         logits_eval, _ = jax_digits.forward(variables, xj, False)
         logits_train, _ = jax_digits.forward(variables, xj, True)
         after, _, loss = jax_digits.sgd_step(  # the train instruction's step (train_step above)
             variables,
-            model.velocity,
+            jax_digits.zeros_like_params(variables),
             xj,
             jnp.asarray(y, dtype=jnp.int32),
             jnp.float32(lr),
             jnp.float32(0.0),
             jnp.float32(0.1),
         )
-        store = JaxStore(after, include_buffers=include_buffers)
+        store = JaxStore(after, include_buffers=include_buffers)  # the canonical mapping back
         return (
             np.asarray(logits_eval, dtype=np.float32),
             np.asarray(logits_train, dtype=np.float32),
