@@ -41,7 +41,7 @@ SHAPES: dict[str, tuple[int, ...]] = {
     "fc2.weight": (10, 64),
 }
 MANIFEST = Manifest.from_named_shapes(SHAPES)  # include_buffers: N = 17,322
-#: Tolerances (driver protocol 5.8). Per logits array, for the loss and per tensor of the update
+#: Tolerances (driver protocol 5.9). Per logits array, for the loss and per tensor of the update
 #: ``w' - w``: ``max |got - ref| <= rtol * max |ref| + atol``, with ``atol = 0`` for the logits and the
 #: loss and ``atol = update_atol_ulps * 2^-23 * max |w|`` over the tensor's initial weights for the
 #: update (the f32 rounding of ``w - lr * grad``; ``conv1.bias`` has an exactly zero gradient in

@@ -679,7 +679,8 @@ def _reference_assemble(
     asm = SnapshotAssembler(MANIFEST.fingerprint, chunk_size, expected_total=N, expected_node=NODE)
     at = 0
     try:
-        for at, (index, data) in enumerate(replies):
+        for k, (index, data) in enumerate(replies):
+            at = k  # the reply being checked
             asm.add(index, decode_chunk(data))
         at = len(replies)
         values, _ = asm.finish()

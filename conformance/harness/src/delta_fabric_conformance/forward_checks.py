@@ -1,4 +1,4 @@
-"""Judging ``forward`` results (driver protocol section 5.8) against a forward vector's float64
+"""Judging ``forward`` results (driver protocol section 5.9) against a forward vector's float64
 reference, within the vector's ``tolerance``."""
 
 from __future__ import annotations

@@ -30,6 +30,8 @@ from delta_fabric_conformance.results import (
 )
 
 __all__ = ["Options", "Runner", "TestResult", "level_prefix", "vector_test_id"]
+#: Seconds the runner waits for a ``forward`` answer: the first one loads the training framework.
+FORWARD_TIMEOUT = 120.0
 #: Commands every registered implementation must answer (an `unsupported` answer fails the test).
 REQUIRED_COMMANDS = frozenset({"hello", "decode", "stop"})
 PROTOCOL_RULES = {
@@ -375,7 +377,7 @@ class Runner:
             chunk = base.with_name(base.name + ".dfs").read_bytes()
             args = {"cmd": cmd, "chunk": base64.b64encode(chunk).decode()}
         r = run.call(args, f"{cmd} {row['id']}")
-        verdict = self._reply_verdict(run, cmd, r)
+        verdict = self._reply_verdict(run, "snapshot", r)  # the capability, declared here
         if verdict is not None:
             return verdict
         assert isinstance(r, Reply)
@@ -399,7 +401,10 @@ class Runner:
         vector = {
             k: x for k, x in data.items() if k not in ("expected", "description", "requirements")
         }
-        r = run.call({"cmd": "forward", "vector": vector}, f"forward {row['id']}")
+        # the first forward call imports the framework (like hello: 120 s, driver protocol 2.7)
+        r = run.call(
+            {"cmd": "forward", "vector": vector}, f"forward {row['id']}", timeout=FORWARD_TIMEOUT
+        )
         verdict = self._reply_verdict(run, "forward", r)
         if verdict is not None:
             return verdict

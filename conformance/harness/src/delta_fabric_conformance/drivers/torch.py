@@ -51,6 +51,10 @@ class TorchKit:
 
     framework = "torch"
 
+    def new_model(self) -> nn.Module:
+        """A fresh digits CNN (the conformance self-test plants layout mistakes here)."""
+        return digits_cnn_class()()
+
     def make_model(
         self, manifest: Manifest, weights: NDArray[np.float32], config: SyncConfig
     ) -> Any:
@@ -59,7 +63,7 @@ class TorchKit:
 
         # one intra-op thread: live scenarios run several nodes on few cores (15x slower otherwise)
         torch.set_num_threads(1)
-        m = digits_cnn_class()()
+        m = self.new_model()
         if module_manifest(m, config.include_buffers) != manifest:
             raise ValueError("DigitsCNN's manifest differs from the scenario model's")
         with torch.no_grad():

@@ -1,4 +1,4 @@
-"""The ``forward`` command (driver protocol section 5.8): the digits CNN of a framework's model kit
+"""The ``forward`` command (driver protocol section 5.9): the digits CNN of a framework's model kit
 on a fixed batch, from fixed canonical weights: inference logits, training logits, loss, and the
 canonical weights after one plain SGD step, through the same code the ``train`` instruction runs."""
 

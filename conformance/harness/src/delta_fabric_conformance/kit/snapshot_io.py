@@ -1,4 +1,4 @@
-"""The ``snapshot_decode`` and ``snapshot_assemble`` commands (driver protocol section 5.7) on the
+"""The ``snapshot_decode`` and ``snapshot_assemble`` commands (driver protocol section 5.8) on the
 reference snapshot module :mod:`delta_fabric.snapshot` (spec section 9.5, DF-ZEN-11, -12, -40, -41).
 
 Both answer ``ok`` with an ``outcome``: ``"ok"`` or the reason of DF-ZEN-40 that refused the input
@@ -71,7 +71,8 @@ def run_snapshot_assemble(vector: Mapping[str, Any], chunks: Sequence[bytes]) ->
     )
     at = 0
     try:
-        for at, (index, data) in enumerate(zip(indices, chunks, strict=True)):
+        for k, (index, data) in enumerate(zip(indices, chunks, strict=True)):
+            at = k  # the reply being checked
             asm.add(index, decode_chunk(data))
         at = len(chunks)
         values, first = asm.finish()

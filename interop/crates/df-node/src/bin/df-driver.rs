@@ -2,7 +2,8 @@
 //! (`conformance/driver-protocol.md`, version 1.0).
 //!
 //! JSON lines on stdin, exactly one JSON line per request on stdout (flushed), logs on stderr.
-//! `decode`, `encode`, `generate` and `receive` call `df-core`; `peer` runs live nodes on
+//! `decode`, `encode`, `generate`, `receive` and `snapshot_*` call `df-core`; `forward` runs the
+//! Burn digits CNN of `df-node` once (one inference and one SGD step); `peer` runs live nodes on
 //! `df-zenoh`, with a flat f32 weight vector (`model.kind = "flat"`) or the demo's digits CNN
 //! trained with Burn through `df-burn` / `df-node` (`model.kind = "digits_cnn"`).
 //! Nothing here draws entropy: ids, incarnations, seeds and weights come from the requests.
@@ -1030,7 +1031,7 @@ impl PeerHost {
 }
 
 // ------------------------------------------------------------------------------------------------
-// Snapshot vectors (driver protocol 5.7): df_core::snapshot
+// Snapshot vectors (driver protocol 5.8): df_core::snapshot
 // ------------------------------------------------------------------------------------------------
 
 fn chunk_json(c: &SnapshotChunk<'_>) -> Value {
@@ -1133,7 +1134,7 @@ fn snapshot_assemble(req: &Value) -> Answer {
 }
 
 // ------------------------------------------------------------------------------------------------
-// The forward check (driver protocol 5.8): the Burn digits CNN of df-node
+// The forward check (driver protocol 5.9): the Burn digits CNN of df-node
 // ------------------------------------------------------------------------------------------------
 
 fn f32s_b64(req: &Value, key: &str) -> Result<Vec<f32>, Fail> {
