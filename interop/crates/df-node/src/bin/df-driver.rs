@@ -28,7 +28,7 @@ use df_fabric::Transport;
 use df_node::TrainBackend;
 use df_node::data::{IMAGE_LEN, Split};
 use df_node::node::{
-    Model, evaluate, initial_model, model_manifest, sgd_config, train_step, train_step_logits,
+    Model, evaluate, forward_check, initial_model, model_manifest, sgd_config, train_step,
 };
 use df_node::rng::SplitMix64;
 use df_zenoh::{SnapshotSource, TransportConfig, ZenohTransport};
@@ -1185,35 +1185,20 @@ fn forward(req: &Value) -> Answer {
             "x_b64, y or weights_b64 do not match count / the manifest",
         ));
     }
-    let model =
-        initial_model(Some(&weights), include_buffers, 0).map_err(|e| err(e.to_string()))?;
-    let (layout, _) = model_manifest(&model, include_buffers).map_err(|e| err(e.to_string()))?;
+    let (layout, _) = initial_model(Some(&weights), include_buffers, 0)
+        .and_then(|m| model_manifest(&m, include_buffers))
+        .map_err(|e| err(e.to_string()))?;
     if df_burn::layout_manifest(&layout).map_err(|e| err(e.to_string()))? != manifest {
         return Err(err("the Burn model's manifest differs from the vector's"));
     }
-    let device = Default::default();
-    let xs =
-        || Tensor::<TrainBackend, 4>::from_data(TensorData::new(x.clone(), [n, 1, 8, 8]), &device);
-    // inference mode: the inner backend, BatchNorm running statistics (as `evaluate`)
-    let inner: df_node::model::DigitsCnn<df_node::InnerBackend> =
-        burn::module::AutodiffModule::valid(&model);
-    let logits_eval: Vec<f32> = inner
-        .forward(xs().inner())
-        .into_data()
-        .convert::<f32>()
-        .to_vec()
-        .map_err(|e| err(format!("{e:?}")))?;
-    // one plain SGD step, exactly as the `train` instruction runs it
-    let mut optim = sgd_config(0.0).init::<TrainBackend, Model>();
-    let labels = Tensor::<TrainBackend, 1, Int>::from_data(TensorData::new(y, [n]), &device);
-    let (model, loss, logits_train) = train_step_logits(model, &mut optim, xs(), labels, lr);
-    let (_, after) = df_burn::export_with_layout::<TrainBackend, _>(&model, include_buffers)
-        .map_err(|e| err(e.to_string()))?;
+    // inference logits, then one plain SGD step exactly as the `train` instruction runs it
+    let out =
+        forward_check(&weights, include_buffers, &x, &y, lr).map_err(|e| err(e.to_string()))?;
     Ok(json!({
-        "logits_eval": rows_json(&logits_eval, n),
-        "logits_train": rows_json(&logits_train, n),
-        "loss": f64::from(loss),
-        "weights_b64": b64_encode(&le_bytes(&after)),
+        "logits_eval": rows_json(&out.logits_eval, n),
+        "logits_train": rows_json(&out.logits_train, n),
+        "loss": f64::from(out.loss),
+        "weights_b64": b64_encode(&le_bytes(&out.weights)),
     }))
 }
 
