@@ -41,6 +41,25 @@ FAULTS: dict[str, list[str]] = {
     ],
     # REQ: DF-RCV-30
     "relayed_excludes_dropped": ["Required.receive.step.relay_dropped_oversize"],
+    # REQ: DF-ZEN-41
+    "snapshot_keep_first": [
+        "Required.snapshot.assemble.duplicate_replaces",
+        "Required.snapshot.assemble.duplicate_replaced_by_bad",
+    ],
+    # REQ: DF-MAN-6
+    "forward_linear_transposed": [
+        "Required.forward.digits_cnn.batch8",
+        "Required.forward.digits_cnn.batch3_lr05",
+    ],
+    # REQ: DF-MAN-6
+    "forward_flatten_hwc": [
+        "Required.forward.digits_cnn.batch8",
+        "Required.forward.digits_cnn.batch3_lr05",
+    ],
+    "forward_bn_flax_momentum": [
+        "Required.forward.digits_cnn.batch8",
+        "Required.forward.digits_cnn.batch3_lr05",
+    ],
 }
 #: registry members of a fake that differ from the reference driver's (what its hello says)
 REGISTRY_OVERRIDES: dict[str, dict[str, Any]] = {
@@ -162,6 +181,15 @@ def test_faults_are_blamed_on_the_faulty_driver_only(
         "Required.decode.invalid.duplicate_index_zero",
         "Required.decode.invalid.order_duplicate_and_nan",
     }
+    # the model mistakes fail the forward check and nothing else: the vectors and the protocol tests
+    # cannot see them (same manifest, same fingerprint); the snapshot fault fails the two duplicate cases
+    for fake in (
+        "forward_linear_transposed",
+        "forward_flatten_hwc",
+        "forward_bn_flax_momentum",
+        "snapshot_keep_first",
+    ):
+        assert {t for t, r in tests[fake].items() if r["result"] == "failed"} == set(FAULTS[fake])
     assert all(
         not t.startswith("Required.decode.")
         for t, r in tests["bad_encoder"].items()

@@ -57,6 +57,8 @@ REPO_ROOT = TOOLS_DIR.parent.parent
 DEFAULT_VECTORS_DIR = REPO_ROOT / "conformance" / "vectors"
 ENGINE_VECTORS = TOOLS_DIR / "engine_vectors.py"
 VERDICT_VECTORS = TOOLS_DIR / "verdict_vectors.py"
+#: Further generator modules, each with ``build(vectors_dir) -> index rows`` (added in 1.1).
+EXTRA_VECTORS = (TOOLS_DIR / "snapshot_vectors.py", TOOLS_DIR / "forward_vectors.py")
 INDEX_VERSION = 1
 
 # ------------------------------------------------------------------------------------------------
@@ -1338,23 +1340,24 @@ def write_decode_vectors(vectors_dir: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def engine_rows(vectors_dir: Path) -> list[dict[str, Any]]:
-    """Index rows of the generate/receive vectors, from ``engine_vectors.py`` ``build()``."""
-    if not ENGINE_VECTORS.exists():
+def engine_rows(vectors_dir: Path, source: Path = ENGINE_VECTORS) -> list[dict[str, Any]]:
+    """Index rows of the vectors a generator module writes: ``engine_vectors.py`` (generate,
+    receive), ``snapshot_vectors.py`` (snapshot), ``forward_vectors.py`` (forward); its ``build()``."""
+    if not source.exists():
         return []
     if str(TOOLS_DIR) not in sys.path:
         sys.path.insert(0, str(TOOLS_DIR))
-    spec = importlib.util.spec_from_file_location("engine_vectors", ENGINE_VECTORS)
+    spec = importlib.util.spec_from_file_location(source.stem, source)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["engine_vectors"] = module  # dataclasses and pickling look modules up by name
+    sys.modules[source.stem] = module  # dataclasses and pickling look modules up by name
     spec.loader.exec_module(module)
     build: Callable[[Path], list[dict[str, Any]]] = module.build
     rows = list(build(vectors_dir))
     for row in rows:
         missing = {"id", "kind", "path", "requirements"} - set(row)
         if missing:
-            raise ValueError(f"engine_vectors row {row.get('id')!r} lacks {sorted(missing)}")
+            raise ValueError(f"{source.stem} row {row.get('id')!r} lacks {sorted(missing)}")
     return rows
 
 
@@ -1362,6 +1365,8 @@ def generate(vectors_dir: Path) -> list[dict[str, Any]]:
     """Write every vector under ``vectors_dir`` and its ``index.json``; returns the index rows."""
     vectors_dir.mkdir(parents=True, exist_ok=True)
     rows = write_decode_vectors(vectors_dir) + engine_rows(vectors_dir)
+    for extra in EXTRA_VECTORS:
+        rows += engine_rows(vectors_dir, extra)
     ids = [r["id"] for r in rows]
     if len(set(ids)) != len(ids):
         raise ValueError("duplicate vector ids")
@@ -1379,7 +1384,7 @@ def compare_trees(fresh: Path, checked_in: Path) -> list[str]:
             problems.append(f"missing: {rel}")
         elif not filecmp.cmp(fresh / rel, other, shallow=False):
             problems.append(f"differs: {rel}")
-    for sub in ("decode",):
+    for sub in ("decode", "snapshot", "forward"):
         for p in sorted((checked_in / sub).rglob("*")):
             if p.is_file() and p.relative_to(checked_in) not in fresh_files:
                 problems.append(f"stale (not generated): {p.relative_to(checked_in)}")

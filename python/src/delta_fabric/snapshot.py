@@ -85,6 +85,7 @@ class SnapshotErrorKind(str, Enum):
     NO_SERVER = "NO_SERVER"  #: no live peer answered / serves a snapshot
     SERVER_ERROR = "SERVER_ERROR"  #: the server replied with an error
     TIMEOUT = "TIMEOUT"  #: the fetch did not complete in time
+    INCOMPLETE = "INCOMPLETE"  #: finish() before every chunk was accepted (DF-ZEN-41, added in 1.1)
 
 
 class SnapshotError(DeltaFabricError):
@@ -515,9 +516,9 @@ class SnapshotAssembler:
     def finish(self) -> tuple[NDArray[np.float32], SnapshotChunk]:
         """The verified anchor and the first chunk's header (node, incarnation...)."""
         if self.first is None or self._buf is None:
-            raise SnapshotError(SnapshotErrorKind.MALFORMED, "no chunk received")
+            raise SnapshotError(SnapshotErrorKind.INCOMPLETE, "no chunk received")
         if self.missing:
-            raise SnapshotError(SnapshotErrorKind.MALFORMED, f"chunks {self.missing[:8]} missing")
+            raise SnapshotError(SnapshotErrorKind.INCOMPLETE, f"chunks {self.missing[:8]} missing")
         got = snapshot_digest(self._buf)
         if got != self.first.digest:
             raise SnapshotError(

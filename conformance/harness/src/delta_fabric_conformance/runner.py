@@ -18,6 +18,7 @@ from delta_fabric_conformance.claims import claim_problems, unsupported_claim_fa
 from delta_fabric_conformance.client import Reply
 from delta_fabric_conformance.compare import diff_json
 from delta_fabric_conformance.engine_checks import check_engine_result
+from delta_fabric_conformance.forward_checks import check_forward_result
 from delta_fabric_conformance.live import run_scenarios
 from delta_fabric_conformance.registry import ExpectedFailures, Implementation
 from delta_fabric_conformance.results import (
@@ -33,6 +34,8 @@ from delta_fabric_conformance.results import (
 from delta_fabric_conformance.suite import SuiteError, parameter_problems
 
 __all__ = ["Options", "Runner", "TestResult", "level_prefix", "vector_test_id"]
+#: Seconds the runner waits for a ``forward`` answer: the first one loads the training framework.
+FORWARD_TIMEOUT = 120.0
 #: Commands every registered implementation must answer (an `unsupported` answer fails the test).
 REQUIRED_COMMANDS = frozenset({"hello", "decode", "stop"})
 PROTOCOL_RULES = {
@@ -298,6 +301,10 @@ class Runner:
                 result, msg = self.judge_decode(run, row, data, base)
             elif kind in ("generate", "receive"):
                 result, msg = self.judge_engine(run, kind, row, data, base)
+            elif kind == "snapshot":
+                result, msg = self.judge_snapshot(run, row, data, base)
+            elif kind == "forward":
+                result, msg = self.judge_forward(run, row, data)
             else:
                 result, msg = UNSUPPORTED, f"unknown vector kind {kind!r}"
             if kind == "decode":
@@ -389,6 +396,79 @@ class Runner:
         expected = data.get("expected", {})
 
         problem = check_engine_result(kind, data, expected, r.body)
+        return (PASSED, "") if problem is None else (FAILED, problem)
+
+    def _needed(self, run: ImplRun, capability: str, implied_by: str) -> tuple[str, str] | None:
+        """A vector kind's capability: absent is *unsupported*, unless the driver declares
+        ``implied_by`` (a node that serves snapshots must check them; a node that trains the digits
+        CNN must run ``forward``): then it is a failure."""
+        if capability in run.caps:
+            return None
+        if implied_by in run.caps:
+            return FAILED, f"capability {capability} missing (required with {implied_by})"
+        return UNSUPPORTED, f"capability {capability} not declared"
+
+    def judge_snapshot(
+        self, run: ImplRun, row: Mapping[str, Any], data: Mapping[str, Any], base: Path
+    ) -> tuple[str, str]:
+        v = self._needed(run, "snapshot", "peer.snapshot")
+        if v is not None:
+            return v
+        expected = data["expected"]
+        if base.is_dir():
+            cmd = "snapshot_assemble"
+            vector = {
+                k: x
+                for k, x in data.items()
+                if k not in ("expected", "description", "requirements", "chunks")
+            }
+            args: dict[str, Any] = {
+                "cmd": cmd,
+                "vector": vector,
+                "chunks": [
+                    base64.b64encode((base / str(c)).read_bytes()).decode() for c in data["chunks"]
+                ],
+            }
+        else:
+            cmd = "snapshot_decode"
+            chunk = base.with_name(base.name + ".dfs").read_bytes()
+            args = {"cmd": cmd, "chunk": base64.b64encode(chunk).decode()}
+        r = run.call(args, f"{cmd} {row['id']}")
+        verdict = self._reply_verdict(run, "snapshot", r)  # the capability, declared here
+        if verdict is not None:
+            return verdict
+        assert isinstance(r, Reply)
+        if r.kind != "ok":
+            return FAILED, f"{cmd} answered {r.kind}; an outcome is expected"
+        got = r.body.get("outcome")
+        if got != expected["outcome"]:
+            where = f" at chunk {r.body.get('at')}" if cmd == "snapshot_assemble" else ""
+            return FAILED, f"outcome {got}{where} ({r.body.get('message', '')}), expected " + str(
+                expected["outcome"]
+            ) + (f" at chunk {expected['at']}" if "at" in expected else "")
+        d = diff_json(expected, r.body, subset=True)
+        return (PASSED, "") if d is None else (FAILED, f"{cmd} result differs: {d}")
+
+    def judge_forward(
+        self, run: ImplRun, row: Mapping[str, Any], data: Mapping[str, Any]
+    ) -> tuple[str, str]:
+        v = self._needed(run, "forward", "peer.train")
+        if v is not None:
+            return v
+        vector = {
+            k: x for k, x in data.items() if k not in ("expected", "description", "requirements")
+        }
+        # the first forward call imports the framework (like hello: 120 s, driver protocol 2.7)
+        r = run.call(
+            {"cmd": "forward", "vector": vector}, f"forward {row['id']}", timeout=FORWARD_TIMEOUT
+        )
+        verdict = self._reply_verdict(run, "forward", r)
+        if verdict is not None:
+            return verdict
+        assert isinstance(r, Reply)
+        if r.kind != "ok":
+            return FAILED, f"forward answered {r.kind}; results are expected"
+        problem = check_forward_result(data, r.body)
         return (PASSED, "") if problem is None else (FAILED, problem)
 
     # encode: producer x consumer -------------------------------------------------------------------

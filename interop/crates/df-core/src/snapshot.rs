@@ -45,7 +45,7 @@ pub const DEFAULT_KEEP: Duration = Duration::from_secs(60);
 pub enum SnapshotErrorKind {
     /// Fewer than 8 bytes, or bytes 4..8 are not `DFS1`.
     BadIdentifier,
-    /// Structure out of bounds, required field missing, bad sizes, zero ids, missing chunks.
+    /// Structure out of bounds, required field missing, bad sizes, zero ids.
     Malformed,
     /// `version_major != 1`.
     UnsupportedVersion,
@@ -71,6 +71,8 @@ pub enum SnapshotErrorKind {
     /// A caller passed an invalid argument (zero id, empty snapshot, zero chunk size); the Python
     /// reference raises `ValueError` there.
     InvalidArgument,
+    /// `finish` before every chunk was accepted (DF-ZEN-41, added in 1.1).
+    Incomplete,
 }
 
 impl SnapshotErrorKind {
@@ -90,6 +92,7 @@ impl SnapshotErrorKind {
             SnapshotErrorKind::ServerError => "SERVER_ERROR",
             SnapshotErrorKind::Timeout => "TIMEOUT",
             SnapshotErrorKind::InvalidArgument => "INVALID_ARGUMENT",
+            SnapshotErrorKind::Incomplete => "INCOMPLETE",
         }
     }
 }
@@ -295,6 +298,8 @@ pub struct SnapshotChunk<'a> {
     pub digest: [u8; 32],
     /// The chunk's values.
     pub values: Cow<'a, [f32]>,
+    /// The sender's minor version (any is accepted; `version_major` is always 1 here).
+    pub version_minor: u16,
 }
 
 /// Header fields of a chunk to encode with [`encode_snapshot_chunk`].
@@ -460,6 +465,7 @@ pub fn decode_chunk(buf: &[u8]) -> Result<SnapshotChunk<'_>, SnapshotError> {
     let mut digest = [0u8; 32];
     digest.copy_from_slice(dg.bytes());
     Ok(SnapshotChunk {
+        version_minor: c.version_minor(),
         node: c.node(),
         incarnation: c.incarnation(),
         fingerprint,
@@ -698,9 +704,9 @@ impl SnapshotAssembler {
 
     /// The verified snapshot: every chunk present and the digest of the values matches.
     pub fn finish(self) -> Result<VerifiedSnapshot, SnapshotError> {
-        use SnapshotErrorKind::{DigestMismatch, Malformed};
+        use SnapshotErrorKind::{DigestMismatch, Incomplete};
         let Some(header) = self.first else {
-            return Err(err(Malformed, "no chunk received"));
+            return Err(err(Incomplete, "no chunk received"));
         };
         if self.missing > 0 {
             let first_missing: Vec<usize> = self
@@ -712,7 +718,7 @@ impl SnapshotAssembler {
                 .take(8)
                 .collect();
             return Err(err(
-                Malformed,
+                Incomplete,
                 format!("{} chunks missing, first {first_missing:?}", self.missing),
             ));
         }

@@ -205,13 +205,88 @@ pub fn train_step<O: Optimizer<Model, TrainBackend>>(
     y: Tensor<TrainBackend, 1, Int>,
     lr: f64,
 ) -> (Model, f32) {
+    let (model, loss, _) = train_step_logits(model, optim, x, y, lr);
+    (model, loss)
+}
+
+/// [`train_step`] that also returns the training-mode logits `[n, 10]` of the batch (the
+/// conformance `forward` check compares them with the reference).
+pub fn train_step_logits<O: Optimizer<Model, TrainBackend>>(
+    model: Model,
+    optim: &mut O,
+    x: Tensor<TrainBackend, 4>,
+    y: Tensor<TrainBackend, 1, Int>,
+    lr: f64,
+) -> (Model, f32, Vec<f32>) {
     let logits = model.forward(x);
+    let seen: Vec<f32> = logits
+        .clone()
+        .into_data()
+        .convert::<f32>()
+        .to_vec()
+        .unwrap_or_default();
     let loss = CrossEntropyLossConfig::new()
         .init(&logits.device())
         .forward(logits, y);
     let value = loss.clone().into_scalar().elem::<f32>();
     let grads = GradientsParams::from_grads(loss.backward(), &model);
-    (optim.step(lr, model, grads), value)
+    (optim.step(lr, model, grads), value, seen)
+}
+
+/// What [`forward_check`] computes (conformance driver protocol, section 5.9).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ForwardOutput {
+    /// Logits `[n, 10]` (row-major) in inference mode: BatchNorm running statistics.
+    pub logits_eval: Vec<f32>,
+    /// Logits `[n, 10]` in training mode (batch statistics), the ones the loss uses.
+    pub logits_train: Vec<f32>,
+    /// Mean cross-entropy of the batch.
+    pub loss: f32,
+    /// Canonical flat weights after one plain SGD step (and the running statistics' update).
+    pub weights: Vec<f32>,
+}
+
+/// The `forward` check: the digits CNN built from canonical `weights` (with the running statistics
+/// when `include_buffers`), the logits of `x` (`[n, 64]` pixels / 16) in inference mode, then one plain
+/// SGD step on `(x, y)` with `lr` exactly as [`train_step`] runs it; the weights read back through the
+/// canonical mapping.
+pub fn forward_check(
+    weights: &[f32],
+    include_buffers: bool,
+    x: &[f32],
+    y: &[i64],
+    lr: f64,
+) -> Result<ForwardOutput, NodeError> {
+    let n = y.len();
+    if x.len() != n * IMAGE_LEN {
+        return Err(NodeError::Data(format!(
+            "{} pixels for {n} labels (expected {})",
+            x.len(),
+            n * IMAGE_LEN
+        )));
+    }
+    let model = initial_model(Some(weights), include_buffers, 0)?;
+    let device = Default::default();
+    let xs =
+        || Tensor::<TrainBackend, 4>::from_data(TensorData::new(x.to_vec(), [n, 1, 8, 8]), &device);
+    let inner: DigitsCnn<InnerBackend> = model.valid();
+    let logits_eval = inner
+        .forward(xs().inner())
+        .into_data()
+        .convert::<f32>()
+        .to_vec()
+        .map_err(|e| NodeError::Data(format!("logits: {e:?}")))?;
+    let mut optim = sgd_config(0.0).init::<TrainBackend, Model>();
+    let labels =
+        Tensor::<TrainBackend, 1, Int>::from_data(TensorData::new(y.to_vec(), [n]), &device);
+    let (model, loss, logits_train) = train_step_logits(model, &mut optim, xs(), labels, lr);
+    let (_, weights) = df_burn::export_with_layout::<TrainBackend, _>(&model, include_buffers)?;
+    Ok(ForwardOutput {
+        logits_eval,
+        logits_train,
+        loss,
+        weights,
+    })
 }
 
 /// The optimizer of the demo: SGD with PyTorch's momentum semantics (dampening 0, no Nesterov;

@@ -24,6 +24,7 @@ from numpy.typing import NDArray
 
 from delta_fabric_conformance.drivers import jax_digits
 from delta_fabric_conformance.kit import Driver, KitFabric, NodeArgs, main
+from delta_fabric_conformance.kit.forward import ForwardResult
 
 
 @dataclass
@@ -72,6 +73,40 @@ class JaxKit:
         )
         fabric.update(variables)  # type: ignore[attr-defined]
         return model
+
+    def forward_check(
+        self,
+        manifest: Manifest,
+        weights: NDArray[np.float32],
+        include_buffers: bool,
+        x: NDArray[np.float32],
+        y: NDArray[np.int64],
+        lr: float,
+    ) -> ForwardResult:
+        store = JaxStore(jax_digits.digits_variables(), include_buffers=include_buffers)
+        if store.manifest != manifest:
+            raise ValueError("the JAX digits CNN's manifest differs from the vector's")
+        store.load(weights)  # as make_model, without its warm-up compile for batch 32
+        variables = store.state()
+        xj = jnp.asarray(x)
+        logits_eval, _ = jax_digits.forward(variables, xj, False)
+        logits_train, _ = jax_digits.forward(variables, xj, True)
+        after, _, loss = jax_digits.sgd_step(  # the train instruction's step (train_step above)
+            variables,
+            jax_digits.zeros_like_params(variables),
+            xj,
+            jnp.asarray(y, dtype=jnp.int32),
+            jnp.float32(lr),
+            jnp.float32(0.0),
+            jnp.float32(0.1),
+        )
+        store = JaxStore(after, include_buffers=include_buffers)  # the canonical mapping back
+        return (
+            np.asarray(logits_eval, dtype=np.float32),
+            np.asarray(logits_train, dtype=np.float32),
+            float(loss),
+            store.gather(),
+        )
 
     def predict(self, model: JaxModel, fabric: KitFabric, x: NDArray[np.float32]) -> Any:
         return jax_digits.predict(model.store.state(), x)

@@ -18,6 +18,7 @@ from delta_fabric.manifest import Manifest
 from numpy.typing import NDArray
 
 from delta_fabric_conformance.kit import Driver, KitFabric, NodeArgs, main
+from delta_fabric_conformance.kit.forward import ForwardResult
 
 if TYPE_CHECKING:
     from torch import nn
@@ -50,6 +51,10 @@ class TorchKit:
 
     framework = "torch"
 
+    def new_model(self) -> nn.Module:
+        """A fresh digits CNN (the conformance self-test plants layout mistakes here)."""
+        return digits_cnn_class()()
+
     def make_model(
         self, manifest: Manifest, weights: NDArray[np.float32], config: SyncConfig
     ) -> Any:
@@ -58,7 +63,7 @@ class TorchKit:
 
         # one intra-op thread: live scenarios run several nodes on few cores (15x slower otherwise)
         torch.set_num_threads(1)
-        m = digits_cnn_class()()
+        m = self.new_model()
         if module_manifest(m, config.include_buffers) != manifest:
             raise ValueError("DigitsCNN's manifest differs from the scenario model's")
         with torch.no_grad():
@@ -71,19 +76,45 @@ class TorchKit:
 
         return args.fabric(TorchStore(model, args.config.include_buffers))
 
-    def train_step(self, model: Any, fabric: KitFabric, x: Any, y: Any, lr: float) -> Any:
+    def sgd_step(self, model: Any, x: Any, y: Any, lr: float) -> tuple[Any, float]:
+        """One plain SGD step in training mode; the training-mode logits and the loss."""
         import torch
         from torch.nn import functional as F
 
         model.train()
         model.zero_grad()
-        loss = F.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y))
+        logits = model(torch.from_numpy(x))
+        loss = F.cross_entropy(logits, torch.from_numpy(y))
         loss.backward()  # type: ignore[no-untyped-call]
         with torch.no_grad():  # plain SGD (torch.optim.SGD without momentum, same arithmetic)
             for p in model.parameters():
                 p.add_(p.grad, alpha=-lr)
+        return logits.detach().numpy(), float(loss.item())
+
+    def train_step(self, model: Any, fabric: KitFabric, x: Any, y: Any, lr: float) -> Any:
+        self.sgd_step(model, x, y, lr)
         fabric.step()
         return model
+
+    def forward_check(
+        self,
+        manifest: Manifest,
+        weights: NDArray[np.float32],
+        include_buffers: bool,
+        x: NDArray[np.float32],
+        y: NDArray[np.int64],
+        lr: float,
+    ) -> ForwardResult:
+        import torch
+        from delta_fabric.stores.torch import TorchStore
+
+        model = self.make_model(manifest, weights, SyncConfig(include_buffers=include_buffers))
+        model.eval()
+        with torch.no_grad():
+            logits_eval = model(torch.from_numpy(x)).numpy()
+        logits_train, loss = self.sgd_step(model, x, y, lr)
+        after = TorchStore(model, include_buffers).gather()
+        return logits_eval, logits_train, loss, np.asarray(after, dtype=np.float32)
 
     def predict(self, model: Any, fabric: KitFabric, x: Any) -> NDArray[np.int64]:
         import torch

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import importlib.util
+import os
 import sys
 import traceback
 from collections.abc import Callable, Mapping
@@ -34,7 +35,13 @@ from delta_fabric.wire import (
 
 from delta_fabric_conformance.claims import TARGET_CAPABILITIES, TARGETS
 from delta_fabric_conformance.kit.engine_io import Apply, Gather, run_generate, run_receive
+from delta_fabric_conformance.kit.forward import ForwardKit, run_forward
 from delta_fabric_conformance.kit.peer import ModelKit, NodeFactory, PeerHost
+from delta_fabric_conformance.kit.snapshot_io import (
+    decode_b64,
+    run_snapshot_assemble,
+    run_snapshot_decode,
+)
 
 __all__ = ["Driver", "Rejected", "Skipped", "main"]
 
@@ -99,9 +106,13 @@ class Driver:
             "encode": self.encode,
             "generate": self.generate,
             "receive": self.receive,
+            "snapshot_decode": self.snapshot_decode,
+            "snapshot_assemble": self.snapshot_assemble,
             "peer": self.peer,
             "stop": self.stop,
         }
+        if isinstance(kit, ForwardKit):
+            self.handlers["forward"] = self.forward
         self.stopping = False
 
     # commands --------------------------------------------------------------------------------------
@@ -122,12 +133,15 @@ class Driver:
             "receive",
             "encoding.f16",
             "encoding.bf16",
+            "snapshot",
         ]
         if importlib.util.find_spec("zenoh") is None:
             return caps
         caps += ["peer", "peer.snapshot"]
         if self.kit is not None or self.node_factory is not None:
             caps.append("peer.train")
+        if "forward" in self.handlers:
+            caps.append("forward")
         return caps
 
     def claims(self) -> list[str]:
@@ -194,6 +208,17 @@ class Driver:
         packets = [base64.b64decode(p, validate=True) for p in req["packets"]]
         return run_receive(req["vector"], packets, apply=self.apply)
 
+    def snapshot_decode(self, req: Mapping[str, Any]) -> dict[str, Any]:
+        return run_snapshot_decode(base64.b64decode(req["chunk"], validate=True))
+
+    def snapshot_assemble(self, req: Mapping[str, Any]) -> dict[str, Any]:
+        return run_snapshot_assemble(req["vector"], decode_b64(req["chunks"]))
+
+    def forward(self, req: Mapping[str, Any]) -> dict[str, Any]:
+        if not isinstance(self.kit, ForwardKit):
+            raise Skipped("no model kit with forward_check")
+        return run_forward(self.kit, req["vector"])
+
     def peer(self, req: Mapping[str, Any]) -> dict[str, Any]:
         if self._peer is None:
             self._peer = PeerHost(self.kit, node_factory=self.node_factory)
@@ -255,11 +280,19 @@ class Driver:
 
 
 def main(driver: Driver) -> int:
-    """Serve ``driver`` on stdin/stdout until ``stop`` or end of input. Keeps stdout for protocol lines
-    only: anything a library prints goes to stderr."""
+    """Serve ``driver`` on stdin/stdout until ``stop`` or end of input, then end the process. Keeps
+    stdout for protocol lines only: anything a library prints goes to stderr.
+
+    After the last answer is flushed and every live session is closed (``serve``), the process ends
+    with ``os._exit``: the interpreter's teardown of a process that imported PyTorch (the ``forward``
+    check, ``peer.train``) takes 5 s and more on a loaded machine, and the driver protocol gives a
+    driver 5 s to exit after ``stop`` (section 2, item 6)."""
     protocol_out = sys.stdout
     sys.stdout = sys.stderr
     try:
-        return driver.serve(sys.stdin, protocol_out)
+        rc = driver.serve(sys.stdin, protocol_out)
     finally:
         sys.stdout = protocol_out
+    protocol_out.flush()
+    sys.stderr.flush()
+    os._exit(rc)

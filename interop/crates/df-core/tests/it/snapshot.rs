@@ -206,8 +206,8 @@ fn inconsistent_chunks_are_refused_and_change_nothing() {
     let mut a = asm();
     a.add(0, &c0).expect("first");
     assert_eq!(a.next_missing(), Some(1));
-    assert_eq!(kind(a.finish()), K::Malformed);
-    assert_eq!(kind(asm().finish()), K::Malformed);
+    assert_eq!(kind(a.finish()), K::Incomplete);
+    assert_eq!(kind(asm().finish()), K::Incomplete);
     assert_eq!(kind(SnapshotAssembler::new(FP, 0)), K::InvalidArgument);
 }
 

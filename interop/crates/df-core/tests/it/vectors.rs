@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use df_core::snapshot::{SnapshotAssembler, SnapshotChunk, decode_chunk};
 use df_core::wire::{entry_from_json, packet_from_json};
 use df_core::{
     Admission, Engine, EngineError, Manifest, Outcome, OwnedEntry, OwnedPacket, SyncConfig,
@@ -386,9 +387,125 @@ fn run_receive(dir: &Path, rel: &str) -> Result<(), String> {
     Ok(())
 }
 
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn chunk_matches(c: &SnapshotChunk<'_>, want: &Value) -> Result<(), String> {
+    let got = [
+        ("node", format!("{:016x}", c.node)),
+        ("incarnation", format!("{:016x}", c.incarnation)),
+        ("snapshot_id", format!("{:016x}", c.snapshot_id)),
+        ("fingerprint", hex(&c.fingerprint)),
+        ("digest", hex(&c.digest)),
+    ];
+    for (k, g) in got {
+        if s(want, k)?.as_str() != Some(g.as_str()) {
+            return Err(format!("{k}: got {g}, want {}", want[k]));
+        }
+    }
+    for (k, g) in [
+        ("total", c.total),
+        ("offset", c.offset),
+        ("version_minor", u64::from(c.version_minor)),
+    ] {
+        if s(want, k)?.as_u64() != Some(g) {
+            return Err(format!("{k}: got {g}, want {}", want[k]));
+        }
+    }
+    let want_bits: Vec<u32> = bits(s(want, "values_bits")?)?
+        .iter()
+        .map(|x| x.to_bits())
+        .collect();
+    let got_bits: Vec<u32> = c.values.iter().map(|x| x.to_bits()).collect();
+    if got_bits != want_bits {
+        return Err("values differ (bit patterns)".into());
+    }
+    Ok(())
+}
+
+/// A snapshot vector (DF-ZEN-40, DF-ZEN-41): one chunk decoded alone, or replies assembled in order.
+fn run_snapshot(dir: &Path, path: &str) -> Result<(), String> {
+    let base = dir.join(path);
+    if !base.is_dir() {
+        let v = read_json(&base.with_extension("json"))?;
+        let want = s(&v, "expected")?;
+        let buf = std::fs::read(base.with_extension("dfs")).map_err(|e| e.to_string())?;
+        return match (decode_chunk(&buf), s(want, "outcome")?.as_str()) {
+            (Ok(c), Some("ok")) => chunk_matches(&c, s(want, "chunk")?),
+            (Ok(_), o) => Err(format!("accepted, expected {o:?}")),
+            (Err(e), Some(o)) if e.kind.as_str() == o => Ok(()),
+            (Err(e), o) => Err(format!("{e}, expected {o:?}")),
+        };
+    }
+    let v = read_json(&base.join("case.json"))?;
+    let want = s(&v, "expected")?;
+    let fp: [u8; 32] = hex::decode(s(&v, "fingerprint")?.as_str().ok_or("fingerprint")?)
+        .map_err(|e| e.to_string())?
+        .try_into()
+        .map_err(|_| "fingerprint: not 32 bytes")?;
+    let chunk_size = s(&v, "chunk_size")?.as_u64().ok_or("chunk_size")? as usize;
+    let mut asm = SnapshotAssembler::new(fp, chunk_size)
+        .map_err(|e| e.to_string())?
+        .expect_total(s(&v, "num_params")?.as_u64().ok_or("num_params")?)
+        .expect_node(hex_u64(s(&v, "node")?)?);
+    let indices = s(&v, "indices")?.as_array().ok_or("indices")?;
+    let files = s(&v, "chunks")?.as_array().ok_or("chunks")?;
+    let mut outcome: Option<(String, u64)> = None;
+    for (at, (i, f)) in indices.iter().zip(files).enumerate() {
+        let buf =
+            std::fs::read(base.join(f.as_str().ok_or("chunk file")?)).map_err(|e| e.to_string())?;
+        let added = decode_chunk(&buf).and_then(|c| asm.add(i.as_u64().unwrap_or(u64::MAX), &c));
+        if let Err(e) = added {
+            outcome = Some((e.kind.as_str().to_string(), at as u64));
+            break;
+        }
+    }
+    let installed = match outcome {
+        Some(_) => None,
+        None => match asm.finish() {
+            Ok(snap) => Some(snap),
+            Err(e) => {
+                outcome = Some((e.kind.as_str().to_string(), files.len() as u64));
+                None
+            }
+        },
+    };
+    match (outcome, installed) {
+        (Some((kind, at)), _) => {
+            if s(want, "outcome")?.as_str() != Some(kind.as_str())
+                || want["at"].as_u64() != Some(at)
+            {
+                return Err(format!(
+                    "{kind} at {at}, expected {} at {}",
+                    want["outcome"], want["at"]
+                ));
+            }
+            Ok(())
+        }
+        (None, Some(snap)) => {
+            if s(want, "outcome")?.as_str() != Some("ok") {
+                return Err(format!("installed, expected {}", want["outcome"]));
+            }
+            let want_bits: Vec<u32> = bits(s(want, "values_bits")?)?
+                .iter()
+                .map(|x| x.to_bits())
+                .collect();
+            let got_bits: Vec<u32> = snap.values.iter().map(|x| x.to_bits()).collect();
+            if got_bits != want_bits
+                || s(want, "digest")?.as_str() != Some(&hex(&snap.header.digest))
+            {
+                return Err("installed values or digest differ".into());
+            }
+            Ok(())
+        }
+        (None, None) => Err("neither installed nor refused".into()),
+    }
+}
+
 #[test]
 fn conformance_vectors() {
-    // REQ: DF-RCV-1
+    // REQ: DF-RCV-1, DF-ZEN-40, DF-ZEN-41
     let dir = vectors_dir();
     let index =
         read_json(&dir.join("index.json")).expect("conformance/vectors/index.json must exist");
@@ -405,6 +522,15 @@ fn conformance_vectors() {
             "decode" => run_decode(&dir, path),
             "generate" => run_generate(&dir, path),
             "receive" => run_receive(&dir, path),
+            "snapshot" => run_snapshot(&dir, path),
+            // the digits CNN lives in df-node: its forward vectors run in df-node's tests/forward.rs
+            // and through df-driver in the conformance run
+            "forward" => {
+                *counts
+                    .entry("forward (df-node)".to_string())
+                    .or_insert(0usize) += 1;
+                continue;
+            }
             other => Err(format!("unknown kind {other}")),
         };
         *counts.entry(kind.to_string()).or_insert(0usize) += 1;

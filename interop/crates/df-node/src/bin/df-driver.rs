@@ -2,7 +2,8 @@
 //! (`conformance/driver-protocol.md`, version 1.0).
 //!
 //! JSON lines on stdin, exactly one JSON line per request on stdout (flushed), logs on stderr.
-//! `decode`, `encode`, `generate` and `receive` call `df-core`; `peer` runs live nodes on
+//! `decode`, `encode`, `generate`, `receive` and `snapshot_*` call `df-core`; `forward` runs the
+//! Burn digits CNN of `df-node` once (one inference and one SGD step); `peer` runs live nodes on
 //! `df-zenoh`, with a flat f32 weight vector (`model.kind = "flat"`) or the demo's digits CNN
 //! trained with Burn through `df-burn` / `df-node` (`model.kind = "digits_cnn"`).
 //! Nothing here draws entropy: ids, incarnations, seeds and weights come from the requests.
@@ -15,7 +16,9 @@ use std::time::{Duration, Instant};
 use burn::optim::SgdConfig;
 use burn::tensor::{Int, Tensor, TensorData};
 use df_burn::CanonicalLayout;
-use df_core::snapshot::{SnapshotError, SnapshotErrorKind};
+use df_core::snapshot::{
+    SnapshotAssembler, SnapshotChunk, SnapshotError, SnapshotErrorKind, decode_chunk,
+};
 use df_core::wire::{hex16, packet_from_json, packet_to_json};
 use df_core::{
     Admission, Counters, Engine, EngineError, ErrorCode, Manifest, Outcome, OwnedEntry, SyncConfig,
@@ -24,7 +27,9 @@ use df_core::{
 use df_fabric::Transport;
 use df_node::TrainBackend;
 use df_node::data::{IMAGE_LEN, Split};
-use df_node::node::{Model, evaluate, initial_model, model_manifest, sgd_config, train_step};
+use df_node::node::{
+    Model, evaluate, forward_check, initial_model, model_manifest, sgd_config, train_step,
+};
 use df_node::rng::SplitMix64;
 use df_zenoh::{SnapshotSource, TransportConfig, ZenohTransport};
 use serde_json::{Map, Value, json};
@@ -214,7 +219,8 @@ fn hello(req: &Value) -> Answer {
         "spec_version": SPEC_VERSION,
         "protocol_versions": [PROTOCOL_VERSION],
         "capabilities": ["decode", "decode.batch", "encode", "generate", "generate.fast", "receive",
-                         "encoding.f16", "encoding.bf16", "peer", "peer.snapshot", "peer.train"],
+                         "encoding.f16", "encoding.bf16", "peer", "peer.snapshot", "peer.train",
+                         "snapshot", "forward"],
         // DF-CNF-30 (driver protocol 5.1): the conformance targets claimed; node implies the others
         "claims": ["codec", "engine", "node"],
     }))
@@ -1096,6 +1102,178 @@ impl PeerHost {
 }
 
 // ------------------------------------------------------------------------------------------------
+// Snapshot vectors (driver protocol 5.8): df_core::snapshot
+// ------------------------------------------------------------------------------------------------
+
+fn chunk_json(c: &SnapshotChunk<'_>) -> Value {
+    json!({
+        "version_major": 1,
+        "version_minor": c.version_minor,
+        "node": hex16(c.node),
+        "incarnation": hex16(c.incarnation),
+        "fingerprint": hex_lower(&c.fingerprint),
+        "snapshot_id": hex16(c.snapshot_id),
+        "total": c.total,
+        "offset": c.offset,
+        "digest": hex_lower(&c.digest),
+        "values": f32_json(&c.values),
+        "values_bits": bits_of(&c.values),
+    })
+}
+
+fn refused(e: &SnapshotError, at: Option<usize>) -> Value {
+    let mut v = json!({"outcome": e.kind.as_str(), "message": e.detail});
+    if let Some(at) = at {
+        v["at"] = json!(at);
+    }
+    v
+}
+
+fn b64_arg(req: &Value, key: &str) -> Result<Vec<u8>, Fail> {
+    b64_decode(
+        get(req, key)?
+            .as_str()
+            .ok_or_else(|| err(format!("{key}: not a string")))?,
+    )
+}
+
+fn snapshot_decode(req: &Value) -> Answer {
+    let buf = b64_arg(req, "chunk")?;
+    Ok(match decode_chunk(&buf) {
+        Ok(c) => json!({"outcome": "ok", "chunk": chunk_json(&c)}),
+        Err(e) => refused(&e, None),
+    })
+}
+
+fn snapshot_assemble(req: &Value) -> Answer {
+    let v = get(req, "vector")?;
+    let chunks: Vec<Vec<u8>> = get(req, "chunks")?
+        .as_array()
+        .ok_or_else(|| err("chunks: not a list"))?
+        .iter()
+        .map(|c| b64_decode(c.as_str().ok_or_else(|| err("chunks: not strings"))?))
+        .collect::<Result<_, _>>()?;
+    let indices: Vec<u64> = get(v, "indices")?
+        .as_array()
+        .ok_or_else(|| err("indices: not a list"))?
+        .iter()
+        .map(|i| i.as_u64().ok_or_else(|| err("indices: not integers")))
+        .collect::<Result<_, _>>()?;
+    if indices.len() != chunks.len() {
+        return Err(err(format!(
+            "{} chunks for {} indices",
+            chunks.len(),
+            indices.len()
+        )));
+    }
+    let chunk_size = usize::try_from(
+        get(v, "chunk_size")?
+            .as_u64()
+            .ok_or_else(|| err("chunk_size"))?,
+    )
+    .map_err(|_| err("chunk_size"))?;
+    let num_params = get(v, "num_params")?
+        .as_u64()
+        .ok_or_else(|| err("num_params"))?;
+    let mut asm = SnapshotAssembler::new(
+        fingerprint(get(v, "fingerprint")?.as_str().unwrap_or(""))?,
+        chunk_size,
+    )
+    .map_err(|e| err(e.to_string()))?
+    .expect_total(num_params)
+    .expect_node(id_of(get(v, "node")?, "node")?);
+    for (at, (&index, buf)) in indices.iter().zip(&chunks).enumerate() {
+        let added = decode_chunk(buf).and_then(|c| asm.add(index, &c));
+        if let Err(e) = added {
+            return Ok(refused(&e, Some(at)));
+        }
+    }
+    Ok(match asm.finish() {
+        Ok(s) => json!({
+            "outcome": "ok",
+            "at": null,
+            "node": hex16(s.header.node),
+            "incarnation": hex16(s.header.incarnation),
+            "snapshot_id": hex16(s.header.snapshot_id),
+            "total": s.header.total,
+            "digest": hex_lower(&s.header.digest),
+            "values": f32_json(&s.values),
+            "values_bits": bits_of(&s.values),
+        }),
+        Err(e) => refused(&e, Some(chunks.len())),
+    })
+}
+
+// ------------------------------------------------------------------------------------------------
+// The forward check (driver protocol 5.9): the Burn digits CNN of df-node
+// ------------------------------------------------------------------------------------------------
+
+fn f32s_b64(req: &Value, key: &str) -> Result<Vec<f32>, Fail> {
+    let raw = b64_arg(req, key)?;
+    if raw.len() % 4 != 0 {
+        return Err(err(format!("{key}: not a whole number of f32")));
+    }
+    Ok(raw
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
+}
+
+fn rows_json(v: &[f32], n: usize) -> Value {
+    let width = v.len().checked_div(n).unwrap_or(0);
+    Value::Array(
+        v.chunks(width.max(1))
+            .map(|r| Value::Array(r.iter().map(|&x| json!(f64::from(x))).collect()))
+            .collect(),
+    )
+}
+
+fn forward(req: &Value) -> Answer {
+    let v = get(req, "vector")?;
+    let include_buffers = v
+        .get("include_buffers")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let manifest = scenario_manifest(get(v, "model")?, include_buffers)?;
+    if manifest_of(v)? != manifest
+        || hex_lower(&manifest.fingerprint()) != get(v, "fingerprint")?.as_str().unwrap_or("")
+    {
+        return Err(err("the vector's manifest is not the digits CNN's"));
+    }
+    let n = usize::try_from(get(v, "count")?.as_u64().ok_or_else(|| err("count"))?)
+        .map_err(|_| err("count"))?;
+    let x = f32s_b64(v, "x_b64")?;
+    let y: Vec<i64> = get(v, "y")?
+        .as_array()
+        .ok_or_else(|| err("y: not a list"))?
+        .iter()
+        .map(|l| l.as_i64().ok_or_else(|| err("y: not integers")))
+        .collect::<Result<_, _>>()?;
+    let weights = f32s_b64(v, "weights_b64")?;
+    let lr = get(v, "lr")?.as_f64().ok_or_else(|| err("lr"))?;
+    if x.len() != n * IMAGE_LEN || y.len() != n || weights.len() as u64 != manifest.num_params() {
+        return Err(err(
+            "x_b64, y or weights_b64 do not match count / the manifest",
+        ));
+    }
+    let (layout, _) = initial_model(Some(&weights), include_buffers, 0)
+        .and_then(|m| model_manifest(&m, include_buffers))
+        .map_err(|e| err(e.to_string()))?;
+    if df_burn::layout_manifest(&layout).map_err(|e| err(e.to_string()))? != manifest {
+        return Err(err("the Burn model's manifest differs from the vector's"));
+    }
+    // inference logits, then one plain SGD step exactly as the `train` instruction runs it
+    let out =
+        forward_check(&weights, include_buffers, &x, &y, lr).map_err(|e| err(e.to_string()))?;
+    Ok(json!({
+        "logits_eval": rows_json(&out.logits_eval, n),
+        "logits_train": rows_json(&out.logits_train, n),
+        "loss": f64::from(out.loss),
+        "weights_b64": b64_encode(&le_bytes(&out.weights)),
+    }))
+}
+
+// ------------------------------------------------------------------------------------------------
 // The loop
 // ------------------------------------------------------------------------------------------------
 
@@ -1108,6 +1286,9 @@ fn respond(host: &mut PeerHost, req: &Value) -> Value {
         "encode" => encode(req),
         "generate" => generate(req),
         "receive" => receive(req),
+        "snapshot_decode" => snapshot_decode(req),
+        "snapshot_assemble" => snapshot_assemble(req),
+        "forward" => forward(req),
         "peer" => host.run(req),
         "stop" => {
             host.close();
