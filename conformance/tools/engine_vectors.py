@@ -832,10 +832,12 @@ def receive_cases() -> list[RecvCase]:
 def _counters_json(eng: Engine) -> dict[str, Any]:
     c = eng.counters.to_json()
     return {
+        "packets_received": c["packets_received"],  # every packet of the step, rejected ones too
         "packets_accepted": c["packets_accepted"],
         "packets_rejected": c["packets_rejected"],
         "entries_accepted": c["entries_accepted"],
         "entries_relayed": c["entries_relayed"],
+        "values_applied": c["values_applied"],  # indices of the step's aggregate (DF-RCV-6)
         "errors": c["errors"],
         "drops": {
             r: c["drops"][r] for r in ("own_origin", "duplicate", "too_old", "stale_incarnation")
