@@ -153,8 +153,8 @@ def _skipped_subtrees(tree: ast.AST) -> set[int]:
         elif isinstance(n, ast.Raise):
             # the exception's arguments beyond the first (the code) are messages
             if isinstance(n.exc, ast.Call):
-                for a in n.exc.args[1:]:
-                    mark(a)
+                for extra in n.exc.args[1:]:
+                    mark(extra)
                 for kw in n.exc.keywords:
                     mark(kw.value)
         elif isinstance(n, ast.Assign) and any(
@@ -274,16 +274,17 @@ def _apply(tree: ast.Module, m: PyMutant) -> ast.Module:
         node.op = ast.Or() if isinstance(node.op, ast.And) else ast.And()
     elif v == "unary":
         assert isinstance(node, ast.UnaryOp)
-        parent, field_name, j = parents[id(node)]
-        if j is None:
+        parent, field_name, pos = parents[id(node)]
+        if pos is None:
             setattr(parent, field_name, node.operand)
         else:
-            getattr(parent, field_name)[j] = node.operand
+            getattr(parent, field_name)[pos] = node.operand
     elif v == "const":
         assert isinstance(node, ast.Constant)
         if type(node.value) is bool:
             node.value = not node.value
         else:
+            assert isinstance(node.value, (int, float))
             node.value = node.value + 1
     elif v == "retnone":
         assert isinstance(node, ast.Return)
@@ -351,7 +352,7 @@ def run_vectors_inprocess(output: Path, fail_fast: bool = False) -> list[str]:
     rows = runner.load_index()
 
     def failures() -> list[str]:
-        return [f"{r.test_id}: {r.message}" for r in runner.results if r.result != PASSED]
+        return [f"{r.id}: {r.message}" for r in runner.results if r.result != PASSED]
 
     for row in rows:
         runner.run_vector(row, [run])
@@ -497,10 +498,13 @@ def python_campaign(
     timeout_factor: float,
     only: str | None,
     verbose: bool,
+    names: set[str] | None = None,
 ) -> Campaign:
     mutants = [m for mod in modules for m in py_mutants(mod)]
     if only:
         mutants = [m for m in mutants if re.search(only, m.key)]
+    if names is not None:
+        mutants = [m for m in mutants if m.key in names]
     mutants = _sample(mutants, sample, seed)
     equivalent = load_equivalent("python")
     # warm: third-party modules stay imported in the forked children; only ours are imported again
@@ -566,7 +570,12 @@ def rust_keys(names: Sequence[str]) -> dict[str, str]:
 
 
 def rust_campaign(
-    rs_files: Sequence[str], sample: int | None, seed: int, extra: list[str], verbose: bool
+    rs_files: Sequence[str],
+    sample: int | None,
+    seed: int,
+    extra: list[str],
+    verbose: bool,
+    names: set[str] | None = None,
 ) -> Campaign:
     exe = shutil.which("cargo-mutants") or str(Path.home() / ".cargo" / "bin" / "cargo-mutants")
     if not Path(exe).exists():
@@ -590,6 +599,9 @@ def rust_campaign(
     ).stdout.splitlines()
     listed = [x for x in listed if x.strip()]
     equivalent = load_equivalent("rust")
+    keys = rust_keys(listed)
+    if names is not None:
+        listed = [x for x in listed if x.strip() in names or keys[x.strip()] in names]
     chosen = _sample(listed, sample, seed)
     with tempfile.TemporaryDirectory(prefix="df-mutants-") as tmp:
         cmd = [*base, "--output", tmp, "--no-shuffle", "--baseline", "run"]
@@ -609,13 +621,12 @@ def rust_campaign(
         if proc.returncode not in (0, 2, 3) or not (outdir / "outcomes.json").exists():
             raise SystemExit(f"rust: cargo mutants failed (exit {proc.returncode})")
 
-        def names(f: str) -> list[str]:
+        def read_list(f: str) -> list[str]:
             p = outdir / f
             return [x for x in p.read_text().splitlines() if x.strip()] if p.exists() else []
 
-        caught, missed = names("caught.txt"), names("missed.txt")
-        timeouts, unviable = names("timeout.txt"), names("unviable.txt")
-    keys = rust_keys(listed)
+        caught, missed = read_list("caught.txt"), read_list("missed.txt")
+        timeouts, unviable = read_list("timeout.txt"), read_list("unviable.txt")
     survivors = [keys.get(x.strip(), x.strip()) for x in missed]
     eq = {k: v for k, v in equivalent.items()}
     return Campaign(
@@ -658,6 +669,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the vectors to run (default: %(default)s)",
     )
     ap.add_argument(
+        "--names",
+        type=Path,
+        default=None,
+        help="only the mutants whose key (or cargo-mutants name) is a line of this file",
+    )
+    ap.add_argument(
         "--only", default=None, help="python: only mutants whose key matches this regex"
     )
     ap.add_argument("--cargo-mutants-args", nargs=argparse.REMAINDER, default=[])
@@ -666,6 +683,14 @@ def main(argv: list[str] | None = None) -> int:
     if not (a.vectors / "index.json").is_file():
         ap.error(f"--vectors {a.vectors}: no index.json there")
     _use_vectors(a.vectors.resolve())
+    names: set[str] | None = None
+    if a.names is not None:
+        # the keys (or cargo-mutants names) of a list, e.g. the survivors of an earlier run
+        names = {
+            line.partition("  # ")[0].strip()
+            for line in a.names.read_text(encoding="utf-8").splitlines()
+            if line.strip() and not line.startswith("#")
+        }
     if a.sample is not None and a.sample < 1:
         ap.error("--sample must be at least 1")
     if a.which == "list-python":
@@ -677,13 +702,21 @@ def main(argv: list[str] | None = None) -> int:
     if a.which in ("python", "all"):
         camps.append(
             python_campaign(
-                a.modules.split(","), a.sample, a.seed, a.timeout_factor, a.only, a.verbose
+                a.modules.split(","),
+                a.sample,
+                a.seed,
+                a.timeout_factor,
+                a.only,
+                a.verbose,
+                names,
             )
         )
         print(camps[-1].report(), flush=True)
     if a.which in ("rust", "all"):
         camps.append(
-            rust_campaign(a.files.split(","), a.sample, a.seed, a.cargo_mutants_args, a.verbose)
+            rust_campaign(
+                a.files.split(","), a.sample, a.seed, a.cargo_mutants_args, a.verbose, names
+            )
         )
         print(camps[-1].report(), flush=True)
     return 1 if any(c.unlisted for c in camps) else 0
