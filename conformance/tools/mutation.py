@@ -600,17 +600,18 @@ def rust_campaign(
     listed = [x for x in listed if x.strip()]
     equivalent = load_equivalent("rust")
     keys = rust_keys(listed)
+    everything = len(listed)
     if names is not None:
         listed = [x for x in listed if x.strip() in names or keys[x.strip()] in names]
     chosen = _sample(listed, sample, seed)
     with tempfile.TemporaryDirectory(prefix="df-mutants-") as tmp:
         cmd = [*base, "--output", tmp, "--no-shuffle", "--baseline", "run"]
-        if len(chosen) != len(listed):
+        if len(chosen) != everything:
             # an exact selection: one regex per chosen mutant name
             for name in chosen:
                 cmd += ["--re", "^" + re.escape(name) + "$"]
         cmd += ["--", "--test", "vectors"]
-        print(f"rust: {len(chosen)} of {len(listed)} mutants: {' '.join(cmd[:8])} ...", flush=True)
+        print(f"rust: {len(chosen)} of {everything} mutants: {' '.join(cmd[:8])} ...", flush=True)
         t0 = time.monotonic()
         env = dict(os.environ, DF_CONFORMANCE_VECTORS=str(VECTORS))
         proc = subprocess.run(
