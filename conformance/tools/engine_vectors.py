@@ -172,6 +172,16 @@ def generate_cases() -> list[GenCase]:
             SyncConfig(ratio=0.2),  # k = ceil(4.8) = 5: the 8 values of magnitude 2 tie
         ),
         GenCase(
+            "ties_below_a_larger_value",
+            "k = ceil(24 * 0.2) = 5: one magnitude 3 and seven tied magnitudes 2 (both signs): the 3 and "
+            "the four lowest indices of magnitude 2 are sent (ties are broken after the larger values "
+            "are counted, so exactly k values leave).",
+            ["DF-GEN-3", "DF-GEN-4", "DF-GEN-5"],
+            _f32([0, 2, -2, 0, 3, 2, 0, -2, 2, 0, 2, -2, 0.5, 0, 0, 1] + [0] * 8),
+            np.zeros(N, dtype=np.float32),
+            SyncConfig(ratio=0.2),
+        ),
+        GenCase(
             "zeros_and_k_above_candidates",
             "Only 5 nonzero deltas (one is -0.0 - 0.0 = -0.0) with k = 12: zeros are never sent.",
             ["DF-GEN-1", "DF-GEN-3"],
