@@ -79,9 +79,11 @@ def f32_from_bits(bits: Sequence[str]) -> NDArray[np.float32]:
 
 def floats(a: NDArray[np.float32]) -> list[float | str]:
     """f32 values as JSON numbers; non-finite ones as ``"nan"``, ``"inf"``, ``"-inf"`` (driver
-    protocol, section 4)."""
+    protocol, section 4; the ``*_bits`` twin is exact)."""
     out: list[float | str] = []
-    for x in np.asarray(a, dtype=np.float32).astype(np.float64).tolist():
+    with np.errstate(invalid="ignore"):
+        vals: list[float] = np.asarray(a, dtype=np.float32).astype(np.float64).tolist()
+    for x in vals:
         out.append(
             x if np.isfinite(x) else ("nan" if np.isnan(x) else ("inf" if x > 0 else "-inf"))
         )
@@ -129,6 +131,11 @@ def _dump(path: Path, obj: Any) -> None:
 
 def _f32(x: Sequence[float] | NDArray[Any]) -> NDArray[np.float32]:
     return np.asarray(x, dtype=np.float64).astype(np.float32)
+
+
+def _bits_f32(bits: Sequence[int]) -> NDArray[np.float32]:
+    """f32 values from their bit patterns (NaN payloads, signed zeros and subnormals exactly)."""
+    return np.array(bits, dtype=np.uint32).view(np.float32)
 
 
 def _pattern(mul: int, mod: int, off: int, div: float) -> NDArray[np.float32]:
@@ -190,6 +197,16 @@ def generate_cases() -> list[GenCase]:
             _f32([0.5, -2, 2, 1, -2, 0, 2, -1, 1, 2, -2, 0.5] * 2),
             np.zeros(N, dtype=np.float32),
             SyncConfig(ratio=0.2),  # k = ceil(4.8) = 5: the 8 values of magnitude 2 tie
+        ),
+        GenCase(
+            "ties_below_a_larger_value",
+            "k = ceil(24 * 0.2) = 5: one magnitude 3 and seven tied magnitudes 2 (both signs): the 3 and "
+            "the four lowest indices of magnitude 2 are sent (ties are broken after the larger values "
+            "are counted, so exactly k values leave).",
+            ["DF-GEN-3", "DF-GEN-4", "DF-GEN-5"],
+            _f32([0, 2, -2, 0, 3, 2, 0, -2, 2, 0, 2, -2, 0.5, 0, 0, 1] + [0] * 8),
+            np.zeros(N, dtype=np.float32),
+            SyncConfig(ratio=0.2),
         ),
         GenCase(
             "zeros_and_k_above_candidates",
@@ -296,6 +313,71 @@ def generate_cases() -> list[GenCase]:
             SyncConfig(ratio=0.5, encoding=BF16),
         ),
         GenCase(
+            "nan_never_selected",
+            "k = ceil(24 * 0.25) = 6 with 3 NaN deltas (NaN active values) and 9 finite nonzero ones: "
+            "NaN is never a candidate (it must not rank above the finite magnitudes, as a sort or "
+            "partition that orders NaN last would); the 6 largest finite deltas are sent and the anchor "
+            "is unchanged at the NaN indices.",
+            ["DF-GEN-3", "DF-GEN-9", "DF-GEN-5"],
+            _bits_f32(
+                [
+                    *[0x7FC00000, 0x40400000, 0, 0xFFC00001, 0xC0A00000, 0x3F800000, 0, 0x7F800001],
+                    *[0x3E800000, 0, 0xBF000000, 0x41000000, 0, 0, 0xC1100000, 0],
+                    *[0x3D800000, 0, 0, 0, 0, 0, 0, 0],
+                ]
+            ),
+            np.zeros(N, dtype=np.float32),
+            SyncConfig(ratio=0.25),
+        ),
+        GenCase(
+            "nan_all_candidates",
+            "k = 12 above the 4 candidates; NaN, +0 and -0 deltas are never sent (a NaN compares false "
+            "with every magnitude, so a 'not below the threshold' test would let it in).",
+            ["DF-GEN-3", "DF-GEN-9", "DF-GEN-8"],
+            _bits_f32(
+                [0x7FC00000, 0x80000000, 0x3F800000, 0, 0xFFC00000, 0xC0000000] * 2 + [0] * 12
+            ),
+            np.zeros(N, dtype=np.float32),
+            SyncConfig(ratio=0.5),
+        ),
+        GenCase(
+            "subnormal_deltas_f32",
+            "Subnormal deltas (f32 bits 00000001, 80000003, 007fffff) are candidates like any nonzero "
+            "value and are sent bit for bit (no flush to zero); the subtraction of two normals can give "
+            "a subnormal (1.5 * 2^-126 - 2^-126).",
+            ["DF-GEN-1", "DF-GEN-3", "DF-GEN-4"],
+            _bits_f32([0x00000001, 0, 0x80000003, 0, 0x007FFFFF, 0x00C00000, 0, 0] + [0] * 16),
+            _bits_f32([0, 0, 0, 0, 0, 0x00800000, 0, 0] + [0] * 16),
+            SyncConfig(ratio=0.5),
+        ),
+        GenCase(
+            "f16_subnormal_rounding",
+            "F16: deltas in and below the binary16 subnormal range round to nearest even "
+            "(2^-25 is half the smallest subnormal: ties to 0; 3 * 2^-25 ties up to 2^-23; "
+            "-2^-26 gives -0; 2^-14 - 2^-25 rounds up to the smallest normal); a value sent as "
+            "+0 or -0 still occupies its selected index and the anchor moves by that zero.",
+            ["DF-GEN-4", "DF-GEN-5"],
+            _f32(
+                [2**-25, 3 * 2**-25, -(2**-26), 2**-14 - 2**-25, 5 * 2**-25, -(2**-24), 2**-15, 0]
+                + [0] * 16
+            ),
+            np.zeros(N, dtype=np.float32),
+            SyncConfig(ratio=0.5, encoding=F16),
+        ),
+        GenCase(
+            "bf16_subnormal_rounding",
+            "BF16 keeps the upper 16 bits of f32 with round to nearest even on the lower 16, subnormals "
+            "included (bits 00008000 tie to 0000, 00018000 tie up to 00020000, 80000001 gives -0, "
+            "007fffff rounds up to the smallest normal 00800000).",
+            ["DF-GEN-4", "DF-GEN-5"],
+            _bits_f32(
+                [0x00008000, 0x00018000, 0x80000001, 0x007FFFFF, 0x00008001, 0x807F8000, 0, 0]
+                + [0] * 16
+            ),
+            np.zeros(N, dtype=np.float32),
+            SyncConfig(ratio=0.5, encoding=BF16),
+        ),
+        GenCase(
             "split_entries",
             "k = 24 values with max_packet_size 320 (too small for 24 values in any encoding of the "
             "schema): the origin splits its delta into several entries with consecutive seqs (from 41) "
@@ -383,7 +465,7 @@ def _write_generate(vectors_dir: Path, case: GenCase) -> dict[str, Any]:
         return _write_failed_generate(vectors_dir, case, eng, k)
     entries = eng.generate(active)
     # independent cross-check of the engine's result
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore"):  # NaN inputs of nan_* cases
         d = case.active - case.anchor
     want = _brute_force(d, k)
     sent_idx = [int(i) for e in entries for i in e.indices]
@@ -512,7 +594,7 @@ def ent(
     seq: int,
     hops: int,
     idx: Sequence[int],
-    vals: Sequence[float],
+    vals: Sequence[float] | NDArray[np.float32],
 ) -> Entry:
     return Entry(origin, inc, seq, hops, np.array(idx, dtype=np.uint32), _f32(vals))
 
@@ -534,6 +616,17 @@ def pkt(
             heard=None if heard is None else tuple(heard),
         )
     )
+
+
+F32_BELOW_QUARTER = float(np.nextafter(np.float32(0.25), np.float32(0)))
+U64_MAX = (1 << 64) - 1
+
+
+def _signed_zero_base() -> NDArray[np.float32]:
+    """The receive pattern with -0 at indices 3, 5 and 8."""
+    a = _pattern(7, 13, 6, 16.0)
+    a[[3, 5, 8]] = np.float32(-0.0)
+    return a
 
 
 def receive_cases() -> list[RecvCase]:
@@ -763,6 +856,188 @@ def receive_cases() -> list[RecvCase]:
             config=SyncConfig(relay_policy=RelayPolicy.NEEDED),
         ),
         RecvCase(
+            "relay_threshold_boundary",
+            "relay_threshold 0.25 (exact in f32), alpha 1: |u| == 0.25 passes (>=), the f32 just below "
+            "0.25 does not; the other entry has only values below the threshold and is not relayed.",
+            ["DF-RLY-5", "DF-RLY-2"],
+            [
+                pkt(
+                    ent(B, B_INC, 1, 0, [0, 1, 2, 3, 4], [0.25, -0.25, F32_BELOW_QUARTER, -0.5, 0]),
+                    ent(C, C_INC, 1, 0, [5, 6], [F32_BELOW_QUARTER, -F32_BELOW_QUARTER]),
+                )
+            ],
+            config=SyncConfig(relay_threshold=0.25),
+        ),
+        RecvCase(
+            "relay_threshold_binary64",
+            "relay_threshold 0.1000000015 lies just above fl32(0.1) = 0.100000001490116119...: the "
+            "damped value fl32(0.1) is compared exactly (as binary64) and is not relayed; comparing with "
+            "fl32(relay_threshold) (which equals fl32(0.1)) would wrongly relay it. 0.2 passes.",
+            ["DF-RLY-5", "DF-RLY-2"],
+            [pkt(ent(B, B_INC, 1, 0, [0, 1, 2], [0.1, -0.1, 0.2]))],
+            config=SyncConfig(relay_threshold=0.1000000015),
+        ),
+        RecvCase(
+            "signed_zero_aggregate",
+            "-0 values (relay_threshold 0): the aggregate starts from +0, so +0 + -0 = +0 at index 3 "
+            "(one entry) and at index 5 (two entries of -0); active and anchor hold -0 there and become "
+            "+0 (-0 + +0 = +0). The relay entries carry the damped values, -0 bit for bit.",
+            ["DF-RCV-6", "DF-RCV-7", "DF-RLY-5"],
+            [
+                pkt(ent(B, B_INC, 1, 0, [3, 5], [-0.0, -0.0])),
+                pkt(ent(C, C_INC, 1, 0, [5, 8], [-0.0, -0.0]), sender=C),
+            ],
+            config=SyncConfig(relay_threshold=0.0),
+            active=_signed_zero_base(),
+            anchor=_signed_zero_base(),
+        ),
+        RecvCase(
+            "signed_zero_single_entry",
+            "One entry of -0 values in the step (relay_threshold 0): the aggregate is +0 even though no "
+            "sum of two values occurs (an implementation that copies the only entry's values keeps -0).",
+            ["DF-RCV-6", "DF-RCV-7"],
+            [pkt(ent(B, B_INC, 1, 0, [3, 8], [-0.0, -0.0]))],
+            config=SyncConfig(relay_threshold=0.0),
+            active=_signed_zero_base(),
+            anchor=_signed_zero_base(),
+        ),
+        RecvCase(
+            "subnormal_damping",
+            "alpha 0.5 on subnormal and tiny values: fl32 rounds to nearest even without flushing to "
+            "zero (bits 00000003 * 0.5 ties to 00000002, 00000001 * 0.5 ties to +0, 80000005 * 0.5 to "
+            "80000002, the smallest normal halves to a subnormal), relay_threshold 0 keeps them all.",
+            ["DF-RCV-5", "DF-RCV-6", "DF-RLY-5"],
+            [
+                pkt(
+                    ent(
+                        B,
+                        B_INC,
+                        1,
+                        0,
+                        [0, 1, 2, 3, 4],
+                        _bits_f32([0x00000003, 0x00000001, 0x80000005, 0x00800000, 0x00000002]),
+                    )
+                )
+            ],
+            config=SyncConfig(alpha=0.5, relay_threshold=0.0),
+            active=np.zeros(N, dtype=np.float32),
+            anchor=np.zeros(N, dtype=np.float32),
+        ),
+        RecvCase(
+            "window_slides_by_width",
+            "Window 8 holding seqs 3..10 (H = 10); seq 18 slides it by exactly W (every old bit leaves), "
+            "then 10 is too old (10 <= 18 - 8), 11 is a late arrival, 11 again a duplicate, 17 late, 12 "
+            "late, and 18 again a duplicate: arrivals out of order within one step.",
+            ["DF-RCV-3", "DF-RCV-12"],
+            [
+                pkt(ent(B, B_INC, 18, 0, [0], [1.0]), ent(B, B_INC, 10, 0, [1], [1.0])),
+                pkt(
+                    ent(B, B_INC, 11, 0, [2], [1.0]),
+                    ent(B, B_INC, 11, 1, [3], [1.0]),
+                    ent(B, B_INC, 17, 0, [4], [1.0]),
+                    ent(B, B_INC, 12, 0, [5], [1.0]),
+                    ent(B, B_INC, 18, 1, [6], [1.0]),
+                    sender=C,
+                ),
+            ],
+            config=SyncConfig(replay_window=8),
+            history=[(B, B_INC, s) for s in range(3, 11)],
+        ),
+        RecvCase(
+            "window_slides_less_than_width",
+            "Window 8, H = 10 with seqs 4, 6 and 10 seen: seq 13 slides the window by 3 < W and the "
+            "seen bits move with it: 6 and 10 stay duplicates, 5 (= 13 - 8) is too old, 7 and 12 are "
+            "late arrivals.",
+            ["DF-RCV-3"],
+            [
+                pkt(
+                    ent(B, B_INC, 13, 0, [0], [1.0]),
+                    ent(B, B_INC, 6, 0, [1], [1.0]),
+                    ent(B, B_INC, 5, 0, [2], [1.0]),
+                    ent(B, B_INC, 7, 0, [3], [1.0]),
+                    ent(B, B_INC, 10, 0, [4], [1.0]),
+                    ent(B, B_INC, 12, 0, [5], [1.0]),
+                )
+            ],
+            config=SyncConfig(replay_window=8),
+            history=[(B, B_INC, 4), (B, B_INC, 6), (B, B_INC, 10)],
+        ),
+        RecvCase(
+            "window_u64_top",
+            "Window 8 near the top of the seq range: seq 2^64 - 1 is accepted, then 2^64 - 9 is too "
+            "old, 2^64 - 8 and 2^64 - 2 are late arrivals and 2^64 - 1 a duplicate. seq + W overflows "
+            "64 bits here: the classification must be done without overflow.",
+            ["DF-RCV-3"],
+            [
+                pkt(
+                    ent(B, B_INC, U64_MAX, 0, [0], [1.0]),
+                    ent(B, B_INC, U64_MAX - 8, 0, [1], [1.0]),
+                    ent(B, B_INC, U64_MAX - 7, 0, [2], [1.0]),
+                    ent(B, B_INC, U64_MAX, 1, [3], [1.0]),
+                    ent(B, B_INC, U64_MAX - 1, 0, [4], [1.0]),
+                )
+            ],
+            config=SyncConfig(replay_window=8),
+            history=[(B, B_INC, 1), (B, B_INC, 2)],
+        ),
+        RecvCase(
+            "window_below_width",
+            "Window 8 with H = 3 (fewer seqs than W so far): seqs 1 and 2 are late arrivals (H - W "
+            "is negative: nothing is too old), 3 is a duplicate.",
+            ["DF-RCV-3"],
+            [
+                pkt(
+                    ent(B, B_INC, 2, 0, [0], [1.0]),
+                    ent(B, B_INC, 1, 0, [1], [1.0]),
+                    ent(B, B_INC, 3, 0, [2], [1.0]),
+                )
+            ],
+            config=SyncConfig(replay_window=8),
+            history=[(B, B_INC, 3)],
+        ),
+        RecvCase(
+            "incarnation_evicts_lowest",
+            "max_incarnations 3, B's incarnations tracked in the order 0x...0300, 0x...0100, 0x...0200: "
+            "0x...0150 is above the lowest (0x...0100) and evicts it (the lowest, not the first "
+            "tracked); then 0x...0100 is stale, 0x...0300 seq 1 a duplicate (still tracked), 0x...0120 "
+            "stale (below 0x...0150), 0x...0400 evicts 0x...0150, whose next entry is then stale.",
+            ["DF-RCV-4"],
+            [
+                pkt(
+                    ent(B, B_INC + 0x50, 1, 0, [0], [1.0]),
+                    ent(B, B_INC, 2, 0, [1], [1.0]),
+                    ent(B, B_INC + 0x200, 1, 0, [2], [1.0]),
+                    ent(B, B_INC + 0x20, 1, 0, [3], [1.0]),
+                    ent(B, B_INC + 0x300, 5, 0, [4], [1.0]),
+                    ent(B, B_INC + 0x50, 2, 0, [5], [1.0]),
+                )
+            ],
+            config=SyncConfig(max_incarnations=3),
+            history=[(B, B_INC + 0x200, 1), (B, B_INC, 1), (B, B_INC + 0x100, 1)],
+        ),
+        RecvCase(
+            "relay_multi_packet",
+            "max_packet_size 600: four relay entries of 10 values do not fit one packet by the size "
+            "estimate (160 + 128 + 8 n per entry, DF-RLY-30): they are packed greedily in "
+            "acceptance order into packets of two entries; the own-origin entry between them is not "
+            "relayed and does not break the order.",
+            ["DF-RLY-3", "DF-RLY-4", "DF-RLY-7"],
+            [
+                pkt(
+                    ent(B, B_INC, 1, 0, list(range(0, 10)), [0.5] * 10),
+                    ent(NODE, NODE_INC, 1, 2, [0], [1.0]),
+                    ent(C, C_INC, 1, 0, list(range(10, 20)), [-0.25] * 10),
+                ),
+                pkt(
+                    ent(D, D_INC, 1, 1, list(range(5, 15)), [2.0] * 10),
+                    ent(B, B_INC, 2, 0, list(range(14, 24)), [1.5] * 10),
+                    sender=C,
+                ),
+            ],
+            config=SyncConfig(max_packet_size=600),
+            relay_packets=2,
+        ),
+        RecvCase(
             "duplicate_within_step",
             "The same entry twice in one step (two senders): the second is a duplicate against the "
             "window as updated by the first.",
@@ -833,12 +1108,12 @@ def receive_cases() -> list[RecvCase]:
 def _counters_json(eng: Engine) -> dict[str, Any]:
     c = eng.counters.to_json()
     return {
-        "packets_received": c["packets_received"],
+        "packets_received": c["packets_received"],  # every packet of the step, rejected ones too
         "packets_accepted": c["packets_accepted"],
         "packets_rejected": c["packets_rejected"],
         "entries_accepted": c["entries_accepted"],
         "entries_relayed": c["entries_relayed"],
-        "values_applied": c["values_applied"],
+        "values_applied": c["values_applied"],  # indices of the step's aggregate (DF-RCV-6)
         "relay_dropped_oversize": eng.relay_dropped_oversize,
         **({"relay_suppressed": c["relay_suppressed"]} if c["relay_suppressed"] else {}),
         "errors": c["errors"],
