@@ -45,7 +45,9 @@ class SyncConfig:
     ``alpha`` in (0, 1]; ``ratio`` in (0, 1]; ``relay_threshold`` >= 0; ``hop_limit`` in [0, 255];
     ``max_packet_size`` >= `MIN_MAX_PACKET_SIZE`; ``replay_window`` in [1, 2**20]; ``max_incarnations`` >= 1.
     ``encoding`` is the send encoding (own and relayed entries); ``include_buffers`` selects floating
-    buffers into the manifest (DF-MAN-4).
+    buffers into the manifest (DF-MAN-4). ``average_over`` in [1, 2**16] (added in 1.1, DF-GEN-70):
+    ``C > 1`` sends ``1/C`` of each selected delta and moves the node's own weights by the sent
+    amount only, so that C nodes move by the mean of their progress (local SGD); 1 keeps 1.0's sums.
     """
 
     alpha: float = 1.0
@@ -58,6 +60,7 @@ class SyncConfig:
     max_incarnations: int = 4
     encoding: ValueEncoding = ValueEncoding.F32
     include_buffers: bool = False
+    average_over: int = 1
 
     def __post_init__(self) -> None:
         alpha = _check_float("alpha", self.alpha)
@@ -74,6 +77,7 @@ class SyncConfig:
         _check_int("max_packet_size", self.max_packet_size, MIN_MAX_PACKET_SIZE, 2**31 - 1)
         _check_int("replay_window", self.replay_window, 1, _MAX_REPLAY_WINDOW)
         _check_int("max_incarnations", self.max_incarnations, 1, 1 << 16)
+        _check_int("average_over", self.average_over, 1, 1 << 16)
         encoding = codec(self.encoding).encoding  # ValueError naming the table's encodings
         if not isinstance(self.include_buffers, bool):
             raise TypeError("include_buffers must be a bool")
@@ -90,6 +94,13 @@ class SyncConfig:
 
         return float(np.float32(self.alpha))
 
+    @property
+    def send_weight_f32(self) -> float:
+        """``1 / average_over`` rounded to binary32, the factor of DF-GEN-70."""
+        import numpy as np
+
+        return float(np.float32(1.0 / self.average_over))
+
     def num_selected(self, num_params: int) -> int:
         """k of DF-GEN-2: ``ceil(N * ratio)`` in binary64, clamped to ``[1, N]``."""
         if num_params < 1:
@@ -99,6 +110,8 @@ class SyncConfig:
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["encoding"] = codec(self.encoding).name
+        if self.average_over == 1:  # a 1.1 key (DF-PAR-70): absent at its default, for 1.0 readers
+            del d["average_over"]
         return d
 
     @classmethod

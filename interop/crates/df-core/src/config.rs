@@ -21,10 +21,12 @@ pub const MAX_MAX_PACKET_SIZE: usize = 2_147_483_647;
 pub const MAX_REPLAY_WINDOW: u64 = 1 << 20;
 /// Largest accepted `max_incarnations` (DF-PAR-8).
 pub const MAX_MAX_INCARNATIONS: usize = 1 << 16;
+/// Largest `average_over` accepted (DF-PAR-70).
+pub const MAX_AVERAGE_OVER: u64 = 1 << 16;
 
 /// The JSON keys [`SyncConfig::from_json`] accepts: the spec's parameters (section 3) and the
 /// receiver bound `max_origins` of this implementation.
-pub const CONFIG_KEYS: [&str; 11] = [
+pub const CONFIG_KEYS: [&str; 12] = [
     "alpha",
     "ratio",
     "sync_interval",
@@ -36,6 +38,7 @@ pub const CONFIG_KEYS: [&str; 11] = [
     "include_buffers",
     "encoding",
     "max_origins",
+    "average_over",
 ];
 
 /// A configuration value outside its allowed range, of the wrong type, or an unknown key
@@ -155,6 +158,10 @@ pub struct SyncConfig {
     pub encoding: ValueEncoding,
     /// Origins tracked (receiver bound, not fixed by the spec's table; spec DF-SEC-2); `>= 1`.
     pub max_origins: usize,
+    /// DF-PAR-70: `C > 1` sends `fl32(1/C)` of each
+    /// selected delta and moves the node's own weights by what it sent only (DF-GEN-70), so that C
+    /// nodes move by the mean of their progress; `1` keeps protocol 1.0's sums. `1..=65536`.
+    pub average_over: u32,
 }
 
 impl Default for SyncConfig {
@@ -172,6 +179,7 @@ impl Default for SyncConfig {
             include_buffers: false,
             encoding: ValueEncoding::F32,
             max_origins: DEFAULT_MAX_ORIGINS,
+            average_over: 1,
         }
     }
 }
@@ -205,6 +213,7 @@ impl SyncConfig {
             include_buffers,
             encoding,
             max_origins: DEFAULT_MAX_ORIGINS,
+            average_over: 1,
         }
         .validated()
     }
@@ -254,6 +263,12 @@ impl SyncConfig {
         if self.max_origins < 1 {
             return Err(out_of_range("max_origins", ">= 1", self.max_origins));
         }
+        check_range(
+            "average_over",
+            u64::from(self.average_over),
+            1,
+            MAX_AVERAGE_OVER,
+        )?;
         Ok(())
     }
 
@@ -321,6 +336,9 @@ impl SyncConfig {
         if let Some(x) = obj.get("encoding") {
             c.encoding = encoding_from_json(x)?;
         }
+        if let Some(x) = obj.get("average_over") {
+            c.average_over = json_int("average_over", x, 1, MAX_AVERAGE_OVER)? as u32;
+        }
         c.validated()
     }
 
@@ -342,7 +360,15 @@ impl SyncConfig {
         if self.max_origins != DEFAULT_MAX_ORIGINS {
             m.insert("max_origins".into(), json!(self.max_origins));
         }
+        if self.average_over != 1 {
+            m.insert("average_over".into(), json!(self.average_over));
+        }
         Value::Object(m)
+    }
+
+    /// `fl32(1 / average_over)`, the factor of DF-GEN-70 (DF-PAR-70).
+    pub fn send_weight_f32(&self) -> f32 {
+        (1.0f64 / f64::from(self.average_over)) as f32
     }
 
     /// `alpha` rounded to binary32, the factor of DF-RCV-5 (DF-PAR-1).

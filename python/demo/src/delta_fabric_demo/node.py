@@ -86,6 +86,19 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
         help="sync rounds this node may run ahead of the slowest peer it hears (0: no pacing)",
     )
     p.add_argument(
+        "--lockstep",
+        action="store_true",
+        help="apply every peer's round r at the same local step on every node (waits for it; "
+        "full mesh only; see delta_fabric_demo.rounds); replaces --max-lead pacing",
+    )
+    p.add_argument(
+        "--average-over",
+        type=int,
+        default=1,
+        help="SyncConfig.average_over (DF-GEN-70): C > 1 averages the progress of C nodes; "
+        "1 sums it (1.0)",
+    )
+    p.add_argument(
         "--weights-dir",
         type=Path,
         default=None,
@@ -189,6 +202,7 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
 
     from delta_fabric_demo.data import read_partition
     from delta_fabric_demo.model import DigitsCNN, canonical_vector, load_canonical
+    from delta_fabric_demo.rounds import RoundGate
 
     torch.set_num_threads(1)
     _emit = channel.emit
@@ -203,10 +217,13 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
         ratio=args.ratio,
         sync_interval=args.sync_interval,
         include_buffers=args.include_buffers,
+        average_over=args.average_over,
     )
     manifest = module_manifest(model, args.include_buffers)
     fabric: Fabric | None = None
     transport: Any = None
+    gate: RoundGate | None = None
+    origins: set[int] = set()
     neighbours: list[int] = []
     wait_peers_s = 0.0
     if args.sync == "on":
@@ -223,7 +240,14 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
                 neighbours=neighbours or None,
             )
         )
-        fabric = Fabric(TorchStore(model, args.include_buffers), transport, cfg, node_id=node_id)
+        if args.lockstep:
+            gate = RoundGate(transport, cfg.max_packet_size)
+        fabric = Fabric(
+            TorchStore(model, args.include_buffers),
+            gate if gate is not None else transport,
+            cfg,
+            node_id=node_id,
+        )
         t_wait = time.monotonic()
         if neighbours:
             try:
@@ -231,6 +255,7 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
             except PeerTimeoutError as exc:
                 print(f"node {args.index}: {exc}; starting anyway", file=sys.stderr)
         wait_peers_s = time.monotonic() - t_wait
+        origins = set(neighbours) or set(transport.peers())
     _emit(
         {
             "event": "ready",
@@ -285,6 +310,18 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
             f.poll()
         return time.monotonic() - t0
 
+    def lockstep(g: RoundGate, f: Fabric) -> float:
+        """Release this node's latest round once every peer's same round is here (see
+        delta_fabric_demo.rounds); a peer silent for ``--wait-peers`` s no longer holds it."""
+        t0 = time.monotonic()
+        r = f.engine.next_seq - 1
+        if not g.wait_round(origins, r, args.wait_peers):
+            print(
+                f"node {args.index}: round {r} incomplete after {args.wait_peers}s", file=sys.stderr
+            )
+        g.release(r)
+        return time.monotonic() - t0
+
     if args.weights_dir is not None:
         args.weights_dir.mkdir(parents=True, exist_ok=True)
 
@@ -318,7 +355,10 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
         opt.step()
         if fabric is not None:
             fabric.step()
-            if args.max_lead > 0 and step % args.sync_interval == 0:
+            if gate is not None:
+                if step % args.sync_interval == 0:
+                    paced_s += lockstep(gate, fabric)
+            elif args.max_lead > 0 and step % args.sync_interval == 0:
                 paced_s += pace(fabric)
         acc: float | None = None
         if step % args.eval_every == 0 or step == args.steps:
@@ -339,6 +379,10 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
     train_s = time.monotonic() - t0
     if fabric is not None:
         fabric.sync_now()  # the last residual above the top-k goes out too
+        if gate is not None:  # everyone's last round, then everything
+            paced_s += lockstep(gate, fabric)
+            gate.release_all()
+            fabric.poll()
     _emit({"event": "finished", "index": args.index, "step": args.steps})
     deadline = time.monotonic() + args.linger
     while time.monotonic() < deadline:

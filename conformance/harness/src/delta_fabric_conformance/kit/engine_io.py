@@ -103,6 +103,9 @@ def run_generate(v: Mapping[str, Any], *, gather: Gather | None = None) -> dict[
     )
     eng.next_seq = int(v.get("seq_start", 1))
     entries = eng.generate(active, fast=bool(v.get("fast", False)))
+    ci, cv = eng.last_correction
+    if ci.size:  # average_over > 1 (DF-GEN-70): the own weights keep what was sent
+        active[ci] = active[ci] + cv
     return {
         "entries": [_entry_json(e) for e in entries],
         "next_seq": eng.next_seq,

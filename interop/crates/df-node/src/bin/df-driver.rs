@@ -265,6 +265,11 @@ fn generate(req: &Value) -> Answer {
     let entries = eng
         .generate(&active, fast)
         .map_err(|e| err(e.to_string()))?;
+    let mut active = active;
+    let (ci, cv) = eng.last_correction();
+    for (&i, &c) in ci.iter().zip(cv) {
+        active[i as usize] += c; // DF-GEN-70, average_over > 1
+    }
     let sizes: Vec<usize> = entries
         .iter()
         .flat_map(|e| eng.pack(std::slice::from_ref(e), &[]))
