@@ -320,9 +320,7 @@ def _write_generate(vectors_dir: Path, case: GenCase) -> dict[str, Any]:
     assert f32_bits(eng.anchor) == f32_bits(new_anchor), case.name
     assert [e.seq for e in entries] == list(range(case.seq_start, case.seq_start + len(entries)))
     ci, cv = eng.last_correction
-    if (
-        case.config.average_over > 1
-    ):  # DF-GEN-70: active += fl32(v' - d) at the sent indices
+    if case.config.average_over > 1:  # DF-GEN-70: active += fl32(v' - d) at the sent indices
         assert ci.tolist() == want and f32_bits(cv) == f32_bits(sent - d[want]), case.name
         active[ci] = active[ci] + cv
     else:

@@ -5,10 +5,11 @@ does not depend on machine load or scheduling (no threads, no clocks): the same 
 the same accuracies bit for bit.
 
 Step ``t`` of the cluster: every node takes one local optimizer step, then every node calls
-``fabric.step()`` (receive what was published at step ``t - 1``, apply, generate on sync steps,
-publish). Packets are delivered at the end of the cluster step (a one-step link latency, the same for
-every node), so no node sees a peer's step-``t`` packet before its own step ``t``; relays follow the
-same rule (one hop per cluster step).
+``fabric.step()`` (generate on sync steps, publish); the packets are delivered once every node has
+stepped, and every node then receives, applies and relays them (``fabric.poll()``), hop after hop
+until nothing is in flight. So every node applies every peer's round ``r`` at the same step as its
+own, before anything is evaluated: the rounds of the demo's ``--lockstep`` mode
+(`delta_fabric_demo.rounds`), with no link latency.
 
 Wire bytes: every packet a node publishes is counted once per link it crosses (a full-mesh or ring
 unicast fan-out, as Zenoh peers send it), each copy as its DeltaFabric bytes plus
@@ -96,6 +97,9 @@ class SimResult:
     nonfinite: bool = False
     #: lowest BatchNorm running variance seen on any node at an evaluation (a diagnostic)
     min_running_var: float = math.inf
+    #: (step, [accuracy of each node's anchor]): the shared model every node holds (mode fabric;
+    #: for the other modes the same as ``curve``, their nodes hold no other model)
+    anchor_curve: list[tuple[int, list[float]]] = field(default_factory=list)
 
     @property
     def final_min(self) -> float:
@@ -106,6 +110,16 @@ class SimResult:
         """Lowest accuracy of any node at an evaluation after step 300."""
         vals = [a for s, accs in self.curve if s > 300 for a in accs]
         return min(vals) if vals else self.final_min
+
+    @property
+    def anchor_final_min(self) -> float:
+        return min(self.anchor_curve[-1][1]) if self.anchor_curve else self.final_min
+
+    @property
+    def anchor_min_after(self) -> float:
+        """Lowest accuracy of any node's shared model (anchor) at an evaluation after step 300."""
+        vals = [a for s, accs in self.anchor_curve if s > 300 for a in accs]
+        return min(vals) if vals else self.min_after
 
     @property
     def wire_compression(self) -> float:
@@ -126,6 +140,9 @@ class SimResult:
             "num_params": self.num_params,
             "nonfinite": self.nonfinite,
             "min_running_var": self.min_running_var,
+            "anchor_curve": [[st, a] for st, a in self.anchor_curve],
+            "anchor_final_min": self.anchor_final_min,
+            "anchor_min_after_300": self.anchor_min_after,
         }
 
 
@@ -238,9 +255,9 @@ def run_sim(cfg: SimConfig) -> SimResult:
         )
         hub = MemoryHub(seed=cfg.seed)
         for i in range(n):
-            t = _Lockstep(hub, ids[i], neighbours=[ids[j] for j in neigh[i]])
-            t.slot = i
-            transports.append(t)
+            lt = _Lockstep(hub, ids[i], neighbours=[ids[j] for j in neigh[i]])
+            lt.slot = i
+            transports.append(lt)
         for i in range(n):
             store = TorchStore(models[i], cfg.include_buffers)
             fabrics.append(Fabric(store, transports[i], sc, node_id=ids[i]))
@@ -260,6 +277,23 @@ def run_sim(cfg: SimConfig) -> SimResult:
                 out.append(float((logits.argmax(1) == yte).float().mean()))
         return out
 
+    scratch = DigitsCNN()
+    scratch.load_state_dict(init.state_dict())
+    scratch_store = TorchStore(scratch, cfg.include_buffers)
+
+    def evaluate_anchor(step: int) -> None:
+        if not fabrics:
+            res.anchor_curve.append(res.curve[-1])
+            return
+        accs = []
+        for f in fabrics:
+            scratch_store.load(f.engine.anchor)
+            scratch.eval()
+            with torch.no_grad():
+                pred = scratch(xte).argmax(1)
+            accs.append(float((pred == yte).float().mean()))
+        res.anchor_curve.append((step, accs))
+
     def average_all() -> None:
         from delta_fabric.stores.torch import module_tensors
 
@@ -274,6 +308,7 @@ def run_sim(cfg: SimConfig) -> SimResult:
         res.packets += n * 2 * (n - 1)
 
     res.curve.append((0, evaluate()))
+    evaluate_anchor(0)
     for step in range(1, cfg.steps + 1):
         for i in range(n):
             sel = torch.from_numpy(rngs[i].integers(0, ytr[i].numel(), size=cfg.batch))
@@ -284,31 +319,37 @@ def run_sim(cfg: SimConfig) -> SimResult:
         if cfg.mode == "fabric":
             for f in fabrics:
                 f.step()
-            for t in transports:
-                t.flush()
+            _deliver(fabrics, transports, hops=n)
         elif cfg.mode == "periodic" and n > 1 and step % cfg.interval == 0:
             average_all()
         if step % cfg.eval_every == 0 and step != cfg.steps:
             res.curve.append((step, evaluate()))
+            evaluate_anchor(step)
     if cfg.mode == "fabric":
         _wind_down(fabrics, transports, hops=n)
     elif cfg.mode == "periodic" and n > 1 and cfg.steps % cfg.interval:
         average_all()
     res.final = evaluate()
     res.curve.append((cfg.steps, res.final))
+    evaluate_anchor(cfg.steps)
     for f in fabrics:
         f.close()
     return res
+
+
+def _deliver(fabrics: Sequence[Any], transports: Sequence[Any], hops: int) -> None:
+    """Deliver what was published, then receive and relay hop after hop until quiet."""
+    for t in transports:
+        t.flush()
+    for _ in range(hops + 1):
+        if sum(f.poll() for f in fabrics) == 0:
+            break
+        for t in transports:
+            t.flush()
 
 
 def _wind_down(fabrics: Sequence[Any], transports: Sequence[Any], hops: int) -> None:
     """The demo's end: every node sends its last residual, then receives and relays until quiet."""
     for f in fabrics:
         f.sync_now()
-    for t in transports:
-        t.flush()
-    for _ in range(hops + 1):
-        for f in fabrics:
-            f.poll()
-        for t in transports:
-            t.flush()
+    _deliver(fabrics, transports, hops)

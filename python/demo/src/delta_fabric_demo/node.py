@@ -7,7 +7,7 @@ Command line (all nodes of a run get the same values except identity and endpoin
     --seed SEED --sync on|off --alpha A --ratio R --sync-interval K [--include-buffers]
     --namespace NS --listen tcp/127.0.0.1:P [--connect EP]... [--neighbours HEX16,HEX16,...]
     --eval-every E [--wait-peers SECONDS] [--linger SECONDS]
-    [--max-lead ROUNDS] [--bn-momentum M] [--weights-dir DIR]
+    [--max-lead ROUNDS] [--lockstep] [--average-over C] [--bn-momentum M] [--weights-dir DIR]
                                              (the demo passes these to df-node only when its
                                               --help lists them)
 
@@ -27,7 +27,9 @@ Protocol on stdout, one JSON object per line:
   pass;
 * ``{"event": "done", "index", "accuracy", "per_class", "curve": [[step, acc], ...], "stats":
   {...}, "traffic": [[step, bytes_sent, bytes_received, bytes_relayed], ...]}`` after a final
-  evaluation. Then the node exits 0. ``traffic`` (optional) has a row per evaluation; the relayed
+  evaluation; with sync on, optionally ``"shared_accuracy"`` and ``"shared_curve"``: the accuracy of
+  the node's anchor, the model every node shares (its working weights also hold its unsent local
+  progress). Then the node exits 0. ``traffic`` (optional) has a row per evaluation; the relayed
   bytes are the share of the sent bytes that carried relayed values (own and relayed entries share
   packets).
 
@@ -238,6 +240,8 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
                 listen=[args.listen] if args.listen else [],
                 connect=list(args.connect),
                 neighbours=neighbours or None,
+                # plain TCP between the nodes, so that the demo's wire count (ss) sees every byte
+                extra_config=[("transport/shared_memory/enabled", "false")],
             )
         )
         if args.lockstep:
@@ -289,6 +293,24 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
             per_class.append(float((pred[mask] == c).float().mean()) if n else None)
         return float((pred == yte).float().mean()), per_class
 
+    shared_model: Any = None
+    shared_store: Any = None
+    if fabric is not None:  # the shared model (the anchor), evaluated beside the working weights
+        shared_model = DigitsCNN()
+        shared_store = TorchStore(shared_model, args.include_buffers)
+    shared_curve: list[list[float]] = []
+
+    def evaluate_shared(step: int) -> float | None:
+        if fabric is None:
+            return None
+        shared_store.load(fabric.engine.anchor)
+        shared_model.eval()
+        with torch.no_grad():
+            pred = shared_model(xte).argmax(1)
+        acc = float((pred == yte).float().mean())
+        shared_curve.append([step, acc])
+        return acc
+
     peers_expected = set(neighbours)
     paced_s = 0.0
 
@@ -320,6 +342,7 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
                 f"node {args.index}: round {r} incomplete after {args.wait_peers}s", file=sys.stderr
             )
         g.release(r)
+        f.poll()  # apply every peer's round r now, at the step of this node's own round r
         return time.monotonic() - t0
 
     if args.weights_dir is not None:
@@ -343,6 +366,7 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
     curve: list[list[float]] = []
     acc0, _ = evaluate()
     curve.append([0, acc0])
+    evaluate_shared(0)
     save_weights(f"step{0:06d}")
     record_traffic(0)
     model.train()
@@ -364,6 +388,7 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
         if step % args.eval_every == 0 or step == args.steps:
             acc, _ = evaluate()
             curve.append([step, acc])
+            evaluate_shared(step)
             save_weights(f"step{step:06d}")
             record_traffic(step)
         if acc is not None or step % 10 == 0:
@@ -393,6 +418,7 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
     if fabric is not None:
         fabric.poll()
     acc, per_class = evaluate()
+    shared_acc = evaluate_shared(args.steps)
     save_weights("final")
     stats: dict[str, Any] = fabric.stats() if fabric is not None else {"bytes_sent": 0}
     stats["train_s"] = round(train_s, 3)
@@ -406,6 +432,8 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
             "accuracy": acc,
             "per_class": per_class,
             "curve": curve,
+            "shared_accuracy": shared_acc,
+            "shared_curve": shared_curve,
             "stats": stats,
             "traffic": traffic,
         }

@@ -6,8 +6,9 @@ wraps the node's transport and hands the fabric only the packets whose entries a
 rounds the node has released, in a fixed order (round, then sender); `RoundGate.wait_round` blocks
 until every expected origin's round ``r`` is held. The node releases round ``r`` right after its own
 ``r``-th generation, once every peer's round ``r`` is there: every node then applies the same
-entries at the same local step, whatever the machine load. The order inside one receive is fixed
-too, so the f32 sums are the same bit for bit.
+entries at the same local step, whatever the machine load, in a fixed order (so the same f32 sums),
+except that a relayed copy of an entry may arrive before the direct one and be the copy accepted
+(same values, another sender: the order of one f32 sum may change, a rounding-level difference).
 
 Without the gate (``--max-lead N``), a packet is applied at whatever step it happens to arrive; under
 load the steps at which peers' deltas land move, and so does the accuracy (issue 11: the CI demo

@@ -598,6 +598,8 @@ def _run_phase(
                     "accuracy": ch.done["accuracy"],
                     "per_class": ch.done.get("per_class"),
                     "curve": ch.done.get("curve", []),
+                    "shared_accuracy": ch.done.get("shared_accuracy"),
+                    "shared_curve": ch.done.get("shared_curve", []),
                     "traffic": ch.done.get("traffic"),
                     "bytes_sent": int(stats.get("bytes_sent", 0)),
                     "num_params": (ch.ready or {}).get("num_params"),
