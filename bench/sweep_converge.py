@@ -41,8 +41,8 @@ from delta_fabric_demo.lockstep import SimConfig, SimResult, run_sim
 CI_CELLS = [(3, 0.10, 40), (3, 0.10, 80), (5, 0.05, 20), (3, 0.05, 30)]
 #: our settings per budget of wire compression, 3 and 5 nodes (ratio, interval)
 BAR_SETTINGS = {
-    3: [(0.02, 12), (0.02, 24), (0.02, 48)],
-    5: [(0.02, 10), (0.02, 20), (0.02, 40)],
+    3: [(0.05, 10), (0.10, 40), (0.10, 80)],
+    5: [(0.05, 10), (0.05, 20), (0.05, 40)],
 }
 
 

@@ -97,6 +97,8 @@ class SimResult:
     nonfinite: bool = False
     #: lowest BatchNorm running variance seen on any node at an evaluation (a diagnostic)
     min_running_var: float = math.inf
+    #: share of the sent values that were relays (a full mesh needs none: issue 11 item 1)
+    relay_share: float = 0.0
     #: (step, [accuracy of each node's anchor]): the shared model every node holds (mode fabric;
     #: for the other modes the same as ``curve``, their nodes hold no other model)
     anchor_curve: list[tuple[int, list[float]]] = field(default_factory=list)
@@ -142,6 +144,7 @@ class SimResult:
             "min_running_var": self.min_running_var,
             "anchor_curve": [[st, a] for st, a in self.anchor_curve],
             "anchor_final_min": self.anchor_final_min,
+            "relay_share": self.relay_share,
             "anchor_min_after_300": self.anchor_min_after,
         }
 
@@ -332,6 +335,9 @@ def run_sim(cfg: SimConfig) -> SimResult:
     res.final = evaluate()
     res.curve.append((cfg.steps, res.final))
     evaluate_anchor(cfg.steps)
+    own = sum(f.own_values_sent for f in fabrics)
+    relayed = sum(f.relay_values_sent for f in fabrics)
+    res.relay_share = relayed / (own + relayed) if own + relayed else 0.0
     for f in fabrics:
         f.close()
     return res
