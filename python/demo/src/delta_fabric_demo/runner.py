@@ -922,6 +922,8 @@ def _check_options(args: argparse.Namespace) -> list[str]:
         raise UsageError(f"--bn-momentum must be in [0, 1], got {args.bn_momentum}")
     if not (math.isfinite(args.timeout) and args.timeout > 0):
         raise UsageError(f"--timeout must be a finite number of seconds > 0, got {args.timeout}")
+    if args.average_over is not None and not 1 <= args.average_over <= 65536:
+        raise UsageError(f"--average-over must be in [1, 65536], got {args.average_over}")
     from delta_fabric.config import SyncConfig
 
     try:  # the sync parameters: the library's own validation and message
@@ -971,6 +973,8 @@ def _run(args: argparse.Namespace) -> int:
                 f"(build interop/ and put {name} on PATH, or pass --{fw}-bin)"
             )
         bins[fw] = found
+    average_over = _average_over(args, frameworks, bins, n)
+    lockstep = _lockstep(args, frameworks, n)
     try:
         try:
             from delta_fabric_demo.data import load_split, partition, write_partition
@@ -998,8 +1002,6 @@ def _run(args: argparse.Namespace) -> int:
     manifest = save_canonical(model, include_buffers, init_path)
     (work / "manifest.json").write_text(json.dumps(manifest.to_json(), indent=1) + "\n")
 
-    average_over = _average_over(args, frameworks, bins, n)
-    lockstep = _lockstep(args, frameworks, n)
     summed = average_over == 1
     lr = args.lr if args.lr is not None else (BASE_LR / n if summed else BASE_LR)
     # Summed (protocol 1.0, average_over 1): every node's delta is applied everywhere, so n nodes
@@ -1125,6 +1127,7 @@ def _run(args: argparse.Namespace) -> int:
         "done_when": {
             "all_nodes_ge_0.90": bool(results["sync"]["min_accuracy"] >= 0.90),
             "compression_ge_30x": bool(sent and compression >= 30.0),
+            "wire_compression_ge_100x": bool(wire and dense / wire >= 100.0),
         },
         "agreement": {
             "measure": "max over node pairs of max_i |w_P[i] - w_Q[i]| / max(max|w_P|, max|w_Q|) "
