@@ -360,13 +360,17 @@ def main(argv: list[str] | None = None) -> int:
     }
     rates: dict[str, list[float]] = {k: [] for k in cases}
     decode_ms: list[float] = []
-    import zenoh
+    from importlib.metadata import PackageNotFoundError, version
 
+    try:
+        zenoh_version = version("eclipse-zenoh")
+    except PackageNotFoundError:
+        zenoh_version = "unknown"
     probe = zenoh_config([], [])
     print(
         f"payload {args.size} bytes, {args.count} timed messages after {args.warmup} warm-up, loopback "
         f"TCP; Zenoh shared memory {args.shm} in every session ({SHM_KEY} = "
-        f"{probe.get_json(SHM_KEY)}, zenoh {getattr(zenoh, '__version__', '?')}); baselines: raw put "
+        f"{probe.get_json(SHM_KEY)}, eclipse-zenoh {zenoh_version}); baselines: raw put "
         "-> callback, and raw put -> callback + copy into Python bytes (what the transport does)"
     )
     malloc_tuned: set[bool] = set()
