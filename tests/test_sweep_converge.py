@@ -1,7 +1,8 @@
 """The reduced convergence sweep of issue 11 (``bench/sweep_converge.py ci``): the grid cells where
 protocol 1.0's sums collapsed or dipped, run in the deterministic lockstep simulator with the demo's
 defaults (averaging over the cluster). A collapse fails CI; the simulator does not depend on machine
-load, so neither does this test. Cost: 4 runs of 1,200 steps (about a minute on an idle core)."""
+load, so neither does this test. Cost: 4 runs of 1,200 steps; measured 69-412 s per run (797 s in
+all, the 5-node run the longest) on the 2-core development machine at a load average of 15-20."""
 
 from __future__ import annotations
 
