@@ -2,7 +2,10 @@
 """Throughput of the DeltaFabric Zenoh transport against raw Zenoh, 1 MB messages on loopback.
 
 Usage: .venv/bin/python bench/bench_transport.py [--size BYTES] [--count N] [--warmup W] [--runs R]
-       [--tune-malloc | --df-default-malloc]
+       [--tune-malloc | --df-default-malloc] [--shm off|on]
+
+Zenoh's shared memory is off by default in every session of the run (``--shm``) and the header line
+says which way it was, read back from the session config.
 
 Two processes (sender here, receiver in a child process), two Zenoh sessions on tcp/127.0.0.1 with
 scouting off, as two nodes would run.
@@ -65,10 +68,22 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+#: Zenoh's shared-memory transport, for every session of the run (raw and df, sender and receivers):
+#: read from the environment so that the spawned receivers use the main process's ``--shm`` choice.
+SHM_ENV = "DF_BENCH_ZENOH_SHM"
+SHM_KEY = "transport/shared_memory/enabled"
+
+
+def shm_config() -> list[tuple[str, str]]:
+    return [(SHM_KEY, "true" if os.environ.get(SHM_ENV, "off") == "on" else "false")]
+
+
 def zenoh_config(listen: list[str], connect: list[str]) -> Any:
     import zenoh
 
     c = zenoh.Config()
+    for key, value in shm_config():
+        c.insert_json5(key, value)
     c.insert_json5("mode", '"peer"')
     c.insert_json5("listen/endpoints", json.dumps(listen))
     c.insert_json5("connect/endpoints", json.dumps(connect))
@@ -161,6 +176,7 @@ def _df_receiver(
         queue_capacity=4096,
         queue_bytes=1 << 31,
         tune_malloc=tune_malloc,
+        extra_config=shm_config(),
     )
     with ZenohTransport(opts) as t:
         conn.send("ready")
@@ -265,7 +281,12 @@ def run_df(
     proc.start()
     try:
         assert _wait(parent, 60) == "ready"
-        opts = ZenohOptions(node_id=1, namespace=NS, connect=[f"tcp/127.0.0.1:{port}"])
+        opts = ZenohOptions(
+            node_id=1,
+            namespace=NS,
+            connect=[f"tcp/127.0.0.1:{port}"],
+            extra_config=shm_config(),
+        )
         with ZenohTransport(opts) as t:
             t.wait_for_peers(1, 30)
             deadline = time.monotonic() + 30
@@ -310,7 +331,15 @@ def main(argv: list[str] | None = None) -> int:
         help="open the df receivers with ZenohOptions(tune_malloc=False): glibc's default thresholds "
         "(the behaviour before the transport tuned them)",
     )
+    ap.add_argument(
+        "--shm",
+        choices=("off", "on"),
+        default="off",
+        help="Zenoh's shared-memory transport in every session (default off: the bytes go through "
+        "loopback TCP, as between two machines; 'on' lets Zenoh use it where the payload allows)",
+    )
     args = ap.parse_args(argv)
+    os.environ[SHM_ENV] = args.shm
     if args.tune_malloc:  # read by glibc at process start: applies to the spawned receivers
         os.environ["MALLOC_MMAP_THRESHOLD_"] = str(32 << 20)
         os.environ["MALLOC_TRIM_THRESHOLD_"] = str(1 << 30)
@@ -331,8 +360,18 @@ def main(argv: list[str] | None = None) -> int:
     }
     rates: dict[str, list[float]] = {k: [] for k in cases}
     decode_ms: list[float] = []
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        zenoh_version = version("eclipse-zenoh")
+    except PackageNotFoundError:
+        zenoh_version = "unknown"
+    probe = zenoh_config([], [])
     print(
-        f"payload {args.size} bytes, {args.count} timed messages after {args.warmup} warm-up, loopback TCP"
+        f"payload {args.size} bytes, {args.count} timed messages after {args.warmup} warm-up, loopback "
+        f"TCP; Zenoh shared memory {args.shm} in every session ({SHM_KEY} = "
+        f"{probe.get_json(SHM_KEY)}, eclipse-zenoh {zenoh_version}); baselines: raw put "
+        "-> callback, and raw put -> callback + copy into Python bytes (what the transport does)"
     )
     malloc_tuned: set[bool] = set()
     for run in range(args.runs):  # interleaved, so load changes hit every case alike

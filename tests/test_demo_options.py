@@ -33,6 +33,8 @@ BAD = {
     "nodes 0": (["--nodes", "0"], "--nodes"),
     "nodes vs frameworks": (["--nodes", "2", "--frameworks", "torch,torch,torch"], "--nodes"),
     "unwritable output": (["--output", "{file}/out"], "--output"),
+    "average-over 0": (["--average-over", "0"], "--average-over"),
+    "lockstep on in a ring of 5": (["--nodes", "5", "--lockstep", "on"], "--lockstep"),
 }
 
 

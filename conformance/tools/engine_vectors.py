@@ -452,6 +452,25 @@ def generate_cases() -> list[GenCase]:
             _f32([-np.inf if i == 7 else 0.0 for i in range(N)]),
             SyncConfig(ratio=1.0),
         ),
+        GenCase(
+            "average_over_3",
+            "average_over = 3 (DF-GEN-70, added in 1.1): the sent values are "
+            "fl32(fl32(1/3) * d), the anchor moves by them, and the active weights move by "
+            "fl32(v' - d) at the sent indices (they keep a third of their progress there).",
+            ["DF-GEN-4", "DF-GEN-5", "DF-GEN-70", "DF-PAR-70"],
+            base_anchor + _pattern(11, 29, 14, 7.0),
+            base_anchor,
+            SyncConfig(ratio=0.25, average_over=3),
+        ),
+        GenCase(
+            "average_over_3_f16",
+            "average_over = 3 with the F16 send encoding: the scaled delta is rounded to binary16; "
+            "the correction uses the decoded value, so the rounding error is not carried over.",
+            ["DF-GEN-4", "DF-GEN-5", "DF-GEN-70", "DF-PAR-70"],
+            base_anchor + _pattern(11, 29, 14, 7.0),
+            base_anchor,
+            SyncConfig(ratio=0.25, average_over=3, encoding=F16),
+        ),
     ]
     return cases
 
@@ -470,13 +489,21 @@ def _write_generate(vectors_dir: Path, case: GenCase) -> dict[str, Any]:
     want = _brute_force(d, k)
     sent_idx = [int(i) for e in entries for i in e.indices]
     assert sent_idx == want, (case.name, sent_idx, want)
-    sent = quantize(d[want], case.config.encoding)
+    w = np.float32(case.config.send_weight_f32)
+    scaled = d[want] * w if case.config.average_over > 1 else d[want]
+    sent = quantize(scaled.astype(np.float32), case.config.encoding)
     got_vals = np.concatenate([e.values for e in entries]) if entries else np.empty(0, np.float32)
     assert f32_bits(got_vals) == f32_bits(sent), case.name
     new_anchor = case.anchor.copy()
     new_anchor[want] = new_anchor[want] + sent
     assert f32_bits(eng.anchor) == f32_bits(new_anchor), case.name
     assert [e.seq for e in entries] == list(range(case.seq_start, case.seq_start + len(entries)))
+    ci, cv = eng.last_correction
+    if case.config.average_over > 1:  # DF-GEN-70: active += fl32(v' - d) at the sent indices
+        assert ci.tolist() == want and f32_bits(cv) == f32_bits(sent - d[want]), case.name
+        active[ci] = active[ci] + cv
+    else:
+        assert ci.size == 0, case.name
     packets = eng.pack(entries, [])
     assert all(len(p) <= case.config.max_packet_size for p in packets)
     per = max_values_per_entry(case.config.max_packet_size)

@@ -77,7 +77,9 @@ class SyncConfig:
     ``max_packet_size`` >= `MIN_MAX_PACKET_SIZE`; ``replay_window`` in [1, 2**20]; ``max_incarnations`` >= 1;
     ``max_origins`` in [1, 2**20] (DF-PAR-30: the origin bound of DF-SEC-2).
     ``encoding`` is the send encoding (own and relayed entries); ``include_buffers`` selects floating
-    buffers into the manifest (DF-MAN-4).
+    buffers into the manifest (DF-MAN-4). ``average_over`` in [1, 2**16] (added in 1.1, DF-GEN-70):
+    ``C > 1`` sends ``1/C`` of each selected delta and moves the node's own weights by the sent
+    amount only, so that C nodes move by the mean of their progress (local SGD); 1 keeps 1.0's sums.
     """
 
     alpha: float = 1.0
@@ -92,6 +94,7 @@ class SyncConfig:
     include_buffers: bool = False
     max_origins: int = DEFAULT_MAX_ORIGINS
     relay_policy: RelayPolicy = RelayPolicy.ALL
+    average_over: int = 1
 
     def __post_init__(self) -> None:
         alpha = _check_float("alpha", self.alpha)
@@ -109,6 +112,7 @@ class SyncConfig:
         _check_int("replay_window", self.replay_window, 1, _MAX_REPLAY_WINDOW)
         _check_int("max_incarnations", self.max_incarnations, 1, 1 << 16)
         _check_int("max_origins", self.max_origins, 1, MAX_MAX_ORIGINS)
+        _check_int("average_over", self.average_over, 1, 1 << 16)
         encoding = codec(self.encoding).encoding  # ValueError naming the table's encodings
         if not isinstance(self.include_buffers, bool):
             raise TypeError("include_buffers must be a bool")
@@ -126,6 +130,13 @@ class SyncConfig:
 
         return float(np.float32(self.alpha))
 
+    @property
+    def send_weight_f32(self) -> float:
+        """``1 / average_over`` rounded to binary32, the factor of DF-GEN-70."""
+        import numpy as np
+
+        return float(np.float32(1.0 / self.average_over))
+
     def num_selected(self, num_params: int) -> int:
         """k of DF-GEN-2: ``ceil(N * ratio)`` in binary64, clamped to ``[1, N]``."""
         if num_params < 1:
@@ -140,6 +151,8 @@ class SyncConfig:
                 "max_origins"
             ]  # added in 1.1: written only when set (as the Rust SyncConfig does)
         d["relay_policy"] = self.relay_policy.value
+        if self.average_over == 1:  # a 1.1 key (DF-PAR-70): absent at its default, for 1.0 readers
+            del d["average_over"]
         return d
 
     @classmethod

@@ -45,6 +45,8 @@ __all__ = [
 ]
 
 _U64_MAX = (1 << 64) - 1
+_NO_INDICES: NDArray[np.uint32] = np.empty(0, dtype=np.uint32)
+_NO_VALUES: NDArray[np.float32] = np.empty(0, dtype=np.float32)
 
 
 def _check_id(name: str, value: int) -> int:
@@ -199,6 +201,12 @@ class Engine:
         self._heard_now: set[int] = set()
         self._heard_prev: set[int] = set()
         self._adverts: dict[int, tuple[frozenset[int], int]] = {}
+        #: DF-GEN-70: what the last `generate` asks the caller to add to its active weights
+        #: (``fl32(sent - d)`` at the sent indices); empty unless ``config.average_over > 1``.
+        self.last_correction: tuple[NDArray[np.uint32], NDArray[np.float32]] = (
+            _NO_INDICES,
+            _NO_VALUES,
+        )
 
     # ------------------------------------------------------------------------------------------------
     @property
@@ -254,6 +262,7 @@ class Engine:
             np.subtract(active, self._anchor, out=d)  # DF-GEN-1: f32, round to nearest even
         k = self.config.num_selected(n)  # DF-GEN-2
         idx = self._selector.select(d, k, fast=fast)  # DF-GEN-3 (exact) / DF-GEN-7 (fast)
+        self.last_correction = (_NO_INDICES, _NO_VALUES)
         if idx.size == 0:
             return []  # DF-GEN-8
         # DF-GEN-9: checked on d itself, before encoding: F16/BF16 would clamp an infinity to a
@@ -268,9 +277,16 @@ class Engine:
         indices = idx.astype(np.uint32)
         entries = []
         step = self._max_entry_values
+        averaging = self.config.average_over > 1
+        w = np.float32(self.config.send_weight_f32)
+        corr: list[NDArray[np.float32]] = []
         for start in range(0, indices.size, step):
             part = indices[start : start + step]
-            sent = vc.quantize(d[part])
+            if averaging:  # DF-GEN-70: send fl32(w * d); the own weights keep only what is sent
+                sent = vc.quantize(np.multiply(d[part], w, dtype=np.float32))
+                corr.append(np.subtract(sent, d[part], dtype=np.float32))
+            else:
+                sent = vc.quantize(d[part])
             self._anchor[part] = self._anchor[part] + sent
             entries.append(
                 Entry(
@@ -284,6 +300,8 @@ class Engine:
             )
             self.next_seq += 1
         self.entries_generated += len(entries)
+        if averaging:
+            self.last_correction = (indices, np.concatenate(corr))
         return entries
 
     # receive (DF-RCV) and relay (DF-RLY) --------------------------------------------------------------
@@ -487,6 +505,10 @@ class Engine:
         res = self.receive(packets)
         res.apply_to(active)
         own = self.generate(active, fast=fast) if sync else []
+        if sync:
+            ci, cv = self.last_correction
+            if ci.size:  # DF-GEN-70
+                active[ci] = active[ci] + cv
         out = self.pack(own, res.relay)
         if sync and not out:
             advert = self.advertisement()  # DF-RLY-63

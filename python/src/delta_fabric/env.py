@@ -19,7 +19,8 @@ variable                                  meaning
                                           ``SYNC_INTERVAL``, ``RELAY_THRESHOLD``, ``HOP_LIMIT``,
                                           ``MAX_PACKET_SIZE``, ``REPLAY_WINDOW``,
                                           ``MAX_INCARNATIONS``, ``ENCODING``, ``INCLUDE_BUFFERS``,
-                                          ``MAX_ORIGINS``, ``RELAY_POLICY`` (``ALL`` or ``NEEDED``)
+                                          ``MAX_ORIGINS``, ``RELAY_POLICY`` (``ALL`` or ``NEEDED``),
+                                          ``AVERAGE_OVER``
 ``DELTA_FABRIC_BOOTSTRAP``                ``auto``, ``1`` (required) or ``0`` (default)
 ``DELTA_FABRIC_LOCAL_RANK``               this process's index among the launcher's local nodes
 ``DELTA_FABRIC_LOCAL_NODES``              how many nodes the launcher started on this machine

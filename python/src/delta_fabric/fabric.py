@@ -420,6 +420,9 @@ class Fabric:
             if sync:
                 self.syncs += 1
                 own = self.engine.generate(self.store.gather(), fast=self.fast_selection)
+                ci, cv = self.engine.last_correction
+                if ci.size:  # DF-GEN-70: the own weights move by what was sent only
+                    self.store.apply(ci, cv)
             out = self.engine.pack(own, relay) if (own or relay) else []
             if sync and not out:
                 advert = self.engine.advertisement()  # DF-RLY-63 (relay policy NEEDED)

@@ -23,10 +23,13 @@ pub const MAX_REPLAY_WINDOW: u64 = 1 << 20;
 pub const MAX_MAX_INCARNATIONS: usize = 1 << 16;
 /// Largest accepted `max_origins` (DF-PAR-30, the origin bound of DF-SEC-2).
 pub const MAX_MAX_ORIGINS: usize = 1 << 20;
+/// Largest `average_over` accepted (DF-PAR-70).
+pub const MAX_AVERAGE_OVER: u64 = 1 << 16;
 
-/// The JSON keys [`SyncConfig::from_json`] accepts: the spec's parameters (section 3) and the
-/// origin bound `max_origins` (DF-PAR-30, added in 1.1) and the relay policy (DF-PAR-60, added in 1.1).
-pub const CONFIG_KEYS: [&str; 12] = [
+/// The JSON keys [`SyncConfig::from_json`] accepts: the spec's parameters (section 3), the origin
+/// bound `max_origins` (DF-PAR-30), the relay policy (DF-PAR-60) and `average_over` (DF-PAR-70), all
+/// added in 1.1.
+pub const CONFIG_KEYS: [&str; 13] = [
     "alpha",
     "ratio",
     "sync_interval",
@@ -39,6 +42,7 @@ pub const CONFIG_KEYS: [&str; 12] = [
     "encoding",
     "max_origins",
     "relay_policy",
+    "average_over",
 ];
 
 /// Which accepted entries a node relays (DF-PAR-60, spec section 8.6; added in 1.1).
@@ -194,6 +198,10 @@ pub struct SyncConfig {
     pub max_origins: usize,
     /// DF-PAR-60 (1.1): which accepted entries are relayed.
     pub relay_policy: RelayPolicy,
+    /// DF-PAR-70: `C > 1` sends `fl32(1/C)` of each
+    /// selected delta and moves the node's own weights by what it sent only (DF-GEN-70), so that C
+    /// nodes move by the mean of their progress; `1` keeps protocol 1.0's sums. `1..=65536`.
+    pub average_over: u32,
 }
 
 impl Default for SyncConfig {
@@ -212,6 +220,7 @@ impl Default for SyncConfig {
             encoding: ValueEncoding::F32,
             max_origins: DEFAULT_MAX_ORIGINS,
             relay_policy: RelayPolicy::All,
+            average_over: 1,
         }
     }
 }
@@ -246,6 +255,7 @@ impl SyncConfig {
             encoding,
             max_origins: DEFAULT_MAX_ORIGINS,
             relay_policy: RelayPolicy::All,
+            average_over: 1,
         }
         .validated()
     }
@@ -297,6 +307,12 @@ impl SyncConfig {
             self.max_origins as u64,
             1,
             MAX_MAX_ORIGINS as u64,
+        )?;
+        check_range(
+            "average_over",
+            u64::from(self.average_over),
+            1,
+            MAX_AVERAGE_OVER,
         )?;
         Ok(())
     }
@@ -371,6 +387,9 @@ impl SyncConfig {
                 })
             })?;
         }
+        if let Some(x) = obj.get("average_over") {
+            c.average_over = json_int("average_over", x, 1, MAX_AVERAGE_OVER)? as u32;
+        }
         c.validated()
     }
 
@@ -393,7 +412,15 @@ impl SyncConfig {
         if self.max_origins != DEFAULT_MAX_ORIGINS {
             m.insert("max_origins".into(), json!(self.max_origins));
         }
+        if self.average_over != 1 {
+            m.insert("average_over".into(), json!(self.average_over));
+        }
         Value::Object(m)
+    }
+
+    /// `fl32(1 / average_over)`, the factor of DF-GEN-70 (DF-PAR-70).
+    pub fn send_weight_f32(&self) -> f32 {
+        (1.0f64 / f64::from(self.average_over)) as f32
     }
 
     /// `alpha` rounded to binary32, the factor of DF-RCV-5 (DF-PAR-1).

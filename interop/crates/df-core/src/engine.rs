@@ -223,6 +223,8 @@ pub struct Engine {
     heard_now: BTreeSet<u64>,
     heard_prev: BTreeSet<u64>,
     adverts: HashMap<u64, (BTreeSet<u64>, u8)>,
+    correction_indices: Vec<u32>,
+    correction_values: Vec<f32>,
 }
 
 impl Engine {
@@ -276,6 +278,8 @@ impl Engine {
             heard_now: BTreeSet::new(),
             heard_prev: BTreeSet::new(),
             adverts: HashMap::new(),
+            correction_indices: Vec::new(),
+            correction_values: Vec::new(),
         })
     }
 
@@ -356,6 +360,8 @@ impl Engine {
             });
         }
         self.end_round();
+        self.correction_indices.clear();
+        self.correction_values.clear();
         self.d.clear();
         self.d
             .extend(active.iter().zip(&self.anchor).map(|(&a, &b)| a - b));
@@ -375,11 +381,23 @@ impl Engine {
         let vc = self.config.encoding.codec();
         let per = self.config.max_values_per_entry();
         let mut out = Vec::with_capacity(self.sel.len().div_ceil(per));
+        // DF-GEN-70: with average_over C > 1 the sent value is fl32(w * d) and the own
+        // weights keep only what is sent (the correction fl32(v' - d), applied by the caller).
+        let averaging = self.config.average_over > 1;
+        let w = self.config.send_weight_f32();
         for ci in self.sel.chunks(per) {
-            let mut values: Vec<f32> = ci.iter().map(|&i| self.d[i as usize]).collect();
+            let mut values: Vec<f32> = if averaging {
+                ci.iter().map(|&i| w * self.d[i as usize]).collect()
+            } else {
+                ci.iter().map(|&i| self.d[i as usize]).collect()
+            };
             vc.quantize_slice(&mut values);
             for (&i, &v) in ci.iter().zip(&values) {
                 self.anchor[i as usize] += v;
+                if averaging {
+                    self.correction_indices.push(i);
+                    self.correction_values.push(v - self.d[i as usize]);
+                }
             }
             out.push(OwnedEntry {
                 origin: self.node_id,
@@ -392,6 +410,13 @@ impl Engine {
             self.next_seq += 1;
         }
         Ok(out)
+    }
+
+    /// What the last [`Engine::generate`] asks the caller to add to its active weights
+    /// (DF-GEN-70): `fl32(v' - d)` at the sent indices, ascending; empty unless
+    /// `config.average_over > 1`.
+    pub fn last_correction(&self) -> (&[u32], &[f32]) {
+        (&self.correction_indices, &self.correction_values)
     }
 
     /// One receive step over `packets` in arrival order (DF-RCV-1..7, DF-RLY): every packet is

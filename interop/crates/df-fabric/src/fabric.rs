@@ -350,6 +350,11 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
             self.counters.syncs += 1;
             let active = self.store.gather()?;
             own = e.generate(&active, self.fast_selection)?;
+            let (ci, cv) = e.last_correction();
+            if !ci.is_empty() {
+                // DF-GEN-70: the own weights move by what was sent only
+                self.store.apply(ci, cv)?;
+            }
         }
         let out = if own.is_empty() && relay.is_empty() {
             // DF-RLY-63 (relay policy NEEDED): a sync round with nothing to send still advertises

@@ -45,6 +45,7 @@ def run_node(args: Any, channel: Channel) -> int:
         ratio=args.ratio,
         sync_interval=args.sync_interval,
         include_buffers=args.include_buffers,
+        average_over=args.average_over,
     )
     fabric: Fabric | None = None
     transport: Any = None

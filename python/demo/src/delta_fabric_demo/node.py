@@ -7,7 +7,7 @@ Command line (all nodes of a run get the same values except identity and endpoin
     --seed SEED --sync on|off --alpha A --ratio R --sync-interval K [--include-buffers]
     --namespace NS --listen tcp/127.0.0.1:P [--connect EP]... [--neighbours HEX16,HEX16,...]
     --eval-every E [--wait-peers SECONDS] [--linger SECONDS]
-    [--max-lead ROUNDS] [--bn-momentum M] [--weights-dir DIR]
+    [--max-lead ROUNDS] [--lockstep] [--average-over C] [--bn-momentum M] [--weights-dir DIR]
                                              (the demo passes these to df-node only when its
                                               --help lists them)
 
@@ -27,7 +27,9 @@ Protocol on stdout, one JSON object per line:
   pass;
 * ``{"event": "done", "index", "accuracy", "per_class", "curve": [[step, acc], ...], "stats":
   {...}, "traffic": [[step, bytes_sent, bytes_received, bytes_relayed], ...]}`` after a final
-  evaluation. Then the node exits 0. ``traffic`` (optional) has a row per evaluation; the relayed
+  evaluation; with sync on, optionally ``"shared_accuracy"`` and ``"shared_curve"``: the accuracy of
+  the node's anchor, the model every node shares (its working weights also hold its unsent local
+  progress). Then the node exits 0. ``traffic`` (optional) has a row per evaluation; the relayed
   bytes are the share of the sent bytes that carried relayed values (own and relayed entries share
   packets).
 
@@ -84,6 +86,19 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=2,
         help="sync rounds this node may run ahead of the slowest peer it hears (0: no pacing)",
+    )
+    p.add_argument(
+        "--lockstep",
+        action="store_true",
+        help="apply every peer's round r at the same local step on every node (waits for it; "
+        "full mesh only; see delta_fabric_demo.rounds); replaces --max-lead pacing",
+    )
+    p.add_argument(
+        "--average-over",
+        type=int,
+        default=1,
+        help="SyncConfig.average_over (DF-GEN-70): C > 1 averages the progress of C nodes; "
+        "1 sums it (1.0)",
     )
     p.add_argument(
         "--weights-dir",
@@ -189,6 +204,7 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
 
     from delta_fabric_demo.data import read_partition
     from delta_fabric_demo.model import DigitsCNN, canonical_vector, load_canonical
+    from delta_fabric_demo.rounds import RoundGate
 
     torch.set_num_threads(1)
     _emit = channel.emit
@@ -203,10 +219,13 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
         ratio=args.ratio,
         sync_interval=args.sync_interval,
         include_buffers=args.include_buffers,
+        average_over=args.average_over,
     )
     manifest = module_manifest(model, args.include_buffers)
     fabric: Fabric | None = None
     transport: Any = None
+    gate: RoundGate | None = None
+    origins: set[int] = set()
     neighbours: list[int] = []
     wait_peers_s = 0.0
     if args.sync == "on":
@@ -221,9 +240,18 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
                 listen=[args.listen] if args.listen else [],
                 connect=list(args.connect),
                 neighbours=neighbours or None,
+                # plain TCP between the nodes, so that the demo's wire count (ss) sees every byte
+                extra_config=[("transport/shared_memory/enabled", "false")],
             )
         )
-        fabric = Fabric(TorchStore(model, args.include_buffers), transport, cfg, node_id=node_id)
+        if args.lockstep:
+            gate = RoundGate(transport, cfg.max_packet_size)
+        fabric = Fabric(
+            TorchStore(model, args.include_buffers),
+            gate if gate is not None else transport,
+            cfg,
+            node_id=node_id,
+        )
         t_wait = time.monotonic()
         if neighbours:
             try:
@@ -231,6 +259,7 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
             except PeerTimeoutError as exc:
                 print(f"node {args.index}: {exc}; starting anyway", file=sys.stderr)
         wait_peers_s = time.monotonic() - t_wait
+        origins = set(neighbours) or set(transport.peers())
     _emit(
         {
             "event": "ready",
@@ -264,6 +293,24 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
             per_class.append(float((pred[mask] == c).float().mean()) if n else None)
         return float((pred == yte).float().mean()), per_class
 
+    shared_model: Any = None
+    shared_store: Any = None
+    if fabric is not None:  # the shared model (the anchor), evaluated beside the working weights
+        shared_model = DigitsCNN()
+        shared_store = TorchStore(shared_model, args.include_buffers)
+    shared_curve: list[list[float]] = []
+
+    def evaluate_shared(step: int) -> float | None:
+        if fabric is None:
+            return None
+        shared_store.load(fabric.engine.anchor)
+        shared_model.eval()
+        with torch.no_grad():
+            pred = shared_model(xte).argmax(1)
+        acc = float((pred == yte).float().mean())
+        shared_curve.append([step, acc])
+        return acc
+
     peers_expected = set(neighbours)
     paced_s = 0.0
 
@@ -283,6 +330,19 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
                 break
             transport.wait_for_packets(0.05)
             f.poll()
+        return time.monotonic() - t0
+
+    def lockstep(g: RoundGate, f: Fabric) -> float:
+        """Release this node's latest round once every peer's same round is here (see
+        delta_fabric_demo.rounds); a peer silent for ``--wait-peers`` s no longer holds it."""
+        t0 = time.monotonic()
+        r = f.engine.next_seq - 1
+        if not g.wait_round(origins, r, args.wait_peers):
+            print(
+                f"node {args.index}: round {r} incomplete after {args.wait_peers}s", file=sys.stderr
+            )
+        g.release(r)
+        f.poll()  # apply every peer's round r now, at the step of this node's own round r
         return time.monotonic() - t0
 
     if args.weights_dir is not None:
@@ -306,6 +366,7 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
     curve: list[list[float]] = []
     acc0, _ = evaluate()
     curve.append([0, acc0])
+    evaluate_shared(0)
     save_weights(f"step{0:06d}")
     record_traffic(0)
     model.train()
@@ -318,12 +379,16 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
         opt.step()
         if fabric is not None:
             fabric.step()
-            if args.max_lead > 0 and step % args.sync_interval == 0:
+            if gate is not None:
+                if step % args.sync_interval == 0:
+                    paced_s += lockstep(gate, fabric)
+            elif args.max_lead > 0 and step % args.sync_interval == 0:
                 paced_s += pace(fabric)
         acc: float | None = None
         if step % args.eval_every == 0 or step == args.steps:
             acc, _ = evaluate()
             curve.append([step, acc])
+            evaluate_shared(step)
             save_weights(f"step{step:06d}")
             record_traffic(step)
         if acc is not None or step % 10 == 0:
@@ -339,6 +404,10 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
     train_s = time.monotonic() - t0
     if fabric is not None:
         fabric.sync_now()  # the last residual above the top-k goes out too
+        if gate is not None:  # everyone's last round, then everything
+            paced_s += lockstep(gate, fabric)
+            gate.release_all()
+            fabric.poll()
     _emit({"event": "finished", "index": args.index, "step": args.steps})
     deadline = time.monotonic() + args.linger
     while time.monotonic() < deadline:
@@ -349,6 +418,7 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
     if fabric is not None:
         fabric.poll()
     acc, per_class = evaluate()
+    shared_acc = evaluate_shared(args.steps)
     save_weights("final")
     stats: dict[str, Any] = fabric.stats() if fabric is not None else {"bytes_sent": 0}
     stats["train_s"] = round(train_s, 3)
@@ -362,6 +432,8 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
             "accuracy": acc,
             "per_class": per_class,
             "curve": curve,
+            "shared_accuracy": shared_acc,
+            "shared_curve": shared_curve,
             "stats": stats,
             "traffic": traffic,
         }

@@ -131,7 +131,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--max-lead",
         type=int,
         default=2,
-        help="sync rounds a node may run ahead of the slowest peer it hears (0: no pacing)",
+        help="sync rounds a node may run ahead of the slowest peer it hears (0: no pacing; "
+        "used when the run is not in lockstep)",
+    )
+    p.add_argument(
+        "--lockstep",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="every node applies every peer's round r at the same local step, so the result does "
+        "not depend on machine load (auto: on for a full mesh of PyTorch nodes)",
+    )
+    p.add_argument(
+        "--average-over",
+        type=int,
+        default=None,
+        help="C > 1: nodes average their progress over C (SyncConfig.average_over, DF-GEN-70); "
+        "1: sum it as in protocol 1.0 (default: the cluster size)",
     )
     p.add_argument("--skip-nosync", action="store_true", help="skip the sync-off run")
     p.add_argument("--skip-baseline", action="store_true", help="skip the single-node baseline")
@@ -266,6 +281,10 @@ def _node_command(spec: NodeSpec, args: argparse.Namespace, common: dict[str, An
     binary = common["bins"].get(spec.framework) if launcher.binary else None
     if binary is None or _native_supports(binary, "--max-lead"):
         argv += ["--max-lead", str(args.max_lead)]
+    if common.get("lockstep") and spec.sync:
+        argv.append("--lockstep")
+    if common.get("average_over", 1) > 1:  # checked in _run: every node of the run supports it
+        argv += ["--average-over", str(common["average_over"])]
     if spec.bn_momentum is not None and (
         binary is None or _native_supports(binary, "--bn-momentum")
     ):
@@ -412,6 +431,70 @@ def _fork_context() -> Any:
     return _FORK_CTX
 
 
+def tcp_bytes_between(ports: list[int]) -> int | None:
+    """Bytes the kernel sent on the established loopback TCP connections that have one of
+    ``ports`` at either end (both sockets of each connection: both directions), from ``ss -tin``'s
+    ``bytes_sent``: everything Zenoh wrote, its framing, declarations and keep-alives included (TCP
+    and IP headers excluded). None when ``ss`` is missing or does not report ``bytes_sent``."""
+    try:
+        proc = subprocess.run(
+            ["ss", "-tinH", "state", "established"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode != 0:
+        return None
+    wanted = {f"127.0.0.1:{p}" for p in ports}
+    total = 0
+    found = False
+    current = False
+    for line in proc.stdout.splitlines():
+        if not line.startswith((" ", "\t")):  # a socket line: Recv-Q Send-Q local peer
+            cols = line.split()
+            current = len(cols) >= 4 and (cols[2] in wanted or cols[3] in wanted)
+            continue
+        if current:
+            m = re.search(r"\bbytes_sent:(\d+)", line)
+            if m:
+                total += int(m.group(1))
+                found = True
+    return total if found else None
+
+
+def _average_over(
+    args: argparse.Namespace, frameworks: list[str], bins: dict[str, str], n: int
+) -> int:
+    """The run's ``average_over``: ``--average-over``, else the cluster size when every node
+    supports it (a native node whose --help lacks the option sums: the run then sums too)."""
+    if args.average_over is not None:
+        for fw in set(frameworks):
+            b = bins.get(fw)
+            if (
+                args.average_over > 1
+                and b is not None
+                and not _native_supports(b, "--average-over")
+            ):
+                raise UsageError(f"--average-over: the {fw} node {b} does not support it")
+        return int(args.average_over)
+    if any(b is not None and not _native_supports(b, "--average-over") for b in bins.values()):
+        return 1
+    return n if n > 1 else 1
+
+
+def _lockstep(args: argparse.Namespace, frameworks: list[str], n: int) -> bool:
+    """Lockstep needs PyTorch nodes (the gate lives in delta_fabric_demo.node) in a full mesh."""
+    possible = all(fw == "torch" for fw in frameworks) and (args.topology == "all" or n <= 3)
+    if args.lockstep == "on" and not possible:
+        raise UsageError(
+            "--lockstep on needs PyTorch nodes in a full mesh (--topology all or <= 3 nodes)"
+        )
+    return possible and args.lockstep != "off"
+
+
 def _run_phase(
     runs: dict[str, list[NodeSpec]],
     args: argparse.Namespace,
@@ -427,6 +510,7 @@ def _run_phase(
     bars: dict[int, Any] = {}
     t0 = time.monotonic()
     finished_at: dict[str, float] = {}
+    wire: dict[str, int | None] = {}
     try:
         for run_name, specs in runs.items():
             for spec in specs:
@@ -475,6 +559,8 @@ def _run_phase(
                 if all(c.finished for c in children if c.spec.run == run_name):
                     finished_at[run_name] = time.monotonic()
                     time.sleep(0.3)  # let the last deltas arrive and be relayed
+                    if run_name == "sync" and common.get("wire_ports"):
+                        wire[run_name] = tcp_bytes_between(common["wire_ports"])
                     for c in children:
                         if c.spec.run == run_name:
                             c.stop()
@@ -512,6 +598,8 @@ def _run_phase(
                     "accuracy": ch.done["accuracy"],
                     "per_class": ch.done.get("per_class"),
                     "curve": ch.done.get("curve", []),
+                    "shared_accuracy": ch.done.get("shared_accuracy"),
+                    "shared_curve": ch.done.get("shared_curve", []),
                     "traffic": ch.done.get("traffic"),
                     "bytes_sent": int(stats.get("bytes_sent", 0)),
                     "num_params": (ch.ready or {}).get("num_params"),
@@ -527,6 +615,7 @@ def _run_phase(
             "max_accuracy": max(accs),
             "wall_s": round(finished_at.get(run_name, time.monotonic()) - t0, 2),
             "node_count": len(specs),
+            "wire_bytes": wire.get(run_name),
         }
     return out
 
@@ -761,6 +850,11 @@ def _human(summary: dict[str, Any]) -> str:
             f"  bytes sent {b['sent']:,} vs dense fp32 every step {b['dense_fp32']:,}: "
             f"{b['compression']:.1f}x fewer"
         )
+        if b.get("wire"):
+            lines.append(
+                f"  on the wire (TCP payload, Zenoh framing included) {b['wire']:,}: "
+                f"{b['wire_compression']:.1f}x fewer than dense fp32"
+            )
     ag = summary["agreement"]
     if ag["final"] is not None:
         ok = "within" if ag["within_tolerance"] else "OUTSIDE"
@@ -828,6 +922,8 @@ def _check_options(args: argparse.Namespace) -> list[str]:
         raise UsageError(f"--bn-momentum must be in [0, 1], got {args.bn_momentum}")
     if not (math.isfinite(args.timeout) and args.timeout > 0):
         raise UsageError(f"--timeout must be a finite number of seconds > 0, got {args.timeout}")
+    if args.average_over is not None and not 1 <= args.average_over <= 65536:
+        raise UsageError(f"--average-over must be in [1, 65536], got {args.average_over}")
     from delta_fabric.config import SyncConfig
 
     try:  # the sync parameters: the library's own validation and message
@@ -877,6 +973,8 @@ def _run(args: argparse.Namespace) -> int:
                 f"(build interop/ and put {name} on PATH, or pass --{fw}-bin)"
             )
         bins[fw] = found
+    average_over = _average_over(args, frameworks, bins, n)
+    lockstep = _lockstep(args, frameworks, n)
     try:
         try:
             from delta_fabric_demo.data import load_split, partition, write_partition
@@ -904,12 +1002,14 @@ def _run(args: argparse.Namespace) -> int:
     manifest = save_canonical(model, include_buffers, init_path)
     (work / "manifest.json").write_text(json.dumps(manifest.to_json(), indent=1) + "\n")
 
-    lr = args.lr if args.lr is not None else BASE_LR / n
-    # With alpha 1 every node's delta is applied everywhere, so n nodes move a shared quantity n
-    # times per step: the lr is divided by n, and so is the BatchNorm running-statistics momentum
-    # when those statistics are synced (else n EMA moves of 0.1 overshoot and diverge for n > 3).
+    summed = average_over == 1
+    lr = args.lr if args.lr is not None else (BASE_LR / n if summed else BASE_LR)
+    # Summed (protocol 1.0, average_over 1): every node's delta is applied everywhere, so n nodes
+    # move a shared quantity n times per step: the lr is divided by n, and so is the BatchNorm
+    # running-statistics momentum when those statistics are synced (else n EMA moves of 0.1
+    # overshoot). Averaged (DF-GEN-70): the nodes move by the mean of their progress, as one node.
     bn_momentum = args.bn_momentum
-    if bn_momentum is None and include_buffers and n > 1:
+    if bn_momentum is None and include_buffers and n > 1 and summed:
         bn_momentum = 0.1 / n
     common: dict[str, Any] = {
         "init": init_path.resolve(),
@@ -918,9 +1018,13 @@ def _run(args: argparse.Namespace) -> int:
         "bins": bins,
         "namespace": f"deltafabric/demo-{os.getpid()}-{int(time.time())}",
         "weights": (out / "weights").resolve(),
+        "lockstep": lockstep,
+        "average_over": average_over,
+        "wire_ports": [],
     }
     base_id = 0xDF00_0000_0000_0000
     ports = free_ports(n)
+    common["wire_ports"] = ports
     connects, neigh = topology(n, args.topology)
     ids = [base_id | (0x100 + i + 1) for i in range(n)]
     sync_specs = [
@@ -978,6 +1082,7 @@ def _run(args: argparse.Namespace) -> int:
     sent = sum(node["bytes_sent"] for node in results["sync"]["nodes"])
     dense = n * args.steps * manifest.num_params * 4
     compression = dense / sent if sent else float("inf")
+    wire = results["sync"].get("wire_bytes")
     agreement: dict[str, dict[str, Any]] = {
         key: _agreement(common["weights"], key, results[key]["nodes"])
         for key in ("sync", "nosync")
@@ -1002,6 +1107,8 @@ def _run(args: argparse.Namespace) -> int:
             "momentum": args.momentum,
             "batch": args.batch,
             "max_lead": args.max_lead,
+            "lockstep": lockstep,
+            "average_over": average_over,
             "bn_momentum": bn_momentum if bn_momentum is not None else 0.1,
         },
         "runs": results,
@@ -1009,11 +1116,18 @@ def _run(args: argparse.Namespace) -> int:
             "sent": sent,
             "dense_fp32": dense,
             "compression": compression if sent else None,
+            "wire": wire,
+            "wire_compression": dense / wire if wire else None,
+            "wire_measure": "bytes sent on the sync run's loopback TCP connections (both ends, "
+            "from ss -tin bytes_sent: DeltaFabric packets with Zenoh's framing, declarations and "
+            "keep-alives; TCP/IP headers excluded), sampled once every node finished; Zenoh "
+            "shared memory is not used (plain puts)",
         },
         "accuracy": {key: [node["accuracy"] for node in r["nodes"]] for key, r in results.items()},
         "done_when": {
             "all_nodes_ge_0.90": bool(results["sync"]["min_accuracy"] >= 0.90),
             "compression_ge_30x": bool(sent and compression >= 30.0),
+            "wire_compression_ge_100x": bool(wire and dense / wire >= 100.0),
         },
         "agreement": {
             "measure": "max over node pairs of max_i |w_P[i] - w_Q[i]| / max(max|w_P|, max|w_Q|) "

@@ -120,6 +120,10 @@ def run_generate(v: Mapping[str, Any], *, gather: Gather | None = None) -> dict[
     except NonFiniteDelta:
         # DF-GEN-9: the generation failed as a whole (driver protocol 5.4: ok with "error")
         entries, error = [], {"error": "NON_FINITE"}
+    else:
+        ci, cv = eng.last_correction
+        if ci.size:  # average_over > 1 (DF-GEN-70): the own weights keep what was sent
+            active[ci] = active[ci] + cv
     return {
         **error,
         "entries": [_entry_json(e) for e in entries],

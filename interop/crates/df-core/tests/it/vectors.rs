@@ -250,6 +250,11 @@ fn run_generate(dir: &Path, rel: &str) -> Result<(), String> {
         }
     }
     cmp_bits("anchor", e.anchor(), &bits(s(x, "anchor_bits")?)?)?;
+    let mut active = active;
+    let (ci, cv) = e.last_correction();
+    for (&i, &c) in ci.iter().zip(cv) {
+        active[i as usize] += c; // DF-GEN-70: average_over > 1
+    }
     if let Some(ab) = x.get("active_bits") {
         cmp_bits("active", &active, &bits(ab)?)?;
     }

@@ -322,6 +322,11 @@ fn generate(req: &Value) -> Answer {
         Err(EngineError::NonFinite { .. }) => (Vec::new(), Some("NON_FINITE")),
         Err(e) => return Err(err(e.to_string())),
     };
+    let mut active = active;
+    let (ci, cv) = eng.last_correction();
+    for (&i, &c) in ci.iter().zip(cv) {
+        active[i as usize] += c; // DF-GEN-70, average_over > 1
+    }
     let sizes: Vec<usize> = entries
         .iter()
         .flat_map(|e| eng.pack(std::slice::from_ref(e), &[]))

@@ -1,0 +1,291 @@
+"""Convergence per wire byte, in the deterministic lockstep simulator (`delta_fabric_demo.lockstep`).
+
+Three parts (issue 11), each written as a table (Markdown on stdout, rows as JSON lines in ``--out``):
+
+``grid``   the collapse grid: ratio x interval x nodes x seeds with the demo's defaults; a run fails
+           when a node's shared model (its anchor) ends below 0.80 or is below 0.5 at an evaluation
+           after step 300 (the working weights are reported beside it, see `_ok`).
+``bar``    wire bytes against accuracy: our settings against local SGD with periodic averaging (the
+           arithmetic of a gloo all-reduce every k steps, its bytes those of a ring all-reduce, a
+           lower bound for gloo), each at the same budgets of wire compression (dense fp32 every step
+           / wire bytes); writes ``bar.png`` (accuracy against wire bytes) into ``--out``.
+``ci``     the reduced form run by tests/test_sweep_converge.py: a few grid cells that collapsed
+           with protocol 1.0's sums; exit 1 when one fails.
+
+Protocol options pass through: ``--sync KEY=JSON`` sets any `delta_fabric.config.SyncConfig` field
+(an encoding, a relay policy), ``--encoding F16``, ``--frame-overhead BYTES`` the transport framing
+counted per packet and link, ``--summed`` runs protocol 1.0's summing semantics (``average_over``
+1) instead of the averaging default. Every figure is an accuracy over seeds or a ratio measured in
+the same run; the simulator does not depend on machine load.
+
+Usage::
+
+    nice -n 10 python bench/sweep_converge.py grid --seeds 0,1,2 --out sweep-out
+    nice -n 10 python bench/sweep_converge.py bar --nodes 3 --seeds 0,1,2,3,4,5,6,7,8,9 --out sweep-out
+    python bench/sweep_converge.py ci
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from delta_fabric_demo.lockstep import SimConfig, SimResult, run_sim
+
+#: (nodes, ratio, interval) of the collapses and dips reported in issue 11 (protocol 1.0 sums)
+CI_CELLS = [(3, 0.10, 40), (3, 0.10, 80), (5, 0.05, 20), (3, 0.05, 30)]
+#: our settings per budget of wire compression, 3 and 5 nodes (ratio, interval)
+BAR_SETTINGS = {
+    3: [(0.05, 10), (0.10, 40), (0.10, 80)],
+    5: [(0.05, 10), (0.05, 20), (0.05, 40)],
+}
+
+
+def _parse_sync(items: Iterable[str]) -> tuple[tuple[str, Any], ...]:
+    out = []
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--sync {item!r}: expected KEY=JSON")
+        try:
+            out.append((key, json.loads(raw)))
+        except json.JSONDecodeError:
+            out.append((key, raw))
+    return tuple(out)
+
+
+def _base(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "steps": args.steps,
+        "encoding": args.encoding,
+        "frame_overhead": args.frame_overhead,
+        "averaging": not args.summed,
+        "sync_extra": _parse_sync(args.sync),
+    }
+
+
+def _row(r: SimResult, wall: float) -> dict[str, Any]:
+    c = r.config
+    return {
+        "mode": c["mode"],
+        "nodes": c["nodes"],
+        "ratio": c["ratio"],
+        "interval": c["interval"],
+        "seed": c["seed"],
+        "final_min": round(r.final_min, 4),
+        "min_after_300": round(r.min_after, 4),
+        "shared_final_min": round(r.anchor_final_min, 4),
+        "shared_min_after_300": round(r.anchor_min_after, 4),
+        "wire_bytes": r.wire_bytes,
+        "wire_compression": round(r.wire_compression, 2),
+        "nonfinite": r.nonfinite,
+        "wall_s": round(wall, 1),
+    }
+
+
+def _run(cfg: SimConfig, sink: Any) -> dict[str, Any]:
+    t0 = time.monotonic()
+    r = run_sim(cfg)
+    row = _row(r, time.monotonic() - t0)
+    if sink is not None:
+        sink.write(json.dumps(row) + "\n")
+        sink.flush()
+    print(json.dumps(row), file=sys.stderr, flush=True)
+    return row
+
+
+def _ok(row: dict[str, Any]) -> bool:
+    """Issue 11's bar: every node's model ends >= 0.80 and never drops below 0.5 after step 300.
+    The model judged is each node's shared model (its anchor: what the cluster trained, identical on
+    every node, the averaged model of local SGD). A node's working weights also hold its unsent local
+    progress, which on label-skewed data drifts toward its own classes between two syncs; they are
+    reported beside it (``final_min``, ``min_after_300``), not judged."""
+    return bool(row["shared_final_min"] >= 0.80 and row["shared_min_after_300"] >= 0.5)
+
+
+def cmd_grid(args: argparse.Namespace, sink: Any) -> int:
+    rows = []
+    cells = itertools.product(
+        _ints(args.nodes_list), _floats(args.ratios), _ints(args.intervals), _ints(args.seeds)
+    )
+    for n, ratio, interval, seed in cells:
+        cfg = SimConfig(nodes=n, ratio=ratio, interval=interval, seed=seed, **_base(args))
+        rows.append(_run(cfg, sink))
+    print(
+        "| nodes | ratio | interval | seed | final (min node) | shared model: final / min after "
+        "300 | working weights: min after 300 | wire x | ok |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| {r['nodes']} | {r['ratio']:.0%} | {r['interval']} | {r['seed']} | "
+            f"{r['final_min']:.3f} | {r['shared_final_min']:.3f} / {r['shared_min_after_300']:.3f} "
+            f"| {r['min_after_300']:.3f} | {r['wire_compression']:.1f} | "
+            f"{'yes' if _ok(r) else 'NO'} |"
+        )
+    bad = [r for r in rows if not _ok(r)]
+    print(
+        f"\n{len(rows) - len(bad)} of {len(rows)} runs within the bar (final >= 0.80, >= 0.5 after 300)"
+    )
+    return 1 if bad else 0
+
+
+def cmd_bar(args: argparse.Namespace, out: Path, sink: Any) -> int:
+    n = args.nodes
+    seeds = _ints(args.seeds)
+    settings = BAR_SETTINGS.get(n, BAR_SETTINGS[3])
+    if args.settings:
+        settings = [(float(a), int(b)) for a, b in (s.split("/") for s in args.settings.split(","))]
+    table = []
+    for ratio, interval in settings:
+        ours = [
+            _run(SimConfig(nodes=n, ratio=ratio, interval=interval, seed=s, **_base(args)), sink)
+            for s in seeds
+        ]
+        budget = min(r["wire_compression"] for r in ours)
+        # periodic averaging at the same wire budget: the largest compression not above ours
+        k = _periodic_interval(n, budget, args)
+        base = {**_base(args), "averaging": False}
+        theirs = [
+            _run(SimConfig(nodes=n, interval=k, seed=s, mode="periodic", **base), sink)
+            for s in seeds
+        ]
+        table.append((ratio, interval, ours, k, theirs))
+    print(f"\n{n} label-skewed nodes, {args.steps} steps, seeds {args.seeds}")
+    print(
+        "| ours: ratio / interval | wire x | shared model final: min / mean over seeds | runs >= "
+        "0.95 | working weights final: min / mean | periodic averaging every k | wire x | final: "
+        "min / mean | runs >= 0.95 |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for ratio, interval, ours, k, theirs in table:
+        print(
+            f"| {ratio:.0%} / {interval} | {min(r['wire_compression'] for r in ours):.1f} | "
+            f"{_minmean(ours)} | {sum(r['shared_final_min'] >= 0.95 for r in ours)}/{len(ours)} | "
+            f"{_minmean(ours, 'final_min')} | {k} | "
+            f"{min(r['wire_compression'] for r in theirs):.1f} | {_minmean(theirs)} | "
+            f"{sum(r['shared_final_min'] >= 0.95 for r in theirs)}/{len(theirs)} |"
+        )
+    _plot(table, out / f"bar-{n}nodes.png", n)
+    return 0
+
+
+def _periodic_interval(n: int, budget: float, args: argparse.Namespace) -> int:
+    """Smallest averaging interval k whose wire compression is at least ``budget`` (the baseline
+    never gets more bytes than ours)."""
+    from delta_fabric_demo.lockstep import (
+        demo_num_params,
+        dense_fp32_bytes,
+        periodic_bytes_per_average,
+    )
+
+    num_params = demo_num_params(True)
+    per = periodic_bytes_per_average(n, num_params, args.frame_overhead)
+    dense_step = dense_fp32_bytes(n, 1, num_params)
+    k = 1
+    while dense_step * args.steps / (per * math.ceil(args.steps / k)) < budget:
+        k += 1
+    return k
+
+
+def _minmean(rows: list[dict[str, Any]], key: str = "shared_final_min") -> str:
+    vals = [r[key] for r in rows]
+    return f"{min(vals):.3f} / {sum(vals) / len(vals):.3f}"
+
+
+def _plot(table: list[Any], path: Path, n: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, idx, marker in (
+        ("ours (DeltaFabric, averaging)", 2, "o"),
+        ("periodic averaging", 4, "s"),
+    ):
+        xs, ys, es = [], [], []
+        for row in table:
+            runs = row[idx]
+            xs.append(sum(r["wire_bytes"] for r in runs) / len(runs))
+            vals = [r["shared_final_min"] for r in runs]
+            ys.append(sum(vals) / len(vals))
+            es.append(max(vals) - min(vals))
+        ax.errorbar(xs, ys, yerr=[es, [0] * len(es)], marker=marker, label=label, capsize=3)
+    ax.axhline(0.95, color="k", lw=0.7, ls="--")
+    ax.set_xscale("log")
+    ax.set_xlabel("wire bytes, whole cluster (log)")
+    ax.set_ylabel("final accuracy of the shared model, lowest node (mean over seeds)")
+    ax.set_title(f"{n} label-skewed nodes: accuracy against wire bytes")
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def cmd_ci(args: argparse.Namespace, sink: Any) -> int:
+    rows = [
+        _run(SimConfig(nodes=n, ratio=r, interval=k, seed=0, **_base(args)), sink)
+        for n, r, k in CI_CELLS
+    ]
+    bad = [r for r in rows if not _ok(r)]
+    for r in rows:
+        print(
+            f"{r['nodes']} nodes {r['ratio']:.0%} every {r['interval']}: shared model final "
+            f"{r['shared_final_min']:.3f}, min after 300 {r['shared_min_after_300']:.3f} (working "
+            f"weights {r['final_min']:.3f}, {r['min_after_300']:.3f}): "
+            f"{'ok' if _ok(r) else 'COLLAPSED'}"
+        )
+    return 1 if bad else 0
+
+
+def _ints(s: str) -> list[int]:
+    return [int(x) for x in s.split(",") if x]
+
+
+def _floats(s: str) -> list[float]:
+    return [float(x) for x in s.split(",") if x]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("part", choices=("grid", "bar", "ci"))
+    p.add_argument("--out", type=Path, default=None, help="directory for rows.jsonl and plots")
+    p.add_argument("--steps", type=int, default=1200)
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--nodes-list", default="3,5", help="grid: cluster sizes")
+    p.add_argument("--ratios", default="0.01,0.02,0.05,0.1", help="grid: ratios")
+    p.add_argument("--intervals", default="10,20,40,80", help="grid: sync intervals")
+    p.add_argument("--nodes", type=int, default=3, help="bar: cluster size")
+    p.add_argument("--settings", default="", help="bar: our settings, e.g. 0.02/12,0.02/24")
+    p.add_argument("--encoding", default="F32")
+    p.add_argument("--frame-overhead", type=int, default=40)
+    p.add_argument("--summed", action="store_true", help="protocol 1.0's sums (average_over 1)")
+    p.add_argument("--sync", action="append", default=[], help="KEY=JSON, a SyncConfig field")
+    args = p.parse_args(argv)
+    sink = None
+    out = args.out if args.out is not None else Path("sweep-out")
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        sink = open(args.out / f"{args.part}.jsonl", "a")
+    try:
+        if args.part == "grid":
+            return cmd_grid(args, sink)
+        if args.part == "bar":
+            return cmd_bar(args, out, sink)
+        return cmd_ci(args, sink)
+    finally:
+        if sink is not None:
+            sink.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""Averaging semantics (``SyncConfig.average_over``, DF-PAR-70 / DF-GEN-70), the demo's lockstep rounds
+and the deterministic lockstep simulator (issue 11)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from delta_fabric.config import SyncConfig
+from delta_fabric.engine import Engine
+from delta_fabric.manifest import Manifest
+from delta_fabric.transports.memory import MemoryHub
+from delta_fabric.wire import Entry, Packet, encode_packet
+
+MANIFEST = Manifest.from_named_shapes({"w": (40,)})
+
+
+def _engines(c: int, cfg: SyncConfig, anchor: np.ndarray) -> list[Engine]:
+    return [Engine(MANIFEST, cfg, 10 + i, 1, anchor=anchor) for i in range(c)]
+
+
+def test_average_over_moves_every_node_by_the_mean() -> None:
+    # REQ: DF-GEN-70
+    rng = np.random.default_rng(3)
+    anchor = rng.standard_normal(40).astype(np.float32)
+    c = 3
+    engines = _engines(c, SyncConfig(ratio=1.0, average_over=c), anchor)
+    progress = [rng.standard_normal(40).astype(np.float32) for _ in range(c)]
+    actives = [anchor + p for p in progress]
+    packets = []
+    for e, a in zip(engines, actives, strict=True):
+        packets += e.pack(e.generate(a), [])
+        ci, cv = e.last_correction
+        assert ci.size == 40  # ratio 1: every index sent, every index corrected
+        a[ci] = a[ci] + cv
+    for i, (e, a) in enumerate(zip(engines, actives, strict=True)):
+        res = e.receive([p for j, p in enumerate(packets) if j != i])
+        res.apply_to(a)
+    mean = anchor + np.mean(progress, axis=0)
+    for e, a in zip(engines, actives, strict=True):
+        np.testing.assert_allclose(a, mean, rtol=0, atol=2e-6)
+        np.testing.assert_allclose(e.anchor, mean, rtol=0, atol=2e-6)
+    # the anchors agree bit for bit up to the order of the f32 sums
+    np.testing.assert_allclose(engines[0].anchor, engines[1].anchor, rtol=0, atol=1e-6)
+
+
+def test_average_over_keeps_the_unsent_residual() -> None:
+    # REQ: DF-GEN-70
+    anchor = np.zeros(40, dtype=np.float32)
+    (e,) = _engines(1, SyncConfig(ratio=0.1, average_over=4), anchor)
+    active = np.zeros(40, dtype=np.float32)
+    active[[2, 5, 9, 30, 31]] = [4.0, -8.0, 2.0, 0.5, 1.0]
+    (entry,) = e.generate(active)
+    assert entry.indices.tolist() == [2, 5, 9, 31]  # k = ceil(40 * 0.1) = 4
+    assert entry.values.tolist() == [1.0, -2.0, 0.5, 0.25]  # fl32(0.25 * d)
+    ci, cv = e.last_correction
+    assert ci.tolist() == [2, 5, 9, 31] and cv.tolist() == [-3.0, 6.0, -1.5, -0.75]
+    active[ci] = active[ci] + cv
+    assert active.tolist() == [*e.anchor.tolist()[:30], 0.5, *e.anchor.tolist()[31:]]
+
+
+def test_average_over_one_is_protocol_1_0() -> None:
+    # REQ: DF-PAR-70
+    anchor = np.zeros(40, dtype=np.float32)
+    (e,) = _engines(1, SyncConfig(ratio=0.5), anchor)
+    active = np.linspace(-1, 1, 40, dtype=np.float32)
+    before = active.copy()
+    entries = e.generate(active)
+    assert entries and e.last_correction[0].size == 0
+    assert active.tolist() == before.tolist()
+    assert "average_over" not in SyncConfig().to_json()
+    assert SyncConfig.from_json(SyncConfig(average_over=5).to_json()).average_over == 5
+
+
+@pytest.mark.parametrize("bad", [0, -1, 65537])
+def test_average_over_range_is_checked(bad: int) -> None:
+    # REQ: DF-PAR-70
+    with pytest.raises(ValueError, match="average_over"):
+        SyncConfig(average_over=bad)
+    with pytest.raises(TypeError, match="average_over"):
+        SyncConfig(average_over=True)
+
+
+def test_round_gate_holds_later_rounds_and_orders_what_it_releases() -> None:
+    from delta_fabric_demo.rounds import RoundGate
+
+    hub = MemoryHub()
+    rx = hub.transport(1)
+    tx2, tx3 = hub.transport(2), hub.transport(3)
+    fp = bytes(32)
+
+    def pkt(sender: int, seq: int) -> bytes:
+        e = Entry(sender, 1, seq, 0, np.array([0], np.uint32), np.array([1.0], np.float32))
+        return encode_packet(Packet(sender, 1, fp, (e,)))
+
+    gate = RoundGate(rx, 1 << 20)
+    tx3.publish(pkt(3, 1))
+    tx2.publish(pkt(2, 2))
+    tx2.publish(pkt(2, 1))
+    assert gate.drain() == []  # nothing released yet
+    assert gate.has_round({2, 3}, 1) and not gate.has_round({2, 3}, 2)
+    gate.release(1)
+    assert gate.drain() == [pkt(2, 1), pkt(3, 1)]  # round 1, by sender; round 2 held
+    assert not gate.wait_round({2, 3}, 2, 0.01)
+    gate.release_all()
+    assert gate.drain() == [pkt(2, 2)]
+
+
+def test_lockstep_simulator_is_deterministic() -> None:
+    from delta_fabric_demo.lockstep import SimConfig, run_sim
+
+    cfg = SimConfig(nodes=3, steps=30, interval=10, eval_every=10, averaging=True)
+    a, b = run_sim(cfg), run_sim(cfg)
+    assert a.curve == b.curve and a.wire_bytes == b.wire_bytes > a.payload_bytes > 0
+    assert a.config["lr"] == 0.05 and a.config["bn_momentum"] == 0.1
+    periodic = run_sim(SimConfig(nodes=3, steps=30, interval=10, eval_every=10, mode="periodic"))
+    assert periodic.packets == 3 * 4 * 3  # 3 averagings, 2 (C - 1) messages per node each
