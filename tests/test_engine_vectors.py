@@ -125,7 +125,7 @@ def test_receive_vector(row: dict[str, Any]) -> None:
     )
     active = _from_bits(node["active_bits"])
     packets = [(base / name).read_bytes() for name in case["packets"]]
-    res = eng.receive(packets)
+    res = eng.receive(packets, active=active)  # REQ: DF-RCV-50
     res.apply_to(active)
     exp = case["expected"]
     assert [None if o is None else o.value for o in res.outcomes] == exp["rejections"]

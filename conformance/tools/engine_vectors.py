@@ -560,6 +560,101 @@ def receive_cases() -> list[RecvCase]:
                 pkt(ent(D, D_INC, 5, 1, [10], [2.0]), sender=C),
             ],
         ),
+        *non_finite_result_cases(),
+    ]
+
+
+def _set(base: NDArray[np.float32], at: dict[int, float]) -> NDArray[np.float32]:
+    out = base.copy()
+    for i, v in at.items():
+        out[i] = np.float32(v)
+    return out
+
+
+F32_MAX = float(np.finfo(np.float32).max)  # 3.4028234663852886e38
+
+
+def non_finite_result_cases() -> list[RecvCase]:
+    """DF-RCV-50 (added in 1.1): no accepted packet makes the aggregate, the anchor or the active
+    weights non-finite; such a packet is refused whole with NON_FINITE_RESULT and changes nothing."""
+    req = ["DF-RCV-50", "DF-RCV-1", "DF-RCV-6", "DF-RCV-7", "DF-ERR-50"]
+    return [
+        RecvCase(
+            "non_finite_result_two_entries_one_index",
+            "The hostile packet of issue 12 (248 bytes there): two finite values 3e38 at one index (B "
+            "and C): their f32 sum is +inf, so the packet is refused whole with NON_FINITE_RESULT. "
+            "Packet 1 (an own-origin entry, then two entries of D that overflow index 7 together) is "
+            "refused too, and its own-origin drop is not counted. Nothing of either counts (no drop, "
+            "no window change): packet 2 carries B's seq 1 again with a sane value and is accepted, "
+            "packet 3 carries D's seq 1 with sane values and is accepted.",
+            req,
+            [
+                pkt(ent(B, B_INC, 1, 0, [7], [3e38]), ent(C, C_INC, 1, 1, [7], [3e38])),
+                pkt(
+                    ent(NODE, NODE_INC, 4, 1, [2], [1.0]),
+                    ent(D, D_INC, 1, 0, [7], [3e38]),
+                    ent(D, D_INC, 2, 0, [7], [3e38]),
+                    sender=C,
+                ),
+                pkt(ent(B, B_INC, 1, 0, [7], [0.5])),
+                pkt(ent(D, D_INC, 1, 0, [7, 8], [0.25, -2.0]), sender=C),
+            ],
+        ),
+        RecvCase(
+            "non_finite_result_across_packets",
+            "Packet 0 puts -3e38 at index 3 (finite, accepted); packet 1 adds -3e38 at index 3 and 1.0 "
+            "at index 4: the running aggregate of the step would be -inf at 3, so packet 1 is refused "
+            "whole (its valid value at 4 is not applied either); packet 2 adds +3e38 at 3, accepted "
+            "(the aggregate returns near 0).",
+            req,
+            [
+                pkt(ent(B, B_INC, 1, 0, [3], [-3e38])),
+                pkt(ent(C, C_INC, 1, 0, [3, 4], [-3e38, 1.0]), sender=C),
+                pkt(ent(D, D_INC, 1, 0, [3], [3e38]), sender=C),
+            ],
+        ),
+        RecvCase(
+            "non_finite_result_active_only",
+            "active[5] = 3e38 (the local model diverged there; anchor[5] is small): a value of 1e38 at "
+            "index 5 keeps the aggregate and the anchor finite but active + agg = +inf: refused. The "
+            "same value at index 6 is accepted from another packet.",
+            req,
+            [
+                pkt(ent(B, B_INC, 1, 0, [5], [1e38])),
+                pkt(ent(C, C_INC, 1, 0, [6], [1e38]), sender=C),
+            ],
+            active=_set(_pattern(7, 13, 6, 16.0), {5: 3e38}),
+        ),
+        RecvCase(
+            "non_finite_result_anchor_only",
+            "anchor[9] = -3e38, active[9] small: -1e38 at index 9 overflows the anchor only: refused. "
+            "The replay window of B is unchanged, so B's seq 1 with a sane value in packet 1 is "
+            "accepted.",
+            req,
+            [
+                pkt(ent(B, B_INC, 1, 0, [9], [-1e38])),
+                pkt(ent(B, B_INC, 1, 0, [9], [1.0])),
+            ],
+            anchor=_set(_pattern(5, 11, 5, 32.0), {9: -3e38}),
+        ),
+        RecvCase(
+            "finite_result_rounds_to_max",
+            "Near the top of the range: anchor[0] = active[0] = the largest finite f32; adding 1e31 "
+            "(less than half an ulp, 2^103) rounds back to the largest finite f32: finite, accepted.",
+            req,
+            [pkt(ent(B, B_INC, 1, 0, [0], [1e31]))],
+            active=_set(_pattern(7, 13, 6, 16.0), {0: F32_MAX}),
+            anchor=_set(_pattern(5, 11, 5, 32.0), {0: F32_MAX}),
+        ),
+        RecvCase(
+            "subnormal_result_accepted",
+            "Subnormal values and results are finite: 1e-45 (the smallest subnormal) and -1e-40 at "
+            "indices where active and anchor are 0 give subnormal weights; accepted, applied exactly.",
+            req,
+            [pkt(ent(B, B_INC, 1, 0, [10, 11], [1e-45, -1e-40]))],
+            active=_set(_pattern(7, 13, 6, 16.0), {10: 0.0, 11: 0.0}),
+            anchor=_set(_pattern(5, 11, 5, 32.0), {10: 0.0, 11: 0.0}),
+        ),
     ]
 
 
@@ -586,8 +681,10 @@ def _write_receive(vectors_dir: Path, case: RecvCase) -> dict[str, Any]:
         max_incarnations=case.config.max_incarnations,
     )
     active = case.active.copy()
-    res = eng.receive(case.packets)
+    res = eng.receive(case.packets, active=active)
     res.apply_to(active)
+    # DF-RCV-50: finite weights stay finite whatever the packets
+    assert bool(np.isfinite(active).all()) and bool(np.isfinite(eng.anchor).all()), case.name
     relay_packets = eng.pack([], res.relay)
 
     # independent cross-checks: the aggregate equals the in-order f32 sum of the accepted damped values

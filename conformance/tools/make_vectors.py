@@ -84,7 +84,11 @@ REQ_MINOR = "DF-VER-2"  # every minor accepted, unknown fields ignored, other ma
 REQ_EVOLUTION = "DF-VER-3"  # minors add fields at the end / unknown encodings rejected
 REQ_IDENTIFIER_STABLE = "DF-VER-5"  # DFP1 in every version: other majors are UNSUPPORTED_VERSION
 REQ_HOSTILE = "DF-SEC-1"  # every offset and length checked before use
-REQ_ERR: dict[ErrorCode, str] = {code: f"DF-ERR-{i}" for i, code in enumerate(ErrorCode, start=1)}
+#: DF-ERR-1..13 are the 1.0 table in its order; codes added in 1.1 have ids of their own block.
+REQ_ERR: dict[ErrorCode, str] = {
+    **{code: f"DF-ERR-{i}" for i, code in enumerate(list(ErrorCode)[:13], start=1)},
+    ErrorCode.NON_FINITE_RESULT: "DF-ERR-50",
+}
 #: Ids every invalid vector of a code exercises, besides DF-RCV-1 and its DF-ERR id.
 REQ_BY_CODE: dict[ErrorCode, list[str]] = {
     ErrorCode.OVERSIZE: [REQ_HOSTILE],

@@ -400,7 +400,7 @@ class Fabric:
         res: ReceiveResult | None = None
         with self._lock:
             if packets:
-                res = self.engine.receive(packets)
+                res = self.engine.receive(packets, active=self.store.gather)
                 if res.indices.size:
                     self.store.apply(res.indices, res.values)
                     self.values_received_applied += int(res.indices.size)

@@ -78,6 +78,12 @@ class ReplayWindow:
                 self._bits |= 1 << (h - seq)
         return verdict
 
+    def copy(self) -> ReplayWindow:
+        """An independent copy (O(W) bits)."""
+        w = ReplayWindow(self.width)
+        w.highest, w._bits = self.highest, self._bits
+        return w
+
     def seen(self) -> list[int]:
         """Accepted seqs still inside the window, ascending (replaying them rebuilds this window)."""
         h, bits = self.highest, self._bits
@@ -195,6 +201,20 @@ class ReceiverState:
                 win = table[incarnation] = ReplayWindow(self.window)
             win.admit(seq)
         return verdict
+
+    def save(self, origin: int) -> dict[int, ReplayWindow] | None:
+        """A copy of ``origin``'s incarnation table (``None`` when untracked), for `restore`: what a
+        receiver needs to undo the admissions of a packet it refuses after admitting its entries
+        (DF-RCV-50). O(max_incarnations * W) bits."""
+        table = self._origins.get(origin)
+        return None if table is None else {inc: w.copy() for inc, w in table.items()}
+
+    def restore(self, origin: int, saved: dict[int, ReplayWindow] | None) -> None:
+        """Put back a table taken by `save` (``None``: ``origin`` becomes untracked)."""
+        if saved is None:
+            self._origins.pop(origin, None)
+        else:
+            self._origins[origin] = saved
 
     # inspection and (re)construction ------------------------------------------------------------------
     def incarnations(self, origin: int) -> list[int]:

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use crate::config::{ConfigError, SyncConfig};
 use crate::error::ErrorCode;
 use crate::manifest::Manifest;
-use crate::replay::{Admission, ReceiverState};
+use crate::replay::{Admission, ReceiverState, ReplayWindow};
 use crate::selection::{Selector, num_selected};
 use crate::wire::{
     OwnedEntry, OwnedPacket, PACKET_OVERHEAD_BOUND, decode_packet, encode_packet, entry_size_bound,
@@ -83,7 +83,7 @@ pub struct Counters {
     /// Indices of the aggregates applied.
     pub values_applied: u64,
     /// Rejections per code, in [`ErrorCode::ALL`] order.
-    pub errors: [u64; 13],
+    pub errors: [u64; ErrorCode::ALL.len()],
     /// Drops per reason, in [`Admission::DROPS`] order.
     pub drops: [u64; 5],
 }
@@ -195,6 +195,10 @@ impl ReceiveResult {
         }
     }
 }
+
+/// The node's active weights as [`Engine::receive_with`] reads them for DF-RCV-50: the values at
+/// the given flat indices (a result of another length counts as non-finite).
+pub type ActiveView<'a> = &'a dyn Fn(&[u32]) -> Vec<f32>;
 
 /// The protocol state of one node.
 #[derive(Debug)]
@@ -384,8 +388,21 @@ impl Engine {
     /// One receive step over `packets` in arrival order (DF-RCV-1..7, DF-RLY): every packet is
     /// decoded and validated before any state changes; accepted entries pass the replay window
     /// and incarnation table; their damped values are summed into one aggregate, applied once to
-    /// the anchor (the caller applies the result to its active weights).
+    /// the anchor (the caller applies the result to its active weights). Only the anchor is checked
+    /// for DF-RCV-50; [`Engine::receive_with`] also checks the active weights.
     pub fn receive(&mut self, packets: &[&[u8]]) -> ReceiveResult {
+        self.receive_with(packets, None)
+    }
+
+    /// [`Engine::receive`] with the node's active weights for DF-RCV-50: `active(indices)` returns
+    /// them at the given flat indices (for example `WeightStore::gather_indices`). A packet whose
+    /// accepted entries would make the step's aggregate, or `anchor` or `active` after the apply,
+    /// non-finite at an index is refused whole with `NON_FINITE_RESULT`: its admissions are undone.
+    pub fn receive_with(
+        &mut self,
+        packets: &[&[u8]],
+        active: Option<ActiveView<'_>>,
+    ) -> ReceiveResult {
         let n = self.anchor.len();
         if self.agg.len() != n {
             self.agg = vec![0.0; n];
@@ -398,6 +415,10 @@ impl Engine {
         let c = &mut res.counters;
         self.touched_list.clear();
         let mut u: Vec<f32> = Vec::new();
+        // per packet: saved incarnation tables, undo log of the aggregate, indices touched
+        let mut saved: Vec<(u64, Option<Vec<(u64, ReplayWindow)>>)> = Vec::new();
+        let mut undo: Vec<(u32, f32, bool)> = Vec::new();
+        let mut p_idx: Vec<u32> = Vec::new();
         for (packet_index, buf) in packets.iter().enumerate() {
             c.packets_received += 1;
             let pkt = match decode_packet(buf, self.config.max_packet_size)
@@ -412,17 +433,21 @@ impl Engine {
                     continue;
                 }
             };
-            c.packets_accepted += 1;
-            res.outcomes.push(Outcome::Ok);
+            saved.clear();
+            undo.clear();
+            p_idx.clear();
+            let accepted_before = res.accepted.len();
+            let relay_before = res.relay.len();
             let mut admissions = Vec::with_capacity(pkt.entries.len());
             for (entry_index, e) in pkt.entries.iter().enumerate() {
+                if !saved.iter().any(|(o, _)| *o == e.origin) {
+                    saved.push((e.origin, self.state.save(e.origin)));
+                }
                 let a = self.state.admit(e.origin, e.incarnation, e.seq);
                 admissions.push(a);
                 if a != Admission::Accepted {
-                    c.count_drop(a);
                     continue;
                 }
-                c.entries_accepted += 1;
                 res.accepted.push(AcceptedEntry {
                     origin: e.origin,
                     incarnation: e.incarnation,
@@ -435,6 +460,8 @@ impl Engine {
                 u.extend(e.values.iter().map(|&v| alpha * v));
                 for (&i, &x) in e.indices.iter().zip(&u) {
                     let iu = i as usize;
+                    undo.push((i, self.agg[iu], self.touched[iu]));
+                    p_idx.push(i);
                     if self.touched[iu] {
                         self.agg[iu] += x;
                     } else {
@@ -459,11 +486,41 @@ impl Engine {
                         }
                     }
                     if !r.indices.is_empty() {
-                        c.entries_relayed += 1;
                         res.relay.push(r);
                     }
                 }
             }
+            if !p_idx.is_empty() && !self.finite_result(&p_idx, active) {
+                // DF-RCV-50: the packet changes nothing but its counter
+                for &(i, old, was) in undo.iter().rev() {
+                    self.agg[i as usize] = old;
+                    self.touched[i as usize] = was;
+                }
+                let keep =
+                    self.touched_list.len() - undo.iter().filter(|(_, _, was)| !*was).count();
+                self.touched_list.truncate(keep);
+                for (o, t) in saved.drain(..) {
+                    self.state.restore(o, t);
+                }
+                res.accepted.truncate(accepted_before);
+                res.relay.truncate(relay_before);
+                c.packets_rejected += 1;
+                c.count_error(ErrorCode::NonFiniteResult);
+                res.outcomes
+                    .push(Outcome::Rejected(ErrorCode::NonFiniteResult));
+                res.entry_outcomes.push(Vec::new());
+                continue;
+            }
+            c.packets_accepted += 1;
+            res.outcomes.push(Outcome::Ok);
+            for &a in &admissions {
+                if a == Admission::Accepted {
+                    c.entries_accepted += 1;
+                } else {
+                    c.count_drop(a);
+                }
+            }
+            c.entries_relayed += (res.relay.len() - relay_before) as u64;
             res.entry_outcomes.push(admissions);
         }
         self.touched_list.sort_unstable();
@@ -493,6 +550,27 @@ impl Engine {
             *a += b;
         }
         res
+    }
+
+    /// DF-RCV-50 at the indices `idx` a packet touched: the running aggregate `agg[i]`,
+    /// `fl32(anchor[i] + agg[i])` and `fl32(active[i] + agg[i])` are all finite.
+    fn finite_result(&self, idx: &[u32], active: Option<ActiveView<'_>>) -> bool {
+        let ok = idx.iter().all(|&i| {
+            let a = self.agg[i as usize];
+            a.is_finite() && (self.anchor[i as usize] + a).is_finite()
+        });
+        if !ok {
+            return false;
+        }
+        let Some(view) = active else {
+            return true;
+        };
+        let act = view(idx);
+        act.len() == idx.len()
+            && act
+                .iter()
+                .zip(idx)
+                .all(|(&x, &i)| (x + self.agg[i as usize]).is_finite())
     }
 
     /// Packs own entries (first) then relay entries, in order, into as few packets as the greedy

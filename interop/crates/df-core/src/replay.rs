@@ -196,6 +196,25 @@ impl ReceiverState {
         v
     }
 
+    /// A copy of `origin`'s incarnation table (`None` when untracked), for [`ReceiverState::restore`]:
+    /// what a receiver needs to undo the admissions of a packet it refuses after admitting its
+    /// entries (DF-RCV-50). O(max_incarnations * W) bits.
+    pub fn save(&self, origin: u64) -> Option<Vec<(u64, ReplayWindow)>> {
+        self.origins.get(&origin).cloned()
+    }
+
+    /// Puts back a table taken by [`ReceiverState::save`] (`None`: `origin` becomes untracked).
+    pub fn restore(&mut self, origin: u64, saved: Option<Vec<(u64, ReplayWindow)>>) {
+        match saved {
+            Some(t) => {
+                self.origins.insert(origin, t);
+            }
+            None => {
+                self.origins.remove(&origin);
+            }
+        }
+    }
+
     /// Tracked incarnations of `origin`, ascending.
     pub fn incarnations(&self, origin: u64) -> Vec<u64> {
         let mut v: Vec<u64> = self

@@ -323,7 +323,15 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
         let mut relay = Vec::new();
         if !packets.is_empty() {
             let refs: Vec<&[u8]> = packets.iter().map(Vec::as_slice).collect();
-            let res = e.receive(&refs);
+            let store = &self.store;
+            // DF-RCV-50 reads the active weights at the touched indices; a store that cannot
+            // gather them makes the packet count as non-finite (refused, nothing applied)
+            let view = |idx: &[u32]| {
+                store
+                    .gather_indices(idx)
+                    .unwrap_or_else(|_| vec![f32::NAN; idx.len()])
+            };
+            let res = e.receive_with(&refs, Some(&view));
             self.track_accepted(&res);
             if !res.indices.is_empty() {
                 self.store.apply(&res.indices, &res.values)?;

@@ -133,7 +133,7 @@ def run_receive(
             window=cfg.replay_window,
             max_incarnations=cfg.max_incarnations,
         )
-    res = eng.receive(list(packets))
+    res = eng.receive(list(packets), active=active)
     if apply is None:
         res.apply_to(active)
     else:

@@ -249,7 +249,10 @@ fn run_receive(dir: &Path, rel: &str) -> Result<(), String> {
         bufs.push(std::fs::read(cdir.join(name)).map_err(|x| x.to_string())?);
     }
     let views: Vec<&[u8]> = bufs.iter().map(Vec::as_slice).collect();
-    let r = e.receive(&views);
+    // REQ: DF-RCV-50 (the active weights are checked too)
+    let current = active.clone();
+    let view = |idx: &[u32]| idx.iter().map(|&i| current[i as usize]).collect::<Vec<f32>>();
+    let r = e.receive_with(&views, Some(&view));
     r.apply_to(&mut active);
     let x = s(&j, "expected")?;
     let want_rej: Vec<Option<String>> = s(x, "rejections")?
