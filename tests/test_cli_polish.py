@@ -37,7 +37,7 @@ def test_version_on_every_entry_point(module: str, prog: str) -> None:
     assert r.returncode == 0 and r.stderr == ""
     line = r.stdout.strip()
     assert len(line.splitlines()) == 1
-    assert line.startswith(f"{prog} 0.1.0 (") and "protocol 1.0" in line
+    assert line.startswith(f"{prog} 0.1.0 (") and "protocol 1.1" in line
     v = software_versions()
     for dist in ("torch", "eclipse-zenoh"):
         if v[dist] is not None:

@@ -93,7 +93,7 @@ def test_demo_smoke_json(tmp_path: Path) -> None:
     assert [row[0] for row in ag["curve"]] == [0, 30, 60] and ag["curve"][0][1] == 0.0
     assert ag["nosync_final"] > ag["final"]  # without sync the nodes drift apart
     v = summary["versions"]
-    assert v["delta-fabric"] == "0.1.0" and v["protocol"] == "1.0" and v["torch"]
+    assert v["delta-fabric"] == "0.1.0" and v["protocol"] == "1.1" and v["torch"]
     assert v["eclipse-zenoh"] and v["delta-fabric-demo"] == "0.1.0"
     for node in sync:
         steps = [row[0] for row in node["traffic"]]

@@ -81,7 +81,7 @@ def test_versions_name_the_native_node_and_its_burn(tmp_path: Path) -> None:
     assert v["df-node"] == "df-node 9.9.9"
     lock = Path(__file__).resolve().parents[1] / "interop" / "Cargo.lock"
     assert f'name = "burn"\nversion = "{v["burn"]}"' in lock.read_text()
-    assert v["protocol"] == "1.0" and v["delta-fabric"] == "0.1.0"
+    assert v["protocol"] == "1.1" and v["delta-fabric"] == "0.1.0"
     broken = tmp_path / "no-version"
     broken.write_text("#!/bin/sh\nexit 3\n")
     broken.chmod(0o755)

@@ -104,7 +104,7 @@ def test_python_passes_every_vector(python_run: tuple[int, dict[str, Any], Path]
     assert (XFAIL / "python.txt").read_text().strip() == ""
     # REQ: DF-CNF-3 -- the published statement names the protocol version and the framework
     (impl,) = results["implementations"]
-    assert impl["spec_version"] == "1.0"
+    assert impl["spec_version"] == "1.1"
     assert impl["framework"] in ("torch", "numpy")
     matrix = (out / "matrix.md").read_text()
     for row in rows[:5]:

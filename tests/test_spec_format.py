@@ -121,7 +121,12 @@ def test_header_block() -> None:
         assert re.search(rf"^\| {field} \| .+ \|$", text, re.MULTILINE), (
             f"header field {field} missing"
         )
-    assert re.search(r"^\| Date \| 2026-11-29 \|$", text, re.MULTILINE)
+    date = re.search(r"^\| Date \| (\d{4}-\d{2}-\d{2}) \|$", text, re.MULTILINE)
+    assert date, "header Date must be YYYY-MM-DD"
+    newest = re.search(r"^## .*$", CHANGELOG.read_text(encoding="utf-8"), re.MULTILINE)
+    assert newest and date.group(1) in newest.group(0), (
+        "header Date must be the date of the newest spec/CHANGELOG.md entry"
+    )
     assert re.search(r"^\| Editors \| DeltaFabric maintainers \|$", text, re.MULTILINE)
 
 

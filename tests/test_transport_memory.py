@@ -418,7 +418,7 @@ def test_spec_example_chunks_and_out_of_range_error() -> None:
             5,
             FP,
         )
-        assert (c.version_major, c.version_minor) == (1, 0)
+        assert (c.version_major, c.version_minor) == (1, 1)
     with pytest.raises(SnapshotError) as ei:
         srv.answer("chunk=3&chunk_size=5")
     assert ei.value.kind is SnapshotErrorKind.BAD_REQUEST

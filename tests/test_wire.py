@@ -518,10 +518,12 @@ def test_valid_vectors_are_aligned() -> None:
         assert_aligned(f.read_bytes())
 
 
-def test_encoder_writes_version_1_0() -> None:
-    # REQ: DF-VER-1
+def test_encoder_writes_version_1_1_and_a_1_0_packet_is_accepted() -> None:
+    # REQ: DF-VER-1, DF-VER-2
     p = decode_packet(encode_packet(Packet(1, 1, FP, ())))
-    assert (p.version_major, p.version_minor) == (1, 0)
+    assert (p.version_major, p.version_minor) == (1, 1)
+    old = decode_packet(encode_packet(Packet(1, 1, FP, (), version_minor=0)))
+    assert (old.version_major, old.version_minor) == (1, 0)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -67,7 +67,7 @@ def software_versions() -> dict[str, str | None]:
 
 
 def version_text(prog: str, own_version: str | None = None) -> str:
-    """One line: ``delta-fabric 0.1.0 (protocol 1.0; torch 2.x, eclipse-zenoh 1.10.x)``; a tool of
+    """One line: ``delta-fabric 0.1.0 (protocol 1.1; torch 2.x, eclipse-zenoh 1.10.x)``; a tool of
     its own distribution (``own_version``) lists the library's version too."""
     v = software_versions()
     lib = v.pop("delta-fabric")

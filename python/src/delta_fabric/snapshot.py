@@ -56,7 +56,7 @@ __all__ = [
 
 FILE_IDENTIFIER = b"DFS1"
 VERSION_MAJOR = 1
-VERSION_MINOR = 0
+VERSION_MINOR = 1
 FINGERPRINT_SIZE = 32
 DIGEST_SIZE = 32
 #: Default values per chunk a joiner asks for (1 MiB of f32).

@@ -155,7 +155,7 @@ class ScenarioRun:
         for n in self.nodes.values():
             n.client.start()
             r = n.client.request(
-                {"cmd": "hello", "versions": [1], "spec_version": "1.0"}, timeout=120.0
+                {"cmd": "hello", "versions": [1], "spec_version": "1.1"}, timeout=120.0
             )
             if r.kind != "ok":
                 raise ScenarioError(f"{n.name} ({n.impl.name}): hello answered {r.kind}")

@@ -159,7 +159,7 @@ class ImplRun:
         self.client.start()
         try:
             r = self.client.request(
-                {"cmd": "hello", "versions": [1], "spec_version": "1.0"}, timeout=HELLO_TIMEOUT
+                {"cmd": "hello", "versions": [1], "spec_version": "1.1"}, timeout=HELLO_TIMEOUT
             )
         except ProtocolViolation as v:
             self.record(v, "hello")

@@ -31,7 +31,7 @@ pub const FILE_IDENTIFIER: &[u8; 4] = b"DFP1";
 /// Protocol major version of this implementation.
 pub const VERSION_MAJOR: u16 = 1;
 /// Protocol minor version of this implementation.
-pub const VERSION_MINOR: u16 = 0;
+pub const VERSION_MINOR: u16 = 1;
 /// Bytes of a manifest fingerprint.
 pub const FINGERPRINT_SIZE: usize = 32;
 /// Upper bound on the bytes of a packet with no entry (same bound as the Python reference).

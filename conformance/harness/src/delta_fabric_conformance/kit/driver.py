@@ -37,7 +37,7 @@ from delta_fabric_conformance.kit.peer import ModelKit, NodeFactory, PeerHost
 __all__ = ["Driver", "Rejected", "Skipped", "main"]
 
 PROTOCOL_VERSION = 1
-SPEC_VERSION = "1.0"
+SPEC_VERSION = "1.1"
 
 
 class Rejected(Exception):

@@ -439,14 +439,14 @@ fn origin_and_incarnation_state_is_bounded() {
 }
 
 #[test]
-fn a_sender_writes_version_1_0() {
+fn a_sender_writes_version_1_1() {
     // REQ: DF-VER-1 -- the version of this document
-    assert_eq!((VERSION_MAJOR, VERSION_MINOR), (1, 0));
+    assert_eq!((VERSION_MAJOR, VERSION_MINOR), (1, 1));
     let p = OwnedPacket::new(1, 1, manifest().fingerprint(), ValueEncoding::F32);
-    assert_eq!((p.version_major, p.version_minor), (1, 0));
+    assert_eq!((p.version_major, p.version_minor), (1, 1));
     let buf = encode_packet(&p);
     let d = decode_packet(&buf, 1 << 20).expect("valid");
-    assert_eq!((d.version_major, d.version_minor), (1, 0));
+    assert_eq!((d.version_major, d.version_minor), (1, 1));
     // REQ: DF-VER-1 -- every packet the engine publishes, own and relayed
     let mut e = engine(
         1,
@@ -462,6 +462,6 @@ fn a_sender_writes_version_1_0() {
     assert!(!wire.is_empty());
     for w in &wire {
         let d = decode_packet(w, 1 << 20).expect("valid");
-        assert_eq!((d.version_major, d.version_minor), (1, 0));
+        assert_eq!((d.version_major, d.version_minor), (1, 1));
     }
 }

@@ -31,7 +31,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 const PROTOCOL_VERSION: u64 = 1;
-const SPEC_VERSION: &str = "1.0";
+const SPEC_VERSION: &str = "1.1";
 
 // ------------------------------------------------------------------------------------------------
 // Answers
