@@ -123,6 +123,8 @@ def test_receive_vector(row: dict[str, Any]) -> None:
         window=cfg.replay_window,
         max_incarnations=cfg.max_incarnations,
     )
+    if "members" in node:  # REQ: DF-RCV-51
+        eng.set_members(int(m, 16) for m in node["members"])
     active = _from_bits(node["active_bits"])
     packets = [(base / name).read_bytes() for name in case["packets"]]
     res = eng.receive(packets, active=active)  # REQ: DF-RCV-50

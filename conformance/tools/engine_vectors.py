@@ -355,6 +355,7 @@ class RecvCase:
     history: list[tuple[int, int, int]] = field(default_factory=list)
     active: NDArray[np.float32] = field(default_factory=lambda: _pattern(7, 13, 6, 16.0))
     anchor: NDArray[np.float32] = field(default_factory=lambda: _pattern(5, 11, 5, 32.0))
+    members: list[int] | None = None  # DF-RCV-51 (1.1); None: no membership (every origin)
 
 
 def ent(
@@ -561,6 +562,7 @@ def receive_cases() -> list[RecvCase]:
             ],
         ),
         *non_finite_result_cases(),
+        *membership_cases(),
     ]
 
 
@@ -658,6 +660,46 @@ def non_finite_result_cases() -> list[RecvCase]:
     ]
 
 
+def membership_cases() -> list[RecvCase]:
+    """DF-RCV-51 (added in 1.1): a receiver with a membership tracks only members as origins."""
+    req = ["DF-RCV-51", "DF-RCV-10"]
+    strangers = [0x5EED_0000_0000_0000 + i for i in range(1, 4097)]
+    return [
+        RecvCase(
+            "not_member_dropped",
+            "Membership {B, C}: in one packet, the entries of B and C are accepted and relayed, the "
+            "entry of D (a stranger) is dropped as not_member and not tracked; the own-origin entry is "
+            "dropped as own_origin first.",
+            req,
+            [
+                pkt(
+                    ent(B, B_INC, 1, 0, [0, 1], [0.5, -0.5]),
+                    ent(D, D_INC, 1, 0, [1], [100.0]),
+                    ent(NODE, NODE_INC, 7, 2, [2], [1.0]),
+                    ent(C, C_INC, 1, 1, [2], [0.25]),
+                )
+            ],
+            members=[B, C],
+        ),
+        RecvCase(
+            "not_member_origin_flood",
+            "The origin flood of issue 12: one packet with 4,096 entries of 4,096 forged origins "
+            "(which fill the default bound of 4,096 tracked origins at a receiver without a "
+            "membership, so that every later joiner is dropped as origin_limit), then an entry of "
+            "member B, a joiner: with the membership {B, C} every forged entry is dropped as "
+            "not_member, none is tracked, and B's entry is accepted.",
+            req,
+            [
+                pkt(
+                    *[ent(o, 1, 1, 0, [3], [1e-30]) for o in strangers],
+                    ent(B, B_INC, 1, 0, [3], [0.5]),
+                )
+            ],
+            members=[B, C],
+        ),
+    ]
+
+
 def _counters_json(eng: Engine) -> dict[str, Any]:
     c = eng.counters.to_json()
     return {
@@ -667,7 +709,8 @@ def _counters_json(eng: Engine) -> dict[str, Any]:
         "entries_relayed": c["entries_relayed"],
         "errors": c["errors"],
         "drops": {
-            r: c["drops"][r] for r in ("own_origin", "duplicate", "too_old", "stale_incarnation")
+            r: c["drops"][r]
+            for r in ("own_origin", "duplicate", "too_old", "stale_incarnation", "not_member")
         },
     }
 
@@ -680,6 +723,8 @@ def _write_receive(vectors_dir: Path, case: RecvCase) -> dict[str, Any]:
         window=case.config.replay_window,
         max_incarnations=case.config.max_incarnations,
     )
+    if case.members is not None:
+        eng.set_members(case.members)
     active = case.active.copy()
     res = eng.receive(case.packets, active=active)
     res.apply_to(active)
@@ -734,6 +779,7 @@ def _write_receive(vectors_dir: Path, case: RecvCase) -> dict[str, Any]:
                 "anchor": floats(case.anchor),
                 "anchor_bits": f32_bits(case.anchor),
                 "accepted": [[hex16(o), hex16(i), s] for o, i, s in case.history],
+                **({} if case.members is None else {"members": [hex16(m) for m in case.members]}),
             },
             "packets": names,
             "expected": {

@@ -12,7 +12,7 @@ it is O(N). `Engine.generate` is O(N) (one subtraction and the selection, see `d
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -167,8 +167,10 @@ class Engine:
         anchor: NDArray[np.float32] | None = None,
         *,
         max_origins: int = DEFAULT_MAX_ORIGINS,
+        members: Iterable[int] | None = None,
     ) -> None:
-        """``anchor`` (copied) is normally the initial weights, identical on every node; zeros if None."""
+        """``anchor`` (copied) is normally the initial weights, identical on every node; zeros if None.
+        ``members``: the node ids accepted as origins (DF-RCV-51); ``None`` accepts every origin."""
         if manifest.num_params < 1:
             raise ValueError("the manifest holds no value")
         self.manifest = manifest
@@ -185,6 +187,7 @@ class Engine:
             window=config.replay_window,
             max_incarnations=config.max_incarnations,
             max_origins=max_origins,
+            members=members,
         )
         self.counters = Counters()
         self.entries_generated = 0
@@ -210,6 +213,11 @@ class Engine:
     @property
     def fingerprint(self) -> bytes:
         return self._fingerprint
+
+    def set_members(self, members: Iterable[int] | None) -> None:
+        """Replace the membership (DF-RCV-51; ``None``: every origin). Windows of origins that left
+        are kept: a member that returns continues where it was, its old entries still duplicates."""
+        self.state.members = None if members is None else frozenset(members)
 
     @property
     def max_entry_values(self) -> int:
@@ -329,7 +337,12 @@ class Engine:
             p_idx: list[NDArray[np.uint32]] = []
             undo: list[tuple[NDArray[np.uint32], NDArray[np.float32]]] = []
             for j, e in enumerate(pkt.entries):
-                if e.origin not in saved:
+                # only an entry that will be accepted changes the state: save its origin's table
+                # once per packet, before the first change
+                if (
+                    e.origin not in saved
+                    and self.state.check(e.origin, e.incarnation, e.seq) is Admission.ACCEPTED
+                ):
                     saved[e.origin] = self.state.save(e.origin)
                 verdict = self.state.admit(e.origin, e.incarnation, e.seq)  # DF-RCV-2..4
                 verdicts.append(verdict)

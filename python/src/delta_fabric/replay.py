@@ -32,6 +32,7 @@ class Admission(str, Enum):
     TOO_OLD = "too_old"  # DF-RCV-3
     STALE_INCARNATION = "stale_incarnation"  # DF-RCV-4
     ORIGIN_LIMIT = "origin_limit"  # receiver bound on tracked origins (not fixed by the spec's table; spec DF-SEC-2)
+    NOT_MEMBER = "not_member"  # DF-RCV-51 (1.1): origin outside the receiver's membership
 
     def __str__(self) -> str:
         return self.value
@@ -157,9 +158,12 @@ class ReceiverState:
         window: int = 1024,
         max_incarnations: int = 4,
         max_origins: int = DEFAULT_MAX_ORIGINS,
+        members: Iterable[int] | None = None,
     ) -> None:
         if window < 1 or max_incarnations < 1 or max_origins < 1:
             raise ValueError("window, max_incarnations and max_origins must be >= 1")
+        #: DF-RCV-51: the node ids accepted as origins (``None``: every origin, as in 1.0).
+        self.members: frozenset[int] | None = None if members is None else frozenset(members)
         self.own_id = own_id
         self.window = window
         self.max_incarnations = max_incarnations
@@ -170,6 +174,8 @@ class ReceiverState:
         """Verdict and, for a new incarnation on a full table, the incarnation it evicts."""
         if origin == self.own_id:
             return Admission.OWN_ORIGIN, None  # DF-RCV-2
+        if self.members is not None and origin not in self.members:
+            return Admission.NOT_MEMBER, None  # DF-RCV-51: never tracked
         table = self._origins.get(origin)
         if table is None:
             if len(self._origins) >= self.max_origins:

@@ -4,6 +4,7 @@
 //! [`ReceiveResult::apply_to`] to them. All arithmetic is f32 in the order the spec fixes, so the
 //! results are bit-identical to the Python reference.
 
+use std::collections::HashMap;
 use std::fmt;
 
 use serde_json::{Value, json};
@@ -85,7 +86,7 @@ pub struct Counters {
     /// Rejections per code, in [`ErrorCode::ALL`] order.
     pub errors: [u64; ErrorCode::ALL.len()],
     /// Drops per reason, in [`Admission::DROPS`] order.
-    pub drops: [u64; 5],
+    pub drops: [u64; Admission::DROPS.len()],
 }
 
 impl Counters {
@@ -416,7 +417,7 @@ impl Engine {
         self.touched_list.clear();
         let mut u: Vec<f32> = Vec::new();
         // per packet: saved incarnation tables, undo log of the aggregate, indices touched
-        let mut saved: Vec<(u64, Option<Vec<(u64, ReplayWindow)>>)> = Vec::new();
+        let mut saved: HashMap<u64, Option<Vec<(u64, ReplayWindow)>>> = HashMap::new();
         let mut undo: Vec<(u32, f32, bool)> = Vec::new();
         let mut p_idx: Vec<u32> = Vec::new();
         for (packet_index, buf) in packets.iter().enumerate() {
@@ -440,8 +441,12 @@ impl Engine {
             let relay_before = res.relay.len();
             let mut admissions = Vec::with_capacity(pkt.entries.len());
             for (entry_index, e) in pkt.entries.iter().enumerate() {
-                if !saved.iter().any(|(o, _)| *o == e.origin) {
-                    saved.push((e.origin, self.state.save(e.origin)));
+                // only an entry that will be accepted changes the state: save its origin's table
+                // once per packet, before the first change (O(1) per entry)
+                if !saved.contains_key(&e.origin)
+                    && self.state.check(e.origin, e.incarnation, e.seq) == Admission::Accepted
+                {
+                    saved.insert(e.origin, self.state.save(e.origin));
                 }
                 let a = self.state.admit(e.origin, e.incarnation, e.seq);
                 admissions.push(a);
@@ -499,7 +504,7 @@ impl Engine {
                 let keep =
                     self.touched_list.len() - undo.iter().filter(|(_, _, was)| !*was).count();
                 self.touched_list.truncate(keep);
-                for (o, t) in saved.drain(..) {
+                for (o, t) in saved.drain() {
                     self.state.restore(o, t);
                 }
                 res.accepted.truncate(accepted_before);

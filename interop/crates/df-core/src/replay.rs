@@ -1,6 +1,6 @@
 //! Replay windows (DF-RCV-3) and incarnation tables (DF-RCV-4).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// What the receiver does with one entry of an accepted packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -17,16 +17,19 @@ pub enum Admission {
     StaleIncarnation,
     /// Receiver bound on tracked origins (not fixed by the spec's table; spec DF-SEC-2; same as the Python reference).
     OriginLimit,
+    /// DF-RCV-51 (1.1): origin outside the receiver's membership (never tracked).
+    NotMember,
 }
 
 impl Admission {
     /// Drop reasons in counter order.
-    pub const DROPS: [Admission; 5] = [
+    pub const DROPS: [Admission; 6] = [
         Admission::OwnOrigin,
         Admission::Duplicate,
         Admission::TooOld,
         Admission::StaleIncarnation,
         Admission::OriginLimit,
+        Admission::NotMember,
     ];
     /// Counter name, e.g. `"own_origin"`.
     pub fn as_str(self) -> &'static str {
@@ -37,6 +40,7 @@ impl Admission {
             Admission::TooOld => "too_old",
             Admission::StaleIncarnation => "stale_incarnation",
             Admission::OriginLimit => "origin_limit",
+            Admission::NotMember => "not_member",
         }
     }
 }
@@ -128,6 +132,7 @@ pub struct ReceiverState {
     window: u64,
     max_incarnations: usize,
     max_origins: usize,
+    members: Option<HashSet<u64>>,
     origins: HashMap<u64, Vec<(u64, ReplayWindow)>>,
 }
 
@@ -142,13 +147,28 @@ impl ReceiverState {
             window: window.max(1),
             max_incarnations: max_incarnations.max(1),
             max_origins: max_origins.max(1),
+            members: None,
             origins: HashMap::new(),
         }
+    }
+
+    /// DF-RCV-51 (1.1): the node ids accepted as origins (`None`: every origin, as in 1.0). Windows
+    /// of origins that left are kept: a member that returns continues where it was.
+    pub fn set_members(&mut self, members: Option<HashSet<u64>>) {
+        self.members = members;
+    }
+
+    /// The membership, if any.
+    pub fn members(&self) -> Option<&HashSet<u64>> {
+        self.members.as_ref()
     }
 
     fn verdict(&self, origin: u64, inc: u64, seq: u64) -> (Admission, Option<u64>) {
         if origin == self.own_id {
             return (Admission::OwnOrigin, None);
+        }
+        if self.members.as_ref().is_some_and(|m| !m.contains(&origin)) {
+            return (Admission::NotMember, None);
         }
         let Some(table) = self.origins.get(&origin) else {
             if self.origins.len() >= self.max_origins {

@@ -417,6 +417,17 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
         self.joined_from
     }
 
+    /// DF-RCV-51 (1.1): only these node ids are tracked as origins (`None`: every origin, as in
+    /// 1.0); entries of other origins are dropped and counted as `drops.not_member`, and never take a
+    /// place in the origin bound.
+    pub fn set_members(
+        &self,
+        members: Option<std::collections::HashSet<u64>>,
+    ) -> Result<(), FabricError> {
+        self.engine()?.receiver_state_mut().set_members(members);
+        Ok(())
+    }
+
     /// Send counters.
     pub fn counters(&self) -> SendCounters {
         self.counters

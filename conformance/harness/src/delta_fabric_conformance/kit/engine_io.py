@@ -133,6 +133,9 @@ def run_receive(
             window=cfg.replay_window,
             max_incarnations=cfg.max_incarnations,
         )
+    members = node.get("members")
+    if members is not None:  # DF-RCV-51 (1.1)
+        eng.set_members(_hex_or_int(m) for m in members)
     res = eng.receive(list(packets), active=active)
     if apply is None:
         res.apply_to(active)

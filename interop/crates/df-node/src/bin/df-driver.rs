@@ -307,6 +307,14 @@ fn receive(req: &Value) -> Answer {
             )));
         }
     }
+    if let Some(ms) = node.get("members").and_then(Value::as_array) {
+        // DF-RCV-51 (1.1): only these node ids are tracked as origins
+        let set = ms
+            .iter()
+            .map(|m| id_of(m, "members"))
+            .collect::<Result<std::collections::HashSet<u64>, _>>()?;
+        eng.receiver_state_mut().set_members(Some(set));
+    }
     let packets: Vec<Vec<u8>> = get(req, "packets")?
         .as_array()
         .ok_or_else(|| err("packets: not a list"))?
