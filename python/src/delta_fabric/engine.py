@@ -370,7 +370,9 @@ class Engine:
                         values=u[keep],
                     )
                 )
-            if p_idx and not self._finite_result(np.concatenate(p_idx), active):
+            if p_idx and not self._finite_result(
+                p_idx[0] if len(p_idx) == 1 else np.unique(np.concatenate(p_idx)), active
+            ):
                 for idx, old in reversed(undo):  # DF-RCV-50: the packet changes nothing
                     agg[idx] = old
                 for origin, table in saved.items():
@@ -406,7 +408,8 @@ class Engine:
         res.entry_outcomes.append([])
 
     def _finite_result(self, idx: NDArray[np.uint32], active: ActiveView | None) -> bool:
-        """DF-RCV-50 at the indices ``idx`` a packet touched: the running aggregate ``agg[i]``,
+        """DF-RCV-50 at the indices ``idx`` (sorted, unique: what ``WeightStore.gather`` takes) that a
+        packet touched: the running aggregate ``agg[i]``,
         ``fl32(anchor[i] + agg[i])`` and ``fl32(active[i] + agg[i])`` are all finite."""
         assert self._agg is not None
         a = self._agg[idx]

@@ -495,6 +495,9 @@ impl Engine {
                     }
                 }
             }
+            // sorted and unique, as `WeightStore::gather_indices` takes them
+            p_idx.sort_unstable();
+            p_idx.dedup();
             if !p_idx.is_empty() && !self.finite_result(&p_idx, active) {
                 // DF-RCV-50: the packet changes nothing but its counter
                 for &(i, old, was) in undo.iter().rev() {
@@ -557,7 +560,7 @@ impl Engine {
         res
     }
 
-    /// DF-RCV-50 at the indices `idx` a packet touched: the running aggregate `agg[i]`,
+    /// DF-RCV-50 at the indices `idx` (sorted, unique) a packet touched: the running aggregate `agg[i]`,
     /// `fl32(anchor[i] + agg[i])` and `fl32(active[i] + agg[i])` are all finite.
     fn finite_result(&self, idx: &[u32], active: Option<ActiveView<'_>>) -> bool {
         let ok = idx.iter().all(|&i| {
