@@ -123,6 +123,7 @@ def test_receive_vector(row: dict[str, Any]) -> None:
         window=cfg.replay_window,
         max_incarnations=cfg.max_incarnations,
     )
+    eng.state.max_seq_jump = cfg.max_seq_jump  # REQ: DF-RCV-52
     if "members" in node:  # REQ: DF-RCV-51
         eng.set_members(int(m, 16) for m in node["members"])
     active = _from_bits(node["active_bits"])

@@ -311,12 +311,12 @@ def bits(x: Any) -> str:
 
 def test_parameter_defaults_match_the_reference_configuration() -> None:
     # REQ: DF-PAR-1, DF-PAR-2, DF-PAR-3, DF-PAR-4, DF-PAR-5, DF-PAR-6, DF-PAR-7, DF-PAR-8, DF-PAR-9
-    # REQ: DF-PAR-10, DF-PAR-11
+    # REQ: DF-PAR-10, DF-PAR-11, DF-PAR-50
     from delta_fabric.config import SyncConfig
 
     cfg = SyncConfig()
     rows = [r for r in table_rows(section("3")) if r[0].startswith("**[DF-PAR-")]
-    assert len(rows) == 10
+    assert len(rows) == 11  # DF-PAR-1..10 and max_seq_jump (DF-PAR-50, 1.1)
     for row in rows:
         name = row[1].strip("`")
         default = re.match(r"`([^`]+)`", row[4])
@@ -364,7 +364,7 @@ def test_parameter_ranges_are_enforced_as_specified() -> None:
             with pytest.raises((ValueError, TypeError)):
                 SyncConfig(**wrong)
         checked += 1
-    assert checked == 8  # every numeric parameter has a range in the table
+    assert checked == 9  # every numeric parameter has a range in the table
 
 
 def test_k_examples() -> None:

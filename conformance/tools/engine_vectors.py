@@ -563,6 +563,7 @@ def receive_cases() -> list[RecvCase]:
         ),
         *non_finite_result_cases(),
         *membership_cases(),
+        *seq_jump_cases(),
     ]
 
 
@@ -700,6 +701,41 @@ def membership_cases() -> list[RecvCase]:
     ]
 
 
+def seq_jump_cases() -> list[RecvCase]:
+    """DF-RCV-52 (added in 1.1): an optional bound on how far a tracked incarnation's seq may jump."""
+    req = ["DF-RCV-52", "DF-PAR-50", "DF-RCV-3", "DF-RCV-10"]
+    history = [(B, B_INC, s) for s in (1, 2, 3)]
+    forged = ent(B, B_INC, 2**64 - 1, 0, [0], [1.0])
+    real = [ent(B, B_INC, s, 0, [s], [0.5]) for s in range(4, 14)]
+    return [
+        RecvCase(
+            "forged_seq_max_without_bound",
+            "The forged seq of issue 12 without max_seq_jump (1.0 behaviour): B's window is at H = 3; "
+            "a forged entry with seq 2^64 - 1 is accepted and moves H there, after which all 10 real "
+            "entries of B (seqs 4..13) are dropped as too_old.",
+            ["DF-RCV-3", "DF-RCV-52"],
+            [pkt(forged), pkt(*real)],
+            history=history,
+        ),
+        RecvCase(
+            "forged_seq_max_with_bound",
+            "The same packets with max_seq_jump = 1000: the forged entry (2^64 - 1 - 3 > 1000) is "
+            "dropped as seq_jump and changes nothing, the 10 real entries are accepted. An entry "
+            "exactly max_seq_jump above H (seq 1013 after H = 13) is accepted; a new incarnation of B "
+            "starts with any seq (here 5000: there is no H to compare with).",
+            req,
+            [
+                pkt(forged),
+                pkt(*real),
+                pkt(ent(B, B_INC, 1013, 0, [20], [0.25])),
+                pkt(ent(B, B_INC + 1, 5000, 0, [21], [0.25])),
+            ],
+            config=SyncConfig(max_seq_jump=1000),
+            history=history,
+        ),
+    ]
+
+
 def _counters_json(eng: Engine) -> dict[str, Any]:
     c = eng.counters.to_json()
     return {
@@ -710,7 +746,14 @@ def _counters_json(eng: Engine) -> dict[str, Any]:
         "errors": c["errors"],
         "drops": {
             r: c["drops"][r]
-            for r in ("own_origin", "duplicate", "too_old", "stale_incarnation", "not_member")
+            for r in (
+                "own_origin",
+                "duplicate",
+                "too_old",
+                "stale_incarnation",
+                "not_member",
+                "seq_jump",
+            )
         },
     }
 
@@ -723,6 +766,7 @@ def _write_receive(vectors_dir: Path, case: RecvCase) -> dict[str, Any]:
         window=case.config.replay_window,
         max_incarnations=case.config.max_incarnations,
     )
+    eng.state.max_seq_jump = case.config.max_seq_jump  # DF-RCV-52 (from_history has no jump bound)
     if case.members is not None:
         eng.set_members(case.members)
     active = case.active.copy()

@@ -11,7 +11,7 @@ from typing import Any
 from delta_fabric.encodings import ValueEncoding, codec
 from delta_fabric.wire import PACKET_OVERHEAD_BOUND, encoded_size_bound
 
-__all__ = ["MIN_MAX_PACKET_SIZE", "SyncConfig"]
+__all__ = ["MAX_SEQ_JUMP", "MIN_MAX_PACKET_SIZE", "SyncConfig"]
 
 #: Smallest accepted ``max_packet_size``: a packet with one entry of one value (by the wire's size bound).
 MIN_MAX_PACKET_SIZE = PACKET_OVERHEAD_BOUND + encoded_size_bound(1)
@@ -19,6 +19,8 @@ MIN_MAX_PACKET_SIZE = PACKET_OVERHEAD_BOUND + encoded_size_bound(1)
 _MAX_HOPS = 255
 #: Largest replay window accepted (bits per (origin, incarnation)); keeps the receiver state bounded.
 _MAX_REPLAY_WINDOW = 1 << 20
+#: Largest accepted ``max_seq_jump`` (DF-PAR-50): 2^32, exact in every JSON parser.
+MAX_SEQ_JUMP = 1 << 32
 
 
 def _check_int(name: str, value: object, lo: int, hi: int | None = None) -> None:
@@ -43,7 +45,8 @@ class SyncConfig:
     """Parameters of DF-PAR with the spec's defaults (section 3).
 
     ``alpha`` in (0, 1]; ``ratio`` in (0, 1]; ``relay_threshold`` >= 0; ``hop_limit`` in [0, 255];
-    ``max_packet_size`` >= `MIN_MAX_PACKET_SIZE`; ``replay_window`` in [1, 2**20]; ``max_incarnations`` >= 1.
+    ``max_packet_size`` >= `MIN_MAX_PACKET_SIZE`; ``replay_window`` in [1, 2**20]; ``max_incarnations`` >= 1;
+    ``max_seq_jump`` in [0, 2**32] (0: no bound, DF-PAR-50, 1.1).
     ``encoding`` is the send encoding (own and relayed entries); ``include_buffers`` selects floating
     buffers into the manifest (DF-MAN-4).
     """
@@ -58,6 +61,8 @@ class SyncConfig:
     max_incarnations: int = 4
     encoding: ValueEncoding = ValueEncoding.F32
     include_buffers: bool = False
+    #: DF-PAR-50 (1.1): largest accepted step of a tracked incarnation's highest seq (0: no bound).
+    max_seq_jump: int = 0
 
     def __post_init__(self) -> None:
         alpha = _check_float("alpha", self.alpha)
@@ -74,6 +79,7 @@ class SyncConfig:
         _check_int("max_packet_size", self.max_packet_size, MIN_MAX_PACKET_SIZE, 2**31 - 1)
         _check_int("replay_window", self.replay_window, 1, _MAX_REPLAY_WINDOW)
         _check_int("max_incarnations", self.max_incarnations, 1, 1 << 16)
+        _check_int("max_seq_jump", self.max_seq_jump, 0, MAX_SEQ_JUMP)
         encoding = codec(self.encoding).encoding  # ValueError naming the table's encodings
         if not isinstance(self.include_buffers, bool):
             raise TypeError("include_buffers must be a bool")
@@ -99,6 +105,10 @@ class SyncConfig:
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["encoding"] = codec(self.encoding).name
+        if not self.max_seq_jump:
+            del d[
+                "max_seq_jump"
+            ]  # 1.1 parameter, written only when set: a 1.0 reader reads the rest
         return d
 
     @classmethod

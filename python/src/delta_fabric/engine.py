@@ -188,6 +188,7 @@ class Engine:
             max_incarnations=config.max_incarnations,
             max_origins=max_origins,
             members=members,
+            max_seq_jump=config.max_seq_jump,
         )
         self.counters = Counters()
         self.entries_generated = 0

@@ -33,6 +33,7 @@ class Admission(str, Enum):
     STALE_INCARNATION = "stale_incarnation"  # DF-RCV-4
     ORIGIN_LIMIT = "origin_limit"  # receiver bound on tracked origins (not fixed by the spec's table; spec DF-SEC-2)
     NOT_MEMBER = "not_member"  # DF-RCV-51 (1.1): origin outside the receiver's membership
+    SEQ_JUMP = "seq_jump"  # DF-RCV-52 (1.1): seq too far above a tracked incarnation's highest
 
     def __str__(self) -> str:
         return self.value
@@ -159,9 +160,14 @@ class ReceiverState:
         max_incarnations: int = 4,
         max_origins: int = DEFAULT_MAX_ORIGINS,
         members: Iterable[int] | None = None,
+        max_seq_jump: int = 0,
     ) -> None:
         if window < 1 or max_incarnations < 1 or max_origins < 1:
             raise ValueError("window, max_incarnations and max_origins must be >= 1")
+        if max_seq_jump < 0:
+            raise ValueError("max_seq_jump must be >= 0")
+        #: DF-RCV-52: largest accepted ``seq - H`` of a tracked incarnation with H >= 1 (0: none).
+        self.max_seq_jump = max_seq_jump
         #: DF-RCV-51: the node ids accepted as origins (``None``: every origin, as in 1.0).
         self.members: frozenset[int] | None = None if members is None else frozenset(members)
         self.own_id = own_id
@@ -183,6 +189,9 @@ class ReceiverState:
             return Admission.ACCEPTED, None
         win = table.get(incarnation)
         if win is not None:
+            jump = self.max_seq_jump
+            if jump and win.highest and seq - win.highest > jump:
+                return Admission.SEQ_JUMP, None  # DF-RCV-52
             return win.check(seq), None
         if len(table) < self.max_incarnations:
             return Admission.ACCEPTED, None

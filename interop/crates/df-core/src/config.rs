@@ -21,10 +21,12 @@ pub const MAX_MAX_PACKET_SIZE: usize = 2_147_483_647;
 pub const MAX_REPLAY_WINDOW: u64 = 1 << 20;
 /// Largest accepted `max_incarnations` (DF-PAR-8).
 pub const MAX_MAX_INCARNATIONS: usize = 1 << 16;
+/// Largest accepted `max_seq_jump` (DF-PAR-50): 2^32, exact in every JSON parser.
+pub const MAX_SEQ_JUMP: u64 = 1 << 32;
 
 /// The JSON keys [`SyncConfig::from_json`] accepts: the spec's parameters (section 3) and the
 /// receiver bound `max_origins` of this implementation.
-pub const CONFIG_KEYS: [&str; 11] = [
+pub const CONFIG_KEYS: [&str; 12] = [
     "alpha",
     "ratio",
     "sync_interval",
@@ -36,6 +38,7 @@ pub const CONFIG_KEYS: [&str; 11] = [
     "include_buffers",
     "encoding",
     "max_origins",
+    "max_seq_jump",
 ];
 
 /// A configuration value outside its allowed range, of the wrong type, or an unknown key
@@ -155,6 +158,9 @@ pub struct SyncConfig {
     pub encoding: ValueEncoding,
     /// Origins tracked (receiver bound, not fixed by the spec's table; spec DF-SEC-2); `>= 1`.
     pub max_origins: usize,
+    /// DF-PAR-50 (1.1): largest accepted step of a tracked incarnation's highest seq, in
+    /// `0..=`[`MAX_SEQ_JUMP`] (0: no bound).
+    pub max_seq_jump: u64,
 }
 
 impl Default for SyncConfig {
@@ -172,6 +178,7 @@ impl Default for SyncConfig {
             include_buffers: false,
             encoding: ValueEncoding::F32,
             max_origins: DEFAULT_MAX_ORIGINS,
+            max_seq_jump: 0,
         }
     }
 }
@@ -205,6 +212,7 @@ impl SyncConfig {
             include_buffers,
             encoding,
             max_origins: DEFAULT_MAX_ORIGINS,
+            max_seq_jump: 0,
         }
         .validated()
     }
@@ -251,6 +259,7 @@ impl SyncConfig {
             1,
             MAX_MAX_INCARNATIONS as u64,
         )?;
+        check_range("max_seq_jump", self.max_seq_jump, 0, MAX_SEQ_JUMP)?;
         if self.max_origins < 1 {
             return Err(out_of_range("max_origins", ">= 1", self.max_origins));
         }
@@ -306,6 +315,9 @@ impl SyncConfig {
             c.max_incarnations =
                 json_int("max_incarnations", x, 1, MAX_MAX_INCARNATIONS as u64)? as usize;
         }
+        if let Some(x) = obj.get("max_seq_jump") {
+            c.max_seq_jump = json_int("max_seq_jump", x, 0, MAX_SEQ_JUMP)?;
+        }
         if let Some(x) = obj.get("max_origins") {
             let n = json_int("max_origins", x, 1, u64::MAX)?;
             c.max_origins = usize::try_from(n)
@@ -339,6 +351,9 @@ impl SyncConfig {
         m.insert("max_incarnations".into(), json!(self.max_incarnations));
         m.insert("include_buffers".into(), json!(self.include_buffers));
         m.insert("encoding".into(), json!(self.encoding.name()));
+        if self.max_seq_jump != 0 {
+            m.insert("max_seq_jump".into(), json!(self.max_seq_jump));
+        }
         if self.max_origins != DEFAULT_MAX_ORIGINS {
             m.insert("max_origins".into(), json!(self.max_origins));
         }

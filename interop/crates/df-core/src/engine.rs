@@ -247,12 +247,13 @@ impl Engine {
             ));
         }
         config.validate().map_err(EngineError::Config)?;
-        let state = ReceiverState::new(
+        let mut state = ReceiverState::new(
             node_id,
             config.replay_window,
             config.max_incarnations,
             config.max_origins,
         );
+        state.set_max_seq_jump(config.max_seq_jump);
         Ok(Engine {
             manifest,
             config,

@@ -19,17 +19,20 @@ pub enum Admission {
     OriginLimit,
     /// DF-RCV-51 (1.1): origin outside the receiver's membership (never tracked).
     NotMember,
+    /// DF-RCV-52 (1.1): seq more than `max_seq_jump` above a tracked incarnation's highest seq.
+    SeqJump,
 }
 
 impl Admission {
     /// Drop reasons in counter order.
-    pub const DROPS: [Admission; 6] = [
+    pub const DROPS: [Admission; 7] = [
         Admission::OwnOrigin,
         Admission::Duplicate,
         Admission::TooOld,
         Admission::StaleIncarnation,
         Admission::OriginLimit,
         Admission::NotMember,
+        Admission::SeqJump,
     ];
     /// Counter name, e.g. `"own_origin"`.
     pub fn as_str(self) -> &'static str {
@@ -41,6 +44,7 @@ impl Admission {
             Admission::StaleIncarnation => "stale_incarnation",
             Admission::OriginLimit => "origin_limit",
             Admission::NotMember => "not_member",
+            Admission::SeqJump => "seq_jump",
         }
     }
 }
@@ -133,6 +137,7 @@ pub struct ReceiverState {
     max_incarnations: usize,
     max_origins: usize,
     members: Option<HashSet<u64>>,
+    max_seq_jump: u64,
     origins: HashMap<u64, Vec<(u64, ReplayWindow)>>,
 }
 
@@ -148,8 +153,15 @@ impl ReceiverState {
             max_incarnations: max_incarnations.max(1),
             max_origins: max_origins.max(1),
             members: None,
+            max_seq_jump: 0,
             origins: HashMap::new(),
         }
+    }
+
+    /// DF-RCV-52 (1.1): the largest accepted `seq - H` of a tracked incarnation with `H >= 1`
+    /// (0: no bound, as in 1.0).
+    pub fn set_max_seq_jump(&mut self, jump: u64) {
+        self.max_seq_jump = jump;
     }
 
     /// DF-RCV-51 (1.1): the node ids accepted as origins (`None`: every origin, as in 1.0). Windows
@@ -177,6 +189,10 @@ impl ReceiverState {
             return (Admission::Accepted, None);
         };
         if let Some((_, w)) = table.iter().find(|(i, _)| *i == inc) {
+            let h = w.highest();
+            if self.max_seq_jump > 0 && h > 0 && seq > h && seq - h > self.max_seq_jump {
+                return (Admission::SeqJump, None);
+            }
             return (w.check(seq), None);
         }
         if table.len() < self.max_incarnations {
