@@ -159,16 +159,28 @@ impl TransportConfig {
         }
     }
 
-    /// The Zenoh config this transport opens its session with.
+    /// Zenoh's `transport/link/rx/max_message_size` for this node (DF-SEC-1, DF-SEC-50):
+    /// `max_packet_size` plus [`ZENOH_MESSAGE_MARGIN`], so that Zenoh drops a larger message
+    /// before reassembling it (its default is 1 GiB).
+    pub fn max_message_size(&self) -> usize {
+        self.max_packet_size.saturating_add(ZENOH_MESSAGE_MARGIN)
+    }
+
+    /// The Zenoh config this transport opens its session with (a config file as is, but for the
+    /// message size cap).
     pub fn zenoh_config(&self) -> Result<Config, TransportError> {
-        if let Some(p) = &self.config_file {
-            return Config::from_file(p).map_err(|e| TransportError::Config(e.to_string()));
-        }
-        let mut c = Config::default();
         let set = |c: &mut Config, k: &str, v: String| {
             c.insert_json5(k, &v)
                 .map_err(|e| TransportError::Config(format!("{k}: {e}")))
         };
+        let cap = self.max_message_size().to_string();
+        if let Some(p) = &self.config_file {
+            let mut c = Config::from_file(p).map_err(|e| TransportError::Config(e.to_string()))?;
+            set(&mut c, "transport/link/rx/max_message_size", cap)?;
+            return Ok(c);
+        }
+        let mut c = Config::default();
+        set(&mut c, "transport/link/rx/max_message_size", cap)?;
         let mode = match self.mode {
             Mode::Peer => "peer",
             Mode::Client => "client",
@@ -189,6 +201,10 @@ impl TransportConfig {
         Ok(c)
     }
 }
+
+/// Bytes above `max_packet_size` that Zenoh may reassemble for one message (key expression,
+/// attachment and framing of a packet or snapshot chunk of `max_packet_size` bytes); DF-SEC-50.
+pub const ZENOH_MESSAGE_MARGIN: usize = 65_536;
 
 pub use df_fabric::transport::{
     SnapshotProvider, SnapshotSource, Transport, TransportError, TransportStats, VerifiedSnapshot,
