@@ -467,3 +467,33 @@ fn an_oversize_message_is_dropped_by_zenoh_before_the_node() {
     );
     session.close().wait().unwrap();
 }
+
+#[test]
+fn receive_queue_is_bounded_in_bytes_too() {
+    // 20 packets of 100 bytes into a queue of 1,000 packets but 450 bytes: the 4 newest are kept
+    // (the byte bound of the Python transport's queue_bytes), the 16 oldest dropped and counted.
+    let ns = ns("qbytes");
+    let mut bc = TransportConfig::new(2);
+    bc.queue_capacity = 1000;
+    bc.queue_bytes = 450;
+    let (a, b, _) = pair(&ns, 1, bc);
+    publish_until_received(|| a.publish(&[0xff]).expect("publish"), &b);
+    flush(&a, &b);
+    let before = b.stats();
+    for i in 0..20u8 {
+        a.publish(&[i; 100]).expect("publish");
+    }
+    let deadline = Instant::now() + WAIT;
+    while b.stats().received_packets < before.received_packets + 20 {
+        assert!(Instant::now() < deadline, "{:?}", b.stats());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let st = b.stats();
+    // REQ: DF-ZEN-17
+    assert_eq!(st.dropped_packets, before.dropped_packets + 16);
+    assert_eq!(st.dropped_bytes, before.dropped_bytes + 1600);
+    assert_eq!((st.queued_packets, st.queued_bytes), (4, 400));
+    let kept = b.drain(usize::MAX).expect("open");
+    assert_eq!(kept, (16..20u8).map(|i| vec![i; 100]).collect::<Vec<_>>());
+    assert_eq!(b.stats().queued_bytes, 0);
+}
