@@ -135,9 +135,12 @@ def test_receive_vector(row: dict[str, Any]) -> None:
         window=cfg.replay_window,
         max_incarnations=cfg.max_incarnations,
     )
+    eng.state.max_seq_jump = cfg.max_seq_jump  # REQ: DF-RCV-52
+    if "members" in node:  # REQ: DF-RCV-51
+        eng.set_members(int(m, 16) for m in node["members"])
     active = _from_bits(node["active_bits"])
     packets = [(base / name).read_bytes() for name in case["packets"]]
-    res = eng.receive(packets)
+    res = eng.receive(packets, active=active)  # REQ: DF-RCV-50
     res.apply_to(active)
     exp = case["expected"]
     assert [None if o is None else o.value for o in res.outcomes] == exp["rejections"]

@@ -140,6 +140,8 @@ def test_counters_json() -> None:
         "too_old": 0,
         "stale_incarnation": 0,
         "origin_limit": 0,
+        "not_member": 0,
+        "seq_jump": 0,
     }
     d = c.copy()
     d.count_error(ErrorCode.MALFORMED)

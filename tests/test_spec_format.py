@@ -315,7 +315,7 @@ NON_NUMERIC_PARAMETERS = {"encoding", "include_buffers", "relay_policy"}
 
 def test_parameter_defaults_match_the_reference_configuration() -> None:
     # REQ: DF-PAR-1, DF-PAR-2, DF-PAR-3, DF-PAR-4, DF-PAR-5, DF-PAR-6, DF-PAR-7, DF-PAR-8, DF-PAR-9
-    # REQ: DF-PAR-10, DF-PAR-11, DF-PAR-30, DF-PAR-70
+    # REQ: DF-PAR-10, DF-PAR-11, DF-PAR-30, DF-PAR-50, DF-PAR-70
     from delta_fabric.config import SyncConfig
 
     cfg = SyncConfig()

@@ -41,6 +41,7 @@ from delta_fabric.transports import (  # noqa: E402
 )
 from delta_fabric.transports.zenoh import (  # noqa: E402
     PACKET_SCHEMA,
+    ZENOH_MESSAGE_MARGIN,
     ZenohOptions,
     ZenohTransport,
     alive_key,
@@ -635,3 +636,34 @@ def test_fetch_from_absent_server_fails_in_time(cluster: Cluster) -> None:
     with pytest.raises(SnapshotError) as ei:
         joiner.fetch_snapshot(None, FP, 1.0, attempts=1)
     assert ei.value.kind is SnapshotErrorKind.NO_SERVER
+
+
+def test_oversize_message_is_dropped_by_zenoh_before_the_node(cluster: Cluster) -> None:
+    # REQ: DF-SEC-50
+    # The node caps Zenoh's reassembly at max_packet_size + margin: a 2 MiB put from a stranger never
+    # reaches its queue (with Zenoh's default 1 GiB cap it does), and the link still carries the next
+    # small put (sent after it on the same link, so its arrival proves the big one was dropped).
+    a = cluster.add(1, max_packet_size=4096)
+    assert a.options.max_message_size == 4096 + ZENOH_MESSAGE_MARGIN
+    session = zenoh.open(raw_config([ep(free_port())], [ep(cluster.ports[0])]))
+    try:
+        pub = session.declare_publisher(delta_key(NS, 0x77))
+        got: list[bytes] = []
+        deadline = time.monotonic() + WAIT
+        while not got and time.monotonic() < deadline:  # until a's subscriber is reachable
+            pub.put(b"probe")
+            a.wait_for_packets(0.2)
+            got = a.drain()
+        assert got and set(got) == {b"probe"}
+        big = b"x" * (2 << 20)
+        pub.put(big)
+        pub.put(b"after")
+        got = []
+        deadline = time.monotonic() + WAIT
+        while b"after" not in got and time.monotonic() < deadline:
+            a.wait_for_packets(0.2)
+            got.extend(a.drain())
+        assert b"after" in got
+        assert all(len(p) <= 4096 + ZENOH_MESSAGE_MARGIN for p in got)
+    finally:
+        session.close()

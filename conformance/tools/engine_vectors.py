@@ -613,6 +613,7 @@ class RecvCase:
     anchor: NDArray[np.float32] = field(default_factory=lambda: _pattern(5, 11, 5, 32.0))
     # how many relay packets the case publishes (the packing vectors of DF-RLY-3/-6 publish several)
     relay_packets: int = 1
+    members: list[int] | None = None  # DF-RCV-51 (1.1); None: no membership (every origin)
 
 
 def ent(
@@ -1129,6 +1130,178 @@ def receive_cases() -> list[RecvCase]:
             ],
             config=SyncConfig(max_packet_size=340),
         ),
+        *non_finite_result_cases(),
+        *membership_cases(),
+        *seq_jump_cases(),
+    ]
+
+
+def _set(base: NDArray[np.float32], at: dict[int, float]) -> NDArray[np.float32]:
+    out = base.copy()
+    for i, v in at.items():
+        out[i] = np.float32(v)
+    return out
+
+
+F32_MAX = float(np.finfo(np.float32).max)  # 3.4028234663852886e38
+
+
+def non_finite_result_cases() -> list[RecvCase]:
+    """DF-RCV-50 (added in 1.1): no accepted packet makes the aggregate, the anchor or the active
+    weights non-finite; such a packet is refused whole with NON_FINITE_RESULT and changes nothing."""
+    req = ["DF-RCV-50", "DF-RCV-1", "DF-RCV-6", "DF-RCV-7", "DF-ERR-50"]
+    return [
+        RecvCase(
+            "non_finite_result_two_entries_one_index",
+            "The hostile packet of issue 12 (248 bytes there): two finite values 3e38 at one index (B "
+            "and C): their f32 sum is +inf, so the packet is refused whole with NON_FINITE_RESULT. "
+            "Packet 1 (an own-origin entry, then two entries of D that overflow index 7 together) is "
+            "refused too, and its own-origin drop is not counted. Nothing of either counts (no drop, "
+            "no window change): packet 2 carries B's seq 1 again with a sane value and is accepted, "
+            "packet 3 carries D's seq 1 with sane values and is accepted.",
+            req,
+            [
+                pkt(ent(B, B_INC, 1, 0, [7], [3e38]), ent(C, C_INC, 1, 1, [7], [3e38])),
+                pkt(
+                    ent(NODE, NODE_INC, 4, 1, [2], [1.0]),
+                    ent(D, D_INC, 1, 0, [7], [3e38]),
+                    ent(D, D_INC, 2, 0, [7], [3e38]),
+                    sender=C,
+                ),
+                pkt(ent(B, B_INC, 1, 0, [7], [0.5])),
+                pkt(ent(D, D_INC, 1, 0, [7, 8], [0.25, -2.0]), sender=C),
+            ],
+        ),
+        RecvCase(
+            "non_finite_result_across_packets",
+            "Packet 0 puts -3e38 at index 3 (finite, accepted); packet 1 adds -3e38 at index 3 and 1.0 "
+            "at index 4: the running aggregate of the step would be -inf at 3, so packet 1 is refused "
+            "whole (its valid value at 4 is not applied either); packet 2 adds +3e38 at 3, accepted "
+            "(the aggregate returns near 0).",
+            req,
+            [
+                pkt(ent(B, B_INC, 1, 0, [3], [-3e38])),
+                pkt(ent(C, C_INC, 1, 0, [3, 4], [-3e38, 1.0]), sender=C),
+                pkt(ent(D, D_INC, 1, 0, [3], [3e38]), sender=C),
+            ],
+        ),
+        RecvCase(
+            "non_finite_result_active_only",
+            "active[5] = 3e38 (the local model diverged there; anchor[5] is small): a value of 1e38 at "
+            "index 5 keeps the aggregate and the anchor finite but active + agg = +inf: refused. The "
+            "same value at index 6 is accepted from another packet.",
+            req,
+            [
+                pkt(ent(B, B_INC, 1, 0, [5], [1e38])),
+                pkt(ent(C, C_INC, 1, 0, [6], [1e38]), sender=C),
+            ],
+            active=_set(_pattern(7, 13, 6, 16.0), {5: 3e38}),
+        ),
+        RecvCase(
+            "non_finite_result_anchor_only",
+            "anchor[9] = -3e38, active[9] small: -1e38 at index 9 overflows the anchor only: refused. "
+            "The replay window of B is unchanged, so B's seq 1 with a sane value in packet 1 is "
+            "accepted.",
+            req,
+            [
+                pkt(ent(B, B_INC, 1, 0, [9], [-1e38])),
+                pkt(ent(B, B_INC, 1, 0, [9], [1.0])),
+            ],
+            anchor=_set(_pattern(5, 11, 5, 32.0), {9: -3e38}),
+        ),
+        RecvCase(
+            "finite_result_rounds_to_max",
+            "Near the top of the range: anchor[0] = active[0] = the largest finite f32; adding 1e31 "
+            "(less than half an ulp, 2^103) rounds back to the largest finite f32: finite, accepted.",
+            req,
+            [pkt(ent(B, B_INC, 1, 0, [0], [1e31]))],
+            active=_set(_pattern(7, 13, 6, 16.0), {0: F32_MAX}),
+            anchor=_set(_pattern(5, 11, 5, 32.0), {0: F32_MAX}),
+        ),
+        RecvCase(
+            "subnormal_result_accepted",
+            "Subnormal values and results are finite: 1e-45 (the smallest subnormal) and -1e-40 at "
+            "indices where active and anchor are 0 give subnormal weights; accepted, applied exactly.",
+            req,
+            [pkt(ent(B, B_INC, 1, 0, [10, 11], [1e-45, -1e-40]))],
+            active=_set(_pattern(7, 13, 6, 16.0), {10: 0.0, 11: 0.0}),
+            anchor=_set(_pattern(5, 11, 5, 32.0), {10: 0.0, 11: 0.0}),
+        ),
+    ]
+
+
+def membership_cases() -> list[RecvCase]:
+    """DF-RCV-51 (added in 1.1): a receiver with a membership tracks only members as origins."""
+    req = ["DF-RCV-51", "DF-RCV-10"]
+    strangers = [0x5EED_0000_0000_0000 + i for i in range(1, 4097)]
+    return [
+        RecvCase(
+            "not_member_dropped",
+            "Membership {B, C}: in one packet, the entries of B and C are accepted and relayed, the "
+            "entry of D (a stranger) is dropped as not_member and not tracked; the own-origin entry is "
+            "dropped as own_origin first.",
+            req,
+            [
+                pkt(
+                    ent(B, B_INC, 1, 0, [0, 1], [0.5, -0.5]),
+                    ent(D, D_INC, 1, 0, [1], [100.0]),
+                    ent(NODE, NODE_INC, 7, 2, [2], [1.0]),
+                    ent(C, C_INC, 1, 1, [2], [0.25]),
+                )
+            ],
+            members=[B, C],
+        ),
+        RecvCase(
+            "not_member_origin_flood",
+            "The origin flood of issue 12: one packet with 4,096 entries of 4,096 forged origins "
+            "(which fill the default bound of 4,096 tracked origins at a receiver without a "
+            "membership, so that every later joiner is dropped as origin_limit), then an entry of "
+            "member B, a joiner: with the membership {B, C} every forged entry is dropped as "
+            "not_member, none is tracked, and B's entry is accepted.",
+            req,
+            [
+                pkt(
+                    *[ent(o, 1, 1, 0, [3], [1e-30]) for o in strangers],
+                    ent(B, B_INC, 1, 0, [3], [0.5]),
+                )
+            ],
+            members=[B, C],
+        ),
+    ]
+
+
+def seq_jump_cases() -> list[RecvCase]:
+    """DF-RCV-52 (added in 1.1): an optional bound on how far a tracked incarnation's seq may jump."""
+    req = ["DF-RCV-52", "DF-PAR-50", "DF-RCV-3", "DF-RCV-10"]
+    history = [(B, B_INC, s) for s in (1, 2, 3)]
+    forged = ent(B, B_INC, 2**64 - 1, 0, [0], [1.0])
+    real = [ent(B, B_INC, s, 0, [s], [0.5]) for s in range(4, 14)]
+    return [
+        RecvCase(
+            "forged_seq_max_without_bound",
+            "The forged seq of issue 12 without max_seq_jump (1.0 behaviour): B's window is at H = 3; "
+            "a forged entry with seq 2^64 - 1 is accepted and moves H there, after which all 10 real "
+            "entries of B (seqs 4..13) are dropped as too_old.",
+            ["DF-RCV-3", "DF-RCV-52"],
+            [pkt(forged), pkt(*real)],
+            history=history,
+        ),
+        RecvCase(
+            "forged_seq_max_with_bound",
+            "The same packets with max_seq_jump = 1000: the forged entry (2^64 - 1 - 3 > 1000) is "
+            "dropped as seq_jump and changes nothing, the 10 real entries are accepted. An entry "
+            "exactly max_seq_jump above H (seq 1013 after H = 13) is accepted; a new incarnation of B "
+            "starts with any seq (here 5000: there is no H to compare with).",
+            req,
+            [
+                pkt(forged),
+                pkt(*real),
+                pkt(ent(B, B_INC, 1013, 0, [20], [0.25])),
+                pkt(ent(B, B_INC + 1, 5000, 0, [21], [0.25])),
+            ],
+            config=SyncConfig(max_seq_jump=1000),
+            history=history,
+        ),
     ]
 
 
@@ -1145,7 +1318,15 @@ def _counters_json(eng: Engine) -> dict[str, Any]:
         **({"relay_suppressed": c["relay_suppressed"]} if c["relay_suppressed"] else {}),
         "errors": c["errors"],
         "drops": {
-            r: c["drops"][r] for r in ("own_origin", "duplicate", "too_old", "stale_incarnation")
+            r: c["drops"][r]
+            for r in (
+                "own_origin",
+                "duplicate",
+                "too_old",
+                "stale_incarnation",
+                "not_member",
+                "seq_jump",
+            )
         },
     }
 
@@ -1158,9 +1339,14 @@ def _write_receive(vectors_dir: Path, case: RecvCase) -> dict[str, Any]:
         window=case.config.replay_window,
         max_incarnations=case.config.max_incarnations,
     )
+    eng.state.max_seq_jump = case.config.max_seq_jump  # DF-RCV-52 (from_history has no jump bound)
+    if case.members is not None:
+        eng.set_members(case.members)
     active = case.active.copy()
-    res = eng.receive(case.packets)
+    res = eng.receive(case.packets, active=active)
     res.apply_to(active)
+    # DF-RCV-50: finite weights stay finite whatever the packets
+    assert bool(np.isfinite(active).all()) and bool(np.isfinite(eng.anchor).all()), case.name
     relay_packets = eng.pack([], res.relay)
 
     # independent cross-checks: the aggregate equals the in-order f32 sum of the accepted damped values
@@ -1214,6 +1400,7 @@ def _write_receive(vectors_dir: Path, case: RecvCase) -> dict[str, Any]:
                 "anchor": floats(case.anchor),
                 "anchor_bits": f32_bits(case.anchor),
                 "accepted": [[hex16(o), hex16(i), s] for o, i, s in case.history],
+                **({} if case.members is None else {"members": [hex16(m) for m in case.members]}),
             },
             "packets": names,
             "expected": {

@@ -90,7 +90,11 @@ REQ_HOSTILE = "DF-SEC-1"  # every offset and length checked before use
 REQ_JSON_FLOAT = (
     "DF-CNF-20"  # f32 values in JSON show they are floats (-0.0), non-finite as strings
 )
-REQ_ERR: dict[ErrorCode, str] = {code: f"DF-ERR-{i}" for i, code in enumerate(ErrorCode, start=1)}
+#: DF-ERR-1..13 are the 1.0 table in its order; codes added in 1.1 have ids of their own block.
+REQ_ERR: dict[ErrorCode, str] = {
+    **{code: f"DF-ERR-{i}" for i, code in enumerate(list(ErrorCode)[:13], start=1)},
+    ErrorCode.NON_FINITE_RESULT: "DF-ERR-50",
+}
 #: Ids every invalid vector of a code exercises, besides DF-RCV-1 and its DF-ERR id.
 REQ_BY_CODE: dict[ErrorCode, list[str]] = {
     ErrorCode.OVERSIZE: [REQ_HOSTILE],

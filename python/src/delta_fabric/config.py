@@ -16,6 +16,7 @@ from delta_fabric.wire import PACKET_OVERHEAD_BOUND, encoded_size_bound
 __all__ = [
     "DEFAULT_MAX_ORIGINS",
     "MAX_MAX_ORIGINS",
+    "MAX_SEQ_JUMP",
     "MIN_MAX_PACKET_SIZE",
     "RelayPolicy",
     "SyncConfig",
@@ -50,6 +51,8 @@ _MAX_HOPS = 255
 _MAX_REPLAY_WINDOW = 1 << 20
 #: Largest ``max_origins`` (DF-PAR-30, DF-SEC-30); the default is the receiver's 4096.
 MAX_MAX_ORIGINS = 1 << 20
+#: Largest accepted ``max_seq_jump`` (DF-PAR-50): 2^32, exact in every JSON parser.
+MAX_SEQ_JUMP = 1 << 32
 
 
 def _check_int(name: str, value: object, lo: int, hi: int | None = None) -> None:
@@ -76,6 +79,7 @@ class SyncConfig:
     ``alpha`` in (0, 1]; ``ratio`` in (0, 1]; ``relay_threshold`` >= 0; ``hop_limit`` in [0, 255];
     ``max_packet_size`` >= `MIN_MAX_PACKET_SIZE`; ``replay_window`` in [1, 2**20]; ``max_incarnations`` >= 1;
     ``max_origins`` in [1, 2**20] (DF-PAR-30: the origin bound of DF-SEC-2).
+    ``max_seq_jump`` in [0, 2**32] (0: no bound, DF-PAR-50, 1.1).
     ``encoding`` is the send encoding (own and relayed entries); ``include_buffers`` selects floating
     buffers into the manifest (DF-MAN-4). ``average_over`` in [1, 2**16] (added in 1.1, DF-GEN-70):
     ``C > 1`` sends ``1/C`` of each selected delta and moves the node's own weights by the sent
@@ -95,6 +99,8 @@ class SyncConfig:
     max_origins: int = DEFAULT_MAX_ORIGINS
     relay_policy: RelayPolicy = RelayPolicy.ALL
     average_over: int = 1
+    #: DF-PAR-50 (1.1): largest accepted step of a tracked incarnation's highest seq (0: no bound).
+    max_seq_jump: int = 0
 
     def __post_init__(self) -> None:
         alpha = _check_float("alpha", self.alpha)
@@ -113,6 +119,7 @@ class SyncConfig:
         _check_int("max_incarnations", self.max_incarnations, 1, 1 << 16)
         _check_int("max_origins", self.max_origins, 1, MAX_MAX_ORIGINS)
         _check_int("average_over", self.average_over, 1, 1 << 16)
+        _check_int("max_seq_jump", self.max_seq_jump, 0, MAX_SEQ_JUMP)
         encoding = codec(self.encoding).encoding  # ValueError naming the table's encodings
         if not isinstance(self.include_buffers, bool):
             raise TypeError("include_buffers must be a bool")
@@ -153,6 +160,10 @@ class SyncConfig:
         d["relay_policy"] = self.relay_policy.value
         if self.average_over == 1:  # a 1.1 key (DF-PAR-70): absent at its default, for 1.0 readers
             del d["average_over"]
+        if not self.max_seq_jump:
+            del d[
+                "max_seq_jump"
+            ]  # 1.1 parameter, written only when set: a 1.0 reader reads the rest
         return d
 
     @classmethod

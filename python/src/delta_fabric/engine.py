@@ -12,7 +12,7 @@ it is O(N). `Engine.generate` is O(N) (one subtraction and the selection, see `d
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -22,7 +22,12 @@ from delta_fabric.config import RelayPolicy, SyncConfig
 from delta_fabric.encodings import codec
 from delta_fabric.errors import DecodeError, ErrorCode
 from delta_fabric.manifest import Manifest
-from delta_fabric.replay import Admission, Counters, ReceiverState
+from delta_fabric.replay import (
+    Admission,
+    Counters,
+    ReceiverState,
+    ReplayWindow,
+)
 from delta_fabric.selection import Selector
 from delta_fabric.wire import (
     PACKET_OVERHEAD_BOUND,
@@ -37,6 +42,7 @@ from delta_fabric.wire import (
 
 __all__ = [
     "AcceptedEntry",
+    "ActiveView",
     "Engine",
     "NonFiniteDelta",
     "ReceiveResult",
@@ -47,6 +53,10 @@ __all__ = [
 _U64_MAX = (1 << 64) - 1
 _NO_INDICES: NDArray[np.uint32] = np.empty(0, dtype=np.uint32)
 _NO_VALUES: NDArray[np.float32] = np.empty(0, dtype=np.float32)
+
+#: The node's active weights as `Engine.receive` reads them for DF-RCV-50: a flat f32 array, or a
+#: function returning the values at the given flat indices (``WeightStore.gather``).
+ActiveView = NDArray[np.float32] | Callable[[NDArray[np.uint32]], NDArray[np.float32]]
 
 
 def _check_id(name: str, value: int) -> int:
@@ -169,9 +179,11 @@ class Engine:
         anchor: NDArray[np.float32] | None = None,
         *,
         max_origins: int | None = None,
+        members: Iterable[int] | None = None,
     ) -> None:
         """``anchor`` (copied) is normally the initial weights, identical on every node; zeros if None.
-        ``max_origins`` overrides ``config.max_origins`` (DF-PAR-30)."""
+        ``max_origins`` overrides ``config.max_origins`` (DF-PAR-30). ``members``: the node ids
+        accepted as origins (DF-RCV-51); ``None`` accepts every origin."""
         if manifest.num_params < 1:
             raise ValueError("the manifest holds no value")
         self.manifest = manifest
@@ -188,6 +200,8 @@ class Engine:
             window=config.replay_window,
             max_incarnations=config.max_incarnations,
             max_origins=config.max_origins if max_origins is None else max_origins,
+            members=members,
+            max_seq_jump=config.max_seq_jump,
         )
         self.counters = Counters()
         self.entries_generated = 0
@@ -207,6 +221,9 @@ class Engine:
             _NO_INDICES,
             _NO_VALUES,
         )
+        self._agg: NDArray[np.float32] | None = (
+            None  # O(N) receive scratch (DF-RCV-6), +0 between steps
+        )
 
     # ------------------------------------------------------------------------------------------------
     @property
@@ -221,6 +238,11 @@ class Engine:
     @property
     def fingerprint(self) -> bytes:
         return self._fingerprint
+
+    def set_members(self, members: Iterable[int] | None) -> None:
+        """Replace the membership (DF-RCV-51; ``None``: every origin). Windows of origins that left
+        are kept: a member that returns continues where it was, its old entries still duplicates."""
+        self.state.members = None if members is None else frozenset(members)
 
     @property
     def max_entry_values(self) -> int:
@@ -305,14 +327,23 @@ class Engine:
         return entries
 
     # receive (DF-RCV) and relay (DF-RLY) --------------------------------------------------------------
-    def receive(self, packets: Sequence[bytes | bytearray | memoryview]) -> ReceiveResult:
+    def receive(
+        self,
+        packets: Sequence[bytes | bytearray | memoryview],
+        *,
+        active: ActiveView | None = None,
+    ) -> ReceiveResult:
         """Process one step's packets in arrival order; apply the aggregate to the anchor.
 
         A packet that fails decoding or validation is rejected whole and changes nothing but its error
         counter (DF-RCV-1). Entries of accepted packets pass the origin / incarnation / window checks in
         order (DF-RCV-2..4); accepted ones are damped (DF-RCV-5), summed (DF-RCV-6) and yield relay entries
-        (DF-RLY-1, 2). The returned aggregate is applied to the anchor here and to the active weights by
-        the caller (DF-RCV-7).
+        (DF-RLY-1, 2). A packet whose accepted entries would make the step's aggregate, or the anchor or
+        the active weights after the apply, non-finite at an index is refused whole with
+        ``NON_FINITE_RESULT`` (DF-RCV-50): its admissions are undone. ``active`` is the node's active
+        weights (a flat f32 array, or a function returning them at given indices, e.g.
+        ``WeightStore.gather``); without it only the anchor is checked. The returned aggregate is applied
+        to the anchor here and to the active weights by the caller (DF-RCV-7).
         """
         cfg = self.config
         alpha = np.float32(cfg.alpha)
@@ -322,8 +353,11 @@ class Engine:
         needed = cfg.relay_policy is RelayPolicy.NEEDED
         copies: dict[tuple[int, int, int], set[int]] = {}  # senders of every copy of an entry
         parts_idx: list[NDArray[np.uint32]] = []
-        parts_val: list[NDArray[np.float32]] = []
         c = self.counters
+        if self._agg is None:  # O(N) scratch, +0 everywhere between steps
+            self._agg = np.zeros(self.num_params, dtype=np.float32)
+        agg = self._agg
+        anchor = self._anchor
         for i, buf in enumerate(packets):
             c.packets_received += 1
             try:
@@ -335,36 +369,42 @@ class Engine:
                     hop_limit=hop_limit,
                 )
             except DecodeError as exc:  # DF-RCV-1: the whole packet, no state change
-                c.packets_rejected += 1
-                c.count_error(exc.code)
-                res.rejected.append((i, exc.code))
-                res.outcomes.append(exc.code)
-                res.entry_outcomes.append([])
+                self._reject(res, i, exc.code)
                 continue
-            c.packets_accepted += 1
-            res.outcomes.append(None)
-            if needed:
-                self._note_packet(pkt.sender, pkt.heard)
+            saved: dict[int, dict[int, ReplayWindow] | None] = {}
+            p_copies: list[tuple[int, int, int]] = []  # NEEDED: copies, counted once accepted
             verdicts: list[Admission] = []
+            accepted: list[AcceptedEntry] = []
+            relay: list[Entry] = []
+            p_idx: list[NDArray[np.uint32]] = []
+            undo: list[tuple[NDArray[np.uint32], NDArray[np.float32]]] = []
             for j, e in enumerate(pkt.entries):
+                # only an entry that will be accepted changes the state: save its origin's table
+                # once per packet, before the first change
+                if (
+                    e.origin not in saved
+                    and self.state.check(e.origin, e.incarnation, e.seq) is Admission.ACCEPTED
+                ):
+                    saved[e.origin] = self.state.save(e.origin)
                 verdict = self.state.admit(e.origin, e.incarnation, e.seq)  # DF-RCV-2..4
                 verdicts.append(verdict)
                 if needed:
-                    key = (e.origin, e.incarnation, e.seq)
-                    copies.setdefault(key, set()).add(pkt.sender)
+                    p_copies.append((e.origin, e.incarnation, e.seq))
                 if verdict is not Admission.ACCEPTED:
-                    c.count_drop(verdict)
                     continue
-                res.accepted.append(AcceptedEntry(e.origin, e.incarnation, e.seq, e.hops, i, j))
+                accepted.append(AcceptedEntry(e.origin, e.incarnation, e.seq, e.hops, i, j))
                 u = np.multiply(e.values, alpha, dtype=np.float32)  # DF-RCV-5: fl32(alpha_f32 * v)
-                parts_idx.append(e.indices)
-                parts_val.append(u)
+                # DF-RCV-6, index by index in entry order from +0 (an entry's indices are distinct)
+                undo.append((e.indices, agg[e.indices]))
+                with np.errstate(over="ignore", invalid="ignore"):  # checked below (DF-RCV-50)
+                    agg[e.indices] = agg[e.indices] + u
+                p_idx.append(e.indices)
                 if e.hops + 1 > hop_limit:  # DF-RLY-1
                     continue
                 keep = np.abs(u).astype(np.float64) >= threshold  # compared as real numbers
                 if not bool(keep.any()):  # DF-RLY-2
                     continue
-                res.relay.append(
+                relay.append(
                     Entry(
                         origin=e.origin,
                         incarnation=e.incarnation,
@@ -374,6 +414,27 @@ class Engine:
                         values=u[keep],
                     )
                 )
+            if p_idx and not self._finite_result(
+                p_idx[0] if len(p_idx) == 1 else _sorted_unique(p_idx), active
+            ):
+                for idx, old in reversed(undo):  # DF-RCV-50: the packet changes nothing
+                    agg[idx] = old
+                for origin, table in saved.items():
+                    self.state.restore(origin, table)
+                self._reject(res, i, ErrorCode.NON_FINITE_RESULT)
+                continue
+            c.packets_accepted += 1
+            res.outcomes.append(None)
+            if needed:
+                self._note_packet(pkt.sender, pkt.heard)
+                for key in p_copies:
+                    copies.setdefault(key, set()).add(pkt.sender)
+            for v in verdicts:
+                if v is not Admission.ACCEPTED:
+                    c.count_drop(v)
+            res.accepted.extend(accepted)
+            res.relay.extend(relay)
+            parts_idx.extend(p_idx)
             res.entry_outcomes.append(verdicts)
         if needed and res.relay:  # DF-RLY-60, after every advertisement of the step is known
             kept = [e for e in res.relay if self._relay_needed(e, copies)]
@@ -382,9 +443,11 @@ class Engine:
         c.entries_accepted += res.accepted_entries
         c.entries_relayed += len(res.relay)
         if parts_idx:
-            res.indices, res.values = _aggregate(parts_idx, parts_val)
-            a = self._anchor
-            a[res.indices] = a[res.indices] + res.values  # DF-RCV-7 (anchor side)
+            idx = parts_idx[0] if len(parts_idx) == 1 else _sorted_unique(parts_idx)
+            res.indices = np.array(idx, dtype=np.uint32)
+            res.values = agg[res.indices].copy()
+            agg[res.indices] = 0.0  # back to +0 for the next step
+            anchor[res.indices] = anchor[res.indices] + res.values  # DF-RCV-7 (anchor side)
             c.values_applied += int(res.indices.size)
         return res
 
@@ -435,6 +498,28 @@ class Engine:
         self._heard_now.discard(peer)
         self._heard_prev.discard(peer)
         self._adverts.pop(peer, None)
+
+    def _reject(self, res: ReceiveResult, i: int, code: ErrorCode) -> None:
+        c = self.counters
+        c.packets_rejected += 1
+        c.count_error(code)
+        res.rejected.append((i, code))
+        res.outcomes.append(code)
+        res.entry_outcomes.append([])
+
+    def _finite_result(self, idx: NDArray[np.uint32], active: ActiveView | None) -> bool:
+        """DF-RCV-50 at the indices ``idx`` (sorted, unique: what ``WeightStore.gather`` takes) that a
+        packet touched: the running aggregate ``agg[i]``,
+        ``fl32(anchor[i] + agg[i])`` and ``fl32(active[i] + agg[i])`` are all finite."""
+        assert self._agg is not None
+        a = self._agg[idx]
+        with np.errstate(over="ignore", invalid="ignore"):
+            if not bool(np.isfinite(a).all()) or not bool(np.isfinite(self._anchor[idx] + a).all()):
+                return False
+            if active is None:
+                return True
+            act = active[idx] if isinstance(active, np.ndarray) else active(idx)
+            return bool(np.isfinite(np.asarray(act, dtype=np.float32) + a).all())
 
     def pack(self, own: Sequence[Entry], relay: Sequence[Entry]) -> list[bytes]:
         """DF-RLY-3/4: own entries first, then relay entries in acceptance order, greedily packed into
@@ -502,7 +587,7 @@ class Engine:
         """Receive ``packets``, apply the aggregate to ``active`` (in place), generate when ``sync``, pack
         own and relay entries. Returns the receive result and the packets to publish."""
         self._check_active(active)
-        res = self.receive(packets)
+        res = self.receive(packets, active=active)
         res.apply_to(active)
         own = self.generate(active, fast=fast) if sync else []
         if sync:
@@ -543,16 +628,11 @@ class Engine:
         return eng
 
 
-def _aggregate(
-    parts_idx: list[NDArray[np.uint32]], parts_val: list[NDArray[np.float32]]
-) -> tuple[NDArray[np.uint32], NDArray[np.float32]]:
-    """DF-RCV-6: sum per index in f32, in order (entries in order, values in index order), from 0."""
-    zero = np.float32(0.0)
-    if len(parts_idx) == 1:  # indices of one entry are strictly increasing already
-        return np.array(parts_idx[0], dtype=np.uint32), zero + parts_val[0]
-    idx = np.concatenate(parts_idx)
-    vals = np.concatenate(parts_val)
-    uniq, inv = np.unique(idx, return_inverse=True)
-    agg = np.zeros(uniq.size, dtype=np.float32)
-    np.add.at(agg, inv, vals)  # unbuffered, applied in input order
-    return uniq.astype(np.uint32, copy=False), agg
+def _sorted_unique(parts: list[NDArray[np.uint32]]) -> NDArray[np.uint32]:
+    """The sorted distinct values of ``parts`` (each already strictly increasing). O(k log k): a sort
+    and a mask (``np.unique`` takes a slower hash path for integers in NumPy 2)."""
+    s = np.sort(np.concatenate(parts))
+    keep = np.empty(s.size, dtype=bool)
+    keep[:1] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]

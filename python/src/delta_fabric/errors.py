@@ -23,6 +23,7 @@ class ErrorCode(str, Enum):
     UNSORTED_INDICES = "UNSORTED_INDICES"
     DUPLICATE_INDEX = "DUPLICATE_INDEX"
     NON_FINITE = "NON_FINITE"
+    NON_FINITE_RESULT = "NON_FINITE_RESULT"  # added in 1.1 (DF-RCV-50)
 
     def __str__(self) -> str:
         return self.value

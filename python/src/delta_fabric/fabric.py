@@ -28,7 +28,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
@@ -91,7 +91,10 @@ class Fabric:
     selection. ``max_drain``: packets taken per step. ``on_accepted``: see `AcceptedCallback`.
     ``own_transport``: `close` (and leaving a ``with`` block) also closes the transport.
     ``metrics``: a file the node appends its `stats` to as JSON lines, every ``metrics_interval``
-    seconds from `step` and once at `close` (`delta_fabric.metrics`; no thread).
+    seconds from `step` and once at `close` (`delta_fabric.metrics`; no thread). ``members``: the node
+    ids accepted as origins (DF-RCV-51, 1.1): entries of any other origin are dropped and counted
+    (``drops.not_member``) and never take a place in the origin bound; ``None`` (default) accepts every
+    origin, as 1.0 does.
     """
 
     def __init__(
@@ -110,6 +113,7 @@ class Fabric:
         own_transport: bool = False,
         metrics: str | Path | None = None,
         metrics_interval: float = 10.0,
+        members: Iterable[int] | None = None,
     ) -> None:
         if not isinstance(store, WeightStore):
             raise TypeError(
@@ -151,6 +155,8 @@ class Fabric:
                 MetricsWriter(metrics, metrics_interval) if metrics is not None else None
             )
             self.engine = self._start(bootstrap, bootstrap_timeout, incarnation)
+            if members is not None:  # DF-RCV-51: only these node ids are tracked as origins
+                self.engine.set_members(check_node_id(m) for m in members)
             self.transport.serve_snapshot(self._snapshot_source)
             serve_info = getattr(self.transport, "serve_info", None)
             if callable(serve_info):  # the Zenoh transport's info replies, with the counters
@@ -409,7 +415,7 @@ class Fabric:
         res: ReceiveResult | None = None
         with self._lock:
             if packets:
-                res = self.engine.receive(packets)
+                res = self.engine.receive(packets, active=self.store.gather)
                 if res.indices.size:
                     self.store.apply(res.indices, res.values)
                     self.values_received_applied += int(res.indices.size)

@@ -32,6 +32,8 @@ class Admission(str, Enum):
     TOO_OLD = "too_old"  # DF-RCV-3
     STALE_INCARNATION = "stale_incarnation"  # DF-RCV-4
     ORIGIN_LIMIT = "origin_limit"  # receiver bound on tracked origins (not fixed by the spec's table; spec DF-SEC-2)
+    NOT_MEMBER = "not_member"  # DF-RCV-51 (1.1): origin outside the receiver's membership
+    SEQ_JUMP = "seq_jump"  # DF-RCV-52 (1.1): seq too far above a tracked incarnation's highest
 
     def __str__(self) -> str:
         return self.value
@@ -77,6 +79,12 @@ class ReplayWindow:
             else:
                 self._bits |= 1 << (h - seq)
         return verdict
+
+    def copy(self) -> ReplayWindow:
+        """An independent copy (O(W) bits)."""
+        w = ReplayWindow(self.width)
+        w.highest, w._bits = self.highest, self._bits
+        return w
 
     def seen(self) -> list[int]:
         """Accepted seqs still inside the window, ascending (replaying them rebuilds this window)."""
@@ -155,9 +163,17 @@ class ReceiverState:
         window: int = 1024,
         max_incarnations: int = 4,
         max_origins: int = DEFAULT_MAX_ORIGINS,
+        members: Iterable[int] | None = None,
+        max_seq_jump: int = 0,
     ) -> None:
         if window < 1 or max_incarnations < 1 or max_origins < 1:
             raise ValueError("window, max_incarnations and max_origins must be >= 1")
+        if max_seq_jump < 0:
+            raise ValueError("max_seq_jump must be >= 0")
+        #: DF-RCV-52: largest accepted ``seq - H`` of a tracked incarnation with H >= 1 (0: none).
+        self.max_seq_jump = max_seq_jump
+        #: DF-RCV-51: the node ids accepted as origins (``None``: every origin, as in 1.0).
+        self.members: frozenset[int] | None = None if members is None else frozenset(members)
         self.own_id = own_id
         self.window = window
         self.max_incarnations = max_incarnations
@@ -168,6 +184,8 @@ class ReceiverState:
         """Verdict and, for a new incarnation on a full table, the incarnation it evicts."""
         if origin == self.own_id:
             return Admission.OWN_ORIGIN, None  # DF-RCV-2
+        if self.members is not None and origin not in self.members:
+            return Admission.NOT_MEMBER, None  # DF-RCV-51: never tracked
         table = self._origins.get(origin)
         if table is None:
             if len(self._origins) >= self.max_origins:
@@ -175,6 +193,9 @@ class ReceiverState:
             return Admission.ACCEPTED, None
         win = table.get(incarnation)
         if win is not None:
+            jump = self.max_seq_jump
+            if jump and win.highest and seq - win.highest > jump:
+                return Admission.SEQ_JUMP, None  # DF-RCV-52
             return win.check(seq), None
         if len(table) < self.max_incarnations:
             return Admission.ACCEPTED, None
@@ -199,6 +220,20 @@ class ReceiverState:
                 win = table[incarnation] = ReplayWindow(self.window)
             win.admit(seq)
         return verdict
+
+    def save(self, origin: int) -> dict[int, ReplayWindow] | None:
+        """A copy of ``origin``'s incarnation table (``None`` when untracked), for `restore`: what a
+        receiver needs to undo the admissions of a packet it refuses after admitting its entries
+        (DF-RCV-50). O(max_incarnations * W) bits."""
+        table = self._origins.get(origin)
+        return None if table is None else {inc: w.copy() for inc, w in table.items()}
+
+    def restore(self, origin: int, saved: dict[int, ReplayWindow] | None) -> None:
+        """Put back a table taken by `save` (``None``: ``origin`` becomes untracked)."""
+        if saved is None:
+            self._origins.pop(origin, None)
+        else:
+            self._origins[origin] = saved
 
     # inspection and (re)construction ------------------------------------------------------------------
     def incarnations(self, origin: int) -> list[int]:

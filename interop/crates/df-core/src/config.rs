@@ -25,11 +25,13 @@ pub const MAX_MAX_INCARNATIONS: usize = 1 << 16;
 pub const MAX_MAX_ORIGINS: usize = 1 << 20;
 /// Largest `average_over` accepted (DF-PAR-70).
 pub const MAX_AVERAGE_OVER: u64 = 1 << 16;
+/// Largest accepted `max_seq_jump` (DF-PAR-50): 2^32, exact in every JSON parser.
+pub const MAX_SEQ_JUMP: u64 = 1 << 32;
 
 /// The JSON keys [`SyncConfig::from_json`] accepts: the spec's parameters (section 3), the origin
-/// bound `max_origins` (DF-PAR-30), the relay policy (DF-PAR-60) and `average_over` (DF-PAR-70), all
-/// added in 1.1.
-pub const CONFIG_KEYS: [&str; 13] = [
+/// bound `max_origins` (DF-PAR-30), `max_seq_jump` (DF-PAR-50), the relay policy (DF-PAR-60) and
+/// `average_over` (DF-PAR-70), all added in 1.1.
+pub const CONFIG_KEYS: [&str; 14] = [
     "alpha",
     "ratio",
     "sync_interval",
@@ -43,6 +45,7 @@ pub const CONFIG_KEYS: [&str; 13] = [
     "max_origins",
     "relay_policy",
     "average_over",
+    "max_seq_jump",
 ];
 
 /// Which accepted entries a node relays (DF-PAR-60, spec section 8.6; added in 1.1).
@@ -202,6 +205,9 @@ pub struct SyncConfig {
     /// selected delta and moves the node's own weights by what it sent only (DF-GEN-70), so that C
     /// nodes move by the mean of their progress; `1` keeps protocol 1.0's sums. `1..=65536`.
     pub average_over: u32,
+    /// DF-PAR-50 (1.1): largest accepted step of a tracked incarnation's highest seq, in
+    /// `0..=`[`MAX_SEQ_JUMP`] (0: no bound).
+    pub max_seq_jump: u64,
 }
 
 impl Default for SyncConfig {
@@ -221,6 +227,7 @@ impl Default for SyncConfig {
             max_origins: DEFAULT_MAX_ORIGINS,
             relay_policy: RelayPolicy::All,
             average_over: 1,
+            max_seq_jump: 0,
         }
     }
 }
@@ -256,6 +263,7 @@ impl SyncConfig {
             max_origins: DEFAULT_MAX_ORIGINS,
             relay_policy: RelayPolicy::All,
             average_over: 1,
+            max_seq_jump: 0,
         }
         .validated()
     }
@@ -314,6 +322,7 @@ impl SyncConfig {
             1,
             MAX_AVERAGE_OVER,
         )?;
+        check_range("max_seq_jump", self.max_seq_jump, 0, MAX_SEQ_JUMP)?;
         Ok(())
     }
 
@@ -366,6 +375,9 @@ impl SyncConfig {
             c.max_incarnations =
                 json_int("max_incarnations", x, 1, MAX_MAX_INCARNATIONS as u64)? as usize;
         }
+        if let Some(x) = obj.get("max_seq_jump") {
+            c.max_seq_jump = json_int("max_seq_jump", x, 0, MAX_SEQ_JUMP)?;
+        }
         if let Some(x) = obj.get("max_origins") {
             c.max_origins = json_int("max_origins", x, 1, MAX_MAX_ORIGINS as u64)? as usize;
         }
@@ -409,6 +421,9 @@ impl SyncConfig {
         m.insert("include_buffers".into(), json!(self.include_buffers));
         m.insert("encoding".into(), json!(self.encoding.name()));
         m.insert("relay_policy".into(), json!(self.relay_policy.name()));
+        if self.max_seq_jump != 0 {
+            m.insert("max_seq_jump".into(), json!(self.max_seq_jump));
+        }
         if self.max_origins != DEFAULT_MAX_ORIGINS {
             m.insert("max_origins".into(), json!(self.max_origins));
         }

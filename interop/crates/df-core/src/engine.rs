@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::config::{ConfigError, RelayPolicy, SyncConfig};
 use crate::error::ErrorCode;
 use crate::manifest::Manifest;
-use crate::replay::{Admission, ReceiverState};
+use crate::replay::{Admission, ReceiverState, ReplayWindow};
 use crate::selection::{Selector, num_selected};
 use crate::wire::{
     OwnedEntry, OwnedPacket, PACKET_OVERHEAD_BOUND, decode_packet, encode_packet, entry_size_bound,
@@ -84,9 +84,9 @@ pub struct Counters {
     /// Indices of the aggregates applied.
     pub values_applied: u64,
     /// Rejections per code, in [`ErrorCode::ALL`] order.
-    pub errors: [u64; 13],
+    pub errors: [u64; ErrorCode::ALL.len()],
     /// Drops per reason, in [`Admission::DROPS`] order.
-    pub drops: [u64; 5],
+    pub drops: [u64; Admission::DROPS.len()],
     /// Relay candidates not relayed because every neighbour already has them (DF-RLY-60, 1.1).
     pub relay_suppressed: u64,
 }
@@ -200,6 +200,10 @@ impl ReceiveResult {
     }
 }
 
+/// The node's active weights as [`Engine::receive_with`] reads them for DF-RCV-50: the values at
+/// the given flat indices (a result of another length counts as non-finite).
+pub type ActiveView<'a> = &'a dyn Fn(&[u32]) -> Vec<f32>;
+
 /// The protocol state of one node.
 #[derive(Debug)]
 pub struct Engine {
@@ -253,12 +257,13 @@ impl Engine {
             ));
         }
         config.validate().map_err(EngineError::Config)?;
-        let state = ReceiverState::new(
+        let mut state = ReceiverState::new(
             node_id,
             config.replay_window,
             config.max_incarnations,
             config.max_origins,
         );
+        state.set_max_seq_jump(config.max_seq_jump);
         Ok(Engine {
             manifest,
             config,
@@ -422,8 +427,21 @@ impl Engine {
     /// One receive step over `packets` in arrival order (DF-RCV-1..7, DF-RLY): every packet is
     /// decoded and validated before any state changes; accepted entries pass the replay window
     /// and incarnation table; their damped values are summed into one aggregate, applied once to
-    /// the anchor (the caller applies the result to its active weights).
+    /// the anchor (the caller applies the result to its active weights). Only the anchor is checked
+    /// for DF-RCV-50; [`Engine::receive_with`] also checks the active weights.
     pub fn receive(&mut self, packets: &[&[u8]]) -> ReceiveResult {
+        self.receive_with(packets, None)
+    }
+
+    /// [`Engine::receive`] with the node's active weights for DF-RCV-50: `active(indices)` returns
+    /// them at the given flat indices (for example `WeightStore::gather_indices`). A packet whose
+    /// accepted entries would make the step's aggregate, or `anchor` or `active` after the apply,
+    /// non-finite at an index is refused whole with `NON_FINITE_RESULT`: its admissions are undone.
+    pub fn receive_with(
+        &mut self,
+        packets: &[&[u8]],
+        active: Option<ActiveView<'_>>,
+    ) -> ReceiveResult {
         let n = self.anchor.len();
         if self.agg.len() != n {
             self.agg = vec![0.0; n];
@@ -437,8 +455,13 @@ impl Engine {
         self.touched_list.clear();
         let mut u: Vec<f32> = Vec::new();
         let needed = self.config.relay_policy == RelayPolicy::Needed;
-        // senders of every copy of an entry in this step (DF-RLY-60)
+        // senders of every copy of an entry in this step (DF-RLY-60), counted once a packet is accepted
         let mut copies: HashMap<(u64, u64, u64), Vec<u64>> = HashMap::new();
+        let mut p_copies: Vec<(u64, u64, u64)> = Vec::new();
+        // per packet: saved incarnation tables, undo log of the aggregate, indices touched
+        let mut saved: HashMap<u64, Option<Vec<(u64, ReplayWindow)>>> = HashMap::new();
+        let mut undo: Vec<(u32, f32, bool)> = Vec::new();
+        let mut p_idx: Vec<u32> = Vec::new();
         for (packet_index, buf) in packets.iter().enumerate() {
             c.packets_received += 1;
             let pkt = match decode_packet(buf, self.config.max_packet_size)
@@ -453,31 +476,29 @@ impl Engine {
                     continue;
                 }
             };
-            c.packets_accepted += 1;
-            res.outcomes.push(Outcome::Ok);
-            if needed && pkt.sender != self.node_id {
-                // DF-RLY-61, DF-RLY-62: heard directly; its advertisement replaces the stored one
-                self.heard_now.insert(pkt.sender);
-                if let Some(h) = &pkt.heard {
-                    self.adverts
-                        .insert(pkt.sender, (h.iter().copied().collect(), 0));
-                }
-            }
+            saved.clear();
+            undo.clear();
+            p_idx.clear();
+            p_copies.clear();
+            let accepted_before = res.accepted.len();
+            let relay_before = res.relay.len();
             let mut admissions = Vec::with_capacity(pkt.entries.len());
             for (entry_index, e) in pkt.entries.iter().enumerate() {
+                // only an entry that will be accepted changes the state: save its origin's table
+                // once per packet, before the first change (O(1) per entry)
+                if !saved.contains_key(&e.origin)
+                    && self.state.check(e.origin, e.incarnation, e.seq) == Admission::Accepted
+                {
+                    saved.insert(e.origin, self.state.save(e.origin));
+                }
                 let a = self.state.admit(e.origin, e.incarnation, e.seq);
                 admissions.push(a);
                 if needed {
-                    copies
-                        .entry((e.origin, e.incarnation, e.seq))
-                        .or_default()
-                        .push(pkt.sender);
+                    p_copies.push((e.origin, e.incarnation, e.seq));
                 }
                 if a != Admission::Accepted {
-                    c.count_drop(a);
                     continue;
                 }
-                c.entries_accepted += 1;
                 res.accepted.push(AcceptedEntry {
                     origin: e.origin,
                     incarnation: e.incarnation,
@@ -490,6 +511,8 @@ impl Engine {
                 u.extend(e.values.iter().map(|&v| alpha * v));
                 for (&i, &x) in e.indices.iter().zip(&u) {
                     let iu = i as usize;
+                    undo.push((i, self.agg[iu], self.touched[iu]));
+                    p_idx.push(i);
                     if self.touched[iu] {
                         self.agg[iu] += x;
                     } else {
@@ -516,6 +539,52 @@ impl Engine {
                     if !r.indices.is_empty() {
                         res.relay.push(r);
                     }
+                }
+            }
+            // sorted and unique, as `WeightStore::gather_indices` takes them
+            p_idx.sort_unstable();
+            p_idx.dedup();
+            if !p_idx.is_empty() && !self.finite_result(&p_idx, active) {
+                // DF-RCV-50: the packet changes nothing but its counter
+                for &(i, old, was) in undo.iter().rev() {
+                    self.agg[i as usize] = old;
+                    self.touched[i as usize] = was;
+                }
+                let keep =
+                    self.touched_list.len() - undo.iter().filter(|(_, _, was)| !*was).count();
+                self.touched_list.truncate(keep);
+                for (o, t) in saved.drain() {
+                    self.state.restore(o, t);
+                }
+                res.accepted.truncate(accepted_before);
+                res.relay.truncate(relay_before);
+                c.packets_rejected += 1;
+                c.count_error(ErrorCode::NonFiniteResult);
+                res.outcomes
+                    .push(Outcome::Rejected(ErrorCode::NonFiniteResult));
+                res.entry_outcomes.push(Vec::new());
+                continue;
+            }
+            c.packets_accepted += 1;
+            res.outcomes.push(Outcome::Ok);
+            if needed {
+                for &key in &p_copies {
+                    copies.entry(key).or_default().push(pkt.sender);
+                }
+                if pkt.sender != self.node_id {
+                    // DF-RLY-61, DF-RLY-62: heard directly; its advertisement replaces the stored one
+                    self.heard_now.insert(pkt.sender);
+                    if let Some(h) = &pkt.heard {
+                        self.adverts
+                            .insert(pkt.sender, (h.iter().copied().collect(), 0));
+                    }
+                }
+            }
+            for &a in &admissions {
+                if a == Admission::Accepted {
+                    c.entries_accepted += 1;
+                } else {
+                    c.count_drop(a);
                 }
             }
             res.entry_outcomes.push(admissions);
@@ -625,6 +694,25 @@ impl Engine {
                 p.heard = Some(h);
             }
         }
+    /// DF-RCV-50 at the indices `idx` (sorted, unique) a packet touched: the running aggregate `agg[i]`,
+    /// `fl32(anchor[i] + agg[i])` and `fl32(active[i] + agg[i])` are all finite.
+    fn finite_result(&self, idx: &[u32], active: Option<ActiveView<'_>>) -> bool {
+        let ok = idx.iter().all(|&i| {
+            let a = self.agg[i as usize];
+            a.is_finite() && (self.anchor[i as usize] + a).is_finite()
+        });
+        if !ok {
+            return false;
+        }
+        let Some(view) = active else {
+            return true;
+        };
+        let act = view(idx);
+        act.len() == idx.len()
+            && act
+                .iter()
+                .zip(idx)
+                .all(|(&x, &i)| (x + self.agg[i as usize]).is_finite())
     }
 
     /// Packs own entries (first) then relay entries, in order, into as few packets as the greedy

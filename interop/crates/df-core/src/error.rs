@@ -31,11 +31,14 @@ pub enum ErrorCode {
     DuplicateIndex,
     /// A decoded value is NaN or infinite.
     NonFinite,
+    /// The packet's accepted entries would make the step's aggregate, or the anchor or active
+    /// weights after the apply, non-finite (DF-RCV-50, added in 1.1).
+    NonFiniteResult,
 }
 
 impl ErrorCode {
     /// Every code, in the spec's table (section 7.2) order.
-    pub const ALL: [ErrorCode; 13] = [
+    pub const ALL: [ErrorCode; 14] = [
         ErrorCode::Oversize,
         ErrorCode::BadIdentifier,
         ErrorCode::Malformed,
@@ -49,6 +52,7 @@ impl ErrorCode {
         ErrorCode::UnsortedIndices,
         ErrorCode::DuplicateIndex,
         ErrorCode::NonFinite,
+        ErrorCode::NonFiniteResult,
     ];
 
     /// The code as written in the spec, e.g. `"MALFORMED"`.
@@ -67,6 +71,7 @@ impl ErrorCode {
             ErrorCode::UnsortedIndices => "UNSORTED_INDICES",
             ErrorCode::DuplicateIndex => "DUPLICATE_INDEX",
             ErrorCode::NonFinite => "NON_FINITE",
+            ErrorCode::NonFiniteResult => "NON_FINITE_RESULT",
         }
     }
 

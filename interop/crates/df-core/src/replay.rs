@@ -1,6 +1,6 @@
 //! Replay windows (DF-RCV-3) and incarnation tables (DF-RCV-4).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// What the receiver does with one entry of an accepted packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -17,16 +17,22 @@ pub enum Admission {
     StaleIncarnation,
     /// Receiver bound on tracked origins (not fixed by the spec's table; spec DF-SEC-2; same as the Python reference).
     OriginLimit,
+    /// DF-RCV-51 (1.1): origin outside the receiver's membership (never tracked).
+    NotMember,
+    /// DF-RCV-52 (1.1): seq more than `max_seq_jump` above a tracked incarnation's highest seq.
+    SeqJump,
 }
 
 impl Admission {
     /// Drop reasons in counter order.
-    pub const DROPS: [Admission; 5] = [
+    pub const DROPS: [Admission; 7] = [
         Admission::OwnOrigin,
         Admission::Duplicate,
         Admission::TooOld,
         Admission::StaleIncarnation,
         Admission::OriginLimit,
+        Admission::NotMember,
+        Admission::SeqJump,
     ];
     /// Counter name, e.g. `"own_origin"`.
     pub fn as_str(self) -> &'static str {
@@ -37,6 +43,8 @@ impl Admission {
             Admission::TooOld => "too_old",
             Admission::StaleIncarnation => "stale_incarnation",
             Admission::OriginLimit => "origin_limit",
+            Admission::NotMember => "not_member",
+            Admission::SeqJump => "seq_jump",
         }
     }
 }
@@ -128,6 +136,8 @@ pub struct ReceiverState {
     window: u64,
     max_incarnations: usize,
     max_origins: usize,
+    members: Option<HashSet<u64>>,
+    max_seq_jump: u64,
     origins: HashMap<u64, Vec<(u64, ReplayWindow)>>,
 }
 
@@ -142,13 +152,35 @@ impl ReceiverState {
             window: window.max(1),
             max_incarnations: max_incarnations.max(1),
             max_origins: max_origins.max(1),
+            members: None,
+            max_seq_jump: 0,
             origins: HashMap::new(),
         }
+    }
+
+    /// DF-RCV-52 (1.1): the largest accepted `seq - H` of a tracked incarnation with `H >= 1`
+    /// (0: no bound, as in 1.0).
+    pub fn set_max_seq_jump(&mut self, jump: u64) {
+        self.max_seq_jump = jump;
+    }
+
+    /// DF-RCV-51 (1.1): the node ids accepted as origins (`None`: every origin, as in 1.0). Windows
+    /// of origins that left are kept: a member that returns continues where it was.
+    pub fn set_members(&mut self, members: Option<HashSet<u64>>) {
+        self.members = members;
+    }
+
+    /// The membership, if any.
+    pub fn members(&self) -> Option<&HashSet<u64>> {
+        self.members.as_ref()
     }
 
     fn verdict(&self, origin: u64, inc: u64, seq: u64) -> (Admission, Option<u64>) {
         if origin == self.own_id {
             return (Admission::OwnOrigin, None);
+        }
+        if self.members.as_ref().is_some_and(|m| !m.contains(&origin)) {
+            return (Admission::NotMember, None);
         }
         let Some(table) = self.origins.get(&origin) else {
             if self.origins.len() >= self.max_origins {
@@ -157,6 +189,10 @@ impl ReceiverState {
             return (Admission::Accepted, None);
         };
         if let Some((_, w)) = table.iter().find(|(i, _)| *i == inc) {
+            let h = w.highest();
+            if self.max_seq_jump > 0 && h > 0 && seq > h && seq - h > self.max_seq_jump {
+                return (Admission::SeqJump, None);
+            }
             return (w.check(seq), None);
         }
         if table.len() < self.max_incarnations {
@@ -194,6 +230,25 @@ impl ReceiverState {
             table[pos].1.admit(seq);
         }
         v
+    }
+
+    /// A copy of `origin`'s incarnation table (`None` when untracked), for [`ReceiverState::restore`]:
+    /// what a receiver needs to undo the admissions of a packet it refuses after admitting its
+    /// entries (DF-RCV-50). O(max_incarnations * W) bits.
+    pub fn save(&self, origin: u64) -> Option<Vec<(u64, ReplayWindow)>> {
+        self.origins.get(&origin).cloned()
+    }
+
+    /// Puts back a table taken by [`ReceiverState::save`] (`None`: `origin` becomes untracked).
+    pub fn restore(&mut self, origin: u64, saved: Option<Vec<(u64, ReplayWindow)>>) {
+        match saved {
+            Some(t) => {
+                self.origins.insert(origin, t);
+            }
+            None => {
+                self.origins.remove(&origin);
+            }
+        }
     }
 
     /// Tracked incarnations of `origin`, ascending.

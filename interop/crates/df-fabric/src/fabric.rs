@@ -337,7 +337,15 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
         let mut relay = Vec::new();
         if !packets.is_empty() {
             let refs: Vec<&[u8]> = packets.iter().map(Vec::as_slice).collect();
-            let res = e.receive(&refs);
+            let store = &self.store;
+            // DF-RCV-50 reads the active weights at the touched indices; a store that cannot
+            // gather them makes the packet count as non-finite (refused, nothing applied)
+            let view = |idx: &[u32]| {
+                store
+                    .gather_indices(idx)
+                    .unwrap_or_else(|_| vec![f32::NAN; idx.len()])
+            };
+            let res = e.receive_with(&refs, Some(&view));
             self.track_accepted(&res);
             if !res.indices.is_empty() {
                 self.store.apply(&res.indices, &res.values)?;
@@ -431,6 +439,17 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
     /// Whether the anchor came from a peer's snapshot, and from whom.
     pub fn joined_from(&self) -> Option<u64> {
         self.joined_from
+    }
+
+    /// DF-RCV-51 (1.1): only these node ids are tracked as origins (`None`: every origin, as in
+    /// 1.0); entries of other origins are dropped and counted as `drops.not_member`, and never take a
+    /// place in the origin bound.
+    pub fn set_members(
+        &self,
+        members: Option<std::collections::HashSet<u64>>,
+    ) -> Result<(), FabricError> {
+        self.engine()?.receiver_state_mut().set_members(members);
+        Ok(())
     }
 
     /// Send counters.

@@ -211,9 +211,13 @@ fn generation_follows_the_receive_step_and_is_published_before_the_next_one() {
         if s % 2 == 0 {
             let b_indices: Vec<u32> = (1..=s as u32).map(|j| 2 * j).collect();
             let apply = Ev::Apply(b_indices[b_indices.len() - 2..].to_vec());
-            // REQ: DF-GEN-10 -- one receive step (drain, then the aggregate applied), then the
-            // generation on the buffers it left, then the publication: never interleaved
-            assert_eq!(events, vec![Ev::Drain(1), apply, Ev::Gather, Ev::Publish]);
+            // REQ: DF-GEN-10 -- one receive step (drain, the active weights read at the packet's
+            // indices for DF-RCV-50, then the aggregate applied), then the generation on the
+            // buffers it left, then the publication: never interleaved
+            assert_eq!(
+                events,
+                vec![Ev::Drain(1), Ev::Gather, apply, Ev::Gather, Ev::Publish]
+            );
             let got: Vec<Vec<u8>> = observer
                 .drain(usize::MAX)
                 .unwrap()

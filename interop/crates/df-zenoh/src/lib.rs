@@ -135,6 +135,10 @@ pub struct TransportConfig {
     pub neighbours: Option<Vec<u64>>,
     /// Receive queue capacity in packets.
     pub queue_capacity: usize,
+    /// Receive queue bound in bytes (the payloads queued; the same default as the Python
+    /// transport's `queue_bytes`, [`DEFAULT_QUEUE_BYTES`]): with `DropOldest` the oldest packets
+    /// leave until the new one fits; one packet larger than the bound is still queued alone.
+    pub queue_bytes: usize,
     /// Receive queue policy.
     pub queue_policy: QueuePolicy,
     /// The node's `max_packet_size` (bounds the snapshot chunks it serves: `4c + 1024 <= M`).
@@ -154,21 +158,34 @@ impl TransportConfig {
             multicast: false,
             neighbours: None,
             queue_capacity: 1024,
+            queue_bytes: DEFAULT_QUEUE_BYTES,
             queue_policy: QueuePolicy::DropOldest,
             max_packet_size: df_core::DEFAULT_MAX_PACKET_SIZE,
         }
     }
 
-    /// The Zenoh config this transport opens its session with.
+    /// Zenoh's `transport/link/rx/max_message_size` for this node (DF-SEC-1, DF-SEC-50):
+    /// `max_packet_size` plus [`ZENOH_MESSAGE_MARGIN`], so that Zenoh drops a larger message
+    /// before reassembling it (its default is 1 GiB).
+    pub fn max_message_size(&self) -> usize {
+        self.max_packet_size.saturating_add(ZENOH_MESSAGE_MARGIN)
+    }
+
+    /// The Zenoh config this transport opens its session with (a config file as is, but for the
+    /// message size cap).
     pub fn zenoh_config(&self) -> Result<Config, TransportError> {
-        if let Some(p) = &self.config_file {
-            return Config::from_file(p).map_err(|e| TransportError::Config(e.to_string()));
-        }
-        let mut c = Config::default();
         let set = |c: &mut Config, k: &str, v: String| {
             c.insert_json5(k, &v)
                 .map_err(|e| TransportError::Config(format!("{k}: {e}")))
         };
+        let cap = self.max_message_size().to_string();
+        if let Some(p) = &self.config_file {
+            let mut c = Config::from_file(p).map_err(|e| TransportError::Config(e.to_string()))?;
+            set(&mut c, "transport/link/rx/max_message_size", cap)?;
+            return Ok(c);
+        }
+        let mut c = Config::default();
+        set(&mut c, "transport/link/rx/max_message_size", cap)?;
         let mode = match self.mode {
             Mode::Peer => "peer",
             Mode::Client => "client",
@@ -190,6 +207,13 @@ impl TransportConfig {
     }
 }
 
+/// Default receive queue bound in bytes (256 MiB, as the Python transport's).
+pub const DEFAULT_QUEUE_BYTES: usize = 256 * 1024 * 1024;
+
+/// Bytes above `max_packet_size` that Zenoh may reassemble for one message (key expression,
+/// attachment and framing of a packet or snapshot chunk of `max_packet_size` bytes); DF-SEC-50.
+pub const ZENOH_MESSAGE_MARGIN: usize = 65_536;
+
 pub use df_fabric::transport::{
     SnapshotProvider, SnapshotSource, Transport, TransportError, TransportStats, VerifiedSnapshot,
 };
@@ -200,6 +224,8 @@ fn zerr(e: impl fmt::Display) -> TransportError {
 
 struct Shared {
     queue: Mutex<VecDeque<Vec<u8>>>,
+    /// Payload bytes in `queue` (changed under the queue's lock).
+    queued_bytes: AtomicU64,
     queue_cv: Condvar,
     peers: Mutex<BTreeSet<u64>>,
     peers_cv: Condvar,
@@ -224,12 +250,18 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
-    fn push(&self, buf: Vec<u8>, capacity: usize, policy: QueuePolicy) {
+    fn push(&self, buf: Vec<u8>, capacity: usize, max_bytes: usize, policy: QueuePolicy) {
         let mut q = lock(&self.queue);
+        let n = buf.len() as u64;
+        let full = |q: &VecDeque<Vec<u8>>, queued: u64| {
+            !q.is_empty() && (q.len() >= capacity.max(1) || queued + n > max_bytes as u64)
+        };
         match policy {
             QueuePolicy::DropOldest => {
-                while q.len() >= capacity.max(1) {
+                while full(&q, self.queued_bytes.load(Ordering::Relaxed)) {
                     if let Some(old) = q.pop_front() {
+                        self.queued_bytes
+                            .fetch_sub(old.len() as u64, Ordering::Relaxed);
                         self.dropped.fetch_add(1, Ordering::Relaxed);
                         self.dropped_bytes
                             .fetch_add(old.len() as u64, Ordering::Relaxed);
@@ -237,7 +269,7 @@ impl Shared {
                 }
             }
             QueuePolicy::Block => {
-                while q.len() >= capacity.max(1) {
+                while full(&q, self.queued_bytes.load(Ordering::Relaxed)) {
                     if self.closing.load(Ordering::Acquire) {
                         return;
                     }
@@ -248,6 +280,7 @@ impl Shared {
         self.received.fetch_add(1, Ordering::Relaxed);
         self.received_bytes
             .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        self.queued_bytes.fetch_add(n, Ordering::Relaxed);
         q.push_back(buf);
         drop(q);
         self.queue_cv.notify_all();
@@ -326,6 +359,7 @@ impl ZenohTransport {
             received_bytes: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             dropped_bytes: AtomicU64::new(0),
+            queued_bytes: AtomicU64::new(0),
             published: AtomicU64::new(0),
             published_bytes: AtomicU64::new(0),
             provider: Mutex::new(None),
@@ -356,14 +390,14 @@ impl ZenohTransport {
         for k in keys {
             let sh = shared.clone();
             let own = own_key.clone();
-            let (cap, pol) = (cfg.queue_capacity, cfg.queue_policy);
+            let (cap, bytes, pol) = (cfg.queue_capacity, cfg.queue_bytes, cfg.queue_policy);
             let sub = session
                 .declare_subscriber(k)
                 .callback(move |s| {
                     if s.kind() != SampleKind::Put || s.key_expr().as_str() == own {
                         return;
                     }
-                    sh.push(s.payload().to_bytes().into_owned(), cap, pol);
+                    sh.push(s.payload().to_bytes().into_owned(), cap, bytes, pol);
                 })
                 .wait()
                 .map_err(zerr)?;
@@ -619,6 +653,8 @@ impl Transport for ZenohTransport {
         let mut q = lock(&self.shared.queue);
         let n = max.min(q.len());
         let out: Vec<Vec<u8>> = q.drain(..n).collect();
+        let taken: u64 = out.iter().map(|p| p.len() as u64).sum();
+        self.shared.queued_bytes.fetch_sub(taken, Ordering::Relaxed);
         drop(q);
         self.shared.queue_cv.notify_all();
         Ok(out)

@@ -160,6 +160,11 @@ def _check_namespace(ns: str) -> str:
     return ns
 
 
+#: Bytes above ``max_packet_size`` that Zenoh may reassemble for one message (key expression,
+#: attachment and framing of a packet or snapshot chunk of ``max_packet_size`` bytes); DF-SEC-50.
+ZENOH_MESSAGE_MARGIN = 65_536
+
+
 def delta_key(ns: str, node: int) -> str:
     """``NS/v1/delta/<hex16>``."""
     return f"{ns}/v1/delta/{node_hex(node)}"
@@ -315,10 +320,20 @@ class ZenohOptions:
     def with_node(self, node_id: int) -> ZenohOptions:
         return replace(self, node_id=node_id)
 
+    @property
+    def max_message_size(self) -> int:
+        """Zenoh's ``transport/link/rx/max_message_size`` for this node (DF-SEC-1, DF-SEC-50):
+        ``max_packet_size`` plus `ZENOH_MESSAGE_MARGIN`, so that Zenoh drops a larger message before
+        reassembling it (its default is 1 GiB)."""
+        return self.max_packet_size + ZENOH_MESSAGE_MARGIN
+
     def build_config(self) -> zenoh.Config:
-        """The Zenoh config these options describe (``config_file`` loaded as is, when given)."""
+        """The Zenoh config these options describe (``config_file`` loaded as is, when given, but
+        for the message size cap; ``extra_config`` can override that too)."""
+        cap = ("transport/link/rx/max_message_size", str(self.max_message_size))
         if self.config_file is not None:
             loaded: zenoh.Config = zenoh.Config.from_file(str(self.config_file))
+            loaded.insert_json5(*cap)
             for key, value in self.extra_config:
                 loaded.insert_json5(key, value)
             return loaded
@@ -334,6 +349,7 @@ class ZenohOptions:
         c.insert_json5("scouting/gossip/enabled", json.dumps(self.gossip_scouting))
         if self.multicast_interface is not None:
             c.insert_json5("scouting/multicast/interface", json.dumps(self.multicast_interface))
+        c.insert_json5(*cap)
         for key, value in self.extra_config:
             c.insert_json5(key, value)
         return c

@@ -284,13 +284,28 @@ fn run_receive(dir: &Path, rel: &str) -> Result<(), String> {
             return Err(format!("history entry {t:?} not accepted: {a:?}"));
         }
     }
+    if let Some(ms) = node.get("members").and_then(|m| m.as_array()) {
+        // REQ: DF-RCV-51 (the receiver's membership)
+        let set = ms
+            .iter()
+            .map(hex_u64)
+            .collect::<Result<std::collections::HashSet<u64>, _>>()?;
+        e.receiver_state_mut().set_members(Some(set));
+    }
     let mut bufs = Vec::new();
     for p in s(&j, "packets")?.as_array().ok_or("packets")? {
         let name = p.as_str().ok_or("packet name")?;
         bufs.push(std::fs::read(cdir.join(name)).map_err(|x| x.to_string())?);
     }
     let views: Vec<&[u8]> = bufs.iter().map(Vec::as_slice).collect();
-    let r = e.receive(&views);
+    // REQ: DF-RCV-50 (the active weights are checked too)
+    let current = active.clone();
+    let view = |idx: &[u32]| {
+        idx.iter()
+            .map(|&i| current[i as usize])
+            .collect::<Vec<f32>>()
+    };
+    let r = e.receive_with(&views, Some(&view));
     r.apply_to(&mut active);
     let x = s(&j, "expected")?;
     let want_rej: Vec<Option<String>> = s(x, "rejections")?

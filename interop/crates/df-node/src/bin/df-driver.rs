@@ -373,6 +373,14 @@ fn receive(req: &Value) -> Answer {
             )));
         }
     }
+    if let Some(ms) = node.get("members").and_then(Value::as_array) {
+        // DF-RCV-51 (1.1): only these node ids are tracked as origins
+        let set = ms
+            .iter()
+            .map(|m| id_of(m, "members"))
+            .collect::<Result<std::collections::HashSet<u64>, _>>()?;
+        eng.receiver_state_mut().set_members(Some(set));
+    }
     let packets: Vec<Vec<u8>> = get(req, "packets")?
         .as_array()
         .ok_or_else(|| err("packets: not a list"))?
@@ -380,7 +388,12 @@ fn receive(req: &Value) -> Answer {
         .map(|p| b64_decode(p.as_str().unwrap_or("")))
         .collect::<Result<_, _>>()?;
     let refs: Vec<&[u8]> = packets.iter().map(Vec::as_slice).collect();
-    let res = eng.receive(&refs);
+    let view = |idx: &[u32]| {
+        idx.iter()
+            .map(|&i| active[i as usize])
+            .collect::<Vec<f32>>()
+    };
+    let res = eng.receive_with(&refs, Some(&view));
     res.apply_to(&mut active);
     let max = eng.config().max_packet_size;
     let mut relay = Vec::new();
@@ -756,7 +769,13 @@ impl PeerNode {
         let mut relay = Vec::new();
         if !packets.is_empty() {
             let refs: Vec<&[u8]> = packets.iter().map(Vec::as_slice).collect();
-            let res = self.engine.receive(&refs);
+            let current = self.active()?;
+            let view = |idx: &[u32]| {
+                idx.iter()
+                    .map(|&i| current[i as usize])
+                    .collect::<Vec<f32>>()
+            };
+            let res = self.engine.receive_with(&refs, Some(&view));
             for ((buf, outcome), verdicts) in
                 packets.iter().zip(&res.outcomes).zip(&res.entry_outcomes)
             {

@@ -425,3 +425,75 @@ fn receive_queue_drops_are_counted_and_never_block_delivery() {
     assert_eq!(kept, (16..20u8).map(|i| vec![i]).collect::<Vec<_>>());
     assert_eq!(b.stats().to_json()["dropped_packets"], st.dropped_packets);
 }
+
+// REQ: DF-SEC-50
+#[test]
+fn an_oversize_message_is_dropped_by_zenoh_before_the_node() {
+    // The node caps Zenoh's reassembly at max_packet_size + margin: a 2 MiB put from a stranger
+    // never reaches its queue (with Zenoh's default 1 GiB cap it does), and the link still carries
+    // the next small put (sent after it on the same link: its arrival proves the big one dropped).
+    let ns = ns("oversize");
+    let pa = free_port();
+    let mut c = config(1, &ns, pa, None);
+    c.max_packet_size = 4096;
+    assert_eq!(c.max_message_size(), 4096 + df_zenoh::ZENOH_MESSAGE_MARGIN);
+    let cap = c
+        .zenoh_config()
+        .expect("config")
+        .get_json("transport/link/rx/max_message_size")
+        .expect("key");
+    assert_eq!(cap, (4096 + df_zenoh::ZENOH_MESSAGE_MARGIN).to_string());
+    let a = ZenohTransport::open(c).expect("open a");
+    let session = zenoh::open(raw_config(free_port(), pa))
+        .wait()
+        .expect("session");
+    let key = delta_key(&ns, 0x77);
+    let got = publish_until_received(|| session.put(&key, b"probe".to_vec()).wait().unwrap(), &a);
+    assert!(got.iter().all(|p| p == b"probe"));
+    session.put(&key, vec![b'x'; 2 << 20]).wait().unwrap();
+    session.put(&key, b"after".to_vec()).wait().unwrap();
+    let deadline = Instant::now() + WAIT;
+    let mut got: Vec<Vec<u8>> = Vec::new();
+    while !got.iter().any(|p| p == b"after") {
+        assert!(Instant::now() < deadline, "the small put never arrived");
+        a.wait_for_packets(Duration::from_millis(200))
+            .expect("open");
+        got.extend(a.drain(usize::MAX).expect("open"));
+    }
+    assert!(
+        got.iter()
+            .all(|p| p.len() <= 4096 + df_zenoh::ZENOH_MESSAGE_MARGIN),
+        "an oversize message reached the node"
+    );
+    session.close().wait().unwrap();
+}
+
+#[test]
+fn receive_queue_is_bounded_in_bytes_too() {
+    // 20 packets of 100 bytes into a queue of 1,000 packets but 450 bytes: the 4 newest are kept
+    // (the byte bound of the Python transport's queue_bytes), the 16 oldest dropped and counted.
+    let ns = ns("qbytes");
+    let mut bc = TransportConfig::new(2);
+    bc.queue_capacity = 1000;
+    bc.queue_bytes = 450;
+    let (a, b, _) = pair(&ns, 1, bc);
+    publish_until_received(|| a.publish(&[0xff]).expect("publish"), &b);
+    flush(&a, &b);
+    let before = b.stats();
+    for i in 0..20u8 {
+        a.publish(&[i; 100]).expect("publish");
+    }
+    let deadline = Instant::now() + WAIT;
+    while b.stats().received_packets < before.received_packets + 20 {
+        assert!(Instant::now() < deadline, "{:?}", b.stats());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let st = b.stats();
+    // REQ: DF-ZEN-17
+    assert_eq!(st.dropped_packets, before.dropped_packets + 16);
+    assert_eq!(st.dropped_bytes, before.dropped_bytes + 1600);
+    assert_eq!((st.queued_packets, st.queued_bytes), (4, 400));
+    let kept = b.drain(usize::MAX).expect("open");
+    assert_eq!(kept, (16..20u8).map(|i| vec![i; 100]).collect::<Vec<_>>());
+    assert_eq!(b.stats().queued_bytes, 0);
+}
