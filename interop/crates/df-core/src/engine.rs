@@ -694,6 +694,8 @@ impl Engine {
                 p.heard = Some(h);
             }
         }
+    }
+
     /// DF-RCV-50 at the indices `idx` (sorted, unique) a packet touched: the running aggregate `agg[i]`,
     /// `fl32(anchor[i] + agg[i])` and `fl32(active[i] + agg[i])` are all finite.
     fn finite_result(&self, idx: &[u32], active: Option<ActiveView<'_>>) -> bool {

@@ -473,9 +473,7 @@ pub fn decode_packet(buf: &[u8], max_packet_size: usize) -> Result<Packet<'_>, D
     let heard = match r.vector(root, P_HEARD, 8, "Packet.heard")? {
         None => None,
         Some((start, count)) => {
-            let ids: Vec<u64> = (0..count)
-                .map(|i| rd_u64(buf, start + 8 * i))
-                .collect();
+            let ids: Vec<u64> = (0..count).map(|i| rd_u64(buf, start + 8 * i)).collect();
             if ids.contains(&0) {
                 return Err(malformed("Packet.heard holds node id 0"));
             }

@@ -247,14 +247,16 @@ def run_sim(cfg: SimConfig) -> SimResult:
                 super().publish(p)
 
     if cfg.mode == "fabric":
+        extra: dict[str, Any] = dict(cfg.sync_extra)
+        if cfg.averaging:
+            extra["average_over"] = cfg.resolved_average_over()
         sc = SyncConfig(
             alpha=cfg.alpha,
             ratio=cfg.ratio,
             sync_interval=cfg.interval,
             include_buffers=cfg.include_buffers,
             encoding=codec(cfg.encoding.upper()).encoding,
-            **({"average_over": cfg.resolved_average_over()} if cfg.averaging else {}),
-            **dict(cfg.sync_extra),
+            **extra,
         )
         hub = MemoryHub(seed=cfg.seed)
         for i in range(n):

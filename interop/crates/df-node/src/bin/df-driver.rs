@@ -1153,7 +1153,7 @@ fn refused(e: &SnapshotError, at: Option<usize>) -> Value {
     v
 }
 
-fn b64_arg(req: &Value, key: &str) -> Result<Vec<u8>, Fail> {
+fn b64_member(req: &Value, key: &str) -> Result<Vec<u8>, Fail> {
     b64_decode(
         get(req, key)?
             .as_str()
@@ -1162,7 +1162,7 @@ fn b64_arg(req: &Value, key: &str) -> Result<Vec<u8>, Fail> {
 }
 
 fn snapshot_decode(req: &Value) -> Answer {
-    let buf = b64_arg(req, "chunk")?;
+    let buf = b64_member(req, "chunk")?;
     Ok(match decode_chunk(&buf) {
         Ok(c) => json!({"outcome": "ok", "chunk": chunk_json(&c)}),
         Err(e) => refused(&e, None),
@@ -1233,7 +1233,7 @@ fn snapshot_assemble(req: &Value) -> Answer {
 // ------------------------------------------------------------------------------------------------
 
 fn f32s_b64(req: &Value, key: &str) -> Result<Vec<f32>, Fail> {
-    let raw = b64_arg(req, key)?;
+    let raw = b64_member(req, key)?;
     if raw.len() % 4 != 0 {
         return Err(err(format!("{key}: not a whole number of f32")));
     }
