@@ -123,6 +123,12 @@ pub struct Args {
     /// Start from a live peer's verified anchor snapshot (DF-ZEN-5) instead of --init/--seed.
     #[arg(long)]
     pub join: bool,
+    /// After the last step, 3 sync rounds without training (DF-NUM-1), then receive until every
+    /// neighbour's last seq reached this node's (every node makes as many entries when all run
+    /// the same --steps and --sync-interval); at most --wait-peers seconds, exit 1 if not. Needs
+    /// --neighbours.
+    #[arg(long)]
+    pub drain: bool,
     /// Seconds --join may look for and fetch a snapshot.
     #[arg(long, default_value = "30", value_parser = seconds)]
     pub join_timeout: Duration,
@@ -367,6 +373,7 @@ impl Args {
         o.max_lead = self.max_lead;
         o.join = self.join;
         o.join_timeout = self.join_timeout;
+        o.drain = self.drain;
         if !given(m, "alpha")
             && let Some(v) = env.float("ALPHA")?
         {

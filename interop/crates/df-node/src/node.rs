@@ -12,9 +12,12 @@
 //! * `{"event":"ready","index","node","framework":"burn","num_params","fingerprint",...}`
 //! * `{"event":"progress","index","step","loss","acc","accuracy","bytes_sent"}` every 10 steps and
 //!   at each evaluation (`acc`/`accuracy` null between evaluations; `loss`: mean since the last line)
-//! * `{"event":"finished","index","step"}`, then the node keeps receiving and relaying until `stop`
-//!   on stdin, stdin closes, or `--linger` seconds pass;
-//! * `{"event":"done","index","accuracy","per_class","curve","stats",...}`.
+//! * `{"event":"finished","index","step"}`; with `--drain` the node then runs 3 sync rounds
+//!   without training (DF-NUM-1's quiescent drain) and receives until every neighbour's last seq
+//!   reached its own (at most `--wait-peers`, an error if not); then it keeps
+//!   receiving and relaying until `stop` on stdin, stdin closes, or `--linger` seconds pass;
+//! * `{"event":"done","index","accuracy","per_class","curve","stats","last_seq",
+//!   "origin_progress":{origin: last seq accepted},"accepted_by_origin":{origin: entries},...}`.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -91,6 +94,9 @@ pub struct NodeOptions {
     pub join: bool,
     /// How long `join` may look for and fetch a snapshot.
     pub join_timeout: Duration,
+    /// After training, receive until every neighbour's last seq reached this node's own (at most
+    /// `wait_peers`; an error if not).
+    pub drain: bool,
 }
 
 impl NodeOptions {
@@ -126,6 +132,7 @@ impl NodeOptions {
             max_lead: 0,
             join: false,
             join_timeout: Duration::from_secs(30),
+            drain: false,
         }
     }
 
@@ -359,6 +366,11 @@ pub fn run_node(
     if opts.node_id == 0 {
         return Err(NodeError::Usage("--node-id must be non-zero".into()));
     }
+    if opts.drain && (opts.neighbours.is_empty() || !opts.sync) {
+        return Err(NodeError::Usage(
+            "--drain needs --neighbours (the nodes to wait for) and --sync on".into(),
+        ));
+    }
     let init = match &opts.init {
         Some(p) => Some(crate::data::read_f32_file(p)?),
         None => None,
@@ -501,6 +513,20 @@ pub fn run_node(
         f.sync_now()?; // the last residual goes out too
     }
     channel.emit(json!({"event": "finished", "index": opts.index, "step": opts.steps}));
+    let mut last_seq = 0;
+    if let Some(f) = node.fabric() {
+        if opts.drain {
+            for _ in 0..3 {
+                // the quiescent drain of DF-NUM-1: sync rounds without training
+                f.sync_now()?;
+                f.poll()?;
+            }
+        }
+        last_seq = f.engine()?.next_seq() - 1;
+        if opts.drain {
+            drain(f, &opts.neighbours, last_seq, opts.wait_peers)?;
+        }
+    }
     let deadline = Instant::now() + opts.linger;
     loop {
         stop_if_signalled()?;
@@ -544,6 +570,13 @@ pub fn run_node(
     stats["wait_peers_s"] = json!(round3(wait_peers_s));
     stats["paced_s"] = json!(round3(paced.as_secs_f64()));
     let curve_json: Vec<Value> = curve.iter().map(|&(s, a)| json!([s, a])).collect();
+    let (origin_progress, accepted_by_origin) = match &node {
+        Holder::Synced(f) => (
+            hex_map(f.origin_progress().iter().map(|(&q, &(_, seq))| (q, seq))),
+            hex_map(f.accepted_by_origin().iter().map(|(&q, &n)| (q, n))),
+        ),
+        Holder::Alone(_) => (json!({}), json!({})),
+    };
     channel.emit(json!({
         "event": "done",
         "index": opts.index,
@@ -552,6 +585,9 @@ pub fn run_node(
         "curve": curve_json,
         "stats": stats,
         "weights_sha256": weights_sha256,
+        "last_seq": last_seq,
+        "origin_progress": origin_progress,
+        "accepted_by_origin": accepted_by_origin,
     }));
     let report = json!({
         "index": opts.index,
@@ -593,6 +629,50 @@ pub fn run_node(
         weights_path,
         report,
     })
+}
+
+/// `{origin (16 hex digits): value}`, in origin order.
+fn hex_map(pairs: impl Iterator<Item = (u64, u64)>) -> Value {
+    let sorted: std::collections::BTreeMap<u64, u64> = pairs.collect();
+    Value::Object(
+        sorted
+            .into_iter()
+            .map(|(q, v)| (format!("{q:016x}"), json!(v)))
+            .collect(),
+    )
+}
+
+/// `--drain`: receive until every neighbour's last accepted seq reached `last_seq`.
+fn drain(
+    f: &mut NodeFabric,
+    neighbours: &[u64],
+    last_seq: u64,
+    patience: Duration,
+) -> Result<(), NodeError> {
+    let end = Instant::now() + patience;
+    loop {
+        stop_if_signalled()?;
+        let progress = f.origin_progress();
+        let behind: Vec<String> = neighbours
+            .iter()
+            .filter_map(|q| {
+                let seq = progress.get(q).map_or(0, |&(_, s)| s);
+                (seq < last_seq).then(|| format!("{q:016x} at {seq}"))
+            })
+            .collect();
+        if behind.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() >= end {
+            return Err(NodeError::Data(format!(
+                "--drain: after {:?} these neighbours had not reached seq {last_seq}: {}",
+                patience,
+                behind.join(", ")
+            )));
+        }
+        f.transport().wait_for_packets(Duration::from_millis(50))?;
+        f.poll()?;
+    }
 }
 
 fn round3(x: f64) -> f64 {
