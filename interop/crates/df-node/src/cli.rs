@@ -129,6 +129,10 @@ pub struct Args {
     /// --neighbours.
     #[arg(long)]
     pub drain: bool,
+    /// Write the canonical weights at every evaluation (DIR/stepSSSSSS.f32) and at the end
+    /// (DIR/final.f32), raw little-endian f32.
+    #[arg(long)]
+    pub weights_dir: Option<PathBuf>,
     /// Seconds --join may look for and fetch a snapshot.
     #[arg(long, default_value = "30", value_parser = seconds)]
     pub join_timeout: Duration,
@@ -374,6 +378,7 @@ impl Args {
         o.join = self.join;
         o.join_timeout = self.join_timeout;
         o.drain = self.drain;
+        o.weights_dir = self.weights_dir;
         if !given(m, "alpha")
             && let Some(v) = env.float("ALPHA")?
         {

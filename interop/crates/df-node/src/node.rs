@@ -16,7 +16,8 @@
 //!   without training (DF-NUM-1's quiescent drain) and receives until every neighbour's last seq
 //!   reached its own (at most `--wait-peers`, an error if not); then it keeps
 //!   receiving and relaying until `stop` on stdin, stdin closes, or `--linger` seconds pass;
-//! * `{"event":"done","index","accuracy","per_class","curve","stats","last_seq",
+//! * `{"event":"done","index","accuracy","per_class","curve","stats","traffic":[[step, sent,
+//!   received, relayed],...],"last_seq",
 //!   "origin_progress":{origin: last seq accepted},"accepted_by_origin":{origin: entries},...}`.
 
 use std::path::PathBuf;
@@ -97,6 +98,9 @@ pub struct NodeOptions {
     /// After training, receive until every neighbour's last seq reached this node's own (at most
     /// `wait_peers`; an error if not).
     pub drain: bool,
+    /// Write the canonical weights at every evaluation (`step{S:06}.f32`) and at the end
+    /// (`final.f32`) into this directory (the demo's weight-agreement panel).
+    pub weights_dir: Option<PathBuf>,
 }
 
 impl NodeOptions {
@@ -133,6 +137,7 @@ impl NodeOptions {
             join: false,
             join_timeout: Duration::from_secs(30),
             drain: false,
+            weights_dir: None,
         }
     }
 
@@ -448,6 +453,11 @@ pub fn run_node(
             .wrapping_mul(1000)
             .wrapping_add(u64::from(opts.index)),
     );
+    if let Some(d) = &opts.weights_dir {
+        std::fs::create_dir_all(d).map_err(|e| NodeError::io(d, e))?;
+    }
+    let mut traffic: Vec<[u64; 4]> = vec![traffic_row(&node, 0)];
+    save_weights(&node, opts, "step000000")?;
     let mut curve: Vec<(u64, f64)> = vec![(0, evaluate(node.store().model(), &data.test).0)];
     let mut loss_curve: Vec<(u64, f64)> = Vec::new();
     let (mut loss_sum, mut loss_n) = (0.0f64, 0u32);
@@ -487,6 +497,8 @@ pub fn run_node(
             let a = evaluate(node.store().model(), &data.test).0;
             curve.push((step, a));
             acc = Some(a);
+            save_weights(&node, opts, &format!("step{step:06}"))?;
+            traffic.push(traffic_row(&node, step));
         }
         if acc.is_some() || step % 10 == 0 {
             let mean_loss = loss_sum / f64::from(loss_n.max(1));
@@ -542,6 +554,7 @@ pub fn run_node(
     if let Some(f) = node.fabric() {
         f.poll()?;
     }
+    save_weights(&node, opts, "final")?;
     let model = node.store().model();
     let (accuracy, per_class) = evaluate(model, &data.test);
     let (_, weights) = df_burn::export_canonical::<TrainBackend, _>(model, opts.include_buffers)?;
@@ -585,6 +598,7 @@ pub fn run_node(
         "curve": curve_json,
         "stats": stats,
         "weights_sha256": weights_sha256,
+        "traffic": traffic,
         "last_seq": last_seq,
         "origin_progress": origin_progress,
         "accepted_by_origin": accepted_by_origin,
@@ -629,6 +643,39 @@ pub fn run_node(
         weights_path,
         report,
     })
+}
+
+/// `[step, bytes sent, bytes received, bytes relayed]`; the relayed bytes are the share of the sent
+/// bytes that carried relayed values (own and relayed entries share packets), as the Python node.
+fn traffic_row(node: &Holder, step: u64) -> [u64; 4] {
+    match node {
+        Holder::Alone(_) => [step, 0, 0, 0],
+        Holder::Synced(f) => {
+            let c = f.counters();
+            let values = c.own_values_sent + c.relay_values_sent;
+            let relayed = if values == 0 {
+                0
+            } else {
+                u64::try_from(
+                    u128::from(c.bytes_sent) * u128::from(c.relay_values_sent) / u128::from(values),
+                )
+                .unwrap_or(u64::MAX)
+            };
+            let received = f.transport().stats().received_bytes;
+            [step, c.bytes_sent, received, relayed]
+        }
+    }
+}
+
+/// `--weights-dir`: the canonical weights as `DIR/<name>.f32` (raw little-endian f32).
+fn save_weights(node: &Holder, opts: &NodeOptions, name: &str) -> Result<(), NodeError> {
+    let Some(dir) = &opts.weights_dir else {
+        return Ok(());
+    };
+    let (_, w) =
+        df_burn::export_canonical::<TrainBackend, _>(node.store().model(), opts.include_buffers)?;
+    let path = dir.join(format!("{name}.f32"));
+    std::fs::write(&path, f32_bytes(&w)).map_err(|e| NodeError::io(&path, e))
 }
 
 /// `{origin (16 hex digits): value}`, in origin order.

@@ -22,29 +22,37 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from delta_fabric.cli_support import HelpFormatter, one_line_errors
+from delta_fabric.extras import MissingExtraError, raise_missing_extra
+
+if TYPE_CHECKING:
+    from delta_fabric.manifest import Manifest
+
+    from delta_fabric_demo.data import Split
 
 __all__ = ["main", "prepare"]
 
 
 def prepare(
     out: Path, nodes: int, *, partition: str = "skewed", seed: int = 0, include_buffers: bool
-) -> Path:
+) -> tuple[Path, list[Split], Manifest]:
     """Writes the partitions, ``init.f32`` and ``manifest.json`` under ``out``; returns the path of
-    ``init.f32``."""
+    ``init.f32``, the training partitions and the manifest."""
     from delta_fabric_demo.data import load_split, write_partition
     from delta_fabric_demo.data import partition as split_train
     from delta_fabric_demo.model import init_model, save_canonical
 
     digits = load_split(seed)
-    for i, part in enumerate(split_train(digits.train, nodes, partition, seed)):
+    parts = split_train(digits.train, nodes, partition, seed)
+    for i, part in enumerate(parts):
         write_partition(out / f"node{i}", part, digits.test)
     write_partition(out / "full", digits.train, digits.test)
     init_path = out / "init.f32"
     manifest = save_canonical(init_model(seed), include_buffers, init_path)
     (out / "manifest.json").write_text(json.dumps(manifest.to_json(), indent=1) + "\n")
-    return init_path
+    return init_path, parts, manifest
 
 
 def _positive(v: str) -> int:
@@ -78,13 +86,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         args.dir.mkdir(parents=True, exist_ok=True)
-        init = prepare(
+        init, _, _ = prepare(
             args.dir,
             args.nodes,
             partition=args.partition,
             seed=args.seed,
             include_buffers=args.include_buffers,
         )
+    except ModuleNotFoundError as exc:  # torch or scikit-learn: the demo's dependencies
+        try:
+            raise_missing_extra(exc, p.prog)
+        except MissingExtraError as missing:
+            print(f"{p.prog}: error: {missing}", file=sys.stderr)
+            return 2
     except OSError as exc:
         print(f"{p.prog}: {args.dir}: {exc.strerror or exc}", file=sys.stderr)
         return 1

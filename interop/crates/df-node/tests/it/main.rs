@@ -11,7 +11,7 @@ use df_node::node::{
     Model, NodeOptions, RecordingChannel, evaluate, initial_model, model_manifest, run_node,
 };
 use df_node::{NodeError, TrainBackend};
-use serde_json::Value;
+use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 fn scratch(name: &str) -> PathBuf {
@@ -504,7 +504,10 @@ fn two_binaries_sync_over_zenoh() {
                 "20",
                 "--linger",
                 "20",
-            ]);
+                "--drain",
+            ])
+            .arg("--weights-dir")
+            .arg(dir.join(format!("weights{i}")));
         if i == 1 {
             cmd.args(["--connect", &format!("tcp/127.0.0.1:{pa}")]);
         }
@@ -583,7 +586,29 @@ fn two_binaries_sync_over_zenoh() {
             "node {i} got nothing"
         );
         assert_eq!(s["receive"]["packets_rejected"], 0);
-        assert_eq!(s["syncs"], 9); // 8 interval syncs + the final one
+        assert_eq!(s["syncs"], 12); // 8 interval syncs, the final one, 3 of --drain
+        // --drain: every entry of the other node arrived before the report (each accepted once)
+        let other = &done[1 - i].as_ref().unwrap();
+        assert_eq!(d["last_seq"], 12);
+        let want = json!({ids[1 - i]: other["last_seq"]});
+        assert_eq!(d["origin_progress"], want);
+        assert_eq!(d["accepted_by_origin"], want);
+        // --weights-dir and traffic rows at every evaluation (steps 0, 20, 40)
+        let steps: Vec<u64> = d["traffic"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r[0].as_u64().unwrap())
+            .collect();
+        assert_eq!(steps, [0, 20, 40]);
+        let last = &d["traffic"][2];
+        assert!(last[1].as_u64().unwrap() > 0 && last[2].as_u64().unwrap() > 0);
+        let values = ready[i].as_ref().unwrap()["num_params"].as_u64().unwrap();
+        for name in ["step000000", "step000020", "step000040", "final"] {
+            let f = dir.join(format!("weights{i}/{name}.f32"));
+            let n = std::fs::metadata(&f).map(|m| m.len()).unwrap_or(0);
+            assert_eq!(n, 4 * values, "{}", f.display()); // with the BatchNorm buffers
+        }
     }
 }
 
