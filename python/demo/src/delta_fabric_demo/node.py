@@ -25,15 +25,14 @@ Protocol on stdout, one JSON object per line:
   at least every 10 steps and at every evaluation (every ``--eval-every`` steps);
 * ``{"event": "finished", "index", "step"}`` after the last step; with ``--drain`` the node then
   runs 3 sync rounds without training (DF-NUM-1's quiescent drain) and receives until every
-  neighbour's last seq reached its own (every node makes as many entries when
-  all run the same ``--steps`` and ``--sync-interval``), at most ``--wait-peers`` s (exit 1 if they
-  did not); then it keeps receiving and relaying (no generation) until a line ``stop`` arrives on
+  neighbour's last seq reached its own (every node makes as many entries when all run the same
+  ``--steps`` and ``--sync-interval``), at most ``--wait-peers`` s (exit 1 if they did not); then it keeps receiving and relaying (no generation) until a line ``stop`` arrives on
   stdin, stdin closes, or ``--linger`` s pass;
 * ``{"event": "done", "index", "accuracy", "per_class", "curve": [[step, acc], ...], "stats":
   {...}, "traffic": [[step, bytes_sent, bytes_received, bytes_relayed], ...], "last_seq",
   "origin_progress": {origin: last seq accepted}, "accepted_by_origin": {origin: entries
-  accepted}}`` after a final evaluation. Then the node exits 0. ``traffic`` (optional) has a row per evaluation; the relayed
-  bytes are the share of the sent bytes that carried relayed values (own and relayed entries share
+  accepted}}`` after a final evaluation. Then the node exits 0. ``traffic`` (optional) has a row
+  per evaluation; the relayed bytes are the share of the sent bytes that carried relayed values (own and relayed entries share
   packets).
 
 With ``--weights-dir DIR`` the node writes its canonical weights (raw little-endian f32, like
@@ -223,6 +222,10 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
     from delta_fabric_demo.data import read_partition
     from delta_fabric_demo.model import DigitsCNN, canonical_vector, load_canonical
 
+    problem = _check_cluster_options(args)
+    if problem is not None:  # before anything is opened or read
+        print(f"node: {problem}", file=sys.stderr)
+        return 2
     torch.set_num_threads(1)
     _emit = channel.emit
     train, test, _meta = read_partition(args.data)
@@ -247,12 +250,6 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
         from delta_fabric.transports.zenoh import ZenohOptions, ZenohTransport
 
         neighbours = [int(h, 16) for h in args.neighbours.split(",") if h]
-        if args.zenoh_config is not None and (args.listen or args.connect or args.mode != "peer"):
-            print(
-                "node: --zenoh-config is used as is: give the endpoints and the mode in the file",
-                file=sys.stderr,
-            )
-            return 2
         transport = ZenohTransport(
             ZenohOptions(
                 node_id=node_id,
@@ -290,12 +287,6 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
     ytr = torch.from_numpy(train.y.astype(np.int64))
     xte = torch.from_numpy(test.x)
     yte = torch.from_numpy(test.y.astype(np.int64))
-    if args.cluster_size < 1:
-        print(f"node: --cluster-size {args.cluster_size} must be >= 1", file=sys.stderr)
-        return 2
-    if args.drain and not neighbours:
-        print("node: --drain needs --neighbours (the nodes to wait for)", file=sys.stderr)
-        return 2
     lr = args.lr / args.cluster_size
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=args.momentum)
     rng = np.random.default_rng(args.seed * 1000 + args.index)
@@ -446,6 +437,17 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
     if transport is not None:
         transport.close()
     return 0
+
+
+def _check_cluster_options(args: argparse.Namespace) -> str | None:
+    """What is wrong with the cluster options (one line), or None."""
+    if args.cluster_size < 1:
+        return f"--cluster-size {args.cluster_size} must be >= 1"
+    if args.zenoh_config is not None and (args.listen or args.connect or args.mode != "peer"):
+        return "--zenoh-config is used as is: give the endpoints and the mode in the file"
+    if args.drain and (args.sync != "on" or not [h for h in args.neighbours.split(",") if h]):
+        return "--drain needs --neighbours (the nodes to wait for) and --sync on"
+    return None
 
 
 def _behind(fabric: Fabric, neighbours: list[int], last_seq: int) -> dict[str, int]:
