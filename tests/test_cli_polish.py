@@ -152,3 +152,38 @@ def test_demo_without_torch_names_the_extra_in_one_line(tmp_path: Path) -> None:
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
     assert "pip install 'delta-fabric[torch]'" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (
+            ["--bogus"],
+            "delta-fabric: error: unknown option '--bogus': options go after the command",
+        ),
+        ([], "delta-fabric: error: no command given; commands: inspect, run, status"),
+        (["bogus"], "delta-fabric: error: unknown command 'bogus'; commands: inspect"),
+        (["run"], "delta-fabric run: error: no training script given: delta-fabric run [OPTIONS]"),
+        (["run", "--bogus", "x.py"], "delta-fabric run: error: unrecognized arguments: --bogus"),
+        (["demo", "--bogus"], "delta-fabric demo: error: unrecognized arguments: --bogus"),
+        (["demo", "--steps", "x"], "delta-fabric demo: error: argument --steps: invalid int"),
+        (["conformance"], "delta-fabric conformance: error: the following arguments are required"),
+        (["conformance", "run"], "delta-fabric conformance run: error: the following arguments"),
+        (["router", "--bogus"], "delta-fabric router: error: unrecognized arguments: --bogus"),
+        (["inspect"], "delta-fabric inspect: error: the following arguments are required"),
+        (["status", "--bogus"], "delta-fabric status: error: unrecognized arguments: --bogus"),
+    ],
+)
+def test_every_usage_error_is_one_line_and_exit_2(
+    argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from delta_fabric.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        rc = main(argv)
+        raise SystemExit(rc)  # `run` without a script returns 2 instead of raising
+    assert exc.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith(expected), err

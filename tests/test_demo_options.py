@@ -76,3 +76,43 @@ def test_sync_parameter_messages_are_the_librarys() -> None:
     with pytest.raises(UsageError) as demo:
         _check_options(p.parse_args(["--ratio", "1.5"]))
     assert str(demo.value) == f"--ratio: {lib.value}"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--cluster-size", "0"], "node: --cluster-size 0 must be >= 1"),
+        (
+            ["--zenoh-config", "z.json5", "--connect", "tcp/127.0.0.1:7447"],
+            "node: --zenoh-config is used as is: give the endpoints and the mode in the file",
+        ),
+        (["--drain"], "node: --drain needs --neighbours (the nodes to wait for) and --sync on"),
+        (
+            ["--drain", "--neighbours", "a1", "--sync", "off"],
+            "node: --drain needs --neighbours (the nodes to wait for) and --sync on",
+        ),
+    ],
+)
+def test_demo_node_cluster_options_are_checked_before_anything_opens(
+    extra: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("torch")
+    from delta_fabric_demo.node import parse_args, run_node
+
+    class RecordingChannel:
+        def __init__(self) -> None:
+            self.events: list[dict[str, object]] = []
+
+        def emit(self, obj: dict[str, object]) -> None:
+            self.events.append(obj)
+
+        def stop_requested(self, timeout: float) -> bool:
+            return True
+
+    base = ["--index", "0", "--node-id", "a0", "--steps", "1", "--lr", "0.1"]
+    missing = tmp_path / "no-such-dir"  # never read: the check comes first
+    argv = [*base, "--data", str(missing), "--init", str(missing / "init.f32"), *extra]
+    channel = RecordingChannel()
+    assert run_node(parse_args(argv), channel) == 2
+    assert capsys.readouterr().err.strip() == message
+    assert channel.events == []

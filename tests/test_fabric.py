@@ -169,7 +169,10 @@ def test_on_accepted_and_origin_progress() -> None:
     ]
     assert [(e.packet, e.entry) for e in seen] == [(0, 0), (1, 0), (2, 0)]
     assert b.origin_progress() == {1: (9, 3)}
+    assert b.accepted_by_origin() == {1: 3}
     assert b.stats()["accepted_by_hops"] == {"0": 3}
+    b.poll()  # nothing new: the counts stay
+    assert b.accepted_by_origin() == {1: 3}
 
 
 def test_store_rejects_bad_sparse_input_and_changes_nothing() -> None:

@@ -105,6 +105,8 @@ def test_env_var_turns_on_zenoh_log_and_transport_events() -> None:
     assert "delta_fabric.transport: peer 0000000000000002 left" in err
     assert "transport of node 0000000000000001 closed" in err
     assert "zenoh" in out.stdout and "INFO" in out.stdout  # Zenoh's own log (on stdout)
+    assert "\x1b[" not in out.stdout  # no colour codes through a pipe
+    assert "Gossip is disabled" not in out.stdout  # every gossip-less peer session says it
     quiet = run(code)
     assert quiet.returncode == 0 and quiet.stderr == "" and quiet.stdout == ""
 

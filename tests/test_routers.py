@@ -11,9 +11,14 @@ mode started by ``delta-fabric run``. Then:
 - over mutual TLS with access control: a stranger without a certificate, and one with a certificate from
   another CA, are refused, with a diagnosis that names the certificate and quotes Zenoh's log line;
   machine B's certificate cannot publish on machine A's key (the listener gets B's own puts, never the
-  spoofed ones).
+  spoofed ones);
+- PyTorch nodes on machine A and Burn nodes (``df-node``) on machine B, through the same two routers
+  over mutual TLS with access control: every node accepted every entry of every other node (the
+  nodes' reports give each origin's last seq and the entries accepted from it), and the final weights
+  agree within DF-NUM-1.
 
-Skipped (with the reason) only when not root or when ``ip netns`` is not available. The namespaces,
+Skipped (with the reason) only when not root or when ``ip netns`` is not available; without a built
+``df-node`` the mixed cluster is skipped, except under CI (``CI`` set), where it fails. The namespaces,
 the veth pair and every process are removed at the end, also on failure.
 """
 
@@ -99,6 +104,11 @@ def test_doc_has_both_setups() -> None:
         "cluster/host-b.json5",
     }
     assert any(c.startswith("delta-fabric run") for _, c in tls.commands)
+    mixed = sections["PyTorch and Burn nodes"]
+    assert {h for h, c in mixed.commands if c.startswith("df-node ")} == {"B"}
+    assert {h for h, c in mixed.commands if c.startswith("python -m delta_fabric_demo.node ")} == {
+        "A"
+    }
 
 
 # the namespaces ------------------------------------------------------------------------------------
@@ -142,9 +152,12 @@ def hosts() -> Iterator[Hosts]:
 
 # processes -----------------------------------------------------------------------------------------
 class Proc:
-    """A command in a host's namespace; its stdout+stderr are collected by a thread."""
+    """A command in a host's namespace; its stdout+stderr are collected by a thread. ``keep_stdin``:
+    its stdin is a pipe kept open until it ends (a demo node stops lingering when stdin closes)."""
 
-    def __init__(self, ns: str, command: str, cwd: Path, env: dict[str, str]) -> None:
+    def __init__(
+        self, ns: str, command: str, cwd: Path, env: dict[str, str], keep_stdin: bool = False
+    ) -> None:
         self.command = command
         self.lines: list[str] = []
         self._cond = threading.Condition()
@@ -161,6 +174,7 @@ class Proc:
             ],
             cwd=cwd,
             env=env,
+            stdin=subprocess.PIPE if keep_stdin else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -223,7 +237,7 @@ def _is_shell(command: str) -> bool:
 
 def _env() -> dict[str, str]:
     env = dict(os.environ)
-    paths = [str(ROOT / "python" / "src")]
+    paths = [str(ROOT / "python" / "src"), str(ROOT / "python" / "demo" / "src")]
     if env.get("PYTHONPATH"):
         paths.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(paths)
@@ -241,9 +255,40 @@ def _workdir(tmp_path: Path, section: Section) -> Path:
     return work
 
 
+def _df_node() -> str | None:
+    """The df-node binary `cargo build` made (scripts/test.sh puts it on PATH)."""
+    found = shutil.which("df-node")
+    if found:
+        return found
+    target = Path(os.environ.get("CARGO_TARGET_DIR", Path.home() / ".cache/delta-fabric/target"))
+    binary = target / "debug" / "df-node"
+    return str(binary) if binary.is_file() else None
+
+
+def _is_node(cmd: str) -> bool:
+    """A node that the test starts and waits for: the launcher, a demo node, df-node."""
+    return cmd.startswith(("delta-fabric run ", "python -m delta_fabric_demo.node ", "df-node "))
+
+
+def _node_id(cmd: str) -> str:
+    """The 16-hex-digit id of a node command's ``--node-id``."""
+    words = shlex.split(cmd)
+    return f"{int(words[words.index('--node-id') + 1], 16):016x}"
+
+
 def _command(cmd: str, out: Path) -> str:
-    """The doc's command as the test runs it: `delta-fabric` through this interpreter, a launcher
-    timeout, the script's --out."""
+    """The doc's command as the test runs it: `delta-fabric` and `python` through this interpreter,
+    `df-node` as built, a launcher timeout and the script's --out, a node's --dump."""
+    if cmd.startswith("python -m delta_fabric_demo.node "):
+        dump = shlex.quote(str(out / f"{_node_id(cmd)}.f32"))
+        return f"{shlex.quote(sys.executable)} {cmd[len('python ') :]} --dump {dump}"
+    if cmd.startswith("python "):
+        return f"{shlex.quote(sys.executable)} {cmd[len('python ') :]}"
+    if cmd.startswith("df-node "):
+        binary = _df_node()
+        assert binary is not None
+        dump = shlex.quote(str(out / f"{_node_id(cmd)}.f32"))
+        return f"{shlex.quote(binary)} {cmd[len('df-node ') :]} --dump {dump}"
     if not cmd.startswith("delta-fabric "):
         return cmd
     rest = cmd[len("delta-fabric ") :]
@@ -260,12 +305,13 @@ def run_section(
     env = _env()
     routers: list[Proc] = []
     launchers: list[Proc] = []
+    out.mkdir(parents=True, exist_ok=True)
     for host, cmd in section.commands:
-        proc = Proc(hosts.ns[host], _command(cmd, out), work, env)
+        proc = Proc(hosts.ns[host], _command(cmd, out), work, env, keep_stdin=_is_node(cmd))
         if cmd.startswith("delta-fabric router"):
             routers.append(proc)
             proc.wait_line(r"^router \S+ ready", timeout=60)
-        elif cmd.startswith("delta-fabric run"):
+        elif _is_node(cmd):
             launchers.append(proc)
         else:
             rc = proc.wait(timeout=60)
@@ -297,12 +343,44 @@ def check_cluster(launchers: list[Proc], out: Path, nodes: int) -> None:
     assert counts == {
         node: {q: last for q, (last, _) in progress.items() if q != node} for node in progress
     }, f"accepted entries per origin {counts}, sent { ({q: p[0] for q, p in progress.items()}) }"
-    weights = [np.load(out / f"{node}.npy") for node in progress]
+    _agree([np.load(out / f"{node}.npy") for node in progress])
+
+
+def _agree(weights: list[np.ndarray]) -> None:
+    """DF-NUM-1 for every two nodes."""
     for i in range(len(weights)):
         for j in range(i + 1, len(weights)):
             a, b = weights[i], weights[j]
             scale = max(float(np.abs(a).max()), float(np.abs(b).max()))
             assert float(np.abs(a - b).max()) <= 5e-2 * scale  # DF-NUM-1
+
+
+def check_mixed(nodes: list[Proc], out: Path, frameworks: dict[str, int]) -> dict[str, object]:
+    """Demo nodes and df-node ran with --drain: each ends with 0, reports (``ready`` and ``done``
+    JSON lines) that it accepted every entry of every other node, and the dumped weights agree."""
+    reports: dict[str, dict[str, object]] = {}
+    for proc in nodes:
+        rc = proc.wait(timeout=DEADLINE + 30)
+        assert rc == 0, f"{proc.command!r} ended with {rc}:\n{proc.text()}"
+        events = {}
+        for line in proc.lines:
+            if line.startswith("{"):
+                ev = json.loads(line)
+                events[ev.get("event")] = ev
+        assert {"ready", "done"} <= set(events), proc.text()
+        reports[str(events["ready"]["node"])] = {**events["done"], **events["ready"]}
+    seen = {fw: sum(r["framework"] == fw for r in reports.values()) for fw in frameworks}
+    assert seen == frameworks, reports.keys()
+    last = {node: r["last_seq"] for node, r in reports.items()}
+    for node, r in reports.items():
+        others = {q: seq for q, seq in last.items() if q != node}
+        # the last entry of every origin, and every entry before it (each is accepted once)
+        assert r["origin_progress"] == others, f"{node} ({r['framework']}): {r['origin_progress']}"
+        assert r["accepted_by_origin"] == others, (
+            f"{node} ({r['framework']}) accepted {r['accepted_by_origin']}, sent {others}"
+        )
+    _agree([np.fromfile(out / f"{node}.f32", dtype="<f4") for node in reports])
+    return {n: (r["framework"], r["last_seq"], r["accepted_by_origin"]) for n, r in reports.items()}
 
 
 def _stop(procs: list[Proc]) -> None:
@@ -371,17 +449,31 @@ def _probe(*args: str) -> str:
 
 
 def test_two_machines_over_mutual_tls_with_access_control(hosts: Hosts, tmp_path: Path) -> None:
-    # REQ: DF-ZEN-14 (mutual TLS and access control through the user's Zenoh config)
+    # REQ: DF-ZEN-14 (mutual TLS and access control through the user's Zenoh config, both languages)
     # REQ: DF-NUM-1
-    section = parse_doc(DOC.read_text())["Mutual TLS and access control"]
+    doc = parse_doc(DOC.read_text())
+    section = doc["Mutual TLS and access control"]
     work, out = _workdir(tmp_path, section), tmp_path / "weights"
     env = _env()
     routers: list[Proc] = []
     launchers: list[Proc] = []
+    nodes: list[Proc] = []
     probes: list[Proc] = []
     try:
         routers, launchers = run_section(hosts, section, work, out)
         check_cluster(launchers, out, nodes=2)
+
+        # PyTorch nodes on A, Burn nodes on B, through the same routers (same mTLS and ACL)
+        if _df_node() is None:
+            message = "df-node is not built (cd interop && cargo build -p df-node)"
+            if os.environ.get("CI"):
+                pytest.fail(message)
+            print(f"--- mixed cluster not run: {message}")
+        else:
+            t0 = time.monotonic()
+            _, nodes = run_section(hosts, doc["PyTorch and Burn nodes"], work, tmp_path / "mixed")
+            got = check_mixed(nodes, tmp_path / "mixed", {"torch": 2, "burn": 2})
+            print(f"--- PyTorch + Burn over mTLS: {time.monotonic() - t0:.1f} s, {got}")
 
         # strangers: no certificate, and a member's CN from another CA
         _other_ca(work)
@@ -427,4 +519,4 @@ def test_two_machines_over_mutual_tls_with_access_control(hosts: Hosts, tmp_path
             timeout=30,
         )
     finally:
-        _stop(probes + launchers + routers[::-1])
+        _stop(probes + nodes + launchers + routers[::-1])

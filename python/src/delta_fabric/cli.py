@@ -15,6 +15,7 @@ from delta_fabric.cli_support import (
     HelpFormatter,
     add_version_argument,
     exit_quietly_on_broken_pipe,
+    one_line_errors,
 )
 
 # subcommand -> (module, help, distribution that provides the module).
@@ -78,8 +79,32 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 2
             module.add_arguments(p)
             modules[name] = module
-    args = parser.parse_args(argv)
+    if wanted is None:
+        _no_command(argv)
+    one_line_errors(parser)  # every sub-command's (nested) parser too: one line, exit 2
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # said by the sub-command's parser (argparse would say it as `delta-fabric`)
+        sub.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     return exit_quietly_on_broken_pipe(lambda: int(modules[args.command].run(args)))
+
+
+def _no_command(argv: list[str]) -> None:
+    """No sub-command first: ``--help`` and ``--version`` are answered by argparse; anything else is
+    one line naming what is wrong, and exit 2."""
+    if argv and argv[0] in ("-h", "--help", "--version"):
+        return
+    commands = ", ".join(SUBCOMMANDS)
+    if not argv:
+        problem = "no command given"
+    elif argv[0].startswith("-"):
+        problem = (
+            f"unknown option {argv[0]!r}: options go after the command "
+            "(delta-fabric COMMAND --help lists them)"
+        )
+    else:
+        problem = f"unknown command {argv[0]!r}"
+    print(f"delta-fabric: error: {problem}; commands: {commands}", file=sys.stderr)
+    sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ framework, fingerprint, incarnation, N; the Python `Fabric` adds its counters as
 table or, with ``--json``, one JSON document. A live node whose info did not answer in time is listed
 with ``-`` in its columns. Endpoints come from the options, else from ``DELTA_FABRIC_CONNECT`` /
 ``DELTA_FABRIC_ZENOH_CONFIG`` (`delta_fabric.env`). In peer mode, give the endpoints of every node (the
-join line of ``delta-fabric run`` lists them); through a router, the router's endpoint is enough.
+join line of ``delta-fabric run`` lists them); through a router, the router's endpoint is enough. A
+Zenoh peer answers for itself only (it does not forward other peers' liveliness and queries; routers
+do), and gossip scouting, which would find the others, is off in DeltaFabric.
 """
 
 from __future__ import annotations

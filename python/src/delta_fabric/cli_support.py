@@ -10,6 +10,7 @@ import importlib.util
 import os
 import sys
 from collections.abc import Callable
+from typing import NoReturn
 
 from delta_fabric import __version__
 from delta_fabric.wire import VERSION_MAJOR, VERSION_MINOR
@@ -19,6 +20,7 @@ __all__ = [
     "HelpFormatter",
     "add_version_argument",
     "exit_quietly_on_broken_pipe",
+    "one_line_errors",
     "software_versions",
     "version_text",
 ]
@@ -41,6 +43,22 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
         if d is None or d is False or d is argparse.SUPPRESS or d == [] or "default" in text:
             return action.help
         return super()._get_help_string(action)
+
+
+def one_line_errors(p: argparse.ArgumentParser) -> None:
+    """A bad option prints one line (``<prog>: error: ...``, no usage block) and exits 2; also in
+    every sub-command parser below ``p`` (nested ones too), including those added later by
+    `one_line_errors` being called again."""
+
+    def error(message: str) -> NoReturn:
+        print(f"{p.prog}: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+    setattr(p, "error", error)  # noqa: B010 (an instance override of ArgumentParser.error)
+    for action in p._actions:  # argparse has no public accessor for its sub-parsers
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                one_line_errors(sub)
 
 
 def _dist_version(dist: str, module: str) -> str | None:

@@ -145,6 +145,7 @@ class Fabric:
         self.values_received_applied = 0
         self.accepted_by_hops: dict[int, int] = {}
         self._origin_progress: dict[int, tuple[int, int]] = {}
+        self._accepted_by_origin: dict[int, int] = {}
         self.bootstrapped = False
         self.snapshots_served = 0
         self._lock = threading.Lock()  # guards the anchor against a concurrent snapshot request
@@ -452,8 +453,10 @@ class Fabric:
         (no decode)."""
         hist = self.accepted_by_hops
         progress = self._origin_progress
+        by_origin = self._accepted_by_origin
         for e in accepted:
             hist[e.hops] = hist.get(e.hops, 0) + 1
+            by_origin[e.origin] = by_origin.get(e.origin, 0) + 1
             cur = progress.get(e.origin)
             if cur is None or (e.incarnation, e.seq) > cur:
                 progress[e.origin] = (e.incarnation, e.seq)
@@ -463,6 +466,11 @@ class Fabric:
     def origin_progress(self) -> dict[int, tuple[int, int]]:
         """Latest ``(incarnation, seq)`` accepted from each origin."""
         return dict(self._origin_progress)
+
+    def accepted_by_origin(self) -> dict[int, int]:
+        """Entries accepted from each origin so far (the engine accepts each entry once, so a
+        cluster where every packet reached this node shows every origin's last seq here)."""
+        return dict(self._accepted_by_origin)
 
     def stats(self) -> dict[str, Any]:
         """Counters: steps, syncs, bytes and packets sent, own/relayed entries, receive counters."""

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import selectors
 import shlex
 import signal
@@ -38,11 +39,12 @@ import time
 from collections.abc import Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
-from typing import IO, NoReturn
+from typing import IO
 
 from delta_fabric import env as dfenv
+from delta_fabric.cli_support import one_line_errors
 
-__all__ = ["NodePlan", "add_arguments", "plan_nodes", "run"]
+__all__ = ["NodePlan", "add_arguments", "one_line_errors", "plan_nodes", "run"]
 
 #: Exit code of a run stopped by ``--timeout`` (as coreutils' ``timeout``).
 EXIT_TIMEOUT = 124
@@ -115,16 +117,6 @@ def _split_endpoint(endpoint: str) -> tuple[str, str, int]:
     if port > 65535:
         raise argparse.ArgumentTypeError(f"port out of range in {endpoint!r}")
     return proto, host, port
-
-
-def one_line_errors(p: argparse.ArgumentParser) -> None:
-    """A bad option prints one line (``delta-fabric <cmd>: error: ...``) and exits 2."""
-
-    def error(message: str) -> NoReturn:
-        print(f"{p.prog}: error: {message}", file=sys.stderr)
-        sys.exit(2)
-
-    setattr(p, "error", error)  # noqa: B010 (an instance override of ArgumentParser.error)
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -218,7 +210,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="run the script as an executable instead of with this Python",
     )
-    p.add_argument("script", help="the training script (or executable with --no-python)")
+    p.add_argument("script", nargs="?", help="the training script (or executable with --no-python)")
     p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
 
 
@@ -361,9 +353,17 @@ class _Node:
         self.partial: dict[int, bytes] = {}
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
 def _emit(out: IO[str], prefix: str, data: bytes) -> None:
+    """Writes a node's lines; colour codes (a Rust node's log) are dropped unless ``out`` is a
+    terminal."""
     try:
-        out.write(prefix + data.decode("utf-8", "replace"))
+        text = data.decode("utf-8", "replace")
+        if "\x1b" in text and not out.isatty():
+            text = _ANSI.sub("", text)
+        out.write(prefix + text)
         out.flush()
     except (BrokenPipeError, OSError):
         pass
@@ -429,6 +429,14 @@ def run(args: argparse.Namespace) -> int:
     if args.zenoh_config is not None and not os.path.isfile(args.zenoh_config):
         print(
             f"delta-fabric run: error: --zenoh-config {args.zenoh_config}: no such file",
+            file=sys.stderr,
+        )
+        return 2
+    if args.script is None:
+        print(
+            "delta-fabric run: error: no training script given: delta-fabric run [OPTIONS] "
+            "SCRIPT.py [SCRIPT ARGS...] (or --no-python EXECUTABLE [ARGS...]); see "
+            "delta-fabric run --help",
             file=sys.stderr,
         )
         return 2

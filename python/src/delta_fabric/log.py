@@ -13,7 +13,10 @@ the process's stdout, so the capture points file descriptor 1 at a pipe and a th
 lines (at ``warn`` and above, or at ``DELTA_FABRIC_LOG``'s level when set) are kept in a ring buffer of
 the last 200 and are echoed only when ``DELTA_FABRIC_LOG`` is set; every other line (the program's own
 output) goes on to the original stdout unchanged. At exit the original stdout is put back after the
-pipe is drained. ``DELTA_FABRIC_ZENOH_CAPTURE=0`` turns the capture off. :func:`zenoh_log_lines`
+pipe is drained. With ``DELTA_FABRIC_LOG`` set, every Zenoh transport goes through the capture, so
+Zenoh's echoed lines carry no colour codes, and its "Gossip is disabled" warning (given by every
+peer-mode session with gossip scouting off, as DeltaFabric runs them) is dropped.
+``DELTA_FABRIC_ZENOH_CAPTURE=0`` turns the capture off. :func:`zenoh_log_lines`
 returns the kept lines; `PeerTimeoutError` and a failed session open quote them (see
 :func:`delta_fabric.transports.zenoh.diagnose`).
 
@@ -98,8 +101,10 @@ def enable_logging(level: str | int = "info") -> logging.Logger:
 
 def init_zenoh_log(capture: bool = False) -> None:
     """Turn Zenoh's log on at ``DELTA_FABRIC_LOG``'s level (once; called by the Zenoh transport).
-    ``capture``: also capture it for diagnostics (:func:`capture_zenoh_log`), at ``warn`` at least."""
-    if capture and os.environ.get(CAPTURE_ENV, "").strip() != "0":
+    ``capture``: also capture it for diagnostics (:func:`capture_zenoh_log`), at ``warn`` at least.
+    With ``DELTA_FABRIC_LOG`` set, Zenoh's lines always pass through the capture (unless
+    ``DELTA_FABRIC_ZENOH_CAPTURE=0``), which drops their colour codes and `_BENIGN` lines."""
+    if (capture or env_level() is not None) and os.environ.get(CAPTURE_ENV, "").strip() != "0":
         capture_zenoh_log()
         return
     global _zenoh_done
@@ -116,6 +121,10 @@ def init_zenoh_log(capture: bool = False) -> None:
 # A Zenoh (tracing) log line: `2026-01-01T00:00:00.000000Z  WARN thread zenoh_x::y: message`
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _ZENOH_LINE = re.compile(r"^\d{4}-\d\d-\d\dT[0-9:.]+Z\s+(TRACE|DEBUG|INFO|WARN|ERROR)\s")
+# Zenoh lines that say nothing about a DeltaFabric node: every peer-mode session with gossip
+# scouting off (DeltaFabric's rule, its nodes are given their endpoints) warns that it cannot
+# de-duplicate data across region gateways, which a DeltaFabric cluster does not have.
+_BENIGN = ("Gossip is disabled: cannot de-duplicate data traversing region gateways",)
 _KEEP = 200
 _captured: collections.deque[str] = collections.deque(maxlen=_KEEP)
 _capture_state: dict[str, object] = {}
@@ -226,6 +235,8 @@ def _forward(line: bytes, saved: int, echo: bool) -> None:
         return
     text = _ANSI.sub("", line.decode("utf-8", "replace")).rstrip("\n")
     is_zenoh = _ZENOH_LINE.match(text) is not None
+    if is_zenoh and any(b in text for b in _BENIGN):
+        return
     if is_zenoh:
         with _lock:
             _captured.append(text)
@@ -237,7 +248,7 @@ def _forward(line: bytes, saved: int, echo: bool) -> None:
                 pass
     if echo or not is_zenoh:
         try:
-            os.write(saved, line)
+            os.write(saved, (text + "\n").encode() if is_zenoh else line)  # no colour codes
         except OSError:
             pass
 

@@ -23,6 +23,7 @@ from delta_fabric.cli_support import (
     HelpFormatter,
     add_version_argument,
     exit_quietly_on_broken_pipe,
+    one_line_errors,
 )
 
 from delta_fabric_conformance import __version__
@@ -314,5 +315,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     add_version_argument(parser, "delta-fabric-conformance", __version__)
     add_arguments(parser)
+    one_line_errors(parser)
     args = parser.parse_args(argv)
     return exit_quietly_on_broken_pipe(lambda: run(args))

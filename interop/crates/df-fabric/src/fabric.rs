@@ -146,6 +146,7 @@ pub struct Fabric<W: WeightStore, T: Transport> {
     joined_from: Option<u64>,
     accepted_by_hops: BTreeMap<u8, u64>,
     origin_progress: HashMap<u64, (u64, u64)>,
+    accepted_by_origin: HashMap<u64, u64>,
     snapshots_served: Arc<AtomicU64>,
     closed: bool,
 }
@@ -193,6 +194,7 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
                     joined_from,
                     accepted_by_hops: BTreeMap::new(),
                     origin_progress: HashMap::new(),
+                    accepted_by_origin: HashMap::new(),
                     snapshots_served: Arc::new(AtomicU64::new(0)),
                     closed: false,
                 };
@@ -395,6 +397,7 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
     fn track_accepted(&mut self, res: &ReceiveResult) {
         for a in &res.accepted {
             *self.accepted_by_hops.entry(a.hops).or_default() += 1;
+            *self.accepted_by_origin.entry(a.origin).or_default() += 1;
             let cur = self.origin_progress.entry(a.origin).or_insert((0, 0));
             if (a.incarnation, a.seq) > *cur {
                 *cur = (a.incarnation, a.seq);
@@ -465,6 +468,12 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
     /// Latest `(incarnation, seq)` accepted from each origin.
     pub fn origin_progress(&self) -> &HashMap<u64, (u64, u64)> {
         &self.origin_progress
+    }
+
+    /// Entries accepted from each origin so far (the engine accepts each entry once, so a
+    /// cluster where every packet reached this node shows every origin's last seq here).
+    pub fn accepted_by_origin(&self) -> &HashMap<u64, u64> {
+        &self.accepted_by_origin
     }
 
     /// Snapshots served to joiners so far.

@@ -102,6 +102,11 @@ fn a_line_of_three_nodes_converges_and_counts_hops_from_the_engine() {
     );
     let p = nodes[0].origin_progress();
     assert!(p[&3].1 > 0 && p[&2].1 > 0, "{p:?}");
+    // every entry of the direct neighbour accepted once: the count is its last seq; the
+    // relayed origin's entries are counted too (at most its last seq)
+    let a = nodes[0].accepted_by_origin();
+    assert_eq!(a[&2], p[&2].1, "{a:?}");
+    assert!(a[&3] > 0 && a[&3] <= p[&3].1, "{a:?}");
     let s = nodes[1].stats();
     for key in [
         "node_id",

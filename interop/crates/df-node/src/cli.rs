@@ -1,11 +1,19 @@
 //! Command line of `df-node`, parsed by `clap` (same options as `python -m delta_fabric.demo.node`,
 //! plus `--cluster-size`, `--report`, `--dump`, `--incarnation`; a leading `train` word is accepted).
 //! The learning rate used is `lr / cluster-size`.
+//!
+//! The cluster options also read the `DELTA_FABRIC_*` environment variables that
+//! `delta-fabric run` sets and `Fabric.from_env` reads (python/README.md, "Running a cluster"):
+//! an option given on the command line wins, then the variable, then the default. An empty
+//! variable counts as unset; a bad one is a usage error naming the variable and the value.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use clap::Parser;
+use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser};
+use df_core::ValueEncoding;
+use df_zenoh::Mode;
 
 use crate::error::NodeError;
 use crate::node::NodeOptions;
@@ -18,12 +26,14 @@ use crate::node::NodeOptions;
     version,
     about,
     max_term_width = 100,
-    allow_negative_numbers = true
+    allow_negative_numbers = true,
+    after_help = ENV_HELP
 )]
 pub struct Args {
-    /// Node id: 1 to 16 hex digits (`0x` optional), non-zero.
+    /// Node id: 1 to 16 hex digits (`0x` optional), non-zero [env: DELTA_FABRIC_NODE_ID, decimal
+    /// or 0x hex]. Required, by option or variable.
     #[arg(long, value_parser = parse_node_id)]
-    pub node_id: u64,
+    pub node_id: Option<u64>,
     /// Directory of the data files (train/test images and labels).
     #[arg(long)]
     pub data: PathBuf,
@@ -54,27 +64,35 @@ pub struct Args {
     /// Synchronise with peers (`on`) or train alone (`off`).
     #[arg(long, default_value = "on", value_parser = on_off, action = clap::ArgAction::Set)]
     pub sync: bool,
-    /// Damping per hop in [0, 1] (DF-RCV-5).
+    /// Damping per hop in [0, 1] (DF-RCV-5) [env: DELTA_FABRIC_ALPHA].
     #[arg(long, default_value_t = 1.0)]
     pub alpha: f64,
-    /// Selection ratio r in (0, 1] (DF-GEN-2).
+    /// Selection ratio r in (0, 1] (DF-GEN-2) [env: DELTA_FABRIC_RATIO].
     #[arg(long, default_value_t = 0.05)]
     pub ratio: f64,
-    /// Local steps between two syncs.
+    /// Local steps between two syncs [env: DELTA_FABRIC_SYNC_INTERVAL].
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
     pub sync_interval: u32,
-    /// Also synchronise the BatchNorm running statistics.
+    /// Also synchronise the BatchNorm running statistics [env: DELTA_FABRIC_INCLUDE_BUFFERS].
     #[arg(long)]
     pub include_buffers: bool,
-    /// Zenoh key namespace of the cluster.
+    /// Zenoh key namespace of the cluster [env: DELTA_FABRIC_NAMESPACE].
     #[arg(long, default_value = "deltafabric/demo")]
     pub namespace: String,
-    /// Zenoh listen endpoint, e.g. tcp/127.0.0.1:7447 (default: none).
-    #[arg(long)]
-    pub listen: Option<String>,
-    /// Zenoh connect endpoint (repeatable).
-    #[arg(long)]
+    /// Zenoh listen endpoints, e.g. tcp/127.0.0.1:7447 (repeatable or comma list; default: none)
+    /// [env: DELTA_FABRIC_LISTEN].
+    #[arg(long, value_delimiter = ',', value_parser = endpoint)]
+    pub listen: Vec<String>,
+    /// Zenoh connect endpoints (repeatable or comma list) [env: DELTA_FABRIC_CONNECT].
+    #[arg(long, value_delimiter = ',', value_parser = endpoint)]
     pub connect: Vec<String>,
+    /// Zenoh session mode: peer or client [env: DELTA_FABRIC_MODE].
+    #[arg(long, default_value = "peer", value_parser = parse_mode)]
+    pub mode: Mode,
+    /// A Zenoh JSON5 config file, used as is (endpoints and mode then come from the file)
+    /// [env: DELTA_FABRIC_ZENOH_CONFIG].
+    #[arg(long)]
+    pub zenoh_config: Option<PathBuf>,
     /// Comma-separated hex ids of the neighbours to subscribe to (default: everybody).
     #[arg(long, value_delimiter = ',', value_parser = parse_node_id)]
     pub neighbours: Vec<u64>,
@@ -105,6 +123,16 @@ pub struct Args {
     /// Start from a live peer's verified anchor snapshot (DF-ZEN-5) instead of --init/--seed.
     #[arg(long)]
     pub join: bool,
+    /// After the last step, 3 sync rounds without training (DF-NUM-1), then receive until every
+    /// neighbour's last seq reached this node's (every node makes as many entries when all run
+    /// the same --steps and --sync-interval); at most --wait-peers seconds, exit 1 if not. Needs
+    /// --neighbours.
+    #[arg(long)]
+    pub drain: bool,
+    /// Write the canonical weights at every evaluation (DIR/stepSSSSSS.f32) and at the end
+    /// (DIR/final.f32), raw little-endian f32.
+    #[arg(long)]
+    pub weights_dir: Option<PathBuf>,
     /// Seconds --join may look for and fetch a snapshot.
     #[arg(long, default_value = "30", value_parser = seconds)]
     pub join_timeout: Duration,
@@ -121,6 +149,41 @@ pub fn parse_node_id(v: &str) -> Result<u64, String> {
         return Err("node id must be non-zero".into());
     }
     Ok(id)
+}
+
+/// The environment variables `df-node` reads, shown at the end of `--help`.
+const ENV_HELP: &str = "\
+Environment (the same variables as `delta-fabric run` and Fabric.from_env; an option given on the
+command line wins, then the variable, then the default; an empty variable counts as unset):
+  DELTA_FABRIC_NODE_ID       node id, decimal or 0x hex, in [1, 2^64)
+  DELTA_FABRIC_NAMESPACE     --namespace
+  DELTA_FABRIC_LISTEN        --listen, comma list of Zenoh endpoints
+  DELTA_FABRIC_CONNECT       --connect, comma list of Zenoh endpoints
+  DELTA_FABRIC_MODE          --mode, peer or client
+  DELTA_FABRIC_ZENOH_CONFIG  --zenoh-config, a Zenoh JSON5 file
+  DELTA_FABRIC_RATIO, _ALPHA, _SYNC_INTERVAL, _INCLUDE_BUFFERS (1/0), _RELAY_THRESHOLD,
+  _HOP_LIMIT, _MAX_PACKET_SIZE, _REPLAY_WINDOW, _MAX_INCARNATIONS, _ENCODING (F32/F16/BF16)
+                             the sync parameter of the same name";
+
+/// A Zenoh endpoint `proto/address` (the check of `delta_fabric.env.endpoints`).
+fn endpoint(v: &str) -> Result<String, String> {
+    let e = v.trim();
+    match e.split_once('/') {
+        Some((p, a)) if !p.is_empty() && !a.is_empty() && !e.contains(char::is_whitespace) => {
+            Ok(e.to_string())
+        }
+        _ => Err(format!(
+            "'{e}' is not a Zenoh endpoint such as tcp/127.0.0.1:7447"
+        )),
+    }
+}
+
+fn parse_mode(v: &str) -> Result<Mode, String> {
+    match v {
+        "peer" => Ok(Mode::Peer),
+        "client" => Ok(Mode::Client),
+        _ => Err("must be 'peer' or 'client'".into()),
+    }
 }
 
 fn number(v: &str) -> Result<f64, String> {
@@ -160,10 +223,131 @@ fn on_off(v: &str) -> Result<bool, String> {
     }
 }
 
+/// Reads one environment variable (`None`: unset). Tests pass a map; `main` passes the process's.
+pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// The process environment as an [`EnvLookup`].
+pub fn process_env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+const PREFIX: &str = "DELTA_FABRIC_";
+
+/// `DELTA_FABRIC_*` variables read with the rules and wording of `delta_fabric.env`.
+struct Env<'a> {
+    lookup: EnvLookup<'a>,
+}
+
+impl Env<'_> {
+    fn get(&self, field: &str) -> Option<(String, String)> {
+        let name = format!("{PREFIX}{field}");
+        let raw = (self.lookup)(&name)?;
+        let raw = raw.trim();
+        (!raw.is_empty()).then(|| (name, raw.to_string()))
+    }
+
+    fn bad(name: &str, raw: &str, expected: &str) -> NodeError {
+        NodeError::Usage(format!("{name}='{raw}': {expected}"))
+    }
+
+    /// An integer, decimal or `0x` hex (`int(raw, 0)` for the forms the launcher writes).
+    fn int(raw: &str) -> Option<u128> {
+        let (digits, radix) = match raw.strip_prefix("0x").or_else(|| raw.strip_prefix("0X")) {
+            Some(h) => (h, 16),
+            None => (raw, 10),
+        };
+        let digits = digits.replace('_', "");
+        if digits.is_empty() || digits.starts_with(['+', '-']) {
+            return None;
+        }
+        u128::from_str_radix(&digits, radix).ok()
+    }
+
+    fn uint<T: TryFrom<u128>>(
+        &self,
+        field: &str,
+        lo: u128,
+        hi: u128,
+    ) -> Result<Option<T>, NodeError> {
+        let Some((name, raw)) = self.get(field) else {
+            return Ok(None);
+        };
+        Self::int(&raw)
+            .filter(|v| (lo..=hi).contains(v))
+            .and_then(|v| T::try_from(v).ok())
+            .map(Some)
+            .ok_or_else(|| Self::bad(&name, &raw, &format!("must be an integer in [{lo}, {hi}]")))
+    }
+
+    fn float(&self, field: &str) -> Result<Option<f64>, NodeError> {
+        let Some((name, raw)) = self.get(field) else {
+            return Ok(None);
+        };
+        let v: f64 = raw
+            .parse()
+            .map_err(|_| Self::bad(&name, &raw, "must be a number"))?;
+        if !v.is_finite() {
+            return Err(Self::bad(&name, &raw, "must be a finite number"));
+        }
+        Ok(Some(v))
+    }
+
+    fn boolean(&self, field: &str) -> Result<Option<bool>, NodeError> {
+        let Some((name, raw)) = self.get(field) else {
+            return Ok(None);
+        };
+        match raw.to_lowercase().as_str() {
+            "1" | "true" | "yes" | "on" => Ok(Some(true)),
+            "0" | "false" | "no" | "off" => Ok(Some(false)),
+            _ => Err(Self::bad(
+                &name,
+                &raw,
+                "must be 1/0, true/false, yes/no or on/off",
+            )),
+        }
+    }
+
+    fn endpoints(&self, field: &str) -> Result<Option<Vec<String>>, NodeError> {
+        let Some((name, raw)) = self.get(field) else {
+            return Ok(None);
+        };
+        let out = raw
+            .split(',')
+            .filter(|e| !e.trim().is_empty())
+            .map(|e| endpoint(e).map_err(|m| Self::bad(&name, &raw, &m)))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Some(out))
+    }
+}
+
+/// Whether the option `id` was given on the command line (else the variable may set it).
+fn given(m: Option<&ArgMatches>, id: &str) -> bool {
+    m.is_some_and(|m| m.value_source(id) == Some(ValueSource::CommandLine))
+}
+
 impl Args {
-    /// The node options, with the checks that involve several options.
+    /// The node options, with the checks that involve several options; no environment variables.
     pub fn into_options(self) -> Result<NodeOptions, NodeError> {
-        let mut o = NodeOptions::new(self.node_id, self.data, self.steps);
+        self.into_options_env(None, &|_| None)
+    }
+
+    /// The node options: each cluster option given in `m` (the command line) wins, then its
+    /// `DELTA_FABRIC_*` variable in `env`, then its default (`m: None`: nothing was given).
+    pub fn into_options_env(
+        self,
+        m: Option<&ArgMatches>,
+        env: EnvLookup<'_>,
+    ) -> Result<NodeOptions, NodeError> {
+        let env = Env { lookup: env };
+        let node_id = match self.node_id {
+            Some(id) => id,
+            None => env
+                .uint::<u64>("NODE_ID", 1, u128::from(u64::MAX))?
+                .ok_or_else(|| {
+                    NodeError::Usage("--node-id or DELTA_FABRIC_NODE_ID is required".into())
+                })?,
+        };
+        let mut o = NodeOptions::new(node_id, self.data, self.steps);
         o.index = self.index;
         o.init = self.init;
         o.batch = usize::try_from(self.batch)
@@ -180,6 +364,8 @@ impl Args {
         o.namespace = self.namespace;
         o.listen = self.listen;
         o.connect = self.connect;
+        o.mode = self.mode;
+        o.zenoh_config = self.zenoh_config;
         o.neighbours = self.neighbours;
         o.eval_every = self.eval_every;
         o.wait_peers = self.wait_peers;
@@ -191,6 +377,102 @@ impl Args {
         o.max_lead = self.max_lead;
         o.join = self.join;
         o.join_timeout = self.join_timeout;
+        o.drain = self.drain;
+        o.weights_dir = self.weights_dir;
+        if !given(m, "alpha")
+            && let Some(v) = env.float("ALPHA")?
+        {
+            o.sync_config.alpha = v;
+        }
+        if !given(m, "ratio")
+            && let Some(v) = env.float("RATIO")?
+        {
+            o.sync_config.ratio = v;
+        }
+        if !given(m, "sync_interval")
+            && let Some(v) = env.uint("SYNC_INTERVAL", 1, u128::from(u32::MAX))?
+        {
+            o.sync_config.sync_interval = v;
+        }
+        if !given(m, "include_buffers")
+            && let Some(v) = env.boolean("INCLUDE_BUFFERS")?
+        {
+            o.include_buffers = v;
+        }
+        if !given(m, "namespace")
+            && let Some((_, v)) = env.get("NAMESPACE")
+        {
+            o.namespace = v;
+        }
+        if !given(m, "listen")
+            && let Some(v) = env.endpoints("LISTEN")?
+        {
+            o.listen = v;
+        }
+        if !given(m, "connect")
+            && let Some(v) = env.endpoints("CONNECT")?
+        {
+            o.connect = v;
+        }
+        let mode_set = given(m, "mode") || env.get("MODE").is_some();
+        if !given(m, "mode")
+            && let Some((name, raw)) = env.get("MODE")
+        {
+            o.mode = parse_mode(&raw).map_err(|e| Env::bad(&name, &raw, &e))?;
+        }
+        if o.zenoh_config.is_none()
+            && let Some((name, raw)) = env.get("ZENOH_CONFIG")
+        {
+            o.zenoh_config = Some(PathBuf::from(&raw));
+            if !Path::new(&raw).is_file() {
+                return Err(Env::bad(
+                    &name,
+                    &raw,
+                    "no such file (a Zenoh JSON5 configuration file)",
+                ));
+            }
+        }
+        // The sync parameters df-node has no option for.
+        let c = &mut o.sync_config;
+        if let Some(v) = env.float("RELAY_THRESHOLD")? {
+            c.relay_threshold = v;
+        }
+        if let Some(v) = env.uint("HOP_LIMIT", 0, u128::from(u8::MAX))? {
+            c.hop_limit = v;
+        }
+        if let Some(v) = env.uint("MAX_PACKET_SIZE", 0, usize::MAX as u128)? {
+            c.max_packet_size = v;
+        }
+        if let Some(v) = env.uint("REPLAY_WINDOW", 0, u128::from(u64::MAX))? {
+            c.replay_window = v;
+        }
+        if let Some(v) = env.uint("MAX_INCARNATIONS", 0, usize::MAX as u128)? {
+            c.max_incarnations = v;
+        }
+        if let Some((name, raw)) = env.get("ENCODING") {
+            c.encoding = match raw.to_uppercase().as_str() {
+                "F32" => ValueEncoding::F32,
+                "F16" => ValueEncoding::F16,
+                "BF16" => ValueEncoding::BF16,
+                _ => return Err(Env::bad(&name, &raw, "must be one of F32, F16, BF16")),
+            };
+        }
+        if let Some(p) = &o.zenoh_config {
+            if !p.is_file() {
+                return Err(NodeError::Usage(format!(
+                    "--zenoh-config {}: no such file (a Zenoh JSON5 configuration file)",
+                    p.display()
+                )));
+            }
+            // The file is used as is (DF-ZEN-14): endpoints and mode come from it.
+            if !o.listen.is_empty() || !o.connect.is_empty() || mode_set {
+                return Err(NodeError::Usage(
+                    "--zenoh-config is used as is: put the endpoints and the mode in the file, \
+                     not in --listen/--connect/--mode (or their variables)"
+                        .into(),
+                ));
+            }
+        }
         o.sync_config.include_buffers = o.include_buffers;
         // Every sync parameter in its allowed range (DF-PAR-11).
         o.sync_config
@@ -224,9 +506,26 @@ where
     I: IntoIterator<Item = S>,
     S: Into<String>,
 {
-    Args::try_parse_from(argv(args))
-        .map_err(|e| NodeError::Usage(e.to_string()))?
-        .into_options()
+    parse_args_env(args, &process_env)
+}
+
+/// [`parse_args`] with the `DELTA_FABRIC_*` variables read through `env`.
+pub fn parse_args_env<I, S>(args: I, env: EnvLookup<'_>) -> Result<NodeOptions, NodeError>
+where
+    I: IntoIterator<Item = S>,
+    S: Into<String>,
+{
+    let (a, m) = matches(args).map_err(|e| NodeError::Usage(e.to_string()))?;
+    a.into_options_env(Some(&m), env)
+}
+
+fn matches<I, S>(args: I) -> Result<(Args, ArgMatches), clap::Error>
+where
+    I: IntoIterator<Item = S>,
+    S: Into<String>,
+{
+    let m = Args::command().try_get_matches_from(argv(args))?;
+    Ok((Args::from_arg_matches(&m)?, m))
 }
 
 /// What `main` does with the command line: the options, or the process exit (help and version on
@@ -236,8 +535,8 @@ where
     I: IntoIterator<Item = S>,
     S: Into<String>,
 {
-    match Args::try_parse_from(argv(args)) {
-        Ok(a) => match a.into_options() {
+    match matches(args) {
+        Ok((a, m)) => match a.into_options_env(Some(&m), &process_env) {
             Ok(o) => o,
             Err(e) => usage_exit(&e.to_string()),
         },

@@ -12,9 +12,13 @@
 //! * `{"event":"ready","index","node","framework":"burn","num_params","fingerprint",...}`
 //! * `{"event":"progress","index","step","loss","acc","accuracy","bytes_sent"}` every 10 steps and
 //!   at each evaluation (`acc`/`accuracy` null between evaluations; `loss`: mean since the last line)
-//! * `{"event":"finished","index","step"}`, then the node keeps receiving and relaying until `stop`
-//!   on stdin, stdin closes, or `--linger` seconds pass;
-//! * `{"event":"done","index","accuracy","per_class","curve","stats",...}`.
+//! * `{"event":"finished","index","step"}`; with `--drain` the node then runs 3 sync rounds
+//!   without training (DF-NUM-1's quiescent drain) and receives until every neighbour's last seq
+//!   reached its own (at most `--wait-peers`, an error if not); then it keeps
+//!   receiving and relaying until `stop` on stdin, stdin closes, or `--linger` seconds pass;
+//! * `{"event":"done","index","accuracy","per_class","curve","stats","traffic":[[step, sent,
+//!   received, relayed],...],"last_seq",
+//!   "origin_progress":{origin: last seq accepted},"accepted_by_origin":{origin: entries},...}`.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -66,8 +70,12 @@ pub struct NodeOptions {
     pub sync_config: SyncConfig,
     pub include_buffers: bool,
     pub namespace: String,
-    pub listen: Option<String>,
+    pub listen: Vec<String>,
     pub connect: Vec<String>,
+    /// Zenoh session mode.
+    pub mode: df_zenoh::Mode,
+    /// A Zenoh config file used as is (DF-ZEN-14).
+    pub zenoh_config: Option<PathBuf>,
     pub neighbours: Vec<u64>,
     pub eval_every: u64,
     pub wait_peers: Duration,
@@ -87,6 +95,12 @@ pub struct NodeOptions {
     pub join: bool,
     /// How long `join` may look for and fetch a snapshot.
     pub join_timeout: Duration,
+    /// After training, receive until every neighbour's last seq reached this node's own (at most
+    /// `wait_peers`; an error if not).
+    pub drain: bool,
+    /// Write the canonical weights at every evaluation (`step{S:06}.f32`) and at the end
+    /// (`final.f32`) into this directory (the demo's weight-agreement panel).
+    pub weights_dir: Option<PathBuf>,
 }
 
 impl NodeOptions {
@@ -107,8 +121,10 @@ impl NodeOptions {
             sync_config: SyncConfig::default(),
             include_buffers: false,
             namespace: "deltafabric/demo".into(),
-            listen: None,
+            listen: Vec::new(),
             connect: Vec::new(),
+            mode: df_zenoh::Mode::Peer,
+            zenoh_config: None,
             neighbours: Vec::new(),
             eval_every: 50,
             wait_peers: Duration::from_secs(30),
@@ -120,6 +136,8 @@ impl NodeOptions {
             max_lead: 0,
             join: false,
             join_timeout: Duration::from_secs(30),
+            drain: false,
+            weights_dir: None,
         }
     }
 
@@ -428,6 +446,11 @@ pub fn run_node(
     if opts.node_id == 0 {
         return Err(NodeError::Usage("--node-id must be non-zero".into()));
     }
+    if opts.drain && (opts.neighbours.is_empty() || !opts.sync) {
+        return Err(NodeError::Usage(
+            "--drain needs --neighbours (the nodes to wait for) and --sync on".into(),
+        ));
+    }
     let init = match &opts.init {
         Some(p) => Some(crate::data::read_f32_file(p)?),
         None => None,
@@ -505,6 +528,11 @@ pub fn run_node(
             .wrapping_mul(1000)
             .wrapping_add(u64::from(opts.index)),
     );
+    if let Some(d) = &opts.weights_dir {
+        std::fs::create_dir_all(d).map_err(|e| NodeError::io(d, e))?;
+    }
+    let mut traffic: Vec<[u64; 4]> = vec![traffic_row(&node, 0)];
+    save_weights(&node, opts, "step000000")?;
     let mut curve: Vec<(u64, f64)> = vec![(0, evaluate(node.store().model(), &data.test).0)];
     let mut loss_curve: Vec<(u64, f64)> = Vec::new();
     let (mut loss_sum, mut loss_n) = (0.0f64, 0u32);
@@ -544,6 +572,8 @@ pub fn run_node(
             let a = evaluate(node.store().model(), &data.test).0;
             curve.push((step, a));
             acc = Some(a);
+            save_weights(&node, opts, &format!("step{step:06}"))?;
+            traffic.push(traffic_row(&node, step));
         }
         if acc.is_some() || step % 10 == 0 {
             let mean_loss = loss_sum / f64::from(loss_n.max(1));
@@ -570,6 +600,20 @@ pub fn run_node(
         f.sync_now()?; // the last residual goes out too
     }
     channel.emit(json!({"event": "finished", "index": opts.index, "step": opts.steps}));
+    let mut last_seq = 0;
+    if let Some(f) = node.fabric() {
+        if opts.drain {
+            for _ in 0..3 {
+                // the quiescent drain of DF-NUM-1: sync rounds without training
+                f.sync_now()?;
+                f.poll()?;
+            }
+        }
+        last_seq = f.engine()?.next_seq() - 1;
+        if opts.drain {
+            drain(f, &opts.neighbours, last_seq, opts.wait_peers)?;
+        }
+    }
     let deadline = Instant::now() + opts.linger;
     loop {
         stop_if_signalled()?;
@@ -585,6 +629,7 @@ pub fn run_node(
     if let Some(f) = node.fabric() {
         f.poll()?;
     }
+    save_weights(&node, opts, "final")?;
     let model = node.store().model();
     let (accuracy, per_class) = evaluate(model, &data.test);
     let (_, weights) = df_burn::export_canonical::<TrainBackend, _>(model, opts.include_buffers)?;
@@ -613,6 +658,13 @@ pub fn run_node(
     stats["wait_peers_s"] = json!(round3(wait_peers_s));
     stats["paced_s"] = json!(round3(paced.as_secs_f64()));
     let curve_json: Vec<Value> = curve.iter().map(|&(s, a)| json!([s, a])).collect();
+    let (origin_progress, accepted_by_origin) = match &node {
+        Holder::Synced(f) => (
+            hex_map(f.origin_progress().iter().map(|(&q, &(_, seq))| (q, seq))),
+            hex_map(f.accepted_by_origin().iter().map(|(&q, &n)| (q, n))),
+        ),
+        Holder::Alone(_) => (json!({}), json!({})),
+    };
     channel.emit(json!({
         "event": "done",
         "index": opts.index,
@@ -621,6 +673,10 @@ pub fn run_node(
         "curve": curve_json,
         "stats": stats,
         "weights_sha256": weights_sha256,
+        "traffic": traffic,
+        "last_seq": last_seq,
+        "origin_progress": origin_progress,
+        "accepted_by_origin": accepted_by_origin,
     }));
     let report = json!({
         "index": opts.index,
@@ -662,6 +718,83 @@ pub fn run_node(
         weights_path,
         report,
     })
+}
+
+/// `[step, bytes sent, bytes received, bytes relayed]`; the relayed bytes are the share of the sent
+/// bytes that carried relayed values (own and relayed entries share packets), as the Python node.
+fn traffic_row(node: &Holder, step: u64) -> [u64; 4] {
+    match node {
+        Holder::Alone(_) => [step, 0, 0, 0],
+        Holder::Synced(f) => {
+            let c = f.counters();
+            let values = c.own_values_sent + c.relay_values_sent;
+            let relayed = if values == 0 {
+                0
+            } else {
+                u64::try_from(
+                    u128::from(c.bytes_sent) * u128::from(c.relay_values_sent) / u128::from(values),
+                )
+                .unwrap_or(u64::MAX)
+            };
+            let received = f.transport().stats().received_bytes;
+            [step, c.bytes_sent, received, relayed]
+        }
+    }
+}
+
+/// `--weights-dir`: the canonical weights as `DIR/<name>.f32` (raw little-endian f32).
+fn save_weights(node: &Holder, opts: &NodeOptions, name: &str) -> Result<(), NodeError> {
+    let Some(dir) = &opts.weights_dir else {
+        return Ok(());
+    };
+    let (_, w) =
+        df_burn::export_canonical::<TrainBackend, _>(node.store().model(), opts.include_buffers)?;
+    let path = dir.join(format!("{name}.f32"));
+    std::fs::write(&path, f32_bytes(&w)).map_err(|e| NodeError::io(&path, e))
+}
+
+/// `{origin (16 hex digits): value}`, in origin order.
+fn hex_map(pairs: impl Iterator<Item = (u64, u64)>) -> Value {
+    let sorted: std::collections::BTreeMap<u64, u64> = pairs.collect();
+    Value::Object(
+        sorted
+            .into_iter()
+            .map(|(q, v)| (format!("{q:016x}"), json!(v)))
+            .collect(),
+    )
+}
+
+/// `--drain`: receive until every neighbour's last accepted seq reached `last_seq`.
+fn drain(
+    f: &mut NodeFabric,
+    neighbours: &[u64],
+    last_seq: u64,
+    patience: Duration,
+) -> Result<(), NodeError> {
+    let end = Instant::now() + patience;
+    loop {
+        stop_if_signalled()?;
+        let progress = f.origin_progress();
+        let behind: Vec<String> = neighbours
+            .iter()
+            .filter_map(|q| {
+                let seq = progress.get(q).map_or(0, |&(_, s)| s);
+                (seq < last_seq).then(|| format!("{q:016x} at {seq}"))
+            })
+            .collect();
+        if behind.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() >= end {
+            return Err(NodeError::Data(format!(
+                "--drain: after {:?} these neighbours had not reached seq {last_seq}: {}",
+                patience,
+                behind.join(", ")
+            )));
+        }
+        f.transport().wait_for_packets(Duration::from_millis(50))?;
+        f.poll()?;
+    }
 }
 
 fn round3(x: f64) -> f64 {

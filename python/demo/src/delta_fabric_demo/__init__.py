@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from delta_fabric.cli_support import HelpFormatter, add_version_argument
+from delta_fabric.cli_support import HelpFormatter, add_version_argument, one_line_errors
 
 from delta_fabric_demo.runner import add_arguments, run
 
@@ -30,4 +30,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     add_version_argument(parser, "delta-fabric-demo", __version__)
     add_arguments(parser)
+    one_line_errors(parser)
     return run(parser.parse_args(argv))

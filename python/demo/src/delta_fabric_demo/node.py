@@ -8,6 +8,7 @@ Command line (all nodes of a run get the same values except identity and endpoin
     --namespace NS --listen tcp/127.0.0.1:P [--connect EP]... [--neighbours HEX16,HEX16,...]
     --eval-every E [--wait-peers SECONDS] [--linger SECONDS]
     [--max-lead ROUNDS] [--lockstep] [--average-over C] [--bn-momentum M] [--weights-dir DIR]
+    [--mode peer|client] [--zenoh-config FILE] [--cluster-size N] [--drain] [--dump FILE]
                                              (the demo passes these to df-node only when its
                                               --help lists them)
 
@@ -22,14 +23,18 @@ Protocol on stdout, one JSON object per line:
   transport is up and the neighbours are seen (or ``--wait-peers`` ran out);
 * ``{"event": "progress", "index", "step", "accuracy" (null between evaluations), "bytes_sent"}``
   at least every 10 steps and at every evaluation (every ``--eval-every`` steps);
-* ``{"event": "finished", "index", "step"}`` after the last step; the node then keeps receiving and
-  relaying (no generation) until a line ``stop`` arrives on stdin, stdin closes, or ``--linger`` s
-  pass;
+* ``{"event": "finished", "index", "step"}`` after the last step; with ``--drain`` the node then
+  runs 3 sync rounds without training (DF-NUM-1's quiescent drain) and receives until every
+  neighbour's last seq reached its own (every node makes as many entries when all run the same
+  ``--steps`` and ``--sync-interval``), at most ``--wait-peers`` s (exit 1 if they did not); then it keeps receiving and relaying (no generation) until a line ``stop`` arrives on
+  stdin, stdin closes, or ``--linger`` s pass;
 * ``{"event": "done", "index", "accuracy", "per_class", "curve": [[step, acc], ...], "stats":
-  {...}, "traffic": [[step, bytes_sent, bytes_received, bytes_relayed], ...]}`` after a final
-  evaluation; with sync on, optionally ``"shared_accuracy"`` and ``"shared_curve"``: the accuracy of
-  the node's anchor, the model every node shares (its working weights also hold its unsent local
-  progress). Then the node exits 0. ``traffic`` (optional) has a row per evaluation; the relayed
+  {...}, "traffic": [[step, bytes_sent, bytes_received, bytes_relayed], ...], "last_seq",
+  "origin_progress": {origin: last seq accepted}, "accepted_by_origin": {origin: entries
+  accepted}}`` after a final evaluation; with sync on, optionally ``"shared_accuracy"`` and
+  ``"shared_curve"``: the accuracy of the node's anchor, the model every node shares (its working
+  weights also hold its unsent local progress). Then the node exits 0. ``traffic`` (optional) has a
+  row per evaluation; the relayed
   bytes are the share of the sent bytes that carried relayed values (own and relayed entries share
   packets).
 
@@ -48,9 +53,12 @@ import threading
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from delta_fabric.fabric import Fabric
 
 
 def add_node_arguments(p: argparse.ArgumentParser) -> None:
@@ -108,6 +116,31 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--wait-peers", type=float, default=30.0)
     p.add_argument("--linger", type=float, default=30.0)
+    p.add_argument("--mode", choices=("peer", "client"), default="peer", help="Zenoh session mode")
+    p.add_argument(
+        "--zenoh-config",
+        type=Path,
+        default=None,
+        help="a Zenoh JSON5 config file used as is (endpoints and mode then come from the file)",
+    )
+    p.add_argument(
+        "--cluster-size",
+        type=int,
+        default=1,
+        help="number of nodes in the cluster; the learning rate used is --lr / --cluster-size",
+    )
+    p.add_argument(
+        "--dump",
+        type=Path,
+        default=None,
+        help="write the final canonical weights here (raw little-endian f32, like --init)",
+    )
+    p.add_argument(
+        "--drain",
+        action="store_true",
+        help="after the last step, 3 sync rounds without training (DF-NUM-1), then receive until "
+        "every neighbour's last seq reached this node's (at most --wait-peers s; exit 1 if not)",
+    )
 
 
 class Channel(Protocol):
@@ -206,6 +239,10 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
     from delta_fabric_demo.model import DigitsCNN, canonical_vector, load_canonical
     from delta_fabric_demo.rounds import RoundGate
 
+    problem = _check_cluster_options(args)
+    if problem is not None:  # before anything is opened or read
+        print(f"node: {problem}", file=sys.stderr)
+        return 2
     torch.set_num_threads(1)
     _emit = channel.emit
     train, test, _meta = read_partition(args.data)
@@ -239,6 +276,8 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
                 namespace=args.namespace,
                 listen=[args.listen] if args.listen else [],
                 connect=list(args.connect),
+                mode=args.mode,
+                config_file=args.zenoh_config,
                 neighbours=neighbours or None,
                 # plain TCP between the nodes, so that the demo's wire count (ss) sees every byte
                 extra_config=[("transport/shared_memory/enabled", "false")],
@@ -278,7 +317,8 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
     ytr = torch.from_numpy(train.y.astype(np.int64))
     xte = torch.from_numpy(test.x)
     yte = torch.from_numpy(test.y.astype(np.int64))
-    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+    lr = args.lr / args.cluster_size
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=args.momentum)
     rng = np.random.default_rng(args.seed * 1000 + args.index)
 
     def evaluate() -> tuple[float, list[float | None]]:
@@ -409,6 +449,24 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
             gate.release_all()
             fabric.poll()
     _emit({"event": "finished", "index": args.index, "step": args.steps})
+    if fabric is not None and args.drain:
+        for _ in range(3):  # the quiescent drain of DF-NUM-1: sync rounds without training
+            fabric.sync_now()
+            fabric.poll()
+    last_seq = fabric.engine.next_seq - 1 if fabric is not None else 0
+    if fabric is not None and args.drain:
+        drain_end = time.monotonic() + args.wait_peers
+        while (behind := _behind(fabric, neighbours, last_seq)) and time.monotonic() < drain_end:
+            transport.wait_for_packets(0.05)
+            fabric.poll()
+        if behind:
+            print(
+                f"node {args.index}: --drain: after {args.wait_peers:g} s these neighbours had not "
+                f"reached seq {last_seq}: {behind}",
+                file=sys.stderr,
+            )
+            transport.close()
+            return 1
     deadline = time.monotonic() + args.linger
     while time.monotonic() < deadline:
         if fabric is not None:
@@ -420,6 +478,8 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
     acc, per_class = evaluate()
     shared_acc = evaluate_shared(args.steps)
     save_weights("final")
+    if args.dump is not None:
+        args.dump.write_bytes(canonical_vector(model, args.include_buffers).astype("<f4").tobytes())
     stats: dict[str, Any] = fabric.stats() if fabric is not None else {"bytes_sent": 0}
     stats["train_s"] = round(train_s, 3)
     stats["startup_s"] = round(t_ready - t_entry, 3)
@@ -436,11 +496,38 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
             "shared_curve": shared_curve,
             "stats": stats,
             "traffic": traffic,
+            "last_seq": last_seq,
+            "origin_progress": {
+                f"{q:016x}": seq
+                for q, (_, seq) in sorted((fabric.origin_progress() if fabric else {}).items())
+            },
+            "accepted_by_origin": {
+                f"{q:016x}": n
+                for q, n in sorted((fabric.accepted_by_origin() if fabric else {}).items())
+            },
         }
     )
     if transport is not None:
         transport.close()
     return 0
+
+
+def _check_cluster_options(args: argparse.Namespace) -> str | None:
+    """What is wrong with the cluster options (one line), or None."""
+    if args.cluster_size < 1:
+        return f"--cluster-size {args.cluster_size} must be >= 1"
+    if args.zenoh_config is not None and (args.listen or args.connect or args.mode != "peer"):
+        return "--zenoh-config is used as is: give the endpoints and the mode in the file"
+    if args.drain and (args.sync != "on" or not [h for h in args.neighbours.split(",") if h]):
+        return "--drain needs --neighbours (the nodes to wait for) and --sync on"
+    return None
+
+
+def _behind(fabric: Fabric, neighbours: list[int], last_seq: int) -> dict[str, int]:
+    """The neighbours whose last accepted seq is below ``last_seq``, with that seq."""
+    progress = fabric.origin_progress()
+    out = {f"{q:016x}": progress.get(q, (0, 0))[1] for q in neighbours}
+    return {q: seq for q, seq in out.items() if seq < last_seq}
 
 
 if __name__ == "__main__":

@@ -977,8 +977,8 @@ def _run(args: argparse.Namespace) -> int:
     lockstep = _lockstep(args, frameworks, n)
     try:
         try:
-            from delta_fabric_demo.data import load_split, partition, write_partition
-            from delta_fabric_demo.model import init_model, save_canonical
+            import delta_fabric_demo.model  # noqa: F401 (torch, checked before any work)
+            from delta_fabric_demo.prepare import prepare
         except ModuleNotFoundError as exc:
             raise_missing_extra(exc, "the demo")
     except MissingExtraError as exc:
@@ -992,15 +992,9 @@ def _run(args: argparse.Namespace) -> int:
     logs.mkdir(parents=True, exist_ok=True)
     include_buffers = not args.no_buffers
 
-    digits = load_split(args.seed)
-    parts = partition(digits.train, n, args.partition, args.seed)
-    for i, p in enumerate(parts):
-        write_partition(work / f"node{i}", p, digits.test)
-    write_partition(work / "full", digits.train, digits.test)
-    model = init_model(args.seed)
-    init_path = work / "init.f32"
-    manifest = save_canonical(model, include_buffers, init_path)
-    (work / "manifest.json").write_text(json.dumps(manifest.to_json(), indent=1) + "\n")
+    init_path, parts, manifest = prepare(
+        work, n, partition=args.partition, seed=args.seed, include_buffers=include_buffers
+    )
 
     summed = average_over == 1
     lr = args.lr if args.lr is not None else (BASE_LR / n if summed else BASE_LR)

@@ -11,7 +11,7 @@ use df_node::node::{
     Model, NodeOptions, RecordingChannel, evaluate, initial_model, model_manifest, run_node,
 };
 use df_node::{NodeError, TrainBackend};
-use serde_json::Value;
+use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 fn scratch(name: &str) -> PathBuf {
@@ -504,7 +504,10 @@ fn two_binaries_sync_over_zenoh() {
                 "20",
                 "--linger",
                 "20",
-            ]);
+                "--drain",
+            ])
+            .arg("--weights-dir")
+            .arg(dir.join(format!("weights{i}")));
         if i == 1 {
             cmd.args(["--connect", &format!("tcp/127.0.0.1:{pa}")]);
         }
@@ -583,7 +586,29 @@ fn two_binaries_sync_over_zenoh() {
             "node {i} got nothing"
         );
         assert_eq!(s["receive"]["packets_rejected"], 0);
-        assert_eq!(s["syncs"], 9); // 8 interval syncs + the final one
+        assert_eq!(s["syncs"], 12); // 8 interval syncs, the final one, 3 of --drain
+        // --drain: every entry of the other node arrived before the report (each accepted once)
+        let other = &done[1 - i].as_ref().unwrap();
+        assert_eq!(d["last_seq"], 12);
+        let want = json!({ids[1 - i]: other["last_seq"]});
+        assert_eq!(d["origin_progress"], want);
+        assert_eq!(d["accepted_by_origin"], want);
+        // --weights-dir and traffic rows at every evaluation (steps 0, 20, 40)
+        let steps: Vec<u64> = d["traffic"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r[0].as_u64().unwrap())
+            .collect();
+        assert_eq!(steps, [0, 20, 40]);
+        let last = &d["traffic"][2];
+        assert!(last[1].as_u64().unwrap() > 0 && last[2].as_u64().unwrap() > 0);
+        let values = ready[i].as_ref().unwrap()["num_params"].as_u64().unwrap();
+        for name in ["step000000", "step000020", "step000040", "final"] {
+            let f = dir.join(format!("weights{i}/{name}.f32"));
+            let n = std::fs::metadata(&f).map(|m| m.len()).unwrap_or(0);
+            assert_eq!(n, 4 * values, "{}", f.display()); // with the BatchNorm buffers
+        }
     }
 }
 
@@ -718,7 +743,7 @@ fn join_starts_from_a_live_peers_snapshot() {
     oa.sync = true;
     oa.include_buffers = true;
     oa.namespace = ns.clone();
-    oa.listen = Some(format!("tcp/127.0.0.1:{pa}"));
+    oa.listen = vec![format!("tcp/127.0.0.1:{pa}")];
     oa.sync_config.sync_interval = 5;
     let store = Store::new(initial_model(None, true, 7).unwrap(), true).unwrap();
     let transport = df_node::zenoh::open(&oa).unwrap();
@@ -1080,4 +1105,281 @@ fn forward_check_fails_a_transposed_linear_mapping() {
         problem.is_some(),
         "{name}: a transposed fc1 passed the forward check"
     );
+}
+/// An environment made of `pairs` (the process environment is not touched).
+fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + use<> {
+    let map: std::collections::HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+        .collect();
+    move |k: &str| map.get(k).cloned()
+}
+
+const NODE_BASE: [&str; 4] = ["--data", "/d", "--steps", "5"];
+
+#[test]
+fn cluster_options_fall_back_to_the_delta_fabric_variables() {
+    let env = env_of(&[
+        ("DELTA_FABRIC_NODE_ID", "0x1f"),
+        ("DELTA_FABRIC_NAMESPACE", "team/run1"),
+        (
+            "DELTA_FABRIC_LISTEN",
+            "tcp/127.0.0.1:7001, tcp/127.0.0.1:7002",
+        ),
+        ("DELTA_FABRIC_CONNECT", "tcp/10.0.0.1:7447"),
+        ("DELTA_FABRIC_MODE", "client"),
+        ("DELTA_FABRIC_RATIO", "0.1"),
+        ("DELTA_FABRIC_ALPHA", "0.5"),
+        ("DELTA_FABRIC_SYNC_INTERVAL", "3"),
+        ("DELTA_FABRIC_INCLUDE_BUFFERS", "yes"),
+        ("DELTA_FABRIC_HOP_LIMIT", "4"),
+        ("DELTA_FABRIC_REPLAY_WINDOW", "512"),
+        ("DELTA_FABRIC_ENCODING", "bf16"),
+    ]);
+    let o = df_node::cli::parse_args_env(NODE_BASE, &env).unwrap();
+    assert_eq!(o.node_id, 0x1f);
+    assert_eq!(o.namespace, "team/run1");
+    assert_eq!(o.listen, ["tcp/127.0.0.1:7001", "tcp/127.0.0.1:7002"]);
+    assert_eq!(o.connect, ["tcp/10.0.0.1:7447"]);
+    assert_eq!(o.mode, df_zenoh::Mode::Client);
+    assert_eq!(o.sync_config.ratio, 0.1);
+    assert_eq!(o.sync_config.alpha, 0.5);
+    assert_eq!(o.sync_config.sync_interval, 3);
+    assert!(o.include_buffers && o.sync_config.include_buffers);
+    assert_eq!(o.sync_config.hop_limit, 4);
+    assert_eq!(o.sync_config.replay_window, 512);
+    assert_eq!(o.sync_config.encoding, df_core::ValueEncoding::BF16);
+    // The transport gets the same settings.
+    let t = df_node::zenoh::transport_config(&o);
+    assert_eq!(
+        (t.mode, t.listen.len(), t.connect.len()),
+        (df_zenoh::Mode::Client, 2, 1)
+    );
+    assert_eq!(t.namespace, "team/run1");
+    // A decimal id, as `delta-fabric run --node-id` writes it (the Python rule: decimal or 0x hex).
+    let dec = df_node::cli::parse_args_env(NODE_BASE, &env_of(&[("DELTA_FABRIC_NODE_ID", "17")]));
+    assert_eq!(dec.unwrap().node_id, 17);
+}
+
+#[test]
+fn an_option_wins_over_its_variable_which_wins_over_the_default() {
+    let env = env_of(&[
+        ("DELTA_FABRIC_NODE_ID", "5"),
+        ("DELTA_FABRIC_NAMESPACE", "from/env"),
+        ("DELTA_FABRIC_CONNECT", "tcp/127.0.0.1:9"),
+        ("DELTA_FABRIC_MODE", "client"),
+        ("DELTA_FABRIC_RATIO", "0.2"),
+        ("DELTA_FABRIC_ALPHA", "0.5"),
+        ("DELTA_FABRIC_SYNC_INTERVAL", "7"),
+        ("DELTA_FABRIC_INCLUDE_BUFFERS", "0"),
+    ]);
+    let args = NODE_BASE.iter().copied().chain([
+        "--node-id",
+        "ab",
+        "--namespace",
+        "from/option",
+        "--connect",
+        "tcp/127.0.0.1:8",
+        "--mode",
+        "peer",
+        // The option's value equals its default: still given, so it still wins.
+        "--ratio",
+        "0.05",
+        "--include-buffers",
+    ]);
+    let o = df_node::cli::parse_args_env(args, &env).unwrap();
+    assert_eq!(o.node_id, 0xab);
+    assert_eq!(o.namespace, "from/option");
+    assert_eq!(o.connect, ["tcp/127.0.0.1:8"]);
+    assert_eq!(o.mode, df_zenoh::Mode::Peer);
+    assert_eq!(o.sync_config.ratio, 0.05);
+    assert!(o.include_buffers);
+    // Options not given: the variables.
+    assert_eq!((o.sync_config.alpha, o.sync_config.sync_interval), (0.5, 7));
+    // No option, no variable (or an empty one): the defaults.
+    let empty = env_of(&[("DELTA_FABRIC_NODE_ID", "3"), ("DELTA_FABRIC_RATIO", "  ")]);
+    let d = df_node::cli::parse_args_env(NODE_BASE, &empty).unwrap();
+    assert_eq!((d.sync_config.ratio, d.sync_config.alpha), (0.05, 1.0));
+    assert_eq!(d.namespace, "deltafabric/demo");
+    assert_eq!(d.mode, df_zenoh::Mode::Peer);
+    assert!(d.listen.is_empty() && d.connect.is_empty() && d.zenoh_config.is_none());
+    // Neither the option nor the variable: the node id is required.
+    let none = df_node::cli::parse_args_env(NODE_BASE, &env_of(&[]));
+    assert!(
+        matches!(&none, Err(NodeError::Usage(m)) if m.contains("DELTA_FABRIC_NODE_ID")),
+        "{none:?}"
+    );
+}
+
+#[test]
+fn a_bad_variable_is_a_usage_error_naming_it() {
+    let base = [("DELTA_FABRIC_NODE_ID", "1")];
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "DELTA_FABRIC_RATIO",
+            "abc",
+            "DELTA_FABRIC_RATIO='abc': must be a number",
+        ),
+        (
+            "DELTA_FABRIC_ALPHA",
+            "nan",
+            "DELTA_FABRIC_ALPHA='nan': must be a finite number",
+        ),
+        (
+            "DELTA_FABRIC_MODE",
+            "router",
+            "DELTA_FABRIC_MODE='router': must be 'peer' or 'client'",
+        ),
+        (
+            "DELTA_FABRIC_LISTEN",
+            "7447",
+            "DELTA_FABRIC_LISTEN='7447': '7447' is not a Zenoh endpoint such as tcp/127.0.0.1:7447",
+        ),
+        (
+            "DELTA_FABRIC_INCLUDE_BUFFERS",
+            "maybe",
+            "DELTA_FABRIC_INCLUDE_BUFFERS='maybe': must be 1/0, true/false, yes/no or on/off",
+        ),
+        (
+            "DELTA_FABRIC_SYNC_INTERVAL",
+            "-1",
+            "DELTA_FABRIC_SYNC_INTERVAL='-1': must be an integer in [1, 4294967295]",
+        ),
+        (
+            "DELTA_FABRIC_ENCODING",
+            "f64",
+            "DELTA_FABRIC_ENCODING='f64': must be one of F32, F16, BF16",
+        ),
+        (
+            "DELTA_FABRIC_ZENOH_CONFIG",
+            "/nonexistent/z.json5",
+            "DELTA_FABRIC_ZENOH_CONFIG='/nonexistent/z.json5': no such file",
+        ),
+    ];
+    for &(name, value, want) in cases {
+        let env = env_of(&[base[0], (name, value)]);
+        match df_node::cli::parse_args_env(NODE_BASE, &env) {
+            Err(NodeError::Usage(m)) => assert!(m.starts_with(want), "{name}: {m}"),
+            other => panic!("{name}={value}: {other:?}"),
+        }
+    }
+    for bad_id in ["0", "0x", "18446744073709551616", "ab"] {
+        let r =
+            df_node::cli::parse_args_env(NODE_BASE, &env_of(&[("DELTA_FABRIC_NODE_ID", bad_id)]));
+        assert!(
+            matches!(&r, Err(NodeError::Usage(m)) if m.starts_with(&format!("DELTA_FABRIC_NODE_ID='{bad_id}'"))),
+            "{bad_id}: {r:?}"
+        );
+    }
+    // A value in the variable's type but out of the sync parameter's range (DF-PAR-11).
+    let r =
+        df_node::cli::parse_args_env(NODE_BASE, &env_of(&[base[0], ("DELTA_FABRIC_RATIO", "2")]));
+    assert!(matches!(r, Err(NodeError::Usage(_))), "{r:?}");
+    // When the option is given, its variable is not read (a bad value there is no error).
+    let r = df_node::cli::parse_args_env(
+        NODE_BASE.iter().copied().chain(["--ratio", "0.1"]),
+        &env_of(&[base[0], ("DELTA_FABRIC_RATIO", "abc")]),
+    );
+    assert_eq!(r.unwrap().sync_config.ratio, 0.1);
+
+    // The binary: one line on stderr, exit 2, before any data is read.
+    let out = Command::new(env!("CARGO_BIN_EXE_df-node"))
+        .args(["--node-id", "1", "--data", "/nonexistent", "--steps", "1"])
+        .env("DELTA_FABRIC_RATIO", "abc")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("DELTA_FABRIC_RATIO='abc': must be a number"),
+        "{err}"
+    );
+    // --help shows the variables.
+    let help = Command::new(env!("CARGO_BIN_EXE_df-node"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&help.stdout);
+    for v in [
+        "DELTA_FABRIC_NODE_ID",
+        "DELTA_FABRIC_NAMESPACE",
+        "DELTA_FABRIC_LISTEN",
+        "DELTA_FABRIC_CONNECT",
+        "DELTA_FABRIC_MODE",
+        "DELTA_FABRIC_ZENOH_CONFIG",
+        "DELTA_FABRIC_RATIO",
+        "--zenoh-config",
+        "--mode",
+    ] {
+        assert!(text.contains(v), "--help lacks {v}");
+    }
+}
+
+#[test]
+fn a_zenoh_config_file_is_used_as_is() {
+    let dir = scratch("zenoh-config");
+    let file = dir.join("node.json5");
+    std::fs::write(
+        &file,
+        "{ mode: \"client\", connect: { endpoints: [\"tcp/127.0.0.1:7999\"] },\n\
+         scouting: { multicast: { enabled: false }, gossip: { enabled: false } } }\n",
+    )
+    .unwrap();
+    let f = file.to_str().unwrap();
+    let one = env_of(&[("DELTA_FABRIC_NODE_ID", "1")]);
+    // By option, and by variable.
+    let by_option =
+        df_node::cli::parse_args_env(NODE_BASE.iter().copied().chain(["--zenoh-config", f]), &one)
+            .unwrap();
+    let by_env = df_node::cli::parse_args_env(
+        NODE_BASE,
+        &env_of(&[
+            ("DELTA_FABRIC_NODE_ID", "1"),
+            ("DELTA_FABRIC_ZENOH_CONFIG", f),
+        ]),
+    )
+    .unwrap();
+    for o in [by_option, by_env] {
+        assert_eq!(o.zenoh_config.as_deref(), Some(file.as_path()));
+        let z = df_node::zenoh::transport_config(&o).zenoh_config().unwrap();
+        // REQ: DF-ZEN-14 -- the file's settings reach the session unchanged
+        assert_eq!(z.get_json("mode").unwrap(), "\"client\"");
+        assert_eq!(
+            z.get_json("connect/endpoints").unwrap(),
+            "[\"tcp/127.0.0.1:7999\"]"
+        );
+    }
+    // Endpoints or a mode beside the file would be ignored: refused instead.
+    for extra in [
+        ["--listen", "tcp/127.0.0.1:7001"],
+        ["--connect", "tcp/127.0.0.1:7001"],
+        ["--mode", "client"],
+    ] {
+        let r = df_node::cli::parse_args_env(
+            NODE_BASE
+                .iter()
+                .copied()
+                .chain(["--zenoh-config", f])
+                .chain(extra),
+            &one,
+        );
+        assert!(
+            matches!(&r, Err(NodeError::Usage(m)) if m.contains("used as is")),
+            "{extra:?}: {r:?}"
+        );
+    }
+    let r = df_node::cli::parse_args_env(
+        NODE_BASE
+            .iter()
+            .copied()
+            .chain(["--zenoh-config", "/nonexistent/z.json5"]),
+        &one,
+    );
+    assert!(
+        matches!(&r, Err(NodeError::Usage(m)) if m.contains("no such file")),
+        "{r:?}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }

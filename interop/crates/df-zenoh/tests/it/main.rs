@@ -2,6 +2,7 @@
 //! liveliness appearance and disappearance, info and a chunked snapshot fetch, all bounded in time.
 
 mod requirements;
+mod tls;
 
 use std::net::TcpListener;
 use std::sync::Arc;
