@@ -384,6 +384,7 @@ class Engine:
             p_new: list[NDArray[np.float32]] = []
             undo: list[tuple[NDArray[np.intp], NDArray[np.float32]]] = []
             owned = isinstance(buf, bytes)  # immutable: relays may keep views over it
+            acc_e: list[Entry] = []  # the accepted entries, in packet order
             for j, e in enumerate(pkt.entries):
                 # only an entry that will be accepted changes the state: save its origin's table
                 # once per packet, before the first change
@@ -399,8 +400,11 @@ class Engine:
                 if verdict is not Admission.ACCEPTED:
                     continue
                 accepted.append(AcceptedEntry(e.origin, e.incarnation, e.seq, e.hops, i, j))
+                acc_e.append(e)
+            if len(acc_e) == 1:
+                e = acc_e[0]
                 u = np.multiply(e.values, alpha, dtype=np.float32)  # DF-RCV-5: fl32(alpha_f32 * v)
-                # DF-RCV-6, index by index in entry order from +0 (an entry's indices are distinct)
+                # DF-RCV-6, index by index from +0 (an entry's indices are distinct)
                 ix = e.indices.astype(np.intp)
                 old = agg[ix]
                 undo.append((ix, old))
@@ -410,17 +414,18 @@ class Engine:
                 p_idx.append(e.indices)
                 p_ix.append(ix)
                 p_new.append(new)
-                if e.hops + 1 > hop_limit:  # DF-RLY-1
-                    continue
-                keep = np.abs(u) >= thr32  # |u| >= relay_threshold, compared as real numbers
-                if bool(keep.all()):
-                    r_idx = e.indices if owned else e.indices.copy()
-                    r_val = u
-                elif bool(keep.any()):
-                    r_idx, r_val = e.indices[keep], u[keep]
-                else:  # DF-RLY-2
-                    continue
-                relay.append(Entry(e.origin, e.incarnation, e.seq, e.hops + 1, r_idx, r_val))
+                self._relay_entries(relay, acc_e, u, thr32, owned)
+            elif acc_e:  # several entries: one pass over all of them
+                ix = np.concatenate([e.indices for e in acc_e]).astype(np.intp)
+                vals = np.concatenate([e.values for e in acc_e])
+                u = np.multiply(vals, alpha, dtype=np.float32)  # DF-RCV-5
+                undo.append((ix, agg[ix]))  # duplicates hold the same old value
+                # DF-RCV-6: ufunc.at adds element by element in order, so an index shared by
+                # several entries is summed in entry order from +0, in f32
+                with np.errstate(over="ignore", invalid="ignore"):  # checked below (DF-RCV-50)
+                    np.add.at(agg, ix, u)
+                p_idx.extend(e.indices for e in acc_e)
+                self._relay_entries(relay, acc_e, u, thr32, owned)
             if p_idx and not self._finite_result(p_idx, p_ix, p_new, active):
                 for idx, old in reversed(undo):  # DF-RCV-50: the packet changes nothing
                     agg[idx] = old
@@ -462,6 +467,41 @@ class Engine:
             anchor[ix] = anchor[ix] + res.values  # DF-RCV-7 (anchor side)
             c.values_applied += int(res.indices.size)
         return res
+
+    def _relay_entries(
+        self,
+        relay: list[Entry],
+        entries: list[Entry],
+        damped: NDArray[np.float32],
+        thr32: np.float32,
+        owned: bool,
+    ) -> None:
+        """DF-RLY-1, 2: the relay entries of accepted ``entries`` (``damped``: their values after
+        DF-RCV-5, concatenated): hops below the limit, the values of magnitude >= relay_threshold,
+        if any. One pass over all the values, then slices per entry."""
+        hop_limit = self.config.hop_limit
+        keep = np.abs(damped) >= thr32  # |u| >= relay_threshold, compared as real numbers
+        sizes = [e.indices.size for e in entries]
+        if len(entries) == 1:
+            kept = [int(np.count_nonzero(keep))]
+        else:
+            starts = np.cumsum([0, *sizes[:-1]])
+            kept = np.add.reduceat(keep, starts, dtype=np.int64).tolist()
+        a = 0
+        for e, n, k in zip(entries, sizes, kept, strict=True):
+            b = a + n
+            if e.hops + 1 > hop_limit or k == 0:  # DF-RLY-1, DF-RLY-2
+                a = b
+                continue
+            u = damped[a:b]
+            if k == n:
+                r_idx = e.indices if owned else e.indices.copy()
+                r_val = u
+            else:
+                m = keep[a:b]
+                r_idx, r_val = e.indices[m], u[m]
+            relay.append(Entry(e.origin, e.incarnation, e.seq, e.hops + 1, r_idx, r_val))
+            a = b
 
     # relay policy NEEDED (spec section 8.6) --------------------------------------------------------
     def _note_packet(self, sender: int, heard: tuple[int, ...] | None) -> None:
