@@ -18,7 +18,7 @@ def test_bigmodel_reduced(tmp_path: Path) -> None:
     out = tmp_path / "big.json"
     cmd = [sys.executable, str(ROOT / "bench" / "bench_bigmodel.py"), "--width", "64"]
     cmd += ["--steps", "20", "--transport", "memory", "--json", str(out)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=os.environ.copy())
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=os.environ.copy())
     assert r.returncode == 0, r.stderr
     assert "sync / train:" in r.stdout
     d = json.loads(out.read_text())
