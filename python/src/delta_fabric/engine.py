@@ -353,6 +353,9 @@ class Engine:
         needed = cfg.relay_policy is RelayPolicy.NEEDED
         copies: dict[tuple[int, int, int], set[int]] = {}  # senders of every copy of an entry
         parts_idx: list[NDArray[np.uint32]] = []
+        parts_ix: list[NDArray[np.intp]] = []  # the same indices as intp (no conversion per use)
+        parts_new: list[NDArray[np.float32]] = []  # agg at an entry's indices after its sum
+        thr32 = _f32_at_least(threshold)  # |u| >= threshold as real numbers, |u| being f32
         c = self.counters
         if self._agg is None:  # O(N) scratch, +0 everywhere between steps
             self._agg = np.zeros(self.num_params, dtype=np.float32)
@@ -377,7 +380,11 @@ class Engine:
             accepted: list[AcceptedEntry] = []
             relay: list[Entry] = []
             p_idx: list[NDArray[np.uint32]] = []
-            undo: list[tuple[NDArray[np.uint32], NDArray[np.float32]]] = []
+            p_ix: list[NDArray[np.intp]] = []
+            p_new: list[NDArray[np.float32]] = []
+            undo: list[tuple[NDArray[np.intp], NDArray[np.float32]]] = []
+            owned = isinstance(buf, bytes)  # immutable: relays may keep views over it
+            acc_e: list[Entry] = []  # the accepted entries, in packet order
             for j, e in enumerate(pkt.entries):
                 # only an entry that will be accepted changes the state: save its origin's table
                 # once per packet, before the first change
@@ -393,30 +400,33 @@ class Engine:
                 if verdict is not Admission.ACCEPTED:
                     continue
                 accepted.append(AcceptedEntry(e.origin, e.incarnation, e.seq, e.hops, i, j))
+                acc_e.append(e)
+            if len(acc_e) == 1:
+                e = acc_e[0]
                 u = np.multiply(e.values, alpha, dtype=np.float32)  # DF-RCV-5: fl32(alpha_f32 * v)
-                # DF-RCV-6, index by index in entry order from +0 (an entry's indices are distinct)
-                undo.append((e.indices, agg[e.indices]))
+                # DF-RCV-6, index by index from +0 (an entry's indices are distinct)
+                ix = e.indices.astype(np.intp)
+                old = agg[ix]
+                undo.append((ix, old))
                 with np.errstate(over="ignore", invalid="ignore"):  # checked below (DF-RCV-50)
-                    agg[e.indices] = agg[e.indices] + u
+                    new = old + u
+                agg[ix] = new
                 p_idx.append(e.indices)
-                if e.hops + 1 > hop_limit:  # DF-RLY-1
-                    continue
-                keep = np.abs(u).astype(np.float64) >= threshold  # compared as real numbers
-                if not bool(keep.any()):  # DF-RLY-2
-                    continue
-                relay.append(
-                    Entry(
-                        origin=e.origin,
-                        incarnation=e.incarnation,
-                        seq=e.seq,
-                        hops=e.hops + 1,
-                        indices=np.array(e.indices[keep], dtype=np.uint32),
-                        values=u[keep],
-                    )
-                )
-            if p_idx and not self._finite_result(
-                p_idx[0] if len(p_idx) == 1 else _sorted_unique(p_idx), active
-            ):
+                p_ix.append(ix)
+                p_new.append(new)
+                self._relay_entries(relay, acc_e, u, thr32, owned)
+            elif acc_e:  # several entries: one pass over all of them
+                ix = np.concatenate([e.indices for e in acc_e]).astype(np.intp)
+                vals = np.concatenate([e.values for e in acc_e])
+                u = np.multiply(vals, alpha, dtype=np.float32)  # DF-RCV-5
+                undo.append((ix, agg[ix]))  # duplicates hold the same old value
+                # DF-RCV-6: ufunc.at adds element by element in order, so an index shared by
+                # several entries is summed in entry order from +0, in f32
+                with np.errstate(over="ignore", invalid="ignore"):  # checked below (DF-RCV-50)
+                    np.add.at(agg, ix, u)
+                p_idx.extend(e.indices for e in acc_e)
+                self._relay_entries(relay, acc_e, u, thr32, owned)
+            if p_idx and not self._finite_result(p_idx, p_ix, p_new, active):
                 for idx, old in reversed(undo):  # DF-RCV-50: the packet changes nothing
                     agg[idx] = old
                 for origin, table in saved.items():
@@ -435,6 +445,8 @@ class Engine:
             res.accepted.extend(accepted)
             res.relay.extend(relay)
             parts_idx.extend(p_idx)
+            parts_ix.extend(p_ix)
+            parts_new.extend(p_new)
             res.entry_outcomes.append(verdicts)
         if needed and res.relay:  # DF-RLY-60, after every advertisement of the step is known
             kept = [e for e in res.relay if self._relay_needed(e, copies)]
@@ -443,13 +455,53 @@ class Engine:
         c.entries_accepted += res.accepted_entries
         c.entries_relayed += len(res.relay)
         if parts_idx:
-            idx = parts_idx[0] if len(parts_idx) == 1 else _sorted_unique(parts_idx)
-            res.indices = np.array(idx, dtype=np.uint32)
-            res.values = agg[res.indices].copy()
-            agg[res.indices] = 0.0  # back to +0 for the next step
-            anchor[res.indices] = anchor[res.indices] + res.values  # DF-RCV-7 (anchor side)
+            if len(parts_idx) == 1:  # one accepted entry: agg at its indices is its sum
+                res.indices = np.array(parts_idx[0], dtype=np.uint32)
+                ix = parts_ix[0]
+                res.values = parts_new[0]
+            else:
+                res.indices = _sorted_unique(parts_idx)
+                ix = res.indices.astype(np.intp)
+                res.values = agg[ix]  # a copy (fancy indexing)
+            agg[ix] = 0.0  # back to +0 for the next step
+            anchor[ix] = anchor[ix] + res.values  # DF-RCV-7 (anchor side)
             c.values_applied += int(res.indices.size)
         return res
+
+    def _relay_entries(
+        self,
+        relay: list[Entry],
+        entries: list[Entry],
+        damped: NDArray[np.float32],
+        thr32: np.float32,
+        owned: bool,
+    ) -> None:
+        """DF-RLY-1, 2: the relay entries of accepted ``entries`` (``damped``: their values after
+        DF-RCV-5, concatenated): hops below the limit, the values of magnitude >= relay_threshold,
+        if any. One pass over all the values, then slices per entry."""
+        hop_limit = self.config.hop_limit
+        keep = np.abs(damped) >= thr32  # |u| >= relay_threshold, compared as real numbers
+        sizes = [e.indices.size for e in entries]
+        if len(entries) == 1:
+            kept = [int(np.count_nonzero(keep))]
+        else:
+            starts = np.cumsum([0, *sizes[:-1]])
+            kept = np.add.reduceat(keep, starts, dtype=np.int64).tolist()
+        a = 0
+        for e, n, k in zip(entries, sizes, kept, strict=True):
+            b = a + n
+            if e.hops + 1 > hop_limit or k == 0:  # DF-RLY-1, DF-RLY-2
+                a = b
+                continue
+            u = damped[a:b]
+            if k == n:
+                r_idx = e.indices if owned else e.indices.copy()
+                r_val = u
+            else:
+                m = keep[a:b]
+                r_idx, r_val = e.indices[m], u[m]
+            relay.append(Entry(e.origin, e.incarnation, e.seq, e.hops + 1, r_idx, r_val))
+            a = b
 
     # relay policy NEEDED (spec section 8.6) --------------------------------------------------------
     def _note_packet(self, sender: int, heard: tuple[int, ...] | None) -> None:
@@ -507,18 +559,30 @@ class Engine:
         res.outcomes.append(code)
         res.entry_outcomes.append([])
 
-    def _finite_result(self, idx: NDArray[np.uint32], active: ActiveView | None) -> bool:
-        """DF-RCV-50 at the indices ``idx`` (sorted, unique: what ``WeightStore.gather`` takes) that a
-        packet touched: the running aggregate ``agg[i]``,
-        ``fl32(anchor[i] + agg[i])`` and ``fl32(active[i] + agg[i])`` are all finite."""
+    def _finite_result(
+        self,
+        p_idx: list[NDArray[np.uint32]],
+        p_ix: list[NDArray[np.intp]],
+        p_new: list[NDArray[np.float32]],
+        active: ActiveView | None,
+    ) -> bool:
+        """DF-RCV-50 at the indices a packet touched (its accepted entries' ``p_idx``, as intp
+        ``p_ix``; ``p_new``: the aggregate at them after each entry's sum): the running aggregate
+        ``agg[i]``, ``fl32(anchor[i] + agg[i])`` and ``fl32(active[i] + agg[i])`` are all finite.
+        ``active`` as a function is given the indices sorted and unique (``WeightStore.gather``)."""
         assert self._agg is not None
-        a = self._agg[idx]
+        if len(p_idx) == 1:  # one entry (distinct indices): agg there is what its sum left
+            idx, ix, a = p_idx[0], p_ix[0], p_new[0]
+        else:
+            idx = _sorted_unique(p_idx)
+            ix = idx.astype(np.intp)
+            a = self._agg[ix]
         with np.errstate(over="ignore", invalid="ignore"):
-            if not bool(np.isfinite(a).all()) or not bool(np.isfinite(self._anchor[idx] + a).all()):
+            if not bool(np.isfinite(a).all()) or not bool(np.isfinite(self._anchor[ix] + a).all()):
                 return False
             if active is None:
                 return True
-            act = active[idx] if isinstance(active, np.ndarray) else active(idx)
+            act = active[ix] if isinstance(active, np.ndarray) else active(idx)
             return bool(np.isfinite(np.asarray(act, dtype=np.float32) + a).all())
 
     def pack(self, own: Sequence[Entry], relay: Sequence[Entry]) -> list[bytes]:
@@ -626,6 +690,17 @@ class Engine:
         eng = cls(manifest, config, node_id, incarnation, max_origins=max_origins)
         eng.restore(snapshot)
         return eng
+
+
+def _f32_at_least(x: float) -> np.float32:
+    """The smallest f32 >= ``x`` (inf above the f32 range): for an f32 ``a``, ``a >= x`` compared as
+    real numbers is ``a >= _f32_at_least(x)``."""
+    with np.errstate(over="ignore"):
+        f: np.float32 = np.float32(x)
+    if float(f) < x:
+        up: np.float32 = np.nextafter(f, np.float32(np.inf), dtype=np.float32)
+        return up
+    return f
 
 
 def _sorted_unique(parts: list[NDArray[np.uint32]]) -> NDArray[np.uint32]:

@@ -1,6 +1,7 @@
 """The DeltaFabric v1 wire format: encoding, bounds-checked decoding and validation of packets.
 
-Encoding uses the generated FlatBuffers builder (``schema/deltafabric.fbs``). Decoding does *not*
+Encoding uses the generated FlatBuffers helpers (``schema/deltafabric.fbs``) over
+:class:`~delta_fabric._fastbuild.FastBuilder`, which writes the same bytes as ``flatbuffers.Builder``. Decoding does *not*
 use the generated accessors: Python's FlatBuffers runtime has no verifier, so :func:`decode_packet`
 is a bounds-checked reader written for this schema. Whatever the bytes, it raises nothing but
 :class:`~delta_fabric.errors.DecodeError`.
@@ -37,18 +38,19 @@ and the index and value checks run once over all entries.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import struct
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
-import flatbuffers
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 from numpy.typing import NDArray
 
+from delta_fabric._fastbuild import FastBuilder
 from delta_fabric._generated.deltafabric.v1 import Entry as _gen_entry
 from delta_fabric._generated.deltafabric.v1 import Packet as _gen_packet
 from delta_fabric.encodings import CODECS, MAX_VALUE_BYTES, ValueEncoding, codec, quantize
@@ -236,7 +238,9 @@ def _check_u64(name: str, x: int) -> int:
 
 
 def encode_packet(packet: Packet) -> bytes:
-    """Serialise ``packet`` with the generated FlatBuffers builder.
+    """Serialise ``packet`` with the generated FlatBuffers helpers over
+    :class:`~delta_fabric._fastbuild.FastBuilder` (the same bytes as ``flatbuffers.Builder``, with
+    far fewer Python calls per table).
 
     Values are encoded per ``packet.encoding`` (F16/BF16: round to nearest even, clamped to the
     finite range). The encoder serialises what it is given: it checks only that integers fit their
@@ -244,22 +248,39 @@ def encode_packet(packet: Packet) -> bytes:
     finite values...), which is what lets tests and vector generators build faulty packets. Use
     :func:`decode_packet` on the result to check those.
     """
+    return _encode_packet(packet, FastBuilder)
+
+
+_FAST_ENCODINGS = frozenset({ValueEncoding.F32, ValueEncoding.F16, ValueEncoding.BF16})
+
+
+def _encode_packet(packet: Packet, builder: Callable[[int], Any]) -> bytes:
+    """:func:`encode_packet` with the builder class ``builder`` (``FastBuilder``, or
+    ``flatbuffers.Builder``, which the tests compare it with byte for byte)."""
     vc = codec(packet.encoding)
     if not 0 <= packet.version_major <= 0xFFFF or not 0 <= packet.version_minor <= 0xFFFF:
         raise ValueError("version numbers must fit in uint16")
     total = sum(encoded_size_bound(int(e.indices.size)) for e in packet.entries)
-    b = flatbuffers.Builder(min(PACKET_OVERHEAD_BOUND + total + len(packet.fingerprint), 1 << 31))
+    b = builder(min(PACKET_OVERHEAD_BOUND + total + len(packet.fingerprint), 1 << 31))
     entry_offsets: list[int] = []
+    # FastBuilder's one-call Entry writer handles the fields of schema 1.0/1.1 (0..6) and the
+    # encodings F32/F16/BF16; any other field or encoding takes the generated helpers
+    fast = isinstance(b, FastBuilder) and vc.encoding in _FAST_ENCODINGS
     for e in packet.entries:
         if not 0 <= e.hops <= 0xFF:
             raise ValueError(f"hops must fit in uint8, got {e.hops!r}")
         origin = _check_u64("origin", e.origin)
         incarnation = _check_u64("incarnation", e.incarnation)
         seq = _check_u64("seq", e.seq)
-        idx_off = b.CreateNumpyVector(np.ascontiguousarray(e.indices, dtype="<u4"))
-        val_off = b.CreateNumpyVector(
-            np.ascontiguousarray(vc.encode(e.values), dtype=vc.wire_dtype)
-        )
+        idx = np.ascontiguousarray(e.indices, dtype="<u4")
+        vals = np.ascontiguousarray(vc.encode(e.values), dtype=vc.wire_dtype)
+        if fast:  # the same bytes as the generated helpers below, in one call
+            entry_offsets.append(
+                b.entry_v1(origin, incarnation, seq, int(e.hops), idx, vals, 5 if vc.wide else 6)
+            )
+            continue
+        idx_off = b.CreateNumpyVector(idx)
+        val_off = b.CreateNumpyVector(vals)
         _gen_entry.EntryStart(b)
         _gen_entry.EntryAddOrigin(b, origin)
         _gen_entry.EntryAddIncarnation(b, incarnation)
@@ -271,10 +292,13 @@ def encode_packet(packet: Packet) -> bytes:
         else:
             _gen_entry.EntryAddValues16(b, val_off)
         entry_offsets.append(_gen_entry.EntryEnd(b))
-    b.StartVector(4, len(entry_offsets), 4)
-    for off in reversed(entry_offsets):
-        b.PrependUOffsetTRelative(off)
-    entries_off = b.EndVector()
+    if isinstance(b, FastBuilder):
+        entries_off = b.uoffset_vector(entry_offsets)
+    else:
+        b.StartVector(4, len(entry_offsets), 4)
+        for off in reversed(entry_offsets):
+            b.PrependUOffsetTRelative(off)
+        entries_off = b.EndVector()
     fp_off = b.CreateByteVector(bytes(packet.fingerprint))
     heard_off = None
     if packet.heard is not None:
@@ -561,6 +585,73 @@ def _all_finite(values: NDArray[np.float32]) -> bool:
     return bool(np.isfinite(values).all())
 
 
+#: Packets with at most this many entries are checked entry by entry with `_Reader` (a constant
+#: of a few struct reads per field) rather than by `_EntryTables` (a constant of a few NumPy calls per
+#: field, which dominates a small packet's decode).
+_FEW_ENTRIES = 8
+#: The vtable sizes the entry-by-entry path knows: Packet fields 0..7, Entry fields 0..6. A table with
+#: a larger vtable (fields added later in the schema) takes the vectorised path, which is where new
+#: fields are read.
+_KNOWN_PACKET_VTABLE = 4 + 2 * 8
+_KNOWN_ENTRY_VTABLE = 4 + 2 * 7
+
+
+def _few_entries(
+    r: _Reader, root: tuple[int, int, int], start: int, count: int
+) -> tuple[NDArray[Any], ...] | None:
+    """The Entry fields of a packet of few entries, with the checks of `_EntryTables` (all
+    MALFORMED), read entry by entry; the spans go to ``r.spans``. ``None`` (nothing recorded) when
+    the root or an Entry table has a vtable larger than the fields this path knows."""
+    if root[2] > _KNOWN_PACKET_VTABLE:
+        return None
+    mark = len(r.spans)
+    tables = []
+    for k in range(count):
+        elem = start + 4 * k  # inside the buffer and aligned: checked with the entries vector
+        uoff = _U32.unpack_from(r.mv, elem)[0]
+        if uoff == 0:
+            _malformed(f"entries[{k}]: uoffset 0 (points to itself)")
+        tab = r.table(elem + uoff, f"entries[{k}]")
+        if tab[2] > _KNOWN_ENTRY_VTABLE:
+            del r.spans[mark:]
+            return None
+        tables.append(tab)
+    cols: list[list[int]] = [[] for _ in range(13)]
+    for k, tab in enumerate(tables):
+        what = f"entries[{k}]"
+        row = [
+            r.u64(tab, _E_ORIGIN, what + ".origin"),
+            r.u64(tab, _E_INCARNATION, what + ".incarnation"),
+            r.u64(tab, _E_SEQ, what + ".seq"),
+            r.u8(tab, _E_HOPS, what + ".hops"),
+        ]
+        for slot, size, name in ((_E_INDICES, 4, "indices"), (_E_VALUES, 4, "values"), (_E_VALUES16, 2, "values16")):  # fmt: skip
+            vec = r.vector(tab, slot, size, f"{what}.{name}")
+            row += [0, 0, 0] if vec is None else [1, vec[0], vec[1]]
+        for col, x in zip(cols, row, strict=True):
+            col.append(x)
+    for k in range(count):
+        if not cols[4][k]:
+            _malformed(f"entries[{k}]: indices (required) missing")
+        for c, name in ((0, "origin"), (1, "incarnation"), (2, "seq")):
+            if cols[c][k] == 0:
+                _malformed(f"entries[{k}]: {name} is 0")
+    u64s = [np.array(c, dtype=np.uint64) for c in cols[:4]]
+    rest = [
+        np.array(c, dtype=np.bool_) if i % 3 == 0 else np.array(c, dtype=np.int64)
+        for i, c in enumerate(cols[4:])
+    ]
+    return (*u64s, *rest)
+
+
+def _check_disjoint_few(spans: list[tuple[int, int]]) -> None:
+    """`_check_disjoint` over a short list of ``(start, end)`` spans, without NumPy."""
+    s = sorted(spans, key=lambda x: x[0])  # stable, as argsort(kind="stable")
+    for (a0, e0), (a1, e1) in itertools.pairwise(s):
+        if e0 > a1:
+            _malformed(f"shared or overlapping objects: bytes [{a0}, {e0}) and [{a1}, {e1})")
+
+
 def _decode(mv: memoryview, max_packet_size: int) -> Packet:
     n = len(mv)
     if n > max_packet_size:
@@ -615,27 +706,33 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
             heard,
         )
 
-    # Every Entry table at once (MALFORMED checks).
     a8: NDArray[np.uint8] = np.frombuffer(mv, dtype=np.uint8)
     a8.flags.writeable = False
-    t = _EntryTables(a8, start + 4 * np.arange(count, dtype=np.int64))
-    origin = t.scalar(_E_ORIGIN, 8, "origin")
-    incarnation = t.scalar(_E_INCARNATION, 8, "incarnation")
-    seq = t.scalar(_E_SEQ, 8, "seq")
-    hops = t.scalar(_E_HOPS, 1, "hops")
-    idx_present, idx_start, idx_count = t.vector(_E_INDICES, 4, "indices")
-    v32_present, v32_start, v32_count = t.vector(_E_VALUES, 4, "values")
-    v16_present, v16_start, v16_count = t.vector(_E_VALUES16, 2, "values16")
-    t.fail_where(~idx_present, "indices (required) missing")
-    t.fail_where(origin == 0, "origin is 0")
-    t.fail_where(incarnation == 0, "incarnation is 0")
-    t.fail_where(seq == 0, "seq is 0")
-    # DF-SEC-20 (sharing rule): no two objects share a byte, so no small packet decodes to a huge
-    # one through entries that point at one table or at overlapping vectors.
-    _check_disjoint(
-        np.concatenate([np.array([a for a, _ in r.spans], dtype=np.int64), *t.starts]),
-        np.concatenate([np.array([b for _, b in r.spans], dtype=np.int64), *t.ends]),
-    )
+    few = _few_entries(r, root, start, count) if count <= _FEW_ENTRIES else None
+    if few is not None:  # the same checks, entry by entry (no NumPy call per field)
+        (origin, incarnation, seq, hops, idx_present, idx_start, idx_count) = few[:7]
+        (v32_present, v32_start, v32_count, v16_present, v16_start, v16_count) = few[7:]
+        _check_disjoint_few(r.spans)
+    else:
+        # Every Entry table at once (MALFORMED checks).
+        t = _EntryTables(a8, start + 4 * np.arange(count, dtype=np.int64))
+        origin = t.scalar(_E_ORIGIN, 8, "origin")
+        incarnation = t.scalar(_E_INCARNATION, 8, "incarnation")
+        seq = t.scalar(_E_SEQ, 8, "seq")
+        hops = t.scalar(_E_HOPS, 1, "hops")
+        idx_present, idx_start, idx_count = t.vector(_E_INDICES, 4, "indices")
+        v32_present, v32_start, v32_count = t.vector(_E_VALUES, 4, "values")
+        v16_present, v16_start, v16_count = t.vector(_E_VALUES16, 2, "values16")
+        t.fail_where(~idx_present, "indices (required) missing")
+        t.fail_where(origin == 0, "origin is 0")
+        t.fail_where(incarnation == 0, "incarnation is 0")
+        t.fail_where(seq == 0, "seq is 0")
+        # DF-SEC-20 (sharing rule): no two objects share a byte, so no small packet decodes to a
+        # huge one through entries that point at one table or at overlapping vectors.
+        _check_disjoint(
+            np.concatenate([np.array([a for a, _ in r.spans], dtype=np.int64), *t.starts]),
+            np.concatenate([np.array([b for _, b in r.spans], dtype=np.int64), *t.ends]),
+        )
 
     if encoding_raw not in CODECS:
         raise DecodeError(ErrorCode.UNSUPPORTED_ENCODING, f"encoding {encoding_raw}")
@@ -643,10 +740,14 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
     encoding = vc.encoding
     wide = vc.wide
     if wide:
-        t.fail_where(~v32_present | v16_present, f"{vc.name} packet needs values and no values16")
+        _EntryTables.fail_where(
+            ~v32_present | v16_present, f"{vc.name} packet needs values and no values16"
+        )
         val_start, val_count = v32_start, v32_count
     else:
-        t.fail_where(~v16_present | v32_present, f"{vc.name} packet needs values16 and no values")
+        _EntryTables.fail_where(
+            ~v16_present | v32_present, f"{vc.name} packet needs values16 and no values"
+        )
         val_start, val_count = v16_start, v16_count
 
     bad = val_count != idx_count
