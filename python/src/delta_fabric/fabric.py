@@ -41,10 +41,20 @@ from delta_fabric.engine import AcceptedEntry, Engine, ReceiveResult, Snapshot
 from delta_fabric.errors import DeltaFabricError
 from delta_fabric.manifest import Manifest
 from delta_fabric.metrics import MetricsWriter
+from delta_fabric.repair import (
+    GapTracker,
+    RepairCounters,
+    RepairError,
+    RepairRequest,
+    ResendBuffer,
+    decode_request,
+    encode_request,
+    is_repair_request,
+)
 from delta_fabric.snapshot import SnapshotError, SnapshotSource
 from delta_fabric.store import FunctionalStore, WeightStore
 from delta_fabric.transports.base import Transport, check_node_id, node_hex
-from delta_fabric.wire import Packet, encode_packet
+from delta_fabric.wire import Entry, Packet, encode_packet
 
 __all__ = [
     "DEFAULT_MAX_DRAIN",
@@ -94,7 +104,9 @@ class Fabric:
     seconds from `step` and once at `close` (`delta_fabric.metrics`; no thread). ``members``: the node
     ids accepted as origins (DF-RCV-51, 1.1): entries of any other origin are dropped and counted
     (``drops.not_member``) and never take a place in the origin bound; ``None`` (default) accepts every
-    origin, as 1.0 does.
+    origin, as 1.0 does. ``repair``: anti-entropy by gap repair (spec section 7.9, 1.1, OPTIONAL):
+    the node asks origins again for the entries it missed and publishes its own entries again when
+    asked (`delta_fabric.repair`; counters under ``stats()["repair"]``).
     """
 
     def __init__(
@@ -114,6 +126,7 @@ class Fabric:
         metrics: str | Path | None = None,
         metrics_interval: float = 10.0,
         members: Iterable[int] | None = None,
+        repair: bool = False,
     ) -> None:
         if not isinstance(store, WeightStore):
             raise TypeError(
@@ -158,6 +171,14 @@ class Fabric:
             self.engine = self._start(bootstrap, bootstrap_timeout, incarnation)
             if members is not None:  # DF-RCV-51: only these node ids are tracked as origins
                 self.engine.set_members(check_node_id(m) for m in members)
+            self.gaps: GapTracker | None = None
+            self.resend: ResendBuffer | None = None
+            self.repair_refused = 0
+            if repair:
+                self.gaps = GapTracker(self.config.replay_window)
+                self.resend = ResendBuffer(
+                    self.node_id, self.engine.incarnation, self.manifest.fingerprint
+                )
             self.transport.serve_snapshot(self._snapshot_source)
             serve_info = getattr(self.transport, "serve_info", None)
             if callable(serve_info):  # the Zenoh transport's info replies, with the counters
@@ -414,6 +435,11 @@ class Fabric:
         relay = []
         own = []
         res: ReceiveResult | None = None
+        requests: list[bytes] = []
+        if any(is_repair_request(p) for p in packets):  # DF-RCV-160: not a packet
+            requests = [p for p in packets if is_repair_request(p)]
+            packets = [p for p in packets if not is_repair_request(p)]
+            self._repair_requests(requests)
         with self._lock:
             if packets:
                 res = self.engine.receive(packets, active=self.store.gather)
@@ -430,12 +456,20 @@ class Fabric:
                 ci, cv = self.engine.last_correction
                 if ci.size:  # DF-GEN-70: the own weights move by what was sent only
                     self.store.apply(ci, cv)
-            out = self.engine.pack(own, relay) if (own or relay) else []
+            resent: list[Entry] = []
+            if sync and self.resend is not None:
+                self.resend.add(own)
+                resent = self.resend.take()
+            out = self.engine.pack(own + resent, relay) if (own or relay or resent) else []
             if sync and not out:
                 advert = self.engine.advertisement()  # DF-RLY-63 (relay policy NEEDED)
                 out = [] if advert is None else [advert]
         if res is not None and res.accepted:
             self._note_accepted(res.accepted)
+            if self.gaps is not None:
+                self.gaps.observe_all(res.accepted)
+        if sync and self.gaps is not None:
+            out.extend(self._repair_round())
         for e in own:
             self.own_entries_sent += 1
             self.own_values_sent += int(e.indices.size)
@@ -447,6 +481,43 @@ class Fabric:
             self.bytes_sent += len(pkt)
             self.packets_sent += 1
         return len(out)
+
+    def _repair_requests(self, bufs: Sequence[bytes]) -> None:
+        """DF-RCV-164: queue the requests addressed to this node; a request that does not decode, or
+        any request when repair is off, is counted and changes nothing."""
+        for buf in bufs:
+            if self.resend is None:
+                self.repair_refused += 1
+                continue
+            try:
+                req = decode_request(buf)
+            except RepairError as exc:
+                self.repair_refused += 1
+                log.debug("repair request refused: %s", exc)
+                continue
+            if req.origin == self.node_id:
+                self.resend.request(req)
+
+    def _repair_round(self) -> list[bytes]:
+        """DF-RCV-162: the requests of this sync round, encoded."""
+        assert self.gaps is not None
+        return [
+            encode_request(
+                RepairRequest(
+                    self.node_id, self.engine.incarnation, self.manifest.fingerprint, o, inc, seqs
+                )
+            )
+            for o, inc, seqs in self.gaps.round()
+        ]
+
+    def repair_counters(self) -> RepairCounters:
+        """Both sides' repair counters together (all 0 when repair is off)."""
+        c = RepairCounters(requests_refused=self.repair_refused)
+        for part in (self.gaps, self.resend):
+            if part is not None:
+                for k, v in part.counters.__dict__.items():
+                    setattr(c, k, getattr(c, k) + v)
+        return c
 
     def _note_accepted(self, accepted: Sequence[AcceptedEntry]) -> None:
         """Hop histogram, origin progress and ``on_accepted`` from the engine's accepted headers
@@ -494,6 +565,7 @@ class Fabric:
             "accepted_by_hops": {str(h): n for h, n in sorted(self.accepted_by_hops.items())},
             "snapshots_served": self.snapshots_served,
             "receive": self.engine.counters.to_json(),
+            "repair": self.repair_counters().to_json(),
             "transport": transport_stats,
         }
 

@@ -70,6 +70,11 @@ class SimConfig:
     frame_overhead: int = 40
     #: further `delta_fabric.config.SyncConfig` fields (an encoding, a relay policy), as pairs
     sync_extra: tuple[tuple[str, Any], ...] = ()
+    #: a network partition (issue 12 item 3): every packet between the nodes ``0 .. nodes//2`` and the
+    #: others is lost in the steps ``cut[0] <= step < cut[1]`` (``(0, 0)``: none)
+    cut: tuple[int, int] = (0, 0)
+    #: anti-entropy by gap repair on every node (`Fabric(repair=True)`, spec section 7.9)
+    repair: bool = False
 
     def resolved_lr(self) -> float:
         if self.lr is not None:
@@ -102,6 +107,18 @@ class SimResult:
     #: (step, [accuracy of each node's anchor]): the shared model every node holds (mode fabric;
     #: for the other modes the same as ``curve``, their nodes hold no other model)
     anchor_curve: list[tuple[int, list[float]]] = field(default_factory=list)
+    #: (step, spread): the largest |difference| between two nodes' anchors at one index, at every
+    #: evaluation (mode fabric)
+    spread_curve: list[tuple[int, float]] = field(default_factory=list)
+    #: every node's `Fabric.stats()` ``repair`` counters, summed
+    repair_counters: dict[str, int] = field(default_factory=dict)
+
+    def spread_at(self, step: int) -> float:
+        """The spread at the first evaluation at or after ``step``."""
+        for s, v in self.spread_curve:
+            if s >= step:
+                return v
+        return self.spread_curve[-1][1] if self.spread_curve else 0.0
 
     @property
     def final_min(self) -> float:
@@ -146,6 +163,8 @@ class SimResult:
             "anchor_final_min": self.anchor_final_min,
             "relay_share": self.relay_share,
             "anchor_min_after_300": self.anchor_min_after,
+            "spread_curve": [[st, v] for st, v in self.spread_curve],
+            "repair_counters": self.repair_counters,
         }
 
 
@@ -258,14 +277,23 @@ def run_sim(cfg: SimConfig) -> SimResult:
             encoding=codec(cfg.encoding.upper()).encoding,
             **extra,
         )
-        hub = MemoryHub(seed=cfg.seed)
+        cut_now = [False]
+        side = [i < (n + 1) // 2 for i in range(n)]
+        slot_of = {ids[i]: i for i in range(n)}
+
+        def intercept(src: int, dst: int, packet: bytes) -> list[bytes]:
+            if cut_now[0] and side[slot_of[src]] != side[slot_of[dst]]:
+                return []
+            return [packet]
+
+        hub = MemoryHub(seed=cfg.seed, intercept=intercept)
         for i in range(n):
             lt = _Lockstep(hub, ids[i], neighbours=[ids[j] for j in neigh[i]])
             lt.slot = i
             transports.append(lt)
         for i in range(n):
             store = TorchStore(models[i], cfg.include_buffers)
-            fabrics.append(Fabric(store, transports[i], sc, node_id=ids[i]))
+            fabrics.append(Fabric(store, transports[i], sc, node_id=ids[i], repair=cfg.repair))
 
     def evaluate() -> list[float]:
         out = []
@@ -298,6 +326,9 @@ def run_sim(cfg: SimConfig) -> SimResult:
                 pred = scratch(xte).argmax(1)
             accs.append(float((pred == yte).float().mean()))
         res.anchor_curve.append((step, accs))
+        anchors = np.stack([f.engine.anchor for f in fabrics])
+        spread = float((anchors.max(axis=0) - anchors.min(axis=0)).max())
+        res.spread_curve.append((step, spread))
 
     def average_all() -> None:
         from delta_fabric.stores.torch import module_tensors
@@ -322,6 +353,7 @@ def run_sim(cfg: SimConfig) -> SimResult:
             loss.backward()  # type: ignore[no-untyped-call]
             opts[i].step()
         if cfg.mode == "fabric":
+            cut_now[0] = cfg.cut[0] <= step < cfg.cut[1]
             for f in fabrics:
                 f.step()
             _deliver(fabrics, transports, hops=n)
@@ -340,6 +372,9 @@ def run_sim(cfg: SimConfig) -> SimResult:
     own = sum(f.own_values_sent for f in fabrics)
     relayed = sum(f.relay_values_sent for f in fabrics)
     res.relay_share = relayed / (own + relayed) if own + relayed else 0.0
+    for f in fabrics:
+        for k, v in f.stats()["repair"].items():
+            res.repair_counters[k] = res.repair_counters.get(k, 0) + int(v)
     for f in fabrics:
         f.close()
     return res
