@@ -18,6 +18,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use df_core::config::RelayPolicy;
+use df_core::repair::{
+    GapParams, GapTracker, REQUEST_VERSION_MINOR, RepairCounters, RepairRequest, ResendBuffer,
+    ResendParams, decode_request, encode_request, is_repair_request,
+};
 use df_core::wire::{OwnedPacket, encode_packet};
 use df_core::{Engine, EngineError, ReceiveResult, SyncConfig};
 use log::{debug, info, warn};
@@ -97,6 +101,9 @@ pub struct FabricOptions {
     pub fast_selection: bool,
     /// `Some`: bootstrap from a live peer's snapshot (DF-ZEN-5) before the engine starts.
     pub join: Option<JoinOptions>,
+    /// Anti-entropy by gap repair (spec section 7.9, 1.1, OPTIONAL; `df_core::repair`): ask
+    /// origins again for missed entries, publish own entries again when asked.
+    pub repair: bool,
 }
 
 impl Default for FabricOptions {
@@ -106,6 +113,7 @@ impl Default for FabricOptions {
             max_drain: DEFAULT_MAX_DRAIN,
             fast_selection: false,
             join: None,
+            repair: false,
         }
     }
 }
@@ -149,6 +157,9 @@ pub struct Fabric<W: WeightStore, T: Transport> {
     accepted_by_origin: HashMap<u64, u64>,
     snapshots_served: Arc<AtomicU64>,
     closed: bool,
+    gaps: Option<GapTracker>,
+    resend: Option<ResendBuffer>,
+    repair_refused: u64,
 }
 
 impl<W: WeightStore, T: Transport> std::fmt::Debug for Fabric<W, T> {
@@ -182,6 +193,21 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
         let sync_interval = u64::from(config.sync_interval.max(1));
         match Self::start(&mut store, &transport, config, &options) {
             Ok((engine, joined_from)) => {
+                let (gaps, resend) = if options.repair {
+                    let window = u64::from(engine.config().replay_window);
+                    let gaps = GapTracker::new(GapParams::with_window(window))
+                        .map_err(FabricError::Join)?;
+                    let resend = ResendBuffer::new(
+                        engine.node_id(),
+                        engine.incarnation(),
+                        engine.manifest().fingerprint(),
+                        ResendParams::default(),
+                    )
+                    .map_err(FabricError::Join)?;
+                    (Some(gaps), Some(resend))
+                } else {
+                    (None, None)
+                };
                 let fabric = Fabric {
                     store,
                     transport,
@@ -197,6 +223,9 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
                     accepted_by_origin: HashMap::new(),
                     snapshots_served: Arc::new(AtomicU64::new(0)),
                     closed: false,
+                    gaps,
+                    resend,
+                    repair_refused: 0,
                 };
                 fabric
                     .transport
@@ -334,6 +363,17 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
     }
 
     fn process(&mut self, packets: &[Vec<u8>], sync: bool) -> Result<usize, FabricError> {
+        // DF-RCV-160: a repair request is not a packet
+        let split: Vec<Vec<u8>>;
+        let packets = if packets.iter().any(|p| is_repair_request(p)) {
+            let (requests, rest): (Vec<_>, Vec<_>) =
+                packets.iter().cloned().partition(|p| is_repair_request(p));
+            self.repair_requests(&requests);
+            split = rest;
+            &split[..]
+        } else {
+            packets
+        };
         let engine = Arc::clone(&self.engine);
         let mut e = engine.lock().map_err(|_| FabricError::Poisoned)?;
         let mut relay = Vec::new();
@@ -349,6 +389,11 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
             };
             let res = e.receive_with(&refs, Some(&view));
             self.track_accepted(&res);
+            if let Some(g) = self.gaps.as_mut() {
+                for a in &res.accepted {
+                    g.observe(a.origin, a.incarnation, a.seq);
+                }
+            }
             if !res.indices.is_empty() {
                 self.store.apply(&res.indices, &res.values)?;
                 self.counters.values_received_applied += res.indices.len() as u64;
@@ -366,16 +411,49 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
                 self.store.apply(ci, cv)?;
             }
         }
-        let out = if own.is_empty() && relay.is_empty() {
+        let mut resent = Vec::new();
+        let mut requests = Vec::new();
+        if sync {
+            if let Some(r) = self.resend.as_mut() {
+                r.add(&own);
+                resent = r.take();
+            }
+            if let Some(g) = self.gaps.as_mut() {
+                let fingerprint = e.manifest().fingerprint();
+                for (origin, incarnation, seqs) in g.round() {
+                    let req = RepairRequest {
+                        sender: e.node_id(),
+                        sender_incarnation: e.incarnation(),
+                        fingerprint,
+                        origin,
+                        incarnation,
+                        seqs,
+                        version_minor: REQUEST_VERSION_MINOR,
+                    };
+                    if let Ok(buf) = encode_request(&req) {
+                        requests.push(buf);
+                    }
+                }
+            }
+        }
+        let mut out = if own.is_empty() && relay.is_empty() && resent.is_empty() {
             // DF-RLY-63 (relay policy NEEDED): a sync round with nothing to send still advertises
             match (sync, e.advertisement()) {
                 (true, Some(p)) => vec![p],
-                _ => return Ok(0),
+                _ => Vec::new(),
             }
-        } else {
+        } else if resent.is_empty() {
             e.pack(&own, &relay)
+        } else {
+            let mut both = own.clone();
+            both.extend(resent);
+            e.pack(&both, &relay)
         };
+        out.extend(requests);
         drop(e);
+        if out.is_empty() {
+            return Ok(0);
+        }
         for x in &own {
             self.counters.own_entries_sent += 1;
             self.counters.own_values_sent += x.indices.len() as u64;
@@ -390,6 +468,43 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
             self.counters.packets_sent += 1;
         }
         Ok(out.len())
+    }
+
+    /// DF-RCV-164: queue the requests addressed to this node; a request that does not decode, or
+    /// any request when repair is off, is counted and changes nothing.
+    fn repair_requests(&mut self, bufs: &[Vec<u8>]) {
+        let me = self.transport.node_id();
+        for buf in bufs {
+            let Some(r) = self.resend.as_mut() else {
+                self.repair_refused += 1;
+                continue;
+            };
+            match decode_request(buf) {
+                Ok(req) if req.origin == me => {
+                    r.request(&req);
+                }
+                Ok(_) => {}
+                Err(err) => {
+                    self.repair_refused += 1;
+                    debug!(target: LOG_TARGET, "repair request refused: {err}");
+                }
+            }
+        }
+    }
+
+    /// Both sides' repair counters together (all 0 when repair is off).
+    pub fn repair_counters(&self) -> RepairCounters {
+        let mut c = RepairCounters {
+            requests_refused: self.repair_refused,
+            ..RepairCounters::default()
+        };
+        if let Some(g) = &self.gaps {
+            c.add(&g.counters);
+        }
+        if let Some(r) = &self.resend {
+            c.add(&r.counters);
+        }
+        c
     }
 
     /// Hop histogram and per-origin progress from the engine's accepted entry headers (no second
@@ -506,6 +621,9 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
                 .collect::<serde_json::Map<String, Value>>(),
             "snapshots_served": self.snapshots_served(),
             "receive": e.counters().to_json(),
+            "repair": self.repair_counters().pairs().iter()
+                .map(|(k, v)| ((*k).to_owned(), json!(v)))
+                .collect::<serde_json::Map<String, Value>>(),
             "transport": self.transport.stats().to_json(),
         })
     }
