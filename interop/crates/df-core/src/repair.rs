@@ -340,11 +340,9 @@ impl GapTracker {
         };
         if seq > t.highest {
             t.highest = seq;
-            if let Some(low) = seq.checked_sub(self.p.window) {
-                if low > 0 {
-                    t.seen.retain(|&s| s > low);
-                    t.since.retain(|&s, _| s > low);
-                }
+            if let Some(low) = seq.checked_sub(self.p.window).filter(|&l| l > 0) {
+                t.seen.retain(|&s| s > low);
+                t.since.retain(|&s, _| s > low);
             }
         }
         t.seen.insert(seq);

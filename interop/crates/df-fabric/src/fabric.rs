@@ -194,7 +194,7 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
         match Self::start(&mut store, &transport, config, &options) {
             Ok((engine, joined_from)) => {
                 let (gaps, resend) = if options.repair {
-                    let window = u64::from(engine.config().replay_window);
+                    let window = engine.config().replay_window;
                     let gaps = GapTracker::new(GapParams::with_window(window))
                         .map_err(FabricError::Join)?;
                     let resend = ResendBuffer::new(
