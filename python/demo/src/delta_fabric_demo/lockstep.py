@@ -75,6 +75,12 @@ class SimConfig:
     cut: tuple[int, int] = (0, 0)
     #: anti-entropy by gap repair on every node (`Fabric(repair=True)`, spec section 7.9)
     repair: bool = False
+    #: link delay: every published packet is delivered ``delay`` steps later; with probability
+    #: ``stall_rate`` (seeded) a packet stalls ``stall_steps`` more, and the sender's later packets
+    #: wait behind it (one ordered stream per sender, as over TCP)
+    delay: int = 0
+    stall_rate: float = 0.0
+    stall_steps: int = 0
 
     def resolved_lr(self) -> float:
         if self.lr is not None:
@@ -248,6 +254,10 @@ def run_sim(cfg: SimConfig) -> SimResult:
     fabrics: list[Fabric] = []
     transports: list[MemoryTransport] = []
 
+    now = [0]
+    stall_rng = np.random.default_rng(cfg.seed + 777)
+    held: list[list[tuple[int, bytes]]] = [[] for _ in range(n)]
+
     class _Lockstep(MemoryTransport):
         """Publishes at the end of the cluster step (see the module docstring), counting bytes."""
 
@@ -262,8 +272,18 @@ def run_sim(cfg: SimConfig) -> SimResult:
 
         def flush(self) -> None:
             out, pending[self.slot] = pending[self.slot], []
+            if not (cfg.delay or cfg.stall_rate):
+                for p in out:
+                    super().publish(p)
+                return
+            q = held[self.slot]
             for p in out:
-                super().publish(p)
+                due = now[0] + cfg.delay
+                if cfg.stall_rate and stall_rng.random() < cfg.stall_rate:
+                    due += cfg.stall_steps
+                q.append((max(due, q[-1][0] if q else 0), p))
+            while q and q[0][0] <= now[0]:
+                super().publish(q.pop(0)[1])
 
     if cfg.mode == "fabric":
         extra: dict[str, Any] = dict(cfg.sync_extra)
@@ -354,6 +374,7 @@ def run_sim(cfg: SimConfig) -> SimResult:
             opts[i].step()
         if cfg.mode == "fabric":
             cut_now[0] = cfg.cut[0] <= step < cfg.cut[1]
+            now[0] = step
             for f in fabrics:
                 f.step()
             _deliver(fabrics, transports, hops=n)
@@ -363,6 +384,7 @@ def run_sim(cfg: SimConfig) -> SimResult:
             res.curve.append((step, evaluate()))
             evaluate_anchor(step)
     if cfg.mode == "fabric":
+        now[0] = cfg.steps + cfg.delay + cfg.stall_steps * (1 + cfg.steps)  # deliver what is held
         _wind_down(fabrics, transports, hops=n)
     elif cfg.mode == "periodic" and n > 1 and cfg.steps % cfg.interval:
         average_all()
