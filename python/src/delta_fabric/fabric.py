@@ -47,6 +47,7 @@ from delta_fabric.repair import (
     RepairError,
     RepairRequest,
     ResendBuffer,
+    confirm_snapshot,
     decode_request,
     encode_request,
     is_repair_request,
@@ -106,7 +107,11 @@ class Fabric:
     (``drops.not_member``) and never take a place in the origin bound; ``None`` (default) accepts every
     origin, as 1.0 does. ``repair``: anti-entropy by gap repair (spec section 7.9, 1.1, OPTIONAL):
     the node asks origins again for the entries it missed and publishes its own entries again when
-    asked (`delta_fabric.repair`; counters under ``stats()["repair"]``).
+    asked (`delta_fabric.repair`; counters under ``stats()["repair"]``). ``snapshot_quorum``
+    (proposal, spec/proposals/trusted-snapshots.md): when >= 1, a bootstrap queries every live
+    member (every live peer when ``members`` is None) and installs the anchor of the lowest member
+    id that ``snapshot_quorum`` sources' anchors confirm (`delta_fabric.repair.confirm_snapshot`);
+    counters under ``stats()["snapshot_trust"]``.
     """
 
     def __init__(
@@ -127,6 +132,7 @@ class Fabric:
         metrics_interval: float = 10.0,
         members: Iterable[int] | None = None,
         repair: bool = False,
+        snapshot_quorum: int = 0,
     ) -> None:
         if not isinstance(store, WeightStore):
             raise TypeError(
@@ -137,6 +143,17 @@ class Fabric:
             raise ValueError("max_drain must be >= 1")
         if bootstrap not in (True, False, "auto"):
             raise ValueError(f"bootstrap must be True, False or 'auto', got {bootstrap!r}")
+        if isinstance(snapshot_quorum, bool) or snapshot_quorum < 0:
+            raise ValueError(f"snapshot_quorum must be an integer >= 0, got {snapshot_quorum!r}")
+        self.snapshot_quorum = int(snapshot_quorum)
+        self._members = None if members is None else frozenset(check_node_id(m) for m in members)
+        self.snapshot_trust = {
+            "sources_queried": 0,
+            "sources_failed": 0,
+            "sources_refused": 0,
+            "outliers": 0,
+            "quorum_failed": 0,
+        }
         self.store = store
         self.transport = transport
         self.config = config if config is not None else SyncConfig()
@@ -284,7 +301,9 @@ class Fabric:
                     Packet(self.node_id, incarnation, self.manifest.fingerprint, (), heard=())
                 )
             )
-        if bootstrap is True or bootstrap == "auto":
+        if (bootstrap is True or bootstrap == "auto") and self.snapshot_quorum:
+            snapshot = self._fetch_snapshot_quorum(required=bootstrap is True, timeout=timeout)
+        elif bootstrap is True or bootstrap == "auto":
             snapshot = self._fetch_snapshot(required=bootstrap is True, timeout=timeout)
         if snapshot is None:
             return Engine(
@@ -331,6 +350,66 @@ class Fabric:
                 f"no valid snapshot from a live peer within {timeout:.1f}s: {last}"
             )
         log.info("no snapshot from a peer within %.1fs: starting from own weights", timeout)
+        return None
+
+    def _fetch_snapshot_quorum(self, *, required: bool, timeout: float) -> Snapshot | None:
+        """Trusted snapshots: every live member is queried (not the first to answer); strangers
+        are refused and counted; the anchor installed is the one `confirm_snapshot` chooses."""
+        deadline = time.monotonic() + timeout
+        trust = self.snapshot_trust
+        refused: set[int] = set()
+        last = "no live member"
+        while True:
+            peers = sorted(self.transport.peers())
+            sources = [p for p in peers if self._members is None or p in self._members]
+            for p in set(peers) - set(sources) - refused:
+                refused.add(p)
+                trust["sources_refused"] += 1
+                log.warning("snapshot source %s refused: not a member", node_hex(p))
+            anchors: dict[int, NDArray[np.float32]] = {}
+            if len(sources) >= self.snapshot_quorum:
+                for i, p in enumerate(sources):
+                    left = max(0.05, (deadline - time.monotonic()) / (len(sources) - i))
+                    trust["sources_queried"] += 1
+                    try:
+                        anchor, _inc = self.transport.fetch_snapshot(
+                            p, self.manifest.fingerprint, timeout=left
+                        )
+                    except (SnapshotError, TimeoutError, OSError) as exc:
+                        trust["sources_failed"] += 1
+                        log.info("snapshot from %s failed: %s", node_hex(p), exc)
+                        continue
+                    snap = Snapshot(self.manifest.fingerprint, np.asarray(anchor, np.float32))
+                    if self._snapshot_ok(snap):
+                        anchors[p] = snap.anchor.copy()
+                    else:
+                        trust["sources_failed"] += 1
+                verdict = confirm_snapshot(anchors, self.snapshot_quorum)
+                trust["outliers"] += len(verdict.outliers)
+                for o in verdict.outliers:
+                    log.warning("snapshot of %s refused: not confirmed by a quorum", node_hex(o))
+                if verdict.chosen is not None:
+                    log.info(
+                        "snapshot of %s installed, confirmed by %d of %d sources",
+                        node_hex(verdict.chosen),
+                        verdict.confirmations[verdict.chosen],
+                        len(anchors),
+                    )
+                    return Snapshot(self.manifest.fingerprint, anchors[verdict.chosen])
+                trust["quorum_failed"] += 1
+                last = (
+                    f"{len(anchors)} verified snapshots, none confirmed by {self.snapshot_quorum}"
+                )
+            else:
+                last = f"{len(sources)} live members, quorum {self.snapshot_quorum}"
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+        if required:
+            raise SnapshotUnavailable(f"no snapshot confirmed within {timeout:.1f}s: {last}")
+        log.info(
+            "no confirmed snapshot within %.1fs (%s): starting from own weights", timeout, last
+        )
         return None
 
     def _snapshot_ok(self, snap: Snapshot) -> bool:
@@ -566,6 +645,7 @@ class Fabric:
             "snapshots_served": self.snapshots_served,
             "receive": self.engine.counters.to_json(),
             "repair": self.repair_counters().to_json(),
+            "snapshot_trust": dict(self.snapshot_trust),
             "transport": transport_stats,
         }
 

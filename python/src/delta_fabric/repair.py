@@ -27,20 +27,25 @@ from enum import Enum
 from typing import Any, NoReturn
 
 import flatbuffers
+import numpy as np
 
 from delta_fabric._generated.deltafabric.v1 import RepairRequest as _gen
 from delta_fabric.errors import DeltaFabricError
 from delta_fabric.wire import Entry
 
 __all__ = [
+    "DEFAULT_AGREEMENT",
     "FILE_IDENTIFIER",
     "MAX_REQUEST_SEQS",
     "GapTracker",
+    "QuorumVerdict",
     "RepairCounters",
     "RepairError",
     "RepairErrorKind",
     "RepairRequest",
     "ResendBuffer",
+    "anchors_agree",
+    "confirm_snapshot",
     "decode_request",
     "encode_request",
     "is_repair_request",
@@ -487,3 +492,55 @@ class ResendBuffer:
     def pending(self) -> int:
         """Requested seqs waiting for a round."""
         return len(self._pending)
+
+
+# ------------------------------------------------------------------------------------------------------
+# Trusted snapshots: confirmation by a quorum of members (issue 12 item 6; proposal, see
+# spec/proposals/trusted-snapshots.md)
+# ------------------------------------------------------------------------------------------------------
+
+#: Default relative tolerance of two anchors that agree (the tolerance of DF-NUM-1).
+DEFAULT_AGREEMENT = 5e-2
+
+
+def anchors_agree(a: Any, b: Any, rel_tol: float = DEFAULT_AGREEMENT) -> bool:
+    """``max_i |a_i - b_i| <= rel_tol * max(max_i |a_i|, max_i |b_i|)`` in f64, both finite and of
+    one length: two honest nodes' anchors differ only by the deltas in flight and by rounding."""
+    x = np.asarray(a, dtype=np.float64)
+    y = np.asarray(b, dtype=np.float64)
+    if x.shape != y.shape or not (np.isfinite(x).all() and np.isfinite(y).all()):
+        return False
+    scale = max(float(np.abs(x).max(initial=0.0)), float(np.abs(y).max(initial=0.0)))
+    return float(np.abs(x - y).max(initial=0.0)) <= rel_tol * scale
+
+
+@dataclass(frozen=True)
+class QuorumVerdict:
+    """`confirm_snapshot`'s answer: ``chosen`` (None: no anchor confirmed), ``confirmations`` of each
+    source (how many sources' anchors, itself included, agree with its own), and ``outliers``: the
+    sources confirmed by fewer than ``quorum``."""
+
+    chosen: int | None
+    confirmations: dict[int, int]
+    outliers: tuple[int, ...]
+
+
+def confirm_snapshot(
+    anchors: dict[int, Any], quorum: int, rel_tol: float = DEFAULT_AGREEMENT
+) -> QuorumVerdict:
+    """The anchor a joiner may install: of the verified snapshots ``anchors`` (source node id ->
+    flat anchor) of members, the one of the lowest source id whose anchor agrees (`anchors_agree`)
+    with those of at least ``quorum`` sources, itself included. O(S^2 N) for S sources."""
+    if quorum < 1:
+        raise ValueError(f"quorum must be >= 1, got {quorum}")
+    ids = sorted(anchors)
+    conf = {
+        i: sum(1 for j in ids if i == j or anchors_agree(anchors[i], anchors[j], rel_tol))
+        for i in ids
+    }
+    confirmed = [i for i in ids if conf[i] >= quorum]
+    return QuorumVerdict(
+        confirmed[0] if confirmed else None,
+        conf,
+        tuple(i for i in ids if conf[i] < quorum),
+    )
