@@ -556,3 +556,63 @@ impl ResendBuffer {
         self.pending.len()
     }
 }
+
+/// Default relative tolerance of two anchors that agree (the tolerance of DF-NUM-1).
+pub const DEFAULT_AGREEMENT: f64 = 5e-2;
+
+/// `max_i |a_i - b_i| <= rel_tol * max(max_i |a_i|, max_i |b_i|)` in f64, both finite and of one
+/// length (trusted snapshots, proposal spec/proposals/trusted-snapshots.md).
+pub fn anchors_agree(a: &[f32], b: &[f32], rel_tol: f64) -> bool {
+    if a.len() != b.len() || a.iter().chain(b).any(|x| !x.is_finite()) {
+        return false;
+    }
+    let max_abs = |v: &[f32]| v.iter().fold(0.0f64, |m, &x| m.max(f64::from(x).abs()));
+    let scale = max_abs(a).max(max_abs(b));
+    let diff = a.iter().zip(b).fold(0.0f64, |m, (&x, &y)| {
+        m.max((f64::from(x) - f64::from(y)).abs())
+    });
+    diff <= rel_tol * scale
+}
+
+/// [`confirm_snapshot`]'s answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuorumVerdict {
+    /// The source whose anchor to install (None: none confirmed).
+    pub chosen: Option<u64>,
+    /// Per source: how many sources' anchors, itself included, agree with its own.
+    pub confirmations: BTreeMap<u64, usize>,
+    /// Sources confirmed by fewer than the quorum, ascending.
+    pub outliers: Vec<u64>,
+}
+
+/// Of the verified snapshots `anchors` of members, the lowest source id whose anchor agrees with
+/// those of at least `quorum` sources (itself included). O(S^2 N).
+pub fn confirm_snapshot(
+    anchors: &BTreeMap<u64, Vec<f32>>,
+    quorum: usize,
+    rel_tol: f64,
+) -> QuorumVerdict {
+    let confirmations: BTreeMap<u64, usize> = anchors
+        .iter()
+        .map(|(&i, a)| {
+            let n = anchors
+                .iter()
+                .filter(|&(&j, b)| i == j || anchors_agree(a, b, rel_tol))
+                .count();
+            (i, n)
+        })
+        .collect();
+    let q = quorum.max(1);
+    QuorumVerdict {
+        chosen: confirmations
+            .iter()
+            .find(|&(_, &c)| c >= q)
+            .map(|(&i, _)| i),
+        outliers: confirmations
+            .iter()
+            .filter(|&(_, &c)| c < q)
+            .map(|(&i, _)| i)
+            .collect(),
+        confirmations,
+    }
+}

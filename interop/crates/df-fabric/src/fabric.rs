@@ -12,15 +12,16 @@
 //!
 //! Dropping the fabric closes the transport.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use df_core::config::RelayPolicy;
 use df_core::repair::{
-    GapParams, GapTracker, REQUEST_VERSION_MINOR, RepairCounters, RepairRequest, ResendBuffer,
-    ResendParams, decode_request, encode_request, is_repair_request,
+    DEFAULT_AGREEMENT, GapParams, GapTracker, REQUEST_VERSION_MINOR, RepairCounters, RepairRequest,
+    ResendBuffer, ResendParams, confirm_snapshot, decode_request, encode_request,
+    is_repair_request,
 };
 use df_core::wire::{OwnedPacket, encode_packet};
 use df_core::{Engine, EngineError, ReceiveResult, SyncConfig};
@@ -104,6 +105,12 @@ pub struct FabricOptions {
     /// Anti-entropy by gap repair (spec section 7.9, 1.1, OPTIONAL; `df_core::repair`): ask
     /// origins again for missed entries, publish own entries again when asked.
     pub repair: bool,
+    /// Trusted snapshots (proposal, spec/proposals/trusted-snapshots.md): when >= 1, a join
+    /// queries every live member and installs only an anchor confirmed by this many sources
+    /// ([`df_core::repair::confirm_snapshot`]); counters under `stats()["snapshot_trust"]`.
+    pub snapshot_quorum: usize,
+    /// The members a quorum join queries (None: every live peer); others are refused and counted.
+    pub snapshot_members: Option<Vec<u64>>,
 }
 
 impl Default for FabricOptions {
@@ -114,6 +121,8 @@ impl Default for FabricOptions {
             fast_selection: false,
             join: None,
             repair: false,
+            snapshot_quorum: 0,
+            snapshot_members: None,
         }
     }
 }
@@ -160,6 +169,22 @@ pub struct Fabric<W: WeightStore, T: Transport> {
     gaps: Option<GapTracker>,
     resend: Option<ResendBuffer>,
     repair_refused: u64,
+    snapshot_trust: TrustCounters,
+}
+
+/// Counters of a quorum join (Python `stats()["snapshot_trust"]`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TrustCounters {
+    /// Sources queried.
+    pub sources_queried: u64,
+    /// Sources whose snapshot failed (fetch error, killed mid-transfer, wrong length).
+    pub sources_failed: u64,
+    /// Live peers refused as sources: not members.
+    pub sources_refused: u64,
+    /// Verified snapshots not confirmed by the quorum.
+    pub outliers: u64,
+    /// Attempts that ended without a confirmed anchor.
+    pub quorum_failed: u64,
 }
 
 impl<W: WeightStore, T: Transport> std::fmt::Debug for Fabric<W, T> {
@@ -192,7 +217,7 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
         let mut transport = transport;
         let sync_interval = u64::from(config.sync_interval.max(1));
         match Self::start(&mut store, &transport, config, &options) {
-            Ok((engine, joined_from)) => {
+            Ok((engine, joined_from, snapshot_trust)) => {
                 let (gaps, resend) = if options.repair {
                     let window = engine.config().replay_window;
                     let gaps = GapTracker::new(GapParams::with_window(window))
@@ -226,6 +251,7 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
                     gaps,
                     resend,
                     repair_refused: 0,
+                    snapshot_trust,
                 };
                 fabric
                     .transport
@@ -254,7 +280,7 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
         transport: &T,
         config: SyncConfig,
         options: &FabricOptions,
-    ) -> Result<(Engine, Option<u64>), FabricError> {
+    ) -> Result<(Engine, Option<u64>, TrustCounters), FabricError> {
         let node_id = transport.node_id();
         let incarnation = options.incarnation.unwrap_or_else(default_incarnation);
         let manifest = store.manifest().clone();
@@ -270,9 +296,14 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
             probe.heard = Some(Vec::new());
             transport.publish(&encode_packet(&probe))?;
         }
+        let mut trust = TrustCounters::default();
         let (anchor, joined_from) = match &options.join {
             Some(j) => {
-                let (from, values) = fetch_verified(transport, &manifest, j)?;
+                let (from, values) = if options.snapshot_quorum > 0 {
+                    fetch_quorum(transport, &manifest, j, options, &mut trust)?
+                } else {
+                    fetch_verified(transport, &manifest, j)?
+                };
                 store.load(&values)?;
                 // The store must now read back exactly the snapshot: active = anchor (DF-ZEN-5).
                 let back = store.gather()?;
@@ -291,7 +322,7 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
             None => (store.gather()?, None),
         };
         let engine = Engine::new(manifest, config, node_id, incarnation, anchor)?;
-        Ok((engine, joined_from))
+        Ok((engine, joined_from, trust))
     }
 
     fn snapshot_provider(&self) -> SnapshotProvider {
@@ -621,6 +652,13 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
                 .collect::<serde_json::Map<String, Value>>(),
             "snapshots_served": self.snapshots_served(),
             "receive": e.counters().to_json(),
+            "snapshot_trust": {
+                "sources_queried": self.snapshot_trust.sources_queried,
+                "sources_failed": self.snapshot_trust.sources_failed,
+                "sources_refused": self.snapshot_trust.sources_refused,
+                "outliers": self.snapshot_trust.outliers,
+                "quorum_failed": self.snapshot_trust.quorum_failed,
+            },
             "repair": self.repair_counters().pairs().iter()
                 .map(|(k, v)| ((*k).to_owned(), json!(v)))
                 .collect::<serde_json::Map<String, Value>>(),
@@ -755,6 +793,93 @@ fn fetch_verified<T: Transport>(
         Some(e) => format!("no valid snapshot within {:?} (last error: {e})", j.timeout),
         None => format!("no live peer within {:?}", j.timeout),
     }))
+}
+
+/// Trusted snapshots: every live member is queried (not the first to answer); strangers are
+/// refused and counted; the anchor installed is the one `confirm_snapshot` chooses.
+fn fetch_quorum<T: Transport>(
+    transport: &T,
+    manifest: &df_core::Manifest,
+    j: &JoinOptions,
+    options: &FabricOptions,
+    trust: &mut TrustCounters,
+) -> Result<(u64, Vec<f32>), FabricError> {
+    let deadline = Instant::now() + j.timeout;
+    let left = || deadline.saturating_duration_since(Instant::now());
+    let fingerprint = manifest.fingerprint();
+    let n = usize::try_from(manifest.num_params()).unwrap_or(usize::MAX);
+    let quorum = options.snapshot_quorum;
+    let mut refused: BTreeSet<u64> = BTreeSet::new();
+    let mut last;
+    loop {
+        let live = transport.peers()?;
+        let sources: Vec<u64> = live
+            .iter()
+            .copied()
+            .filter(|p| {
+                options
+                    .snapshot_members
+                    .as_ref()
+                    .is_none_or(|m| m.contains(p))
+            })
+            .collect();
+        for &p in &live {
+            if !sources.contains(&p) && refused.insert(p) {
+                trust.sources_refused += 1;
+                warn!(target: LOG_TARGET, "snapshot source {} refused: not a member", node_hex(p));
+            }
+        }
+        if sources.len() >= quorum {
+            let mut anchors: BTreeMap<u64, Vec<f32>> = BTreeMap::new();
+            for (i, &p) in sources.iter().enumerate() {
+                let share = left() / u32::try_from(sources.len() - i).unwrap_or(u32::MAX);
+                trust.sources_queried += 1;
+                match transport.fetch_snapshot(
+                    p,
+                    &fingerprint,
+                    share.max(Duration::from_millis(50)),
+                ) {
+                    Ok(s) if crate::store::check_full(&s.values, n).is_ok() => {
+                        anchors.insert(p, s.values);
+                    }
+                    Ok(_) => trust.sources_failed += 1,
+                    Err(e) => {
+                        trust.sources_failed += 1;
+                        info!(target: LOG_TARGET, "snapshot of {} failed: {e}", node_hex(p));
+                    }
+                }
+            }
+            let v = confirm_snapshot(&anchors, quorum, DEFAULT_AGREEMENT);
+            trust.outliers += v.outliers.len() as u64;
+            if let Some(c) = v.chosen {
+                info!(
+                    target: LOG_TARGET,
+                    "snapshot of {} installed, confirmed by {} of {} sources",
+                    node_hex(c),
+                    v.confirmations[&c],
+                    anchors.len()
+                );
+                let values = anchors.remove(&c).unwrap_or_default();
+                return Ok((c, values));
+            }
+            trust.quorum_failed += 1;
+            last = format!(
+                "{} verified snapshots, none confirmed by {quorum}",
+                anchors.len()
+            );
+        } else {
+            last = format!("{} live members, quorum {quorum}", sources.len());
+        }
+        if left().is_zero() {
+            break;
+        }
+        let _ =
+            transport.wait_for_peers(live.len() + 1, &[], left().min(Duration::from_millis(100)));
+    }
+    Err(FabricError::Join(format!(
+        "no snapshot confirmed within {:?}: {last}",
+        j.timeout
+    )))
 }
 
 fn hex_lower(b: &[u8]) -> String {

@@ -117,3 +117,62 @@ fn partition_heals_with_repair() {
     let stats = nodes[0].stats();
     assert!(stats["repair"]["requests_sent"].as_u64().is_some());
 }
+
+/// Trusted snapshots (proposal): the stranger with the lowest node id is refused and counted; the
+/// anchor installed is the lowest member's that a quorum confirms.
+#[test]
+fn quorum_join_refuses_the_lowest_stranger() {
+    use df_fabric::{JoinOptions, SnapshotSource};
+    use std::sync::Arc;
+    use std::time::Duration;
+    let hub = MemoryHub::new();
+    let manifest = Manifest::new([TensorSpec::new("w", &[16])]).unwrap();
+    let fp = manifest.fingerprint();
+    let mut seed = 3u64;
+    let base: Vec<f32> = (0..16).map(|_| 100.0 * noise(&mut seed)).collect();
+    let mut servers = Vec::new();
+    for (id, drift) in [(0x10u64, 0.0f32), (0x11, 1e-3), (0x12, -1e-3)] {
+        let t = hub.join(id, &[]).unwrap();
+        let values: Vec<f32> = base.iter().map(|x| x + drift).collect();
+        let src = SnapshotSource::new(7, fp, values, "vec").unwrap();
+        t.serve_snapshot(Arc::new(move || Ok(src.clone()))).unwrap();
+        servers.push(t);
+    }
+    let stranger = hub.join(0x1, &[]).unwrap();
+    let poison = SnapshotSource::new(7, fp, vec![1e3; 16], "vec").unwrap();
+    stranger
+        .serve_snapshot(Arc::new(move || Ok(poison.clone())))
+        .unwrap();
+    let join = |quorum: usize| {
+        let options = FabricOptions {
+            incarnation: Some(1),
+            join: Some(JoinOptions {
+                timeout: Duration::from_secs(5),
+                preferred: vec![],
+            }),
+            snapshot_quorum: quorum,
+            snapshot_members: Some(vec![0x10, 0x11, 0x12, 0x20]),
+            ..FabricOptions::default()
+        };
+        let store = VecStore::new(manifest.clone(), vec![0.0; 16]).unwrap();
+        Fabric::with_options(
+            store,
+            hub.join(0x20, &[]).unwrap(),
+            SyncConfig::default(),
+            options,
+        )
+        .unwrap()
+    };
+    // the control: without the quorum the first live peer, the stranger, is installed
+    let mut plain = join(0);
+    assert_eq!(plain.store().values()[0], 1e3);
+    plain.close().unwrap();
+    drop(plain);
+    let f = join(2);
+    let want: Vec<f32> = base.clone();
+    assert_eq!(f.store().values(), &want[..]);
+    let trust = &f.stats()["snapshot_trust"];
+    assert_eq!(trust["sources_refused"], 1);
+    assert_eq!(trust["sources_queried"], 3);
+    assert_eq!(trust["outliers"], 0);
+}

@@ -181,3 +181,21 @@ fn resend_vectors() {
         }
     }
 }
+
+#[test]
+fn confirm_snapshot_rules() {
+    use df_core::repair::{DEFAULT_AGREEMENT, anchors_agree, confirm_snapshot};
+    use std::collections::BTreeMap;
+    let a = vec![1.0f32; 8];
+    let scaled = |k: f32| a.iter().map(|x| x * k).collect::<Vec<f32>>();
+    assert!(anchors_agree(&a, &scaled(1.04), DEFAULT_AGREEMENT));
+    assert!(!anchors_agree(&a, &scaled(1.06), DEFAULT_AGREEMENT));
+    assert!(!anchors_agree(&a, &[f32::NAN; 8], DEFAULT_AGREEMENT));
+    let anchors = BTreeMap::from([(5, scaled(100.0)), (6, a.clone()), (7, scaled(1.01))]);
+    let v = confirm_snapshot(&anchors, 2, DEFAULT_AGREEMENT);
+    assert_eq!(v.chosen, Some(6));
+    assert_eq!(v.outliers, vec![5]);
+    assert_eq!(v.confirmations, BTreeMap::from([(5, 1), (6, 2), (7, 2)]));
+    let two = BTreeMap::from([(5, a.clone()), (6, scaled(2.0))]);
+    assert_eq!(confirm_snapshot(&two, 2, DEFAULT_AGREEMENT).chosen, None);
+}
