@@ -36,7 +36,18 @@ def one(cfg_json: str) -> dict[str, Any]:
             k: v
             for k, v in asdict(cfg).items()
             if k
-            in ("steps", "interval", "cut", "repair", "delay", "stall_rate", "stall_steps", "nodes")
+            in (
+                "steps",
+                "interval",
+                "cut",
+                "repair",
+                "delay",
+                "stall_rate",
+                "stall_steps",
+                "nodes",
+                "attack_scale",
+                "influence",
+            )
         },
         "final": res.final,
         "final_min": res.final_min,
@@ -45,6 +56,7 @@ def one(cfg_json: str) -> dict[str, Any]:
         "spread_20_intervals_after_heal": res.spread_at(heal + 20 * cfg.interval) if heal else None,
         "spread_max": max(v for _, v in res.spread_curve),
         "repair_counters": res.repair_counters,
+        "influence_clipped": res.influence_clipped,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "wall_s": round(time.perf_counter() - t0, 1),
     }

@@ -21,6 +21,7 @@ from numpy.typing import NDArray
 from delta_fabric.config import RelayPolicy, SyncConfig
 from delta_fabric.encodings import codec
 from delta_fabric.errors import DecodeError, ErrorCode
+from delta_fabric.influence import InfluenceBound
 from delta_fabric.manifest import Manifest
 from delta_fabric.replay import (
     Admission,
@@ -195,6 +196,8 @@ class Engine:
         if anchor is not None:
             self._set_anchor(anchor)
         self.next_seq = 1
+        #: OPTIONAL bounded influence (`delta_fabric.influence`, a proposal): None = off, as the spec
+        self.influence: InfluenceBound | None = None
         self.state = ReceiverState(
             self.node_id,
             window=config.replay_window,
@@ -322,6 +325,9 @@ class Engine:
             )
             self.next_seq += 1
         self.entries_generated += len(entries)
+        if self.influence is not None:  # OPTIONAL bounded influence: own entries set the scale
+            for e in entries:
+                self.influence.note_own(e.values)
         if averaging:
             self.last_correction = (indices, np.concatenate(corr))
         return entries
@@ -394,6 +400,8 @@ class Engine:
                     continue
                 accepted.append(AcceptedEntry(e.origin, e.incarnation, e.seq, e.hops, i, j))
                 u = np.multiply(e.values, alpha, dtype=np.float32)  # DF-RCV-5: fl32(alpha_f32 * v)
+                if self.influence is not None:  # OPTIONAL bounded influence (not in 1.1)
+                    u = self.influence.clip(e.origin, u)
                 # DF-RCV-6, index by index in entry order from +0 (an entry's indices are distinct)
                 undo.append((e.indices, agg[e.indices]))
                 with np.errstate(over="ignore", invalid="ignore"):  # checked below (DF-RCV-50)

@@ -39,6 +39,7 @@ from numpy.typing import NDArray
 from delta_fabric.config import RelayPolicy, SyncConfig
 from delta_fabric.engine import AcceptedEntry, Engine, ReceiveResult, Snapshot
 from delta_fabric.errors import DeltaFabricError
+from delta_fabric.influence import InfluenceBound
 from delta_fabric.manifest import Manifest
 from delta_fabric.metrics import MetricsWriter
 from delta_fabric.repair import (
@@ -111,7 +112,10 @@ class Fabric:
     (proposal, spec/proposals/trusted-snapshots.md): when >= 1, a bootstrap queries every live
     member (every live peer when ``members`` is None) and installs the anchor of the lowest member
     id that ``snapshot_quorum`` sources' anchors confirm (`delta_fabric.repair.confirm_snapshot`);
-    counters under ``stats()["snapshot_trust"]``.
+    counters under ``stats()["snapshot_trust"]``. ``influence_factor`` (proposal,
+    spec/proposals/bounded-influence.md): bound each received entry's L2 norm to this factor times
+    the running median (`delta_fabric.influence.InfluenceBound`); counters under
+    ``stats()["influence"]``.
     """
 
     def __init__(
@@ -133,6 +137,7 @@ class Fabric:
         members: Iterable[int] | None = None,
         repair: bool = False,
         snapshot_quorum: int = 0,
+        influence_factor: float | None = None,
     ) -> None:
         if not isinstance(store, WeightStore):
             raise TypeError(
@@ -188,6 +193,8 @@ class Fabric:
             self.engine = self._start(bootstrap, bootstrap_timeout, incarnation)
             if members is not None:  # DF-RCV-51: only these node ids are tracked as origins
                 self.engine.set_members(check_node_id(m) for m in members)
+            if influence_factor is not None:
+                self.engine.influence = InfluenceBound(influence_factor)
             self.gaps: GapTracker | None = None
             self.resend: ResendBuffer | None = None
             self.repair_refused = 0
@@ -646,6 +653,7 @@ class Fabric:
             "receive": self.engine.counters.to_json(),
             "repair": self.repair_counters().to_json(),
             "snapshot_trust": dict(self.snapshot_trust),
+            "influence": None if self.engine.influence is None else self.engine.influence.to_json(),
             "transport": transport_stats,
         }
 

@@ -81,6 +81,11 @@ class SimConfig:
     delay: int = 0
     stall_rate: float = 0.0
     stall_steps: int = 0
+    #: a misbehaving member (issue 12 item 8): node 0's own entries reach the others with their
+    #: values multiplied by ``attack_scale`` (1: nobody misbehaves)
+    attack_scale: float = 1.0
+    #: bounded influence on every node (`Fabric(influence_factor=...)`; 0: off)
+    influence: float = 0.0
 
     def resolved_lr(self) -> float:
         if self.lr is not None:
@@ -118,6 +123,8 @@ class SimResult:
     spread_curve: list[tuple[int, float]] = field(default_factory=list)
     #: every node's `Fabric.stats()` ``repair`` counters, summed
     repair_counters: dict[str, int] = field(default_factory=dict)
+    #: entries clipped by bounded influence, all nodes
+    influence_clipped: int = 0
 
     def spread_at(self, step: int) -> float:
         """The spread at the first evaluation at or after ``step``."""
@@ -171,6 +178,7 @@ class SimResult:
             "anchor_min_after_300": self.anchor_min_after,
             "spread_curve": [[st, v] for st, v in self.spread_curve],
             "repair_counters": self.repair_counters,
+            "influence_clipped": self.influence_clipped,
         }
 
 
@@ -304,6 +312,8 @@ def run_sim(cfg: SimConfig) -> SimResult:
         def intercept(src: int, dst: int, packet: bytes) -> list[bytes]:
             if cut_now[0] and side[slot_of[src]] != side[slot_of[dst]]:
                 return []
+            if cfg.attack_scale != 1.0 and src == ids[0]:
+                return [_scaled(packet, ids[0], cfg.attack_scale)]
             return [packet]
 
         hub = MemoryHub(seed=cfg.seed, intercept=intercept)
@@ -313,7 +323,16 @@ def run_sim(cfg: SimConfig) -> SimResult:
             transports.append(lt)
         for i in range(n):
             store = TorchStore(models[i], cfg.include_buffers)
-            fabrics.append(Fabric(store, transports[i], sc, node_id=ids[i], repair=cfg.repair))
+            fabrics.append(
+                Fabric(
+                    store,
+                    transports[i],
+                    sc,
+                    node_id=ids[i],
+                    repair=cfg.repair,
+                    influence_factor=cfg.influence or None,
+                )
+            )
 
     def evaluate() -> list[float]:
         out = []
@@ -395,11 +414,35 @@ def run_sim(cfg: SimConfig) -> SimResult:
     relayed = sum(f.relay_values_sent for f in fabrics)
     res.relay_share = relayed / (own + relayed) if own + relayed else 0.0
     for f in fabrics:
+        inf = f.stats()["influence"]
+        if inf is not None:
+            res.influence_clipped += int(inf["entries_clipped"])
         for k, v in f.stats()["repair"].items():
             res.repair_counters[k] = res.repair_counters.get(k, 0) + int(v)
     for f in fabrics:
         f.close()
     return res
+
+
+def _scaled(packet: bytes, origin: int, k: float) -> bytes:
+    """``packet`` with the values of ``origin``'s entries multiplied by ``k`` (a misbehaving member;
+    other bytes, e.g. a repair request, pass unchanged)."""
+    import dataclasses
+
+    from delta_fabric.errors import DecodeError
+    from delta_fabric.wire import decode_packet, encode_packet
+
+    try:
+        pkt = decode_packet(packet)
+    except DecodeError:
+        return packet
+    entries = tuple(
+        dataclasses.replace(e, values=(e.values * np.float32(k)).astype(np.float32))
+        if e.origin == origin
+        else e
+        for e in pkt.entries
+    )
+    return encode_packet(dataclasses.replace(pkt, entries=entries))
 
 
 def _deliver(fabrics: Sequence[Any], transports: Sequence[Any], hops: int) -> None:
