@@ -186,3 +186,14 @@ def test_partition_heals_with_repair() -> None:
     assert sum(x.seqs_unavailable + x.seqs_given_up + x.requests_refused for x in c) == 0
     for f in fabrics:
         f.close()
+
+
+def test_env_switch() -> None:
+    """``DELTA_FABRIC_REPAIR`` (what ``Fabric.from_env`` and df-node read): off by default."""
+    from delta_fabric import env as dfenv
+
+    assert dfenv.repair({}) is False
+    assert dfenv.repair({"DELTA_FABRIC_REPAIR": "1"}) is True
+    assert dfenv.repair({"DELTA_FABRIC_REPAIR": "off"}) is False
+    with pytest.raises(dfenv.EnvError, match="DELTA_FABRIC_REPAIR"):
+        dfenv.repair({"DELTA_FABRIC_REPAIR": "maybe"})

@@ -239,7 +239,7 @@ class Fabric:
 
         Node id, endpoints, Zenoh config file and namespace come from `ZenohOptions.from_env`; the
         sync parameters from `SyncConfig.from_env`, with ``config`` (when given) as the program's
-        defaults for the variables that are unset; ``DELTA_FABRIC_BOOTSTRAP`` and
+        defaults for the variables that are unset; ``DELTA_FABRIC_BOOTSTRAP``, ``DELTA_FABRIC_REPAIR`` and
         ``DELTA_FABRIC_METRICS`` / ``_METRICS_INTERVAL`` unless given in ``kw``. The fabric owns the
         transport (closed with it). A bad variable raises `delta_fabric.env.EnvError`; an id already
         live in the namespace `delta_fabric.transports.DuplicateNodeError`. Does not wait for peers
@@ -257,6 +257,8 @@ class Fabric:
         cfg = SyncConfig.from_env(env, **defaults)
         if "bootstrap" not in kw:
             kw["bootstrap"] = _env.bootstrap(env)
+        if "repair" not in kw:
+            kw["repair"] = _env.repair(env)
         if "metrics" not in kw:
             path, interval = _env.metrics(env)
             kw["metrics"] = path

@@ -286,6 +286,9 @@ def run_sim(cfg: SimConfig) -> SimResult:
                 return
             q = held[self.slot]
             for p in out:
+                if now[0] > cfg.steps:  # the wind-down: what is held and relayed goes at once
+                    q.append((0, p))
+                    continue
                 due = now[0] + cfg.delay
                 if cfg.stall_rate and stall_rng.random() < cfg.stall_rate:
                     due += cfg.stall_steps
