@@ -21,7 +21,7 @@ fi
 py_out="$out/python/src/delta_fabric/_generated"
 rm -rf "$py_out"
 mkdir -p "$py_out"
-"$FLATC" --python --python-typing -o "$py_out" "$here/deltafabric.fbs" "$here/snapshot.fbs"
+"$FLATC" --python --python-typing -o "$py_out" "$here/deltafabric.fbs" "$here/snapshot.fbs" "$here/repair.fbs"
 find "$py_out" -name '*.py' -o -name '*.pyi' | sort | while read -r f; do
   sed -i -e 's/^from deltafabric\.v1\.\([A-Za-z0-9_]*\) import/from .\1 import/' "$f"
 done
@@ -31,5 +31,5 @@ done
 rs_out="$out/interop/crates/df-core/src/generated"
 rm -rf "$rs_out"
 mkdir -p "$rs_out"
-"$FLATC" --rust -o "$rs_out" "$here/deltafabric.fbs" "$here/snapshot.fbs"
+"$FLATC" --rust -o "$rs_out" "$here/deltafabric.fbs" "$here/snapshot.fbs" "$here/repair.fbs"
 echo "regenerated into $out" >&2

@@ -58,7 +58,11 @@ DEFAULT_VECTORS_DIR = REPO_ROOT / "conformance" / "vectors"
 ENGINE_VECTORS = TOOLS_DIR / "engine_vectors.py"
 VERDICT_VECTORS = TOOLS_DIR / "verdict_vectors.py"
 #: Further generator modules, each with ``build(vectors_dir) -> index rows`` (added in 1.1).
-EXTRA_VECTORS = (TOOLS_DIR / "snapshot_vectors.py", TOOLS_DIR / "forward_vectors.py")
+EXTRA_VECTORS = (
+    TOOLS_DIR / "snapshot_vectors.py",
+    TOOLS_DIR / "forward_vectors.py",
+    TOOLS_DIR / "repair_vectors.py",
+)
 INDEX_VERSION = 1
 
 # ------------------------------------------------------------------------------------------------
@@ -1388,7 +1392,7 @@ def compare_trees(fresh: Path, checked_in: Path) -> list[str]:
             problems.append(f"missing: {rel}")
         elif not filecmp.cmp(fresh / rel, other, shallow=False):
             problems.append(f"differs: {rel}")
-    for sub in ("decode", "snapshot", "forward"):
+    for sub in ("decode", "snapshot", "forward", "repair"):
         for p in sorted((checked_in / sub).rglob("*")):
             if p.is_file() and p.relative_to(checked_in) not in fresh_files:
                 problems.append(f"stale (not generated): {p.relative_to(checked_in)}")

@@ -21,6 +21,7 @@ from numpy.typing import NDArray
 from delta_fabric.config import RelayPolicy, SyncConfig
 from delta_fabric.encodings import codec
 from delta_fabric.errors import DecodeError, ErrorCode
+from delta_fabric.influence import InfluenceBound
 from delta_fabric.manifest import Manifest
 from delta_fabric.replay import (
     Admission,
@@ -195,6 +196,8 @@ class Engine:
         if anchor is not None:
             self._set_anchor(anchor)
         self.next_seq = 1
+        #: OPTIONAL bounded influence (`delta_fabric.influence`, a proposal): None = off, as the spec
+        self.influence: InfluenceBound | None = None
         self.state = ReceiverState(
             self.node_id,
             window=config.replay_window,
@@ -322,6 +325,9 @@ class Engine:
             )
             self.next_seq += 1
         self.entries_generated += len(entries)
+        if self.influence is not None:  # OPTIONAL bounded influence: own entries set the scale
+            for e in entries:
+                self.influence.note_own(e.values)
         if averaging:
             self.last_correction = (indices, np.concatenate(corr))
         return entries
@@ -404,6 +410,8 @@ class Engine:
             if len(acc_e) == 1:
                 e = acc_e[0]
                 u = np.multiply(e.values, alpha, dtype=np.float32)  # DF-RCV-5: fl32(alpha_f32 * v)
+                if self.influence is not None:  # OPTIONAL bounded influence (not in 1.1)
+                    u = self.influence.clip(e.origin, u)
                 # DF-RCV-6, index by index from +0 (an entry's indices are distinct)
                 ix = e.indices.astype(np.intp)
                 old = agg[ix]
@@ -417,8 +425,18 @@ class Engine:
                 self._relay_entries(relay, acc_e, u, thr32, owned)
             elif acc_e:  # several entries: one pass over all of them
                 ix = np.concatenate([e.indices for e in acc_e]).astype(np.intp)
-                vals = np.concatenate([e.values for e in acc_e])
-                u = np.multiply(vals, alpha, dtype=np.float32)  # DF-RCV-5
+                if self.influence is None:
+                    vals = np.concatenate([e.values for e in acc_e])
+                    u = np.multiply(vals, alpha, dtype=np.float32)  # DF-RCV-5
+                else:  # OPTIONAL bounded influence (not in 1.1): clipped entry by entry
+                    u = np.concatenate(
+                        [
+                            self.influence.clip(
+                                e.origin, np.multiply(e.values, alpha, dtype=np.float32)
+                            )
+                            for e in acc_e
+                        ]
+                    )
                 undo.append((ix, agg[ix]))  # duplicates hold the same old value
                 # DF-RCV-6: ufunc.at adds element by element in order, so an index shared by
                 # several entries is summed in entry order from +0, in f32

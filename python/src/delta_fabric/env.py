@@ -27,6 +27,7 @@ variable                                  meaning
 ``DELTA_FABRIC_NODES``                    how many nodes the run expects in all (world size)
 ``DELTA_FABRIC_METRICS``                  a file the node appends its counters to, as JSON lines
 ``DELTA_FABRIC_METRICS_INTERVAL``         seconds between two metrics lines (default 10)
+``DELTA_FABRIC_REPAIR``                   ``1``: anti-entropy by gap repair (spec 7.9); ``0`` (default)
 ========================================  =========================================================
 """
 
@@ -55,6 +56,7 @@ __all__ = [
     "NODES",
     "NODE_ID",
     "PREFIX",
+    "REPAIR",
     "ZENOH_CONFIG",
     "EnvError",
     "bootstrap",
@@ -65,6 +67,7 @@ __all__ = [
     "node_id",
     "nodes",
     "random_node_id",
+    "repair",
     "sync_config_kwargs",
 ]
 
@@ -81,6 +84,7 @@ LOCAL_NODES = PREFIX + "LOCAL_NODES"
 NODES = PREFIX + "NODES"
 METRICS = PREFIX + "METRICS"
 METRICS_INTERVAL = PREFIX + "METRICS_INTERVAL"
+REPAIR = PREFIX + "REPAIR"
 
 _U64_MAX = (1 << 64) - 1
 _TRUE = {"1", "true", "yes", "on"}
@@ -204,6 +208,11 @@ def bootstrap(env: Env | None = None) -> bool | str:
     if value is None:  # pragma: no cover (raw is set)
         return False
     return value
+
+
+def repair(env: Env | None = None) -> bool:
+    """``DELTA_FABRIC_REPAIR``: anti-entropy by gap repair (spec section 7.9), off by default."""
+    return bool(_bool(env, REPAIR))
 
 
 def local_rank(env: Env | None = None) -> int | None:

@@ -39,12 +39,24 @@ from numpy.typing import NDArray
 from delta_fabric.config import RelayPolicy, SyncConfig
 from delta_fabric.engine import AcceptedEntry, Engine, ReceiveResult, Snapshot
 from delta_fabric.errors import DeltaFabricError
+from delta_fabric.influence import InfluenceBound
 from delta_fabric.manifest import Manifest
 from delta_fabric.metrics import MetricsWriter
+from delta_fabric.repair import (
+    GapTracker,
+    RepairCounters,
+    RepairError,
+    RepairRequest,
+    ResendBuffer,
+    confirm_snapshot,
+    decode_request,
+    encode_request,
+    is_repair_request,
+)
 from delta_fabric.snapshot import SnapshotError, SnapshotSource
 from delta_fabric.store import FunctionalStore, WeightStore
 from delta_fabric.transports.base import Transport, check_node_id, node_hex
-from delta_fabric.wire import Packet, encode_packet
+from delta_fabric.wire import Entry, Packet, encode_packet
 
 __all__ = [
     "DEFAULT_MAX_DRAIN",
@@ -94,7 +106,16 @@ class Fabric:
     seconds from `step` and once at `close` (`delta_fabric.metrics`; no thread). ``members``: the node
     ids accepted as origins (DF-RCV-51, 1.1): entries of any other origin are dropped and counted
     (``drops.not_member``) and never take a place in the origin bound; ``None`` (default) accepts every
-    origin, as 1.0 does.
+    origin, as 1.0 does. ``repair``: anti-entropy by gap repair (spec section 7.9, 1.1, OPTIONAL):
+    the node asks origins again for the entries it missed and publishes its own entries again when
+    asked (`delta_fabric.repair`; counters under ``stats()["repair"]``). ``snapshot_quorum``
+    (proposal, spec/proposals/trusted-snapshots.md): when >= 1, a bootstrap queries every live
+    member (every live peer when ``members`` is None) and installs the anchor of the lowest member
+    id that ``snapshot_quorum`` sources' anchors confirm (`delta_fabric.repair.confirm_snapshot`);
+    counters under ``stats()["snapshot_trust"]``. ``influence_factor`` (proposal,
+    spec/proposals/bounded-influence.md): bound each received entry's L2 norm to this factor times
+    the running median (`delta_fabric.influence.InfluenceBound`); counters under
+    ``stats()["influence"]``.
     """
 
     def __init__(
@@ -114,6 +135,9 @@ class Fabric:
         metrics: str | Path | None = None,
         metrics_interval: float = 10.0,
         members: Iterable[int] | None = None,
+        repair: bool = False,
+        snapshot_quorum: int = 0,
+        influence_factor: float | None = None,
     ) -> None:
         if not isinstance(store, WeightStore):
             raise TypeError(
@@ -124,6 +148,17 @@ class Fabric:
             raise ValueError("max_drain must be >= 1")
         if bootstrap not in (True, False, "auto"):
             raise ValueError(f"bootstrap must be True, False or 'auto', got {bootstrap!r}")
+        if isinstance(snapshot_quorum, bool) or snapshot_quorum < 0:
+            raise ValueError(f"snapshot_quorum must be an integer >= 0, got {snapshot_quorum!r}")
+        self.snapshot_quorum = int(snapshot_quorum)
+        self._members = None if members is None else frozenset(check_node_id(m) for m in members)
+        self.snapshot_trust = {
+            "sources_queried": 0,
+            "sources_failed": 0,
+            "sources_refused": 0,
+            "outliers": 0,
+            "quorum_failed": 0,
+        }
         self.store = store
         self.transport = transport
         self.config = config if config is not None else SyncConfig()
@@ -158,6 +193,16 @@ class Fabric:
             self.engine = self._start(bootstrap, bootstrap_timeout, incarnation)
             if members is not None:  # DF-RCV-51: only these node ids are tracked as origins
                 self.engine.set_members(check_node_id(m) for m in members)
+            if influence_factor is not None:
+                self.engine.influence = InfluenceBound(influence_factor)
+            self.gaps: GapTracker | None = None
+            self.resend: ResendBuffer | None = None
+            self.repair_refused = 0
+            if repair:
+                self.gaps = GapTracker(self.config.replay_window)
+                self.resend = ResendBuffer(
+                    self.node_id, self.engine.incarnation, self.manifest.fingerprint
+                )
             self.transport.serve_snapshot(self._snapshot_source)
             serve_info = getattr(self.transport, "serve_info", None)
             if callable(serve_info):  # the Zenoh transport's info replies, with the counters
@@ -194,7 +239,7 @@ class Fabric:
 
         Node id, endpoints, Zenoh config file and namespace come from `ZenohOptions.from_env`; the
         sync parameters from `SyncConfig.from_env`, with ``config`` (when given) as the program's
-        defaults for the variables that are unset; ``DELTA_FABRIC_BOOTSTRAP`` and
+        defaults for the variables that are unset; ``DELTA_FABRIC_BOOTSTRAP``, ``DELTA_FABRIC_REPAIR`` and
         ``DELTA_FABRIC_METRICS`` / ``_METRICS_INTERVAL`` unless given in ``kw``. The fabric owns the
         transport (closed with it). A bad variable raises `delta_fabric.env.EnvError`; an id already
         live in the namespace `delta_fabric.transports.DuplicateNodeError`. Does not wait for peers
@@ -212,6 +257,8 @@ class Fabric:
         cfg = SyncConfig.from_env(env, **defaults)
         if "bootstrap" not in kw:
             kw["bootstrap"] = _env.bootstrap(env)
+        if "repair" not in kw:
+            kw["repair"] = _env.repair(env)
         if "metrics" not in kw:
             path, interval = _env.metrics(env)
             kw["metrics"] = path
@@ -263,7 +310,9 @@ class Fabric:
                     Packet(self.node_id, incarnation, self.manifest.fingerprint, (), heard=())
                 )
             )
-        if bootstrap is True or bootstrap == "auto":
+        if (bootstrap is True or bootstrap == "auto") and self.snapshot_quorum:
+            snapshot = self._fetch_snapshot_quorum(required=bootstrap is True, timeout=timeout)
+        elif bootstrap is True or bootstrap == "auto":
             snapshot = self._fetch_snapshot(required=bootstrap is True, timeout=timeout)
         if snapshot is None:
             return Engine(
@@ -310,6 +359,66 @@ class Fabric:
                 f"no valid snapshot from a live peer within {timeout:.1f}s: {last}"
             )
         log.info("no snapshot from a peer within %.1fs: starting from own weights", timeout)
+        return None
+
+    def _fetch_snapshot_quorum(self, *, required: bool, timeout: float) -> Snapshot | None:
+        """Trusted snapshots: every live member is queried (not the first to answer); strangers
+        are refused and counted; the anchor installed is the one `confirm_snapshot` chooses."""
+        deadline = time.monotonic() + timeout
+        trust = self.snapshot_trust
+        refused: set[int] = set()
+        last = "no live member"
+        while True:
+            peers = sorted(self.transport.peers())
+            sources = [p for p in peers if self._members is None or p in self._members]
+            for p in set(peers) - set(sources) - refused:
+                refused.add(p)
+                trust["sources_refused"] += 1
+                log.warning("snapshot source %s refused: not a member", node_hex(p))
+            anchors: dict[int, NDArray[np.float32]] = {}
+            if len(sources) >= self.snapshot_quorum:
+                for i, p in enumerate(sources):
+                    left = max(0.05, (deadline - time.monotonic()) / (len(sources) - i))
+                    trust["sources_queried"] += 1
+                    try:
+                        anchor, _inc = self.transport.fetch_snapshot(
+                            p, self.manifest.fingerprint, timeout=left
+                        )
+                    except (SnapshotError, TimeoutError, OSError) as exc:
+                        trust["sources_failed"] += 1
+                        log.info("snapshot from %s failed: %s", node_hex(p), exc)
+                        continue
+                    snap = Snapshot(self.manifest.fingerprint, np.asarray(anchor, np.float32))
+                    if self._snapshot_ok(snap):
+                        anchors[p] = snap.anchor.copy()
+                    else:
+                        trust["sources_failed"] += 1
+                verdict = confirm_snapshot(anchors, self.snapshot_quorum)
+                trust["outliers"] += len(verdict.outliers)
+                for o in verdict.outliers:
+                    log.warning("snapshot of %s refused: not confirmed by a quorum", node_hex(o))
+                if verdict.chosen is not None:
+                    log.info(
+                        "snapshot of %s installed, confirmed by %d of %d sources",
+                        node_hex(verdict.chosen),
+                        verdict.confirmations[verdict.chosen],
+                        len(anchors),
+                    )
+                    return Snapshot(self.manifest.fingerprint, anchors[verdict.chosen])
+                trust["quorum_failed"] += 1
+                last = (
+                    f"{len(anchors)} verified snapshots, none confirmed by {self.snapshot_quorum}"
+                )
+            else:
+                last = f"{len(sources)} live members, quorum {self.snapshot_quorum}"
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+        if required:
+            raise SnapshotUnavailable(f"no snapshot confirmed within {timeout:.1f}s: {last}")
+        log.info(
+            "no confirmed snapshot within %.1fs (%s): starting from own weights", timeout, last
+        )
         return None
 
     def _snapshot_ok(self, snap: Snapshot) -> bool:
@@ -414,6 +523,11 @@ class Fabric:
         relay = []
         own = []
         res: ReceiveResult | None = None
+        requests: list[bytes] = []
+        if any(is_repair_request(p) for p in packets):  # DF-RCV-160: not a packet
+            requests = [p for p in packets if is_repair_request(p)]
+            packets = [p for p in packets if not is_repair_request(p)]
+            self._repair_requests(requests)
         with self._lock:
             if packets:
                 res = self.engine.receive(packets, active=self.store.gather)
@@ -430,12 +544,20 @@ class Fabric:
                 ci, cv = self.engine.last_correction
                 if ci.size:  # DF-GEN-70: the own weights move by what was sent only
                     self.store.apply(ci, cv)
-            out = self.engine.pack(own, relay) if (own or relay) else []
+            resent: list[Entry] = []
+            if sync and self.resend is not None:
+                self.resend.add(own)
+                resent = self.resend.take()
+            out = self.engine.pack(own + resent, relay) if (own or relay or resent) else []
             if sync and not out:
                 advert = self.engine.advertisement()  # DF-RLY-63 (relay policy NEEDED)
                 out = [] if advert is None else [advert]
         if res is not None and res.accepted:
             self._note_accepted(res.accepted)
+            if self.gaps is not None:
+                self.gaps.observe_all(res.accepted)
+        if sync and self.gaps is not None:
+            out.extend(self._repair_round())
         for e in own:
             self.own_entries_sent += 1
             self.own_values_sent += int(e.indices.size)
@@ -447,6 +569,43 @@ class Fabric:
             self.bytes_sent += len(pkt)
             self.packets_sent += 1
         return len(out)
+
+    def _repair_requests(self, bufs: Sequence[bytes]) -> None:
+        """DF-RCV-164: queue the requests addressed to this node; a request that does not decode, or
+        any request when repair is off, is counted and changes nothing."""
+        for buf in bufs:
+            if self.resend is None:
+                self.repair_refused += 1
+                continue
+            try:
+                req = decode_request(buf)
+            except RepairError as exc:
+                self.repair_refused += 1
+                log.debug("repair request refused: %s", exc)
+                continue
+            if req.origin == self.node_id:
+                self.resend.request(req)
+
+    def _repair_round(self) -> list[bytes]:
+        """DF-RCV-162: the requests of this sync round, encoded."""
+        assert self.gaps is not None
+        return [
+            encode_request(
+                RepairRequest(
+                    self.node_id, self.engine.incarnation, self.manifest.fingerprint, o, inc, seqs
+                )
+            )
+            for o, inc, seqs in self.gaps.round()
+        ]
+
+    def repair_counters(self) -> RepairCounters:
+        """Both sides' repair counters together (all 0 when repair is off)."""
+        c = RepairCounters(requests_refused=self.repair_refused)
+        for part in (self.gaps, self.resend):
+            if part is not None:
+                for k, v in part.counters.__dict__.items():
+                    setattr(c, k, getattr(c, k) + v)
+        return c
 
     def _note_accepted(self, accepted: Sequence[AcceptedEntry]) -> None:
         """Hop histogram, origin progress and ``on_accepted`` from the engine's accepted headers
@@ -494,6 +653,9 @@ class Fabric:
             "accepted_by_hops": {str(h): n for h, n in sorted(self.accepted_by_hops.items())},
             "snapshots_served": self.snapshots_served,
             "receive": self.engine.counters.to_json(),
+            "repair": self.repair_counters().to_json(),
+            "snapshot_trust": dict(self.snapshot_trust),
+            "influence": None if self.engine.influence is None else self.engine.influence.to_json(),
             "transport": transport_stats,
         }
 

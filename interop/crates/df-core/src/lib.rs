@@ -26,6 +26,7 @@ pub mod encodings;
 pub mod engine;
 pub mod error;
 pub mod manifest;
+pub mod repair;
 pub mod replay;
 pub mod selection;
 pub mod snapshot;
@@ -63,7 +64,22 @@ pub mod generated {
     )]
     #[rustfmt::skip]
     #[path = "snapshot_generated.rs"]
-    pub mod snapshot;
+    pub mod snapshot; /// `schema/repair.fbs`: `RepairRequest` (added in 1.1).
+    #[allow(
+        unused_imports,
+        dead_code,
+        non_camel_case_types,
+        non_snake_case,
+        deprecated,
+        unsafe_op_in_unsafe_fn,
+        mismatched_lifetime_syntaxes,
+        clippy::all,
+        clippy::pedantic,
+        missing_docs
+    )]
+    #[rustfmt::skip]
+    #[path = "repair_generated.rs"]
+    pub mod repair;
 }
 
 pub use config::{ConfigError, SyncConfig};

@@ -12,12 +12,17 @@
 //!
 //! Dropping the fabric closes the transport.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use df_core::config::RelayPolicy;
+use df_core::repair::{
+    DEFAULT_AGREEMENT, GapParams, GapTracker, REQUEST_VERSION_MINOR, RepairCounters, RepairRequest,
+    ResendBuffer, ResendParams, confirm_snapshot, decode_request, encode_request,
+    is_repair_request,
+};
 use df_core::wire::{OwnedPacket, encode_packet};
 use df_core::{Engine, EngineError, ReceiveResult, SyncConfig};
 use log::{debug, info, warn};
@@ -97,6 +102,15 @@ pub struct FabricOptions {
     pub fast_selection: bool,
     /// `Some`: bootstrap from a live peer's snapshot (DF-ZEN-5) before the engine starts.
     pub join: Option<JoinOptions>,
+    /// Anti-entropy by gap repair (spec section 7.9, 1.1, OPTIONAL; `df_core::repair`): ask
+    /// origins again for missed entries, publish own entries again when asked.
+    pub repair: bool,
+    /// Trusted snapshots (proposal, spec/proposals/trusted-snapshots.md): when >= 1, a join
+    /// queries every live member and installs only an anchor confirmed by this many sources
+    /// ([`df_core::repair::confirm_snapshot`]); counters under `stats()["snapshot_trust"]`.
+    pub snapshot_quorum: usize,
+    /// The members a quorum join queries (None: every live peer); others are refused and counted.
+    pub snapshot_members: Option<Vec<u64>>,
 }
 
 impl Default for FabricOptions {
@@ -106,6 +120,9 @@ impl Default for FabricOptions {
             max_drain: DEFAULT_MAX_DRAIN,
             fast_selection: false,
             join: None,
+            repair: false,
+            snapshot_quorum: 0,
+            snapshot_members: None,
         }
     }
 }
@@ -149,6 +166,25 @@ pub struct Fabric<W: WeightStore, T: Transport> {
     accepted_by_origin: HashMap<u64, u64>,
     snapshots_served: Arc<AtomicU64>,
     closed: bool,
+    gaps: Option<GapTracker>,
+    resend: Option<ResendBuffer>,
+    repair_refused: u64,
+    snapshot_trust: TrustCounters,
+}
+
+/// Counters of a quorum join (Python `stats()["snapshot_trust"]`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TrustCounters {
+    /// Sources queried.
+    pub sources_queried: u64,
+    /// Sources whose snapshot failed (fetch error, killed mid-transfer, wrong length).
+    pub sources_failed: u64,
+    /// Live peers refused as sources: not members.
+    pub sources_refused: u64,
+    /// Verified snapshots not confirmed by the quorum.
+    pub outliers: u64,
+    /// Attempts that ended without a confirmed anchor.
+    pub quorum_failed: u64,
 }
 
 impl<W: WeightStore, T: Transport> std::fmt::Debug for Fabric<W, T> {
@@ -181,7 +217,22 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
         let mut transport = transport;
         let sync_interval = u64::from(config.sync_interval.max(1));
         match Self::start(&mut store, &transport, config, &options) {
-            Ok((engine, joined_from)) => {
+            Ok((engine, joined_from, snapshot_trust)) => {
+                let (gaps, resend) = if options.repair {
+                    let window = engine.config().replay_window;
+                    let gaps = GapTracker::new(GapParams::with_window(window))
+                        .map_err(FabricError::Join)?;
+                    let resend = ResendBuffer::new(
+                        engine.node_id(),
+                        engine.incarnation(),
+                        engine.manifest().fingerprint(),
+                        ResendParams::default(),
+                    )
+                    .map_err(FabricError::Join)?;
+                    (Some(gaps), Some(resend))
+                } else {
+                    (None, None)
+                };
                 let fabric = Fabric {
                     store,
                     transport,
@@ -197,6 +248,10 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
                     accepted_by_origin: HashMap::new(),
                     snapshots_served: Arc::new(AtomicU64::new(0)),
                     closed: false,
+                    gaps,
+                    resend,
+                    repair_refused: 0,
+                    snapshot_trust,
                 };
                 fabric
                     .transport
@@ -225,7 +280,7 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
         transport: &T,
         config: SyncConfig,
         options: &FabricOptions,
-    ) -> Result<(Engine, Option<u64>), FabricError> {
+    ) -> Result<(Engine, Option<u64>, TrustCounters), FabricError> {
         let node_id = transport.node_id();
         let incarnation = options.incarnation.unwrap_or_else(default_incarnation);
         let manifest = store.manifest().clone();
@@ -241,9 +296,14 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
             probe.heard = Some(Vec::new());
             transport.publish(&encode_packet(&probe))?;
         }
+        let mut trust = TrustCounters::default();
         let (anchor, joined_from) = match &options.join {
             Some(j) => {
-                let (from, values) = fetch_verified(transport, &manifest, j)?;
+                let (from, values) = if options.snapshot_quorum > 0 {
+                    fetch_quorum(transport, &manifest, j, options, &mut trust)?
+                } else {
+                    fetch_verified(transport, &manifest, j)?
+                };
                 store.load(&values)?;
                 // The store must now read back exactly the snapshot: active = anchor (DF-ZEN-5).
                 let back = store.gather()?;
@@ -262,7 +322,7 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
             None => (store.gather()?, None),
         };
         let engine = Engine::new(manifest, config, node_id, incarnation, anchor)?;
-        Ok((engine, joined_from))
+        Ok((engine, joined_from, trust))
     }
 
     fn snapshot_provider(&self) -> SnapshotProvider {
@@ -334,6 +394,17 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
     }
 
     fn process(&mut self, packets: &[Vec<u8>], sync: bool) -> Result<usize, FabricError> {
+        // DF-RCV-160: a repair request is not a packet
+        let split: Vec<Vec<u8>>;
+        let packets = if packets.iter().any(|p| is_repair_request(p)) {
+            let (requests, rest): (Vec<_>, Vec<_>) =
+                packets.iter().cloned().partition(|p| is_repair_request(p));
+            self.repair_requests(&requests);
+            split = rest;
+            &split[..]
+        } else {
+            packets
+        };
         let engine = Arc::clone(&self.engine);
         let mut e = engine.lock().map_err(|_| FabricError::Poisoned)?;
         let mut relay = Vec::new();
@@ -349,6 +420,11 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
             };
             let res = e.receive_with(&refs, Some(&view));
             self.track_accepted(&res);
+            if let Some(g) = self.gaps.as_mut() {
+                for a in &res.accepted {
+                    g.observe(a.origin, a.incarnation, a.seq);
+                }
+            }
             if !res.indices.is_empty() {
                 self.store.apply(&res.indices, &res.values)?;
                 self.counters.values_received_applied += res.indices.len() as u64;
@@ -366,16 +442,49 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
                 self.store.apply(ci, cv)?;
             }
         }
-        let out = if own.is_empty() && relay.is_empty() {
+        let mut resent = Vec::new();
+        let mut requests = Vec::new();
+        if sync {
+            if let Some(r) = self.resend.as_mut() {
+                r.add(&own);
+                resent = r.take();
+            }
+            if let Some(g) = self.gaps.as_mut() {
+                let fingerprint = e.manifest().fingerprint();
+                for (origin, incarnation, seqs) in g.round() {
+                    let req = RepairRequest {
+                        sender: e.node_id(),
+                        sender_incarnation: e.incarnation(),
+                        fingerprint,
+                        origin,
+                        incarnation,
+                        seqs,
+                        version_minor: REQUEST_VERSION_MINOR,
+                    };
+                    if let Ok(buf) = encode_request(&req) {
+                        requests.push(buf);
+                    }
+                }
+            }
+        }
+        let mut out = if own.is_empty() && relay.is_empty() && resent.is_empty() {
             // DF-RLY-63 (relay policy NEEDED): a sync round with nothing to send still advertises
             match (sync, e.advertisement()) {
                 (true, Some(p)) => vec![p],
-                _ => return Ok(0),
+                _ => Vec::new(),
             }
-        } else {
+        } else if resent.is_empty() {
             e.pack(&own, &relay)
+        } else {
+            let mut both = own.clone();
+            both.extend(resent);
+            e.pack(&both, &relay)
         };
+        out.extend(requests);
         drop(e);
+        if out.is_empty() {
+            return Ok(0);
+        }
         for x in &own {
             self.counters.own_entries_sent += 1;
             self.counters.own_values_sent += x.indices.len() as u64;
@@ -390,6 +499,43 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
             self.counters.packets_sent += 1;
         }
         Ok(out.len())
+    }
+
+    /// DF-RCV-164: queue the requests addressed to this node; a request that does not decode, or
+    /// any request when repair is off, is counted and changes nothing.
+    fn repair_requests(&mut self, bufs: &[Vec<u8>]) {
+        let me = self.transport.node_id();
+        for buf in bufs {
+            let Some(r) = self.resend.as_mut() else {
+                self.repair_refused += 1;
+                continue;
+            };
+            match decode_request(buf) {
+                Ok(req) if req.origin == me => {
+                    r.request(&req);
+                }
+                Ok(_) => {}
+                Err(err) => {
+                    self.repair_refused += 1;
+                    debug!(target: LOG_TARGET, "repair request refused: {err}");
+                }
+            }
+        }
+    }
+
+    /// Both sides' repair counters together (all 0 when repair is off).
+    pub fn repair_counters(&self) -> RepairCounters {
+        let mut c = RepairCounters {
+            requests_refused: self.repair_refused,
+            ..RepairCounters::default()
+        };
+        if let Some(g) = &self.gaps {
+            c.add(&g.counters);
+        }
+        if let Some(r) = &self.resend {
+            c.add(&r.counters);
+        }
+        c
     }
 
     /// Hop histogram and per-origin progress from the engine's accepted entry headers (no second
@@ -506,6 +652,16 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
                 .collect::<serde_json::Map<String, Value>>(),
             "snapshots_served": self.snapshots_served(),
             "receive": e.counters().to_json(),
+            "snapshot_trust": {
+                "sources_queried": self.snapshot_trust.sources_queried,
+                "sources_failed": self.snapshot_trust.sources_failed,
+                "sources_refused": self.snapshot_trust.sources_refused,
+                "outliers": self.snapshot_trust.outliers,
+                "quorum_failed": self.snapshot_trust.quorum_failed,
+            },
+            "repair": self.repair_counters().pairs().iter()
+                .map(|(k, v)| ((*k).to_owned(), json!(v)))
+                .collect::<serde_json::Map<String, Value>>(),
             "transport": self.transport.stats().to_json(),
         })
     }
@@ -637,6 +793,93 @@ fn fetch_verified<T: Transport>(
         Some(e) => format!("no valid snapshot within {:?} (last error: {e})", j.timeout),
         None => format!("no live peer within {:?}", j.timeout),
     }))
+}
+
+/// Trusted snapshots: every live member is queried (not the first to answer); strangers are
+/// refused and counted; the anchor installed is the one `confirm_snapshot` chooses.
+fn fetch_quorum<T: Transport>(
+    transport: &T,
+    manifest: &df_core::Manifest,
+    j: &JoinOptions,
+    options: &FabricOptions,
+    trust: &mut TrustCounters,
+) -> Result<(u64, Vec<f32>), FabricError> {
+    let deadline = Instant::now() + j.timeout;
+    let left = || deadline.saturating_duration_since(Instant::now());
+    let fingerprint = manifest.fingerprint();
+    let n = usize::try_from(manifest.num_params()).unwrap_or(usize::MAX);
+    let quorum = options.snapshot_quorum;
+    let mut refused: BTreeSet<u64> = BTreeSet::new();
+    let mut last;
+    loop {
+        let live = transport.peers()?;
+        let sources: Vec<u64> = live
+            .iter()
+            .copied()
+            .filter(|p| {
+                options
+                    .snapshot_members
+                    .as_ref()
+                    .is_none_or(|m| m.contains(p))
+            })
+            .collect();
+        for &p in &live {
+            if !sources.contains(&p) && refused.insert(p) {
+                trust.sources_refused += 1;
+                warn!(target: LOG_TARGET, "snapshot source {} refused: not a member", node_hex(p));
+            }
+        }
+        if sources.len() >= quorum {
+            let mut anchors: BTreeMap<u64, Vec<f32>> = BTreeMap::new();
+            for (i, &p) in sources.iter().enumerate() {
+                let share = left() / u32::try_from(sources.len() - i).unwrap_or(u32::MAX);
+                trust.sources_queried += 1;
+                match transport.fetch_snapshot(
+                    p,
+                    &fingerprint,
+                    share.max(Duration::from_millis(50)),
+                ) {
+                    Ok(s) if crate::store::check_full(&s.values, n).is_ok() => {
+                        anchors.insert(p, s.values);
+                    }
+                    Ok(_) => trust.sources_failed += 1,
+                    Err(e) => {
+                        trust.sources_failed += 1;
+                        info!(target: LOG_TARGET, "snapshot of {} failed: {e}", node_hex(p));
+                    }
+                }
+            }
+            let v = confirm_snapshot(&anchors, quorum, DEFAULT_AGREEMENT);
+            trust.outliers += v.outliers.len() as u64;
+            if let Some(c) = v.chosen {
+                info!(
+                    target: LOG_TARGET,
+                    "snapshot of {} installed, confirmed by {} of {} sources",
+                    node_hex(c),
+                    v.confirmations[&c],
+                    anchors.len()
+                );
+                let values = anchors.remove(&c).unwrap_or_default();
+                return Ok((c, values));
+            }
+            trust.quorum_failed += 1;
+            last = format!(
+                "{} verified snapshots, none confirmed by {quorum}",
+                anchors.len()
+            );
+        } else {
+            last = format!("{} live members, quorum {quorum}", sources.len());
+        }
+        if left().is_zero() {
+            break;
+        }
+        let _ =
+            transport.wait_for_peers(live.len() + 1, &[], left().min(Duration::from_millis(100)));
+    }
+    Err(FabricError::Join(format!(
+        "no snapshot confirmed within {:?}: {last}",
+        j.timeout
+    )))
 }
 
 fn hex_lower(b: &[u8]) -> String {

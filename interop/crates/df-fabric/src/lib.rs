@@ -33,7 +33,7 @@ pub mod memory;
 pub mod store;
 pub mod transport;
 
-pub use fabric::{Fabric, FabricError, FabricOptions, JoinOptions};
+pub use fabric::{Fabric, FabricError, FabricOptions, JoinOptions, TrustCounters};
 pub use memory::{MemoryHub, MemoryTransport};
 pub use store::{StoreError, VecStore, WeightStore};
 pub use transport::{

@@ -136,6 +136,10 @@ pub struct Args {
     /// Seconds --join may look for and fetch a snapshot.
     #[arg(long, default_value = "30", value_parser = seconds)]
     pub join_timeout: Duration,
+    /// Anti-entropy by gap repair (spec section 7.9): ask origins again for lost entries, publish
+    /// own entries again when asked [env: DELTA_FABRIC_REPAIR].
+    #[arg(long)]
+    pub repair: bool,
 }
 
 /// A 64-bit node id from hex (`0x` prefix optional, at most 16 digits, non-zero).
@@ -163,7 +167,8 @@ command line wins, then the variable, then the default; an empty variable counts
   DELTA_FABRIC_ZENOH_CONFIG  --zenoh-config, a Zenoh JSON5 file
   DELTA_FABRIC_RATIO, _ALPHA, _SYNC_INTERVAL, _INCLUDE_BUFFERS (1/0), _RELAY_THRESHOLD,
   _HOP_LIMIT, _MAX_PACKET_SIZE, _REPLAY_WINDOW, _MAX_INCARNATIONS, _ENCODING (F32/F16/BF16)
-                             the sync parameter of the same name";
+                             the sync parameter of the same name
+  DELTA_FABRIC_REPAIR        --repair (1/0)";
 
 /// A Zenoh endpoint `proto/address` (the check of `delta_fabric.env.endpoints`).
 fn endpoint(v: &str) -> Result<String, String> {
@@ -378,6 +383,7 @@ impl Args {
         o.join = self.join;
         o.join_timeout = self.join_timeout;
         o.drain = self.drain;
+        o.repair = self.repair;
         o.weights_dir = self.weights_dir;
         if !given(m, "alpha")
             && let Some(v) = env.float("ALPHA")?
@@ -393,6 +399,11 @@ impl Args {
             && let Some(v) = env.uint("SYNC_INTERVAL", 1, u128::from(u32::MAX))?
         {
             o.sync_config.sync_interval = v;
+        }
+        if !given(m, "repair")
+            && let Some(v) = env.boolean("REPAIR")?
+        {
+            o.repair = v;
         }
         if !given(m, "include_buffers")
             && let Some(v) = env.boolean("INCLUDE_BUFFERS")?

@@ -98,6 +98,8 @@ pub struct NodeOptions {
     /// After training, receive until every neighbour's last seq reached this node's own (at most
     /// `wait_peers`; an error if not).
     pub drain: bool,
+    /// Anti-entropy by gap repair (spec section 7.9).
+    pub repair: bool,
     /// Write the canonical weights at every evaluation (`step{S:06}.f32`) and at the end
     /// (`final.f32`) into this directory (the demo's weight-agreement panel).
     pub weights_dir: Option<PathBuf>,
@@ -137,6 +139,7 @@ impl NodeOptions {
             join: false,
             join_timeout: Duration::from_secs(30),
             drain: false,
+            repair: false,
             weights_dir: None,
         }
     }
@@ -471,6 +474,7 @@ pub fn run_node(
                     timeout: opts.join_timeout,
                     preferred: opts.neighbours.clone(),
                 }),
+                repair: opts.repair,
                 ..FabricOptions::default()
             };
             let f = Fabric::with_options(store, t, opts.sync_config.clone(), options)?;

@@ -70,6 +70,22 @@ class SimConfig:
     frame_overhead: int = 40
     #: further `delta_fabric.config.SyncConfig` fields (an encoding, a relay policy), as pairs
     sync_extra: tuple[tuple[str, Any], ...] = ()
+    #: a network partition (issue 12 item 3): every packet between the nodes ``0 .. nodes//2`` and the
+    #: others is lost in the steps ``cut[0] <= step < cut[1]`` (``(0, 0)``: none)
+    cut: tuple[int, int] = (0, 0)
+    #: anti-entropy by gap repair on every node (`Fabric(repair=True)`, spec section 7.9)
+    repair: bool = False
+    #: link delay: every published packet is delivered ``delay`` steps later; with probability
+    #: ``stall_rate`` (seeded) a packet stalls ``stall_steps`` more, and the sender's later packets
+    #: wait behind it (one ordered stream per sender, as over TCP)
+    delay: int = 0
+    stall_rate: float = 0.0
+    stall_steps: int = 0
+    #: a misbehaving member (issue 12 item 8): node 0's own entries reach the others with their
+    #: values multiplied by ``attack_scale`` (1: nobody misbehaves)
+    attack_scale: float = 1.0
+    #: bounded influence on every node (`Fabric(influence_factor=...)`; 0: off)
+    influence: float = 0.0
 
     def resolved_lr(self) -> float:
         if self.lr is not None:
@@ -102,6 +118,20 @@ class SimResult:
     #: (step, [accuracy of each node's anchor]): the shared model every node holds (mode fabric;
     #: for the other modes the same as ``curve``, their nodes hold no other model)
     anchor_curve: list[tuple[int, list[float]]] = field(default_factory=list)
+    #: (step, spread): the largest |difference| between two nodes' anchors at one index, at every
+    #: evaluation (mode fabric)
+    spread_curve: list[tuple[int, float]] = field(default_factory=list)
+    #: every node's `Fabric.stats()` ``repair`` counters, summed
+    repair_counters: dict[str, int] = field(default_factory=dict)
+    #: entries clipped by bounded influence, all nodes
+    influence_clipped: int = 0
+
+    def spread_at(self, step: int) -> float:
+        """The spread at the first evaluation at or after ``step``."""
+        for s, v in self.spread_curve:
+            if s >= step:
+                return v
+        return self.spread_curve[-1][1] if self.spread_curve else 0.0
 
     @property
     def final_min(self) -> float:
@@ -146,6 +176,9 @@ class SimResult:
             "anchor_final_min": self.anchor_final_min,
             "relay_share": self.relay_share,
             "anchor_min_after_300": self.anchor_min_after,
+            "spread_curve": [[st, v] for st, v in self.spread_curve],
+            "repair_counters": self.repair_counters,
+            "influence_clipped": self.influence_clipped,
         }
 
 
@@ -229,6 +262,10 @@ def run_sim(cfg: SimConfig) -> SimResult:
     fabrics: list[Fabric] = []
     transports: list[MemoryTransport] = []
 
+    now = [0]
+    stall_rng = np.random.default_rng(cfg.seed + 777)
+    held: list[list[tuple[int, bytes]]] = [[] for _ in range(n)]
+
     class _Lockstep(MemoryTransport):
         """Publishes at the end of the cluster step (see the module docstring), counting bytes."""
 
@@ -243,8 +280,21 @@ def run_sim(cfg: SimConfig) -> SimResult:
 
         def flush(self) -> None:
             out, pending[self.slot] = pending[self.slot], []
+            if not (cfg.delay or cfg.stall_rate):
+                for p in out:
+                    super().publish(p)
+                return
+            q = held[self.slot]
             for p in out:
-                super().publish(p)
+                if now[0] > cfg.steps:  # the wind-down: what is held and relayed goes at once
+                    q.append((0, p))
+                    continue
+                due = now[0] + cfg.delay
+                if cfg.stall_rate and stall_rng.random() < cfg.stall_rate:
+                    due += cfg.stall_steps
+                q.append((max(due, q[-1][0] if q else 0), p))
+            while q and q[0][0] <= now[0]:
+                super().publish(q.pop(0)[1])
 
     if cfg.mode == "fabric":
         extra: dict[str, Any] = dict(cfg.sync_extra)
@@ -258,14 +308,34 @@ def run_sim(cfg: SimConfig) -> SimResult:
             encoding=codec(cfg.encoding.upper()).encoding,
             **extra,
         )
-        hub = MemoryHub(seed=cfg.seed)
+        cut_now = [False]
+        side = [i < (n + 1) // 2 for i in range(n)]
+        slot_of = {ids[i]: i for i in range(n)}
+
+        def intercept(src: int, dst: int, packet: bytes) -> list[bytes]:
+            if cut_now[0] and side[slot_of[src]] != side[slot_of[dst]]:
+                return []
+            if cfg.attack_scale != 1.0 and src == ids[0]:
+                return [_scaled(packet, ids[0], cfg.attack_scale)]
+            return [packet]
+
+        hub = MemoryHub(seed=cfg.seed, intercept=intercept)
         for i in range(n):
             lt = _Lockstep(hub, ids[i], neighbours=[ids[j] for j in neigh[i]])
             lt.slot = i
             transports.append(lt)
         for i in range(n):
             store = TorchStore(models[i], cfg.include_buffers)
-            fabrics.append(Fabric(store, transports[i], sc, node_id=ids[i]))
+            fabrics.append(
+                Fabric(
+                    store,
+                    transports[i],
+                    sc,
+                    node_id=ids[i],
+                    repair=cfg.repair,
+                    influence_factor=cfg.influence or None,
+                )
+            )
 
     def evaluate() -> list[float]:
         out = []
@@ -298,6 +368,9 @@ def run_sim(cfg: SimConfig) -> SimResult:
                 pred = scratch(xte).argmax(1)
             accs.append(float((pred == yte).float().mean()))
         res.anchor_curve.append((step, accs))
+        anchors = np.stack([f.engine.anchor for f in fabrics])
+        spread = float((anchors.max(axis=0) - anchors.min(axis=0)).max())
+        res.spread_curve.append((step, spread))
 
     def average_all() -> None:
         from delta_fabric.stores.torch import module_tensors
@@ -322,6 +395,8 @@ def run_sim(cfg: SimConfig) -> SimResult:
             loss.backward()  # type: ignore[no-untyped-call]
             opts[i].step()
         if cfg.mode == "fabric":
+            cut_now[0] = cfg.cut[0] <= step < cfg.cut[1]
+            now[0] = step
             for f in fabrics:
                 f.step()
             _deliver(fabrics, transports, hops=n)
@@ -331,6 +406,7 @@ def run_sim(cfg: SimConfig) -> SimResult:
             res.curve.append((step, evaluate()))
             evaluate_anchor(step)
     if cfg.mode == "fabric":
+        now[0] = cfg.steps + cfg.delay + cfg.stall_steps * (1 + cfg.steps)  # deliver what is held
         _wind_down(fabrics, transports, hops=n)
     elif cfg.mode == "periodic" and n > 1 and cfg.steps % cfg.interval:
         average_all()
@@ -341,8 +417,35 @@ def run_sim(cfg: SimConfig) -> SimResult:
     relayed = sum(f.relay_values_sent for f in fabrics)
     res.relay_share = relayed / (own + relayed) if own + relayed else 0.0
     for f in fabrics:
+        inf = f.stats()["influence"]
+        if inf is not None:
+            res.influence_clipped += int(inf["entries_clipped"])
+        for k, v in f.stats()["repair"].items():
+            res.repair_counters[k] = res.repair_counters.get(k, 0) + int(v)
+    for f in fabrics:
         f.close()
     return res
+
+
+def _scaled(packet: bytes, origin: int, k: float) -> bytes:
+    """``packet`` with the values of ``origin``'s entries multiplied by ``k`` (a misbehaving member;
+    other bytes, e.g. a repair request, pass unchanged)."""
+    import dataclasses
+
+    from delta_fabric.errors import DecodeError
+    from delta_fabric.wire import decode_packet, encode_packet
+
+    try:
+        pkt = decode_packet(packet)
+    except DecodeError:
+        return packet
+    entries = tuple(
+        dataclasses.replace(e, values=(e.values * np.float32(k)).astype(np.float32))
+        if e.origin == origin
+        else e
+        for e in pkt.entries
+    )
+    return encode_packet(dataclasses.replace(pkt, entries=entries))
 
 
 def _deliver(fabrics: Sequence[Any], transports: Sequence[Any], hops: int) -> None:

@@ -6,6 +6,7 @@ mod config;
 mod engine;
 mod fuzz;
 mod relay;
+mod repair;
 mod replay;
 mod requirements;
 mod requirements_per_impl;
