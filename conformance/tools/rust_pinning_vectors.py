@@ -8,6 +8,10 @@ Called by ``make_vectors.py``.
   reference until 1.1) accepted the misaligned and shared chunks, and a stock verifier (the Rust one)
   refused a chunk whose table size points past the end, which the rules do not check. Same file format
   as ``snapshot_vectors.py`` writes.
+* ``receive/relay_threshold_17_digits``: a ``relay_threshold`` whose 17-digit decimal reads one ulp
+  above ``fl32(0.1)`` only with a correctly rounded parser; serde_json without ``float_roundtrip`` read
+  it as ``fl32(0.1)`` exactly, so the Rust driver relayed ``fl32(0.1)``. Same format as
+  ``engine_vectors.py`` writes.
 
 Every vector is checked against the reference (:mod:`delta_fabric.snapshot`) while it is written.
 """
@@ -20,8 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import engine_vectors as ev
 import numpy as np
 import snapshot_vectors as sv
+from delta_fabric.config import SyncConfig
 
 __all__ = ["build"]
 
@@ -259,4 +265,22 @@ def _write_decode(vectors_dir: Path, c: sv.DecodeCase) -> dict[str, Any]:
 def build(vectors_dir: Path) -> list[dict[str, Any]]:
     """Write this module's vectors under ``vectors_dir`` (after ``snapshot_vectors.py``, whose
     folder it adds to); return their index rows."""
-    return [_write_decode(vectors_dir, c) for c in decode_cases()]
+    rows = [_write_decode(vectors_dir, c) for c in decode_cases()]
+    rows += [ev._write_receive(vectors_dir, c) for c in receive_cases()]
+    return rows
+
+
+def receive_cases() -> list[ev.RecvCase]:
+    return [
+        ev.RecvCase(
+            "relay_threshold_17_digits",
+            "relay_threshold 0.10000000149011613, the binary64 one ulp above fl32(0.1) (its shortest "
+            "decimal has 17 digits): the damped value fl32(0.1) is below it and is not relayed, 0.2 is. "
+            "A JSON reader that is not correctly rounded (serde_json without float_roundtrip) reads "
+            "the threshold as fl32(0.1) and relays fl32(0.1) (DF-CNF-20: a number is the value of its "
+            "decimal text).",
+            ["DF-RLY-5", "DF-RLY-2", "DF-CNF-20"],
+            [ev.pkt(ev.ent(ev.B, ev.B_INC, 1, 0, [0, 1, 2], [0.1, -0.1, 0.2]))],
+            config=SyncConfig(relay_threshold=0.10000000149011613),
+        )
+    ]
