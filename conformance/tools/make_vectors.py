@@ -62,6 +62,7 @@ EXTRA_VECTORS = (
     TOOLS_DIR / "snapshot_vectors.py",
     TOOLS_DIR / "forward_vectors.py",
     TOOLS_DIR / "repair_vectors.py",
+    TOOLS_DIR / "rust_pinning_vectors.py",  # after snapshot_vectors.py: adds to snapshot/
 )
 INDEX_VERSION = 1
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import struct
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -28,8 +27,9 @@ import flatbuffers
 import numpy as np
 from numpy.typing import NDArray
 
+from delta_fabric import wire as _wire
 from delta_fabric._generated.deltafabric.v1 import SnapshotChunk as _gen_chunk
-from delta_fabric.errors import DeltaFabricError
+from delta_fabric.errors import DecodeError, DeltaFabricError
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
@@ -283,13 +283,8 @@ def encode_chunk(
 
 
 # ------------------------------------------------------------------------------------------------------
-# Decoding: bounds-checked reader (Python FlatBuffers has no verifier)
+# Decoding: the verifier rules packets follow (spec section 6.7 and DF-SEC-20, DF-ZEN-105)
 # ------------------------------------------------------------------------------------------------------
-
-_U16 = struct.Struct("<H")
-_U32 = struct.Struct("<I")
-_I32 = struct.Struct("<i")
-_U64 = struct.Struct("<Q")
 
 _S_VMAJ, _S_VMIN, _S_NODE, _S_INC, _S_FP, _S_ID, _S_TOTAL, _S_OFFSET, _S_DIGEST, _S_VALUES = range(
     10
@@ -300,64 +295,17 @@ def _malformed(detail: str) -> NoReturn:
     raise SnapshotError(SnapshotErrorKind.MALFORMED, detail)
 
 
-class _Reader:
-    __slots__ = ("mv", "n", "pos", "vsize", "vt")
-
-    def __init__(self, mv: memoryview) -> None:
-        self.mv = mv
-        self.n = len(mv)
-        self.pos = self.vt = self.vsize = 0
-
-    def need(self, pos: int, size: int, what: str) -> None:
-        if pos < 0 or size < 0 or pos + size > self.n:
-            _malformed(f"{what}: bytes [{pos}, {pos + size}) outside the {self.n}-byte buffer")
-
-    def root(self) -> None:
-        self.need(0, 4, "root offset")
-        pos = int(_U32.unpack_from(self.mv, 0)[0])
-        self.need(pos, 4, "SnapshotChunk table")
-        vt = pos - int(_I32.unpack_from(self.mv, pos)[0])
-        self.need(vt, 4, "SnapshotChunk vtable")
-        vsize = int(_U16.unpack_from(self.mv, vt)[0])
-        if vsize < 4 or vsize & 1:
-            _malformed(f"vtable size {vsize} invalid")
-        self.need(vt, vsize, "SnapshotChunk vtable")
-        tsize = int(_U16.unpack_from(self.mv, vt + 2)[0])
-        self.need(pos, max(tsize, 4), "SnapshotChunk table")
-        self.pos, self.vt, self.vsize = pos, vt, vsize
-
-    def field(self, slot: int, size: int, what: str) -> int:
-        voff = 4 + 2 * slot
-        if voff + 2 > self.vsize:
-            return 0
-        off = int(_U16.unpack_from(self.mv, self.vt + voff)[0])
-        if off == 0:
-            return 0
-        self.need(self.pos + off, size, what)
-        return self.pos + off
-
-    def u16(self, slot: int, what: str) -> int:
-        p = self.field(slot, 2, what)
-        return 0 if p == 0 else int(_U16.unpack_from(self.mv, p)[0])
-
-    def u64(self, slot: int, what: str) -> int:
-        p = self.field(slot, 8, what)
-        return 0 if p == 0 else int(_U64.unpack_from(self.mv, p)[0])
-
-    def vector(self, slot: int, elem: int, what: str) -> tuple[int, int]:
-        p = self.field(slot, 4, what)
-        if p == 0:
-            _malformed(f"{what} (required) missing")
-        target = p + int(_U32.unpack_from(self.mv, p)[0])
-        self.need(target, 4, f"{what} length")
-        length = int(_U32.unpack_from(self.mv, target)[0])
-        self.need(target + 4, length * elem, f"{what} ({length} x {elem} bytes)")
-        return target + 4, length
+def _required(vec: tuple[int, int] | None, what: str) -> tuple[int, int]:
+    if vec is None:
+        _malformed(f"{what} (required) missing")
+    return vec
 
 
 def decode_chunk(buf: bytes | bytearray | memoryview) -> SnapshotChunk:
-    """Decode and check one chunk on its own (context-free): identifier, bounds, version, required
-    fields and their sizes, non-zero node / incarnation / snapshot id, ``offset + len(values) <= total``.
+    """Decode and check one chunk on its own (context-free): identifier; structure by the verifier
+    rules of spec section 6.7 (DF-PKT-20, DF-PKT-21) and the sharing rule (DF-SEC-20) applied to
+    ``SnapshotChunk`` (DF-ZEN-105), with the packet decoder's reader; version; required fields and
+    their sizes; non-zero node / incarnation / snapshot id / total; ``offset + len(values) <= total``.
     Raises nothing but :class:`SnapshotError`."""
     try:
         mv = memoryview(buf).cast("B")
@@ -365,20 +313,33 @@ def decode_chunk(buf: bytes | bytearray | memoryview) -> SnapshotChunk:
         raise SnapshotError(SnapshotErrorKind.MALFORMED, f"not a byte buffer: {exc}") from exc
     if len(mv) < 8 or bytes(mv[4:8]) != FILE_IDENTIFIER:
         raise SnapshotError(SnapshotErrorKind.BAD_IDENTIFIER, "missing file identifier DFS1")
-    r = _Reader(mv)
-    r.root()
-    vmaj = r.u16(_S_VMAJ, "version_major")
-    if vmaj != VERSION_MAJOR:
-        raise SnapshotError(SnapshotErrorKind.UNSUPPORTED_VERSION, f"version_major {vmaj}")
-    vmin = r.u16(_S_VMIN, "version_minor")
-    node = r.u64(_S_NODE, "node")
-    incarnation = r.u64(_S_INC, "incarnation")
-    fp_start, fp_len = r.vector(_S_FP, 1, "fingerprint")
-    snapshot_id = r.u64(_S_ID, "snapshot_id")
-    total = r.u64(_S_TOTAL, "total")
-    offset = r.u64(_S_OFFSET, "offset")
-    dg_start, dg_len = r.vector(_S_DIGEST, 1, "digest")
-    v_start, v_len = r.vector(_S_VALUES, 4, "values")
+    try:
+        r = _wire._Reader(mv)
+        root_off = int.from_bytes(mv[0:4], "little")
+        if root_off == 0:
+            _malformed("root uoffset 0 (points to itself)")
+        t = r.table(root_off, "SnapshotChunk")
+        vmaj = r.u16(t, _S_VMAJ, "version_major")
+        if vmaj != VERSION_MAJOR:
+            raise SnapshotError(SnapshotErrorKind.UNSUPPORTED_VERSION, f"version_major {vmaj}")
+        vmin = r.u16(t, _S_VMIN, "version_minor")
+        node = r.u64(t, _S_NODE, "node")
+        incarnation = r.u64(t, _S_INC, "incarnation")
+        fp = r.vector(t, _S_FP, 1, "fingerprint")
+        snapshot_id = r.u64(t, _S_ID, "snapshot_id")
+        total = r.u64(t, _S_TOTAL, "total")
+        offset = r.u64(t, _S_OFFSET, "offset")
+        dg = r.vector(t, _S_DIGEST, 1, "digest")
+        vals = r.vector(t, _S_VALUES, 4, "values")
+        fp_start, fp_len = _required(fp, "fingerprint")
+        dg_start, dg_len = _required(dg, "digest")
+        v_start, v_len = _required(vals, "values")
+        _wire._check_disjoint(
+            np.array([a for a, _ in r.spans], dtype=np.int64),
+            np.array([b for _, b in r.spans], dtype=np.int64),
+        )
+    except DecodeError as exc:
+        raise SnapshotError(SnapshotErrorKind.MALFORMED, exc.detail) from exc
     if fp_len != FINGERPRINT_SIZE:
         _malformed(f"fingerprint has {fp_len} bytes, expected {FINGERPRINT_SIZE}")
     if dg_len != DIGEST_SIZE:

@@ -25,6 +25,7 @@ pub mod config;
 pub mod encodings;
 pub mod engine;
 pub mod error;
+pub mod json;
 pub mod manifest;
 pub mod repair;
 pub mod replay;

@@ -20,12 +20,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flatbuffers::{FlatBufferBuilder, VerifierOptions};
+use flatbuffers::FlatBufferBuilder;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
+use crate::error::DecodeError;
 use crate::generated::snapshot::deltafabric::v_1 as fb;
-use crate::wire::{FINGERPRINT_SIZE, VERSION_MAJOR, VERSION_MINOR, f32s};
+use crate::wire::{FINGERPRINT_SIZE, Reader, VERSION_MAJOR, VERSION_MINOR, f32s};
 
 /// The snapshot file identifier.
 pub const SNAPSHOT_IDENTIFIER: &[u8; 4] = b"DFS1";
@@ -397,60 +398,88 @@ pub fn encode_chunk(
     ))
 }
 
-/// Decodes and checks one chunk on its own (context-free): identifier, structure (the generated
-/// verifier), version 1, 32-byte fingerprint and digest, non-zero node / incarnation / snapshot
-/// id / total, at least one value, `offset + len(values) <= total`. Never panics; every failure
-/// is a [`SnapshotError`]. Finiteness and the digest are checked by the [`SnapshotAssembler`].
+// Field slots of `SnapshotChunk` (schema/snapshot.fbs, declaration order).
+const S_VERSION_MAJOR: usize = 0;
+const S_VERSION_MINOR: usize = 1;
+const S_NODE: usize = 2;
+const S_INCARNATION: usize = 3;
+const S_FINGERPRINT: usize = 4;
+const S_SNAPSHOT_ID: usize = 5;
+const S_TOTAL: usize = 6;
+const S_OFFSET: usize = 7;
+const S_DIGEST: usize = 8;
+const S_VALUES: usize = 9;
+
+/// Decodes and checks one chunk on its own (context-free): identifier; structure by the verifier
+/// rules packets follow (spec section 6.7, DF-PKT-20, DF-PKT-21, and the sharing rule DF-SEC-20,
+/// applied to `SnapshotChunk` as DF-ZEN-105 says; the hand-written reader of [`crate::wire`], not a
+/// stock verifier, whose limits are not the spec's); version 1; 32-byte fingerprint and digest;
+/// non-zero node / incarnation / snapshot id / total; at least one value;
+/// `offset + len(values) <= total`. Never panics; every failure is a [`SnapshotError`]. Finiteness
+/// and the digest are checked by the [`SnapshotAssembler`].
 pub fn decode_chunk(buf: &[u8]) -> Result<SnapshotChunk<'_>, SnapshotError> {
     use SnapshotErrorKind::{BadIdentifier, Malformed, UnsupportedVersion};
     if buf.len() < 8 || &buf[4..8] != SNAPSHOT_IDENTIFIER {
         return Err(err(BadIdentifier, "missing file identifier DFS1"));
     }
-    let opts = VerifierOptions {
-        max_depth: 4,
-        max_tables: 4,
-        max_apparent_size: buf.len().saturating_mul(2).saturating_add(1024),
-        ignore_missing_null_terminator: false,
-    };
-    let c = fb::root_as_snapshot_chunk_with_opts(&opts, buf)
-        .map_err(|e| err(Malformed, e.to_string()))?;
-    if c.version_major() != VERSION_MAJOR {
+    let bad = |e: DecodeError| err(Malformed, e.detail);
+    let mut r = Reader::new(buf);
+    let t = r.root("SnapshotChunk").map_err(bad)?;
+    let version_major = r.u16(t, S_VERSION_MAJOR, "version_major").map_err(bad)?;
+    if version_major != VERSION_MAJOR {
         return Err(err(
             UnsupportedVersion,
-            format!("version_major {}", c.version_major()),
+            format!("version_major {version_major}"),
         ));
     }
-    let (fp, dg) = (c.fingerprint(), c.digest());
-    if fp.len() != FINGERPRINT_SIZE {
+    let version_minor = r.u16(t, S_VERSION_MINOR, "version_minor").map_err(bad)?;
+    let node = r.u64(t, S_NODE, "node").map_err(bad)?;
+    let incarnation = r.u64(t, S_INCARNATION, "incarnation").map_err(bad)?;
+    let fp = r.vector(t, S_FINGERPRINT, 1, "fingerprint").map_err(bad)?;
+    let snapshot_id = r.u64(t, S_SNAPSHOT_ID, "snapshot_id").map_err(bad)?;
+    let total = r.u64(t, S_TOTAL, "total").map_err(bad)?;
+    let offset = r.u64(t, S_OFFSET, "offset").map_err(bad)?;
+    let dg = r.vector(t, S_DIGEST, 1, "digest").map_err(bad)?;
+    let vals = r.vector(t, S_VALUES, 4, "values").map_err(bad)?;
+    let (Some((fp_start, fp_len)), Some((dg_start, dg_len)), Some((v_start, v_len))) =
+        (fp, dg, vals)
+    else {
+        let name = if fp.is_none() {
+            "fingerprint"
+        } else if dg.is_none() {
+            "digest"
+        } else {
+            "values"
+        };
+        return Err(err(Malformed, format!("{name} (required) missing")));
+    };
+    r.check_disjoint().map_err(bad)?;
+    if fp_len != FINGERPRINT_SIZE {
         return Err(err(
             Malformed,
-            format!(
-                "fingerprint has {} bytes, expected {FINGERPRINT_SIZE}",
-                fp.len()
-            ),
+            format!("fingerprint has {fp_len} bytes, expected {FINGERPRINT_SIZE}"),
         ));
     }
-    if dg.len() != DIGEST_SIZE {
+    if dg_len != DIGEST_SIZE {
         return Err(err(
             Malformed,
-            format!("digest has {} bytes, expected {DIGEST_SIZE}", dg.len()),
+            format!("digest has {dg_len} bytes, expected {DIGEST_SIZE}"),
         ));
     }
     for (name, v) in [
-        ("node", c.node()),
-        ("incarnation", c.incarnation()),
-        ("snapshot_id", c.snapshot_id()),
-        ("total", c.total()),
+        ("node", node),
+        ("incarnation", incarnation),
+        ("snapshot_id", snapshot_id),
+        ("total", total),
     ] {
         if v == 0 {
             return Err(err(Malformed, format!("{name} is 0")));
         }
     }
-    let values = f32s(c.values().bytes());
-    if values.is_empty() {
+    if v_len == 0 {
         return Err(err(Malformed, "chunk holds no value"));
     }
-    let (offset, total, len) = (c.offset(), c.total(), values.len() as u64);
+    let len = v_len as u64;
     if offset >= total || len > total - offset {
         return Err(err(
             Malformed,
@@ -461,19 +490,19 @@ pub fn decode_chunk(buf: &[u8]) -> Result<SnapshotChunk<'_>, SnapshotError> {
         ));
     }
     let mut fingerprint = [0u8; 32];
-    fingerprint.copy_from_slice(fp.bytes());
+    fingerprint.copy_from_slice(&buf[fp_start..fp_start + fp_len]);
     let mut digest = [0u8; 32];
-    digest.copy_from_slice(dg.bytes());
+    digest.copy_from_slice(&buf[dg_start..dg_start + dg_len]);
     Ok(SnapshotChunk {
-        version_minor: c.version_minor(),
-        node: c.node(),
-        incarnation: c.incarnation(),
+        version_minor,
+        node,
+        incarnation,
         fingerprint,
-        snapshot_id: c.snapshot_id(),
+        snapshot_id,
         total,
         offset,
         digest,
-        values,
+        values: f32s(&buf[v_start..v_start + 4 * v_len]),
     })
 }
 

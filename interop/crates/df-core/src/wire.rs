@@ -246,7 +246,7 @@ pub(crate) fn f32s_copy(bytes: &[u8]) -> Vec<f32> {
 
 /// A located table: its position, its vtable's position and the vtable's size in bytes.
 #[derive(Clone, Copy)]
-struct Table {
+pub(crate) struct Table {
     pos: usize,
     vt: usize,
     vsize: usize,
@@ -256,12 +256,31 @@ struct Table {
 /// schema (no stock verifier: its limits are not the spec's). Positions are relative to the first
 /// byte of the packet, never to its address in memory. `spans` collects the byte ranges of the
 /// objects read (table heads, fields, vectors; not vtables) for the sharing rule (DF-SEC-20).
-struct Reader<'a> {
+/// The snapshot decoder applies the same rules to a `SnapshotChunk` (DF-ZEN-105).
+pub(crate) struct Reader<'a> {
     buf: &'a [u8],
     spans: Vec<(usize, usize)>,
 }
 
 impl<'a> Reader<'a> {
+    /// A reader of `buf`, which holds at least the 4 bytes of the root uoffset.
+    pub(crate) fn new(buf: &'a [u8]) -> Self {
+        Reader {
+            buf,
+            spans: Vec::new(),
+        }
+    }
+
+    /// The root table (rule 1: the root uoffset at position 0 is not 0; rule 2).
+    pub(crate) fn root(&mut self, what: &str) -> Result<Table, DecodeError> {
+        self.need(0, 4, 4, "root uoffset")?;
+        let root_off = rd_u32(self.buf, 0) as usize;
+        if root_off == 0 {
+            return Err(malformed("root uoffset 0 (points to itself)"));
+        }
+        self.table(root_off, what)
+    }
+
     fn need(&self, pos: usize, size: usize, align: usize, what: &str) -> Result<(), DecodeError> {
         let n = self.buf.len();
         if pos.checked_add(size).is_none_or(|end| end > n) {
@@ -317,17 +336,17 @@ impl<'a> Reader<'a> {
         Ok(Some(p))
     }
 
-    fn u8(&mut self, t: Table, slot: usize, what: &str) -> Result<u8, DecodeError> {
+    pub(crate) fn u8(&mut self, t: Table, slot: usize, what: &str) -> Result<u8, DecodeError> {
         Ok(self.field(t, slot, 1, what)?.map_or(0, |p| self.buf[p]))
     }
 
-    fn u16(&mut self, t: Table, slot: usize, what: &str) -> Result<u16, DecodeError> {
+    pub(crate) fn u16(&mut self, t: Table, slot: usize, what: &str) -> Result<u16, DecodeError> {
         Ok(self
             .field(t, slot, 2, what)?
             .map_or(0, |p| rd_u16(self.buf, p)))
     }
 
-    fn u64(&mut self, t: Table, slot: usize, what: &str) -> Result<u64, DecodeError> {
+    pub(crate) fn u64(&mut self, t: Table, slot: usize, what: &str) -> Result<u64, DecodeError> {
         Ok(self
             .field(t, slot, 8, what)?
             .map_or(0, |p| rd_u64(self.buf, p)))
@@ -344,7 +363,7 @@ impl<'a> Reader<'a> {
     }
 
     /// (start of the elements, element count) of a vector field, or None when absent.
-    fn vector(
+    pub(crate) fn vector(
         &mut self,
         t: Table,
         slot: usize,
@@ -370,7 +389,7 @@ impl<'a> Reader<'a> {
     }
 
     /// DF-SEC-20: the collected objects are pairwise disjoint.
-    fn check_disjoint(&mut self) -> Result<(), DecodeError> {
+    pub(crate) fn check_disjoint(&mut self) -> Result<(), DecodeError> {
         self.spans.sort_unstable();
         for w in self.spans.windows(2) {
             if w[0].1 > w[1].0 {
@@ -428,16 +447,9 @@ pub fn decode_packet(buf: &[u8], max_packet_size: usize) -> Result<Packet<'_>, D
             "missing file identifier DFP1",
         ));
     }
-    let mut r = Reader {
-        buf,
-        spans: Vec::new(),
-    };
+    let mut r = Reader::new(buf);
     // step 3: the root table, its vtable and version_major readable
-    let root_off = rd_u32(buf, 0) as usize;
-    if root_off == 0 {
-        return Err(malformed("root uoffset 0 (points to itself)"));
-    }
-    let root = r.table(root_off, "Packet")?;
+    let root = r.root("Packet")?;
     let version_major = r.u16(root, P_VERSION_MAJOR, "Packet.version_major")?;
     if version_major != VERSION_MAJOR {
         return Err(DecodeError::new(

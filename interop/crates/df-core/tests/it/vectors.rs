@@ -22,7 +22,8 @@ fn vectors_dir() -> PathBuf {
 
 fn read_json(p: &Path) -> Result<Value, String> {
     let s = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
-    serde_json::from_str(&s).map_err(|e| format!("{}: {e}", p.display()))
+    // correctly rounded floats (df_core::json), as df-driver reads its requests
+    df_core::json::from_str(&s).map_err(|e| format!("{}: {e}", p.display()))
 }
 
 fn s<'a>(v: &'a Value, k: &str) -> Result<&'a Value, String> {

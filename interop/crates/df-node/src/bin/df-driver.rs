@@ -1341,7 +1341,7 @@ fn main() {
         if line.trim().is_empty() {
             continue;
         }
-        let (seq, body, stop) = match serde_json::from_str::<Value>(&line) {
+        let (seq, body, stop) = match df_core::json::from_str(&line) {
             Ok(req) if req.is_object() => {
                 let stop = req.get("cmd").and_then(Value::as_str) == Some("stop");
                 let seq = req.get("seq").cloned().unwrap_or(json!(0));
