@@ -73,6 +73,7 @@ __all__ = [
     "packet_to_json",
     "quantize",
     "quantize_packet",
+    "screen",
     "validate_packet",
 ]
 
@@ -559,6 +560,17 @@ def _trusted_entry(
 
 def _all_finite(values: NDArray[np.float32]) -> bool:
     return bool(np.isfinite(values).all())
+
+
+def screen(buf: bytes | bytearray | memoryview, max_packet_size: int) -> ErrorCode | None:
+    """The first two checks of decoding, without parsing (DF-ZEN-154): ``OVERSIZE`` or
+    ``BAD_IDENTIFIER`` when `decode_packet` would reject ``buf`` with that code, else ``None``. O(1)."""
+    n = len(buf)
+    if n > max_packet_size:
+        return ErrorCode.OVERSIZE
+    if n < 8 or bytes(buf[4:8]) != FILE_IDENTIFIER:
+        return ErrorCode.BAD_IDENTIFIER
+    return None
 
 
 def _decode(mv: memoryview, max_packet_size: int) -> Packet:
