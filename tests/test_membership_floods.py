@@ -10,7 +10,6 @@ entry (exact) and bounds the queue's memory.
 from __future__ import annotations
 
 import os
-import resource
 import socket
 import time
 from contextlib import closing
@@ -372,15 +371,15 @@ def test_a_flood_does_not_evict_members_and_memory_stays_bounded(membership: str
             f"RSS +{_rss_kb() - rss0} kB"
         )
         assert {n: got.get(n, 0) for n in sent} == sent  # exact: not one member entry evicted
-        # the stranger's keys are not members' keys: its valid and mutated packets never queued
-        assert st.rejected_not_member > 0
-        assert rc.errors.get(ErrorCode.BAD_IDENTIFIER, 0) > 0  # garbage screened before the queue
-        assert (
-            st.rejected_not_member + rc.errors.get(ErrorCode.BAD_IDENTIFIER, 0)
-            <= rounds * flood_per_round
-        )
+        screened = rc.errors.get(ErrorCode.BAD_IDENTIFIER, 0)
+        assert screened > 0  # garbage screened before the queue
+        if membership == "configured":  # the stranger's valid and mutated packets never queued
+            assert st.rejected_not_member + screened == rounds * flood_per_round
+            assert st.dropped_packets == 0
+        else:  # they queued, and the queue overflowed with the stranger's packets only
+            assert st.rejected_not_member == 0
+            assert st.dropped_packets > 0
         assert _rss_kb() - rss0 < 200_000  # bounded: the queue holds at most 256 KiB
-        assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss > 0
     finally:
         attacker.close()
         for t in members:
