@@ -396,7 +396,7 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
                 self.left_at.remove(p);
             }
             self.live = live;
-            let bound = e.config().max_origins as usize;
+            let bound = e.config().max_origins;
             while self.left_at.len() > bound {
                 // bounded: the oldest departures go first
                 if let Some(oldest) = self.left_at.iter().min_by_key(|x| *x.1).map(|x| *x.0) {
