@@ -385,3 +385,45 @@ def test_a_flood_does_not_evict_members_and_memory_stays_bounded(membership: str
         for t in members:
             t.close()
         victim.close()
+
+
+def test_snapshot_answers_only_members() -> None:
+    # REQ: DF-ZEN-155
+    zenoh = pytest.importorskip("zenoh")
+    from delta_fabric.snapshot import SnapshotError, SnapshotSource
+    from delta_fabric.transports.zenoh import ZenohOptions, ZenohTransport, query_from, snapshot_key
+
+    ns = f"dftest/snapmembers{os.getpid()}"
+    port = _free_port()
+    ep = f"tcp/127.0.0.1:{port}"
+
+    def opts(n: int, **kw: object) -> ZenohOptions:
+        return ZenohOptions(node_id=n, namespace=ns, **kw)  # type: ignore[arg-type]
+
+    fp = MANIFEST.fingerprint
+    values = np.arange(N, dtype=np.float32)
+    with ZenohTransport(opts(1, listen=[ep])) as a:
+        a.serve_snapshot(lambda: SnapshotSource(5, fp, values, "numpy"))
+        a.set_members({1, 2})
+        with (
+            ZenohTransport(opts(2, listen=[f"tcp/127.0.0.1:{_free_port()}"], connect=[ep])) as b,
+            ZenohTransport(opts(3, listen=[f"tcp/127.0.0.1:{_free_port()}"], connect=[ep])) as c,
+        ):
+            a.wait_for_peers(2, 15.0, expected=[2, 3])
+            anchor, inc = b.fetch_snapshot(1, fp, 15.0)  # a member: its queries carry from=2
+            assert inc == 5 and np.array_equal(anchor, values)
+            with pytest.raises(SnapshotError):
+                c.fetch_snapshot(1, fp, 5.0, attempts=1)
+            replies = list(
+                c.session.get(
+                    f"{snapshot_key(ns, 1)}?chunk=0&chunk_size=16",
+                    target=zenoh.QueryTarget.ALL,
+                    timeout=5.0,
+                )
+            )
+            assert len(replies) == 1 and replies[0].ok is None
+            err = replies[0].err
+            assert err is not None and len(err.payload.to_bytes()) <= 64
+            assert a.stats.snapshot_refused >= 2
+    assert query_from("chunk=0&from=0000000000000002") == 2
+    assert query_from("chunk=0;from=2") is None

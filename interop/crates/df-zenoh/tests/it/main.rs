@@ -16,6 +16,14 @@ use df_zenoh::{
     parse_node,
 };
 
+/// `body` behind the packet identifier at bytes 4..8, so that the pre-queue screen (DF-ZEN-154)
+/// lets it through to the queue (these tests move opaque payloads).
+pub(crate) fn framed(body: &[u8]) -> Vec<u8> {
+    let mut v = b"\0\0\0\0DFP1".to_vec();
+    v.extend_from_slice(body);
+    v
+}
+
 fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind");
     l.local_addr().expect("addr").port()
