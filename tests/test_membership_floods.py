@@ -145,6 +145,18 @@ def test_membership_and_rate_options_from_env() -> None:
         dfenv.membership({"DELTA_FABRIC_MEMBER_GRACE": "-1"})
     with pytest.raises(dfenv.EnvError, match="RATE_LIMIT"):
         dfenv.rate_limit({"DELTA_FABRIC_RATE_LIMIT": "-3"})
+    # the launcher passes them on to every node it starts, and refuses a bad list
+    import argparse
+
+    from delta_fabric.launch import UsageError, plan_nodes
+
+    base = dict(nodes=2, world_size=None, listen=None, connect=None, zenoh_config=None)
+    base.update(namespace=None, node_id=0x10, metrics=None, metrics_interval=10.0)
+    plans = plan_nodes(argparse.Namespace(**base, members="0x10,0x11", live_members=True))
+    assert all(p.env["DELTA_FABRIC_MEMBERS"] == "0x10,0x11" for p in plans)
+    assert all(p.env["DELTA_FABRIC_LIVE_MEMBERS"] == "1" for p in plans)
+    with pytest.raises(UsageError, match="--members"):
+        plan_nodes(argparse.Namespace(**base, members="0x10,zz", live_members=False))
 
 
 # ---------------------------------------------------------------------------------------------------------
