@@ -26,6 +26,7 @@ zenoh = pytest.importorskip("zenoh")
 
 from delta_fabric.config import SyncConfig  # noqa: E402
 from delta_fabric.engine import Engine  # noqa: E402
+from delta_fabric.errors import ErrorCode  # noqa: E402
 from delta_fabric.manifest import Manifest  # noqa: E402
 from delta_fabric.snapshot import (  # noqa: E402
     SnapshotError,
@@ -53,6 +54,11 @@ from delta_fabric.transports.zenoh import (  # noqa: E402
 FP = bytes(range(32))
 NS = "dftest/zenoh"
 WAIT = 10.0  # generous bound for anything that should take milliseconds
+
+
+#: Payloads through the transport carry the packet identifier at bytes 4..8, else the pre-queue
+#: screen (DF-ZEN-154) refuses them before the queue.
+P = b"\0\0\0\0DFP1"
 
 
 def free_port() -> int:
@@ -214,8 +220,8 @@ def test_config_file_is_used_as_is(tmp_path: Path) -> None:
         )
         with ZenohTransport(other) as b:
             _connected(a, b)
-            b.publish(b"through the file's listener")
-            assert recv(a, 1) == [b"through the file's listener"]
+            b.publish(P + b"through the file's listener")
+            assert recv(a, 1) == [P + b"through the file's listener"]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -229,10 +235,10 @@ def test_two_transports_exchange_packets_both_ways(cluster: Cluster) -> None:
     assert isinstance(a, Transport)
     _connected(a, b)
     for i in range(20):
-        a.publish(b"a%d" % i)
-        b.publish(b"b%d" % i)
-    assert recv(b, 20) == [b"a%d" % i for i in range(20)]  # in order, none of its own
-    assert recv(a, 20) == [b"b%d" % i for i in range(20)]
+        a.publish(P + b"a%d" % i)
+        b.publish(P + b"b%d" % i)
+    assert recv(b, 20) == [P + b"a%d" % i for i in range(20)]  # in order, none of its own
+    assert recv(a, 20) == [P + b"b%d" % i for i in range(20)]
     assert a.drain() == [] and b.drain() == []
     assert a.stats.published_packets >= 20 and b.stats.received_packets >= 20
 
@@ -241,7 +247,7 @@ def test_four_megabyte_packet_arrives_intact(cluster: Cluster) -> None:
     # REQ: DF-ZEN-3
     a, b = cluster.add(1), cluster.add(2)
     _connected(a, b)
-    big = np.random.default_rng(0).bytes(4 * 1024 * 1024)
+    big = P + np.random.default_rng(0).bytes(4 * 1024 * 1024)
     for _ in range(3):
         a.publish(big)
     got = recv(b, 3, timeout=30.0)
@@ -277,10 +283,10 @@ def test_neighbours_restrict_subscriptions(cluster: Cluster) -> None:
     a, b = cluster.add(1), cluster.add(2)
     c = cluster.add(3, neighbours=[1])
     _connected(a, b, c)
-    b.publish(b"from-b")
-    a.publish(b"from-a")
-    assert recv(c, 1) == [b"from-a"]
-    assert sorted(recv(b, 1) + recv(a, 1)) == [b"from-a", b"from-b"]
+    b.publish(P + b"from-b")
+    a.publish(P + b"from-a")
+    assert recv(c, 1) == [P + b"from-a"]
+    assert sorted(recv(b, 1) + recv(a, 1)) == [P + b"from-a", P + b"from-b"]
     time.sleep(0.2)
     assert c.drain() == []
 
@@ -290,10 +296,10 @@ def test_receive_queue_overflow_drops_oldest(cluster: Cluster) -> None:
     a, b = cluster.add(1), cluster.add(2, queue_capacity=4)
     _connected(a, b)
     for i in range(20):
-        a.publish(bytes([i]))
+        a.publish(P + bytes([i]))
     assert wait_until(lambda: b.stats.received_packets >= 20)
     assert b.stats.dropped_packets == 16 == b.stats.packets_dropped
-    assert b.drain() == [bytes([i]) for i in range(16, 20)]
+    assert b.drain() == [P + bytes([i]) for i in range(16, 20)]
 
 
 def test_engines_sync_over_zenoh(cluster: Cluster) -> None:
@@ -363,8 +369,8 @@ def test_node_starts_and_publishes_with_no_peer_reachable() -> None:
         with ZenohTransport(ZenohOptions(node_id=2, namespace=NS, listen=[ep(port_b)])) as b:
             assert a.wait_for_peers(1, 15.0) == {2}
             _connected(a, b)
-            a.publish(b"late")
-            assert recv(b, 1) == [b"late"]
+            a.publish(P + b"late")
+            assert recv(b, 1) == [P + b"late"]
     finally:
         a.close()
 
@@ -651,19 +657,21 @@ def test_oversize_message_is_dropped_by_zenoh_before_the_node(cluster: Cluster) 
         got: list[bytes] = []
         deadline = time.monotonic() + WAIT
         while not got and time.monotonic() < deadline:  # until a's subscriber is reachable
-            pub.put(b"probe")
+            pub.put(P + b"probe")
             a.wait_for_packets(0.2)
             got = a.drain()
-        assert got and set(got) == {b"probe"}
+        assert got and set(got) == {P + b"probe"}
         big = b"x" * (2 << 20)
         pub.put(big)
-        pub.put(b"after")
+        pub.put(P + b"after")
         got = []
         deadline = time.monotonic() + WAIT
-        while b"after" not in got and time.monotonic() < deadline:
+        while P + b"after" not in got and time.monotonic() < deadline:
             a.wait_for_packets(0.2)
             got.extend(a.drain())
-        assert b"after" in got
+        assert P + b"after" in got
         assert all(len(p) <= 4096 + ZENOH_MESSAGE_MARGIN for p in got)
+        # Zenoh dropped it: the node's own pre-queue screen (DF-ZEN-154) never saw it
+        assert ErrorCode.OVERSIZE not in a.take_screened()
     finally:
         session.close()

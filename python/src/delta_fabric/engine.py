@@ -569,6 +569,16 @@ class Engine:
         self._heard_prev.discard(peer)
         self._adverts.pop(peer, None)
 
+    def count_rejected(self, code: ErrorCode, n: int = 1) -> None:
+        """Count ``n`` packets that the transport rejected before its queue with ``code``
+        (DF-ZEN-154: ``OVERSIZE`` or ``BAD_IDENTIFIER``) as the engine counts its own (DF-RCV-10)."""
+        if n < 0:
+            raise ValueError("n must be >= 0")
+        c = self.counters
+        c.packets_received += n
+        c.packets_rejected += n
+        c.errors[code] = c.errors.get(code, 0) + n
+
     def _reject(self, res: ReceiveResult, i: int, code: ErrorCode) -> None:
         c = self.counters
         c.packets_rejected += 1

@@ -20,7 +20,7 @@ variable                                  meaning
                                           ``MAX_PACKET_SIZE``, ``REPLAY_WINDOW``,
                                           ``MAX_INCARNATIONS``, ``ENCODING``, ``INCLUDE_BUFFERS``,
                                           ``MAX_ORIGINS``, ``RELAY_POLICY`` (``ALL`` or ``NEEDED``),
-                                          ``AVERAGE_OVER``
+                                          ``AVERAGE_OVER``, ``MAX_SEQ_JUMP`` (DF-PAR-50)
 ``DELTA_FABRIC_BOOTSTRAP``                ``auto``, ``1`` (required) or ``0`` (default)
 ``DELTA_FABRIC_LOCAL_RANK``               this process's index among the launcher's local nodes
 ``DELTA_FABRIC_LOCAL_NODES``              how many nodes the launcher started on this machine
@@ -28,6 +28,15 @@ variable                                  meaning
 ``DELTA_FABRIC_METRICS``                  a file the node appends its counters to, as JSON lines
 ``DELTA_FABRIC_METRICS_INTERVAL``         seconds between two metrics lines (default 10)
 ``DELTA_FABRIC_REPAIR``                   ``1``: anti-entropy by gap repair (spec 7.9); ``0`` (default)
+``DELTA_FABRIC_MEMBERS``                  comma list of the cluster's node ids (decimal or ``0x``
+                                          hex): only they are origins (DF-RCV-51); samples on
+                                          other nodes' keys are refused (DF-ZEN-151)
+``DELTA_FABRIC_LIVE_MEMBERS``             ``1``: members are the nodes with a live liveliness token
+                                          (and in ``MEMBERS`` when set; DF-ZEN-150)
+``DELTA_FABRIC_MEMBER_GRACE``             seconds a member that left stays one (default 10)
+``DELTA_FABRIC_RATE_LIMIT``               packets per second each sender may queue (0: no limit,
+                                          default; DF-ZEN-153)
+``DELTA_FABRIC_RATE_BURST``               packets a sender may queue at once (default: the rate)
 ========================================  =========================================================
 """
 
@@ -47,8 +56,11 @@ __all__ = [
     "BOOTSTRAP",
     "CONNECT",
     "LISTEN",
+    "LIVE_MEMBERS",
     "LOCAL_NODES",
     "LOCAL_RANK",
+    "MEMBERS",
+    "MEMBER_GRACE",
     "METRICS",
     "METRICS_INTERVAL",
     "MODE",
@@ -56,6 +68,8 @@ __all__ = [
     "NODES",
     "NODE_ID",
     "PREFIX",
+    "RATE_BURST",
+    "RATE_LIMIT",
     "REPAIR",
     "ZENOH_CONFIG",
     "EnvError",
@@ -63,10 +77,12 @@ __all__ = [
     "endpoints",
     "local_nodes",
     "local_rank",
+    "membership",
     "metrics",
     "node_id",
     "nodes",
     "random_node_id",
+    "rate_limit",
     "repair",
     "sync_config_kwargs",
 ]
@@ -85,6 +101,11 @@ NODES = PREFIX + "NODES"
 METRICS = PREFIX + "METRICS"
 METRICS_INTERVAL = PREFIX + "METRICS_INTERVAL"
 REPAIR = PREFIX + "REPAIR"
+MEMBERS = PREFIX + "MEMBERS"
+LIVE_MEMBERS = PREFIX + "LIVE_MEMBERS"
+MEMBER_GRACE = PREFIX + "MEMBER_GRACE"
+RATE_LIMIT = PREFIX + "RATE_LIMIT"
+RATE_BURST = PREFIX + "RATE_BURST"
 
 _U64_MAX = (1 << 64) - 1
 _TRUE = {"1", "true", "yes", "on"}
@@ -235,6 +256,45 @@ def metrics(env: Env | None = None) -> tuple[Path | None, float]:
     if interval is not None and interval <= 0:
         raise EnvError(METRICS_INTERVAL, _get(env, METRICS_INTERVAL) or "", "must be > 0 seconds")
     return (None if raw is None else Path(raw)), (10.0 if interval is None else interval)
+
+
+def membership(env: Env | None = None) -> tuple[frozenset[int] | None, bool, float]:
+    """``(members, live_members, member_grace)`` from ``DELTA_FABRIC_MEMBERS`` (comma list of node
+    ids, decimal or ``0x`` hex; unset: None), ``_LIVE_MEMBERS`` (default off) and ``_MEMBER_GRACE``
+    (seconds >= 0, default 10)."""
+    raw = _get(env, MEMBERS)
+    members: frozenset[int] | None = None
+    if raw is not None:
+        ids = []
+        for part in raw.split(","):
+            part = part.strip()
+            try:
+                n = int(part, 0)
+            except ValueError:
+                n = 0
+            if not 1 <= n <= _U64_MAX:
+                raise EnvError(
+                    MEMBERS, raw, f"{part!r} is not a node id in [1, 2**64) (decimal or 0x hex)"
+                )
+            ids.append(n)
+        members = frozenset(ids)
+    live = _bool(env, LIVE_MEMBERS)
+    grace = _float(env, MEMBER_GRACE)
+    if grace is not None and grace < 0:
+        raise EnvError(MEMBER_GRACE, _get(env, MEMBER_GRACE) or "", "must be >= 0 seconds")
+    return members, bool(live), 10.0 if grace is None else grace
+
+
+def rate_limit(env: Env | None = None) -> tuple[float | None, float | None]:
+    """``(rate, burst)`` from ``DELTA_FABRIC_RATE_LIMIT`` / ``_RATE_BURST`` (numbers >= 0; unset:
+    None)."""
+    out: list[float | None] = []
+    for name in (RATE_LIMIT, RATE_BURST):
+        value = _float(env, name)
+        if value is not None and value < 0:
+            raise EnvError(name, _get(env, name) or "", "must be a number >= 0")
+        out.append(value)
+    return out[0], out[1]
 
 
 def sync_config_kwargs(env: Env | None = None) -> dict[str, Any]:

@@ -38,7 +38,7 @@ from numpy.typing import NDArray
 
 from delta_fabric.config import RelayPolicy, SyncConfig
 from delta_fabric.engine import AcceptedEntry, Engine, ReceiveResult, Snapshot
-from delta_fabric.errors import DeltaFabricError
+from delta_fabric.errors import DeltaFabricError, ErrorCode
 from delta_fabric.influence import InfluenceBound
 from delta_fabric.manifest import Manifest
 from delta_fabric.metrics import MetricsWriter
@@ -60,6 +60,8 @@ from delta_fabric.wire import Entry, Packet, encode_packet
 
 __all__ = [
     "DEFAULT_MAX_DRAIN",
+    "DEFAULT_MEMBER_GRACE",
+    "DEFAULT_PEER_DEADLINE",
     "AcceptedCallback",
     "Bootstrap",
     "Fabric",
@@ -77,6 +79,10 @@ AcceptedCallback = Callable[[Sequence[AcceptedEntry]], None]
 
 #: Upper bound on packets taken from the transport in one step (the rest wait for the next step).
 DEFAULT_MAX_DRAIN = 4096
+#: Seconds a member whose liveliness token went stays a member (DF-ZEN-150).
+DEFAULT_MEMBER_GRACE = 10.0
+#: Seconds without progress after which a live peer no longer holds pacing back (DF-ZEN-156).
+DEFAULT_PEER_DEADLINE = 5.0
 
 
 class SnapshotUnavailable(DeltaFabricError, RuntimeError):
@@ -106,7 +112,10 @@ class Fabric:
     seconds from `step` and once at `close` (`delta_fabric.metrics`; no thread). ``members``: the node
     ids accepted as origins (DF-RCV-51, 1.1): entries of any other origin are dropped and counted
     (``drops.not_member``) and never take a place in the origin bound; ``None`` (default) accepts every
-    origin, as 1.0 does. ``repair``: anti-entropy by gap repair (spec section 7.9, 1.1, OPTIONAL):
+    origin, as 1.0 does. ``live_members``: the membership follows the liveliness tokens
+    (DF-ZEN-150): an origin is a member while its token is live and for ``member_grace`` seconds
+    after it went (entries still in flight), intersected with ``members`` when both are given.
+    ``repair``: anti-entropy by gap repair (spec section 7.9, 1.1, OPTIONAL):
     the node asks origins again for the entries it missed and publishes its own entries again when
     asked (`delta_fabric.repair`; counters under ``stats()["repair"]``). ``snapshot_quorum``
     (proposal, spec/proposals/trusted-snapshots.md): when >= 1, a bootstrap queries every live
@@ -138,6 +147,8 @@ class Fabric:
         repair: bool = False,
         snapshot_quorum: int = 0,
         influence_factor: float | None = None,
+        live_members: bool = False,
+        member_grace: float = DEFAULT_MEMBER_GRACE,
     ) -> None:
         if not isinstance(store, WeightStore):
             raise TypeError(
@@ -146,6 +157,8 @@ class Fabric:
         node_id = check_node_id(node_id)
         if max_drain < 1:
             raise ValueError("max_drain must be >= 1")
+        if not 0.0 <= member_grace < float("inf"):
+            raise ValueError(f"member_grace must be a finite number >= 0, got {member_grace}")
         if bootstrap not in (True, False, "auto"):
             raise ValueError(f"bootstrap must be True, False or 'auto', got {bootstrap!r}")
         if isinstance(snapshot_quorum, bool) or snapshot_quorum < 0:
@@ -185,14 +198,27 @@ class Fabric:
         self.snapshots_served = 0
         self._lock = threading.Lock()  # guards the anchor against a concurrent snapshot request
         self._closed = False
+        # membership (DF-RCV-51, DF-ZEN-150) and pacing (DF-ZEN-156) state
+        self._configured: frozenset[int] | None = (
+            None if members is None else frozenset(check_node_id(m) for m in members)
+        )
+        self.live_members = live_members
+        self.member_grace = member_grace
+        self._live: frozenset[int] = frozenset()
+        self._left_at: dict[int, float] = {}
+        self._effective: frozenset[int] | None = None
+        self._pace_base: dict[int, tuple[int, int]] = {}  # origin -> (incarnation, lead offset)
+        self._moved_at: dict[int, tuple[tuple[int, int], float]] = {}  # origin -> (progress, t)
 
         try:
             self._metrics = (
                 MetricsWriter(metrics, metrics_interval) if metrics is not None else None
             )
             self.engine = self._start(bootstrap, bootstrap_timeout, incarnation)
-            if members is not None:  # DF-RCV-51: only these node ids are tracked as origins
-                self.engine.set_members(check_node_id(m) for m in members)
+            set_members = getattr(self.transport, "set_members", None)
+            if callable(set_members) and (members is not None or live_members):
+                set_members(self._configured, live=live_members)  # DF-ZEN-151, DF-ZEN-155
+            self._refresh_members()  # DF-RCV-51: only members are tracked as origins
             if influence_factor is not None:
                 self.engine.influence = InfluenceBound(influence_factor)
             self.gaps: GapTracker | None = None
@@ -239,7 +265,8 @@ class Fabric:
 
         Node id, endpoints, Zenoh config file and namespace come from `ZenohOptions.from_env`; the
         sync parameters from `SyncConfig.from_env`, with ``config`` (when given) as the program's
-        defaults for the variables that are unset; ``DELTA_FABRIC_BOOTSTRAP``, ``DELTA_FABRIC_REPAIR`` and
+        defaults for the variables that are unset; ``DELTA_FABRIC_MEMBERS`` / ``_LIVE_MEMBERS`` /
+        ``_MEMBER_GRACE`` (DF-ZEN-150), ``DELTA_FABRIC_BOOTSTRAP``, ``DELTA_FABRIC_REPAIR`` and
         ``DELTA_FABRIC_METRICS`` / ``_METRICS_INTERVAL`` unless given in ``kw``. The fabric owns the
         transport (closed with it). A bad variable raises `delta_fabric.env.EnvError`; an id already
         live in the namespace `delta_fabric.transports.DuplicateNodeError`. Does not wait for peers
@@ -259,6 +286,12 @@ class Fabric:
             kw["bootstrap"] = _env.bootstrap(env)
         if "repair" not in kw:
             kw["repair"] = _env.repair(env)
+        members, live, grace = _env.membership(env)
+        if members is not None:
+            kw.setdefault("members", members)
+        if live:
+            kw.setdefault("live_members", live)
+        kw.setdefault("member_grace", grace)
         if "metrics" not in kw:
             path, interval = _env.metrics(env)
             kw["metrics"] = path
@@ -519,6 +552,39 @@ class Fabric:
         self._check_open()
         return self._process(self.transport.drain(self.max_drain), True)
 
+    def _refresh_members(self) -> None:
+        """The engine's membership: the configured list, or with ``live_members`` the live peers and
+        those gone less than ``member_grace`` s ago (intersected with the list when there is one)."""
+        if not self.live_members:
+            if self._effective != self._configured:
+                self._effective = self._configured
+                self.engine.set_members(self._configured)
+            return
+        live = self.transport.peers()
+        now = time.monotonic()
+        if live != self._live:
+            for p in self._live - live:
+                self._left_at[p] = now
+            for p in live:
+                self._left_at.pop(p, None)
+            self._live = live
+            while len(self._left_at) > self.config.max_origins:  # bounded: oldest departures go
+                del self._left_at[min(self._left_at, key=self._left_at.__getitem__)]
+        for p in [p for p, t in self._left_at.items() if now - t > self.member_grace]:
+            del self._left_at[p]
+        eff = live | self._left_at.keys()
+        if self._configured is not None:
+            eff = eff & self._configured
+        eff = frozenset(eff)
+        if eff != self._effective:
+            log.info("membership now %d node(s)", len(eff))
+            self._effective = eff
+            self.engine.set_members(eff)
+
+    def members(self) -> frozenset[int] | None:
+        """The membership the engine applies now (None: every origin, DF-RCV-51)."""
+        return self._effective
+
     def _process(self, packets: Sequence[bytes], sync: bool) -> int:
         relay = []
         own = []
@@ -528,7 +594,12 @@ class Fabric:
             requests = [p for p in packets if is_repair_request(p)]
             packets = [p for p in packets if not is_repair_request(p)]
             self._repair_requests(requests)
+        take_screened = getattr(self.transport, "take_screened", None)
+        screened: dict[ErrorCode, int] = take_screened() if callable(take_screened) else {}
         with self._lock:
+            self._refresh_members()
+            for code, n in screened.items():  # DF-ZEN-154: rejected before the queue
+                self.engine.count_rejected(code, n)
             if packets:
                 res = self.engine.receive(packets, active=self.store.gather)
                 if res.indices.size:
@@ -630,6 +701,64 @@ class Fabric:
         """Entries accepted from each origin so far (the engine accepts each entry once, so a
         cluster where every packet reached this node shows every origin's last seq here)."""
         return dict(self._accepted_by_origin)
+
+    def pace(
+        self,
+        max_lead: int,
+        *,
+        peer_deadline: float = DEFAULT_PEER_DEADLINE,
+        timeout: float = 60.0,
+    ) -> float:
+        """Bounded staleness (DF-ZEN-156): receive and relay while this node is more than
+        ``max_lead`` sync rounds ahead of a peer that holds it back. Only live peers (the transport's
+        liveliness) that are members hold it back, so a fake origin id never does; a peer whose
+        progress has not moved for ``peer_deadline`` seconds no longer does (once, not per call);
+        a peer's lead is counted from the round this node was at when it first heard that peer's
+        incarnation, so a restarted peer does not hold the others back while it catches up.
+        ``timeout`` bounds one call. Returns the seconds spent."""
+        self._check_open()
+        if max_lead < 0 or not 0.0 <= peer_deadline < float("inf") or not timeout >= 0.0:
+            raise ValueError("max_lead, peer_deadline and timeout must be >= 0")
+        t0 = time.monotonic()
+        while True:
+            if self._pace_blockers(max_lead, peer_deadline) == 0:
+                break
+            if time.monotonic() - t0 >= timeout:
+                break
+            self.transport.wait_for_packets(0.02)
+            self.poll()
+        return time.monotonic() - t0
+
+    def _pace_blockers(self, max_lead: int, peer_deadline: float) -> int:
+        """How many live member peers hold pacing back now (see `pace`)."""
+        now = time.monotonic()
+        mine = self.engine.next_seq - 1
+        live = self.transport.peers()
+        members = self._effective
+        progress = self._origin_progress
+        blockers = 0
+        for p in live:
+            if members is not None and p not in members:
+                continue
+            inc, seq = progress.get(p, (0, 0))
+            base = self._pace_base.get(p)
+            if base is None or base[0] != inc:  # a new incarnation (or first sight): lead from here
+                base = (inc, max(0, mine - seq) if inc else 0)
+                self._pace_base[p] = base
+            moved = self._moved_at.get(p)
+            if moved is None or moved[0] != (inc, seq):
+                self._moved_at[p] = ((inc, seq), now)
+                moved_t = now
+            else:
+                moved_t = moved[1]
+            if now - moved_t > peer_deadline:
+                continue  # no progress for peer_deadline: it no longer holds this node back
+            if mine - seq - base[1] > max_lead:
+                blockers += 1
+        for p in [p for p in self._moved_at if p not in live]:
+            del self._moved_at[p]
+            self._pace_base.pop(p, None)
+        return blockers
 
     def stats(self) -> dict[str, Any]:
         """Counters: steps, syncs, bytes and packets sent, own/relayed entries, receive counters."""

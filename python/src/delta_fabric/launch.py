@@ -206,6 +206,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="seconds between two metrics lines (DELTA_FABRIC_METRICS_INTERVAL)",
     )
     p.add_argument(
+        "--members",
+        default=None,
+        help="comma list of the cluster's node ids, decimal or 0x hex: only they are origins "
+        "(DELTA_FABRIC_MEMBERS; DF-RCV-51, DF-ZEN-151)",
+    )
+    p.add_argument(
+        "--live-members",
+        action="store_true",
+        help="members follow the liveliness tokens (DELTA_FABRIC_LIVE_MEMBERS; DF-ZEN-150)",
+    )
+    p.add_argument(
         "--no-python",
         action="store_true",
         help="run the script as an executable instead of with this Python",
@@ -312,6 +323,15 @@ def plan_nodes(args: argparse.Namespace) -> list[NodePlan]:
         if args.metrics is not None:
             env[dfenv.METRICS] = os.path.abspath(args.metrics)
             env[dfenv.METRICS_INTERVAL] = repr(float(args.metrics_interval))
+        members = getattr(args, "members", None)
+        if members is not None:
+            try:
+                dfenv.membership({dfenv.MEMBERS: members})
+            except dfenv.EnvError as exc:
+                raise UsageError(f"--members: {exc}") from None
+            env[dfenv.MEMBERS] = members
+        if getattr(args, "live_members", False):
+            env[dfenv.LIVE_MEMBERS] = "1"
         plans.append(NodePlan(r, ids[r], listens[r], connect, env))
     return plans
 

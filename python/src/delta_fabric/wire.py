@@ -75,6 +75,7 @@ __all__ = [
     "packet_to_json",
     "quantize",
     "quantize_packet",
+    "screen",
     "validate_packet",
 ]
 
@@ -650,6 +651,17 @@ def _check_disjoint_few(spans: list[tuple[int, int]]) -> None:
     for (a0, e0), (a1, e1) in itertools.pairwise(s):
         if e0 > a1:
             _malformed(f"shared or overlapping objects: bytes [{a0}, {e0}) and [{a1}, {e1})")
+
+
+def screen(buf: bytes | bytearray | memoryview, max_packet_size: int) -> ErrorCode | None:
+    """The first two checks of decoding, without parsing (DF-ZEN-154): ``OVERSIZE`` or
+    ``BAD_IDENTIFIER`` when `decode_packet` would reject ``buf`` with that code, else ``None``. O(1)."""
+    n = len(buf)
+    if n > max_packet_size:
+        return ErrorCode.OVERSIZE
+    if n < 8 or bytes(buf[4:8]) != FILE_IDENTIFIER:
+        return ErrorCode.BAD_IDENTIFIER
+    return None
 
 
 def _decode(mv: memoryview, max_packet_size: int) -> Packet:

@@ -696,6 +696,17 @@ impl Engine {
         }
     }
 
+    /// Counts `n` packets that the transport rejected before its queue with `code` (DF-ZEN-154:
+    /// `Oversize` or `BadIdentifier`) as the engine counts its own (DF-RCV-10).
+    pub fn count_rejected(&mut self, code: ErrorCode, n: u64) {
+        let c = &mut self.counters;
+        c.packets_received += n;
+        c.packets_rejected += n;
+        if let Some(p) = ErrorCode::ALL.iter().position(|x| *x == code) {
+            c.errors[p] += n;
+        }
+    }
+
     /// DF-RCV-50 at the indices `idx` (sorted, unique) a packet touched: the running aggregate `agg[i]`,
     /// `fl32(anchor[i] + agg[i])` and `fl32(active[i] + agg[i])` are all finite.
     fn finite_result(&self, idx: &[u32], active: Option<ActiveView<'_>>) -> bool {

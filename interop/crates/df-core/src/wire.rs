@@ -431,6 +431,18 @@ const E_INDICES: usize = 4;
 const E_VALUES: usize = 5;
 const E_VALUES16: usize = 6;
 
+/// The first two checks of [`decode_packet`], without parsing (DF-ZEN-154): `Oversize` or
+/// `BadIdentifier` when decoding would reject `buf` with that code, else `None`. O(1).
+pub fn screen(buf: &[u8], max_packet_size: usize) -> Option<ErrorCode> {
+    if buf.len() > max_packet_size {
+        Some(ErrorCode::Oversize)
+    } else if buf.len() < 8 || &buf[4..8] != FILE_IDENTIFIER {
+        Some(ErrorCode::BadIdentifier)
+    } else {
+        None
+    }
+}
+
 /// Decodes and checks a packet without context (check order in the module doc, spec DF-RCV-20).
 /// Never panics, whatever `buf` holds; the buffer's address need not be aligned (DF-PKT-6).
 /// REQ: DF-RCV-1.

@@ -12,7 +12,7 @@
 //!
 //! Dropping the fabric closes the transport.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -37,6 +37,11 @@ use crate::transport::{
 
 /// Upper bound on packets taken from the transport in one step (as the Python node).
 pub const DEFAULT_MAX_DRAIN: usize = 4096;
+
+/// Seconds a member whose liveliness token went stays a member (DF-ZEN-150).
+pub const DEFAULT_MEMBER_GRACE: Duration = Duration::from_secs(10);
+/// Time without progress after which a live peer no longer holds pacing back (DF-ZEN-156).
+pub const DEFAULT_PEER_DEADLINE: Duration = Duration::from_secs(5);
 
 /// Longest time one join attempt may spend on one peer before the next live peer is tried.
 pub const JOIN_PER_PEER: Duration = Duration::from_secs(10);
@@ -111,6 +116,13 @@ pub struct FabricOptions {
     pub snapshot_quorum: usize,
     /// The members a quorum join queries (None: every live peer); others are refused and counted.
     pub snapshot_members: Option<Vec<u64>>,
+    /// DF-RCV-51 (1.1): the node ids accepted as origins (`None`: every origin, as 1.0).
+    pub members: Option<HashSet<u64>>,
+    /// DF-ZEN-150: the membership follows the liveliness tokens (live peers and those gone less
+    /// than `member_grace` ago, intersected with `members` when both are given).
+    pub live_members: bool,
+    /// How long a member that left stays one (DF-ZEN-150).
+    pub member_grace: Duration,
 }
 
 impl Default for FabricOptions {
@@ -123,6 +135,9 @@ impl Default for FabricOptions {
             repair: false,
             snapshot_quorum: 0,
             snapshot_members: None,
+            members: None,
+            live_members: false,
+            member_grace: DEFAULT_MEMBER_GRACE,
         }
     }
 }
@@ -170,6 +185,15 @@ pub struct Fabric<W: WeightStore, T: Transport> {
     resend: Option<ResendBuffer>,
     repair_refused: u64,
     snapshot_trust: TrustCounters,
+    /// Membership (DF-RCV-51, DF-ZEN-150) and pacing (DF-ZEN-156) state.
+    configured: Option<HashSet<u64>>,
+    live_members: bool,
+    member_grace: Duration,
+    live: BTreeSet<u64>,
+    left_at: HashMap<u64, Instant>,
+    effective: Option<HashSet<u64>>,
+    pace_base: HashMap<u64, (u64, u64)>,
+    moved_at: HashMap<u64, ((u64, u64), Instant)>,
 }
 
 /// Counters of a quorum join (Python `stats()["snapshot_trust"]`).
@@ -233,7 +257,7 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
                 } else {
                     (None, None)
                 };
-                let fabric = Fabric {
+                let mut fabric = Fabric {
                     store,
                     transport,
                     engine: Arc::new(Mutex::new(engine)),
@@ -252,7 +276,26 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
                     resend,
                     repair_refused: 0,
                     snapshot_trust,
+                    configured: options.members.clone(),
+                    live_members: options.live_members,
+                    member_grace: options.member_grace,
+                    live: BTreeSet::new(),
+                    left_at: HashMap::new(),
+                    effective: None,
+                    pace_base: HashMap::new(),
+                    moved_at: HashMap::new(),
                 };
+                if options.members.is_some() || options.live_members {
+                    // DF-ZEN-151, DF-ZEN-155
+                    fabric
+                        .transport
+                        .set_members(options.members.clone(), options.live_members);
+                }
+                {
+                    let engine = Arc::clone(&fabric.engine);
+                    let mut e = engine.lock().map_err(|_| FabricError::Poisoned)?;
+                    fabric.refresh_members(&mut e);
+                }
                 fabric
                     .transport
                     .serve_snapshot(fabric.snapshot_provider())?;
@@ -393,6 +436,54 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
         self.process(&packets, true)
     }
 
+    /// The engine's membership: the configured list, or with `live_members` the live peers and
+    /// those gone less than `member_grace` ago (intersected with the list when there is one).
+    fn refresh_members(&mut self, e: &mut Engine) {
+        if !self.live_members {
+            if self.effective != self.configured {
+                self.effective = self.configured.clone();
+                e.receiver_state_mut().set_members(self.configured.clone());
+            }
+            return;
+        }
+        let live = self.transport.peers().unwrap_or_default();
+        let now = Instant::now();
+        if live != self.live {
+            for p in self.live.difference(&live) {
+                self.left_at.insert(*p, now);
+            }
+            for p in &live {
+                self.left_at.remove(p);
+            }
+            self.live = live;
+            let bound = e.config().max_origins;
+            while self.left_at.len() > bound {
+                // bounded: the oldest departures go first
+                if let Some(oldest) = self.left_at.iter().min_by_key(|x| *x.1).map(|x| *x.0) {
+                    self.left_at.remove(&oldest);
+                }
+            }
+        }
+        let grace = self.member_grace;
+        self.left_at
+            .retain(|_, t| now.saturating_duration_since(*t) <= grace);
+        let mut eff: HashSet<u64> = self.live.iter().copied().collect();
+        eff.extend(self.left_at.keys().copied());
+        if let Some(c) = &self.configured {
+            eff.retain(|p| c.contains(p));
+        }
+        if self.effective.as_ref() != Some(&eff) {
+            info!(target: LOG_TARGET, "membership now {} node(s)", eff.len());
+            self.effective = Some(eff.clone());
+            e.receiver_state_mut().set_members(Some(eff));
+        }
+    }
+
+    /// The membership the engine applies now (`None`: every origin, DF-RCV-51).
+    pub fn members(&self) -> Option<&HashSet<u64>> {
+        self.effective.as_ref()
+    }
+
     fn process(&mut self, packets: &[Vec<u8>], sync: bool) -> Result<usize, FabricError> {
         // DF-RCV-160: a repair request is not a packet
         let split: Vec<Vec<u8>>;
@@ -406,7 +497,12 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
             packets
         };
         let engine = Arc::clone(&self.engine);
+        let screened = self.transport.take_screened();
         let mut e = engine.lock().map_err(|_| FabricError::Poisoned)?;
+        self.refresh_members(&mut e);
+        for (code, n) in screened {
+            e.count_rejected(code, n); // DF-ZEN-154: rejected before the queue
+        }
         let mut relay = Vec::new();
         if !packets.is_empty() {
             let refs: Vec<&[u8]> = packets.iter().map(Vec::as_slice).collect();
@@ -592,12 +688,21 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
 
     /// DF-RCV-51 (1.1): only these node ids are tracked as origins (`None`: every origin, as in
     /// 1.0); entries of other origins are dropped and counted as `drops.not_member`, and never take a
-    /// place in the origin bound.
-    pub fn set_members(
-        &self,
-        members: Option<std::collections::HashSet<u64>>,
-    ) -> Result<(), FabricError> {
-        self.engine()?.receiver_state_mut().set_members(members);
+    /// place in the origin bound. Replaces the configured list (with `live_members`, the live set
+    /// is intersected with it at the next step); the transport refuses non-members' keys too.
+    pub fn set_members(&mut self, members: Option<HashSet<u64>>) -> Result<(), FabricError> {
+        self.transport
+            .set_members(members.clone(), self.live_members);
+        self.configured = members;
+        let engine = Arc::clone(&self.engine);
+        let mut e = engine.lock().map_err(|_| FabricError::Poisoned)?;
+        self.effective = None;
+        if !self.live_members {
+            self.effective = self.configured.clone();
+            e.receiver_state_mut().set_members(self.configured.clone());
+        } else {
+            self.refresh_members(&mut e);
+        }
         Ok(())
     }
 
@@ -666,35 +771,76 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
         })
     }
 
-    /// Bounded staleness: while this node is more than `max_lead` sync rounds ahead of the slowest
-    /// peer it hears from (or expects), keep receiving and relaying; give up after `patience`.
-    /// Returns the time spent.
+    /// Bounded staleness (DF-ZEN-156): receive and relay while this node is more than `max_lead`
+    /// sync rounds ahead of a peer that holds it back. Only live peers (the transport's liveliness)
+    /// that are members hold it back, so a fake origin id never does; a peer whose progress has not
+    /// moved for `peer_deadline` no longer does (once, not per call); a peer's lead is counted from
+    /// the round this node was at when it first heard that peer's incarnation, so a restarted peer
+    /// does not hold the others back while it catches up. `timeout` bounds one call. Returns the
+    /// time spent.
     pub fn pace(
         &mut self,
-        expected: &[u64],
         max_lead: u64,
-        patience: Duration,
+        peer_deadline: Duration,
+        timeout: Duration,
     ) -> Result<Duration, FabricError> {
+        self.check_open()?;
         let t0 = Instant::now();
-        loop {
-            let mut peers: Vec<u64> = expected.to_vec();
-            peers.extend(self.origin_progress.keys().copied());
-            if peers.is_empty() {
-                break;
-            }
-            let mine = self.lock()?.next_seq().saturating_sub(1);
-            let slowest = peers
-                .iter()
-                .map(|p| self.origin_progress.get(p).map_or(0, |&(_, seq)| seq))
-                .min()
-                .unwrap_or(0);
-            if mine.saturating_sub(slowest) <= max_lead || t0.elapsed() > patience {
-                break;
-            }
-            self.transport.wait_for_packets(Duration::from_millis(50))?;
+        while self.pace_blockers(max_lead, peer_deadline)? > 0 && t0.elapsed() < timeout {
+            self.transport.wait_for_packets(Duration::from_millis(20))?;
             self.poll()?;
         }
         Ok(t0.elapsed())
+    }
+
+    /// How many live member peers hold pacing back now (see [`Fabric::pace`]).
+    fn pace_blockers(
+        &mut self,
+        max_lead: u64,
+        peer_deadline: Duration,
+    ) -> Result<usize, FabricError> {
+        let now = Instant::now();
+        let mine = self.lock()?.next_seq().saturating_sub(1);
+        let live = self.transport.peers()?;
+        let mut blockers = 0;
+        for p in &live {
+            if self.effective.as_ref().is_some_and(|m| !m.contains(p)) {
+                continue;
+            }
+            let (inc, seq) = self.origin_progress.get(p).copied().unwrap_or((0, 0));
+            let base = match self.pace_base.get(p) {
+                Some(b) if b.0 == inc => *b,
+                _ => {
+                    // a new incarnation (or first sight): the lead counts from here
+                    let b = (
+                        inc,
+                        if inc == 0 {
+                            0
+                        } else {
+                            mine.saturating_sub(seq)
+                        },
+                    );
+                    self.pace_base.insert(*p, b);
+                    b
+                }
+            };
+            let moved_t = match self.moved_at.get(p) {
+                Some(&(prog, t)) if prog == (inc, seq) => t,
+                _ => {
+                    self.moved_at.insert(*p, ((inc, seq), now));
+                    now
+                }
+            };
+            if now.saturating_duration_since(moved_t) > peer_deadline {
+                continue; // no progress for peer_deadline: it no longer holds this node back
+            }
+            if mine.saturating_sub(seq).saturating_sub(base.1) > max_lead {
+                blockers += 1;
+            }
+        }
+        self.moved_at.retain(|p, _| live.contains(p));
+        self.pace_base.retain(|p, _| live.contains(p));
+        Ok(blockers)
     }
 
     /// Stops the node and closes the transport (peers see it go); idempotent.

@@ -30,6 +30,7 @@ pub mod fabric;
 pub mod lifecycle;
 pub mod logging;
 pub mod memory;
+pub mod queue;
 pub mod store;
 pub mod transport;
 

@@ -49,6 +49,12 @@ pub struct TransportStats {
     pub dropped_bytes: u64,
     pub queued_packets: u64,
     pub queued_bytes: u64,
+    /// Refused before the queue: on the delta key of a non-member (DF-ZEN-151).
+    pub rejected_not_member: u64,
+    /// Refused before the queue: over the sender's rate limit (DF-ZEN-153).
+    pub rate_limited: u64,
+    /// Snapshot queries answered with an error because they named no member (DF-ZEN-155).
+    pub snapshot_refused: u64,
 }
 
 impl TransportStats {
@@ -63,6 +69,9 @@ impl TransportStats {
             "dropped_bytes": self.dropped_bytes,
             "queued_packets": self.queued_packets,
             "queued_bytes": self.queued_bytes,
+            "rejected_not_member": self.rejected_not_member,
+            "rate_limited": self.rate_limited,
+            "snapshot_refused": self.snapshot_refused,
         })
     }
 }
@@ -77,6 +86,20 @@ pub trait Transport {
 
     /// Up to `max` queued packets in arrival order, without waiting.
     fn drain(&self, max: usize) -> Result<Vec<Vec<u8>>, TransportError>;
+
+    /// Payloads rejected before the receive queue since the last call, per code (DF-ZEN-154); the
+    /// node adds them to its rejection counters ([`df_core::Engine::count_rejected`]). Default:
+    /// none (a transport that queues everything).
+    fn take_screened(&self) -> Vec<(df_core::ErrorCode, u64)> {
+        Vec::new()
+    }
+
+    /// The node's configured membership (DF-RCV-51) as the transport applies it: samples on the
+    /// delta key of a non-member are refused before the queue (DF-ZEN-151) and a snapshot query
+    /// is answered only when its `from` names a member (DF-ZEN-155) that, with `live`, also holds
+    /// a live token (DF-ZEN-150). `None` and `live` false: every sender, as 1.0. Default: ignored
+    /// (a transport without pre-queue checks).
+    fn set_members(&self, _members: Option<std::collections::HashSet<u64>>, _live: bool) {}
 
     /// Waits up to `timeout` until a packet is queued; true when one is.
     fn wait_for_packets(&self, timeout: Duration) -> Result<bool, TransportError>;
@@ -152,6 +175,12 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     }
     fn stats(&self) -> TransportStats {
         (**self).stats()
+    }
+    fn take_screened(&self) -> Vec<(df_core::ErrorCode, u64)> {
+        (**self).take_screened()
+    }
+    fn set_members(&self, members: Option<std::collections::HashSet<u64>>, live: bool) {
+        (**self).set_members(members, live)
     }
     fn close(&mut self) -> Result<(), TransportError> {
         (**self).close()

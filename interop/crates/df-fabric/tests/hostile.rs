@@ -58,6 +58,7 @@ fn run(
             let store = VecStore::new(manifest(), vec![0.0; 64]).unwrap();
             let f = Fabric::with_options(store, hub.join(id, &[]).unwrap(), cfg.clone(), options)
                 .unwrap();
+            let mut f = f;
             f.set_members(members.map(|m| m.iter().copied().collect::<HashSet<u64>>()))
                 .unwrap();
             f

@@ -140,6 +140,32 @@ pub struct Args {
     /// own entries again when asked [env: DELTA_FABRIC_REPAIR].
     #[arg(long)]
     pub repair: bool,
+    /// Comma-separated hex ids of the cluster's members: only they are origins (DF-RCV-51) and
+    /// samples on other nodes' keys are refused (DF-ZEN-151) [env: DELTA_FABRIC_MEMBERS, decimal
+    /// or 0x hex].
+    #[arg(long, value_delimiter = ',', value_parser = parse_node_id)]
+    pub members: Vec<u64>,
+    /// Members are the nodes with a live liveliness token (and in --members when given;
+    /// DF-ZEN-150) [env: DELTA_FABRIC_LIVE_MEMBERS].
+    #[arg(long)]
+    pub live_members: bool,
+    /// Seconds a member that left stays one (DF-ZEN-150) [env: DELTA_FABRIC_MEMBER_GRACE].
+    #[arg(long, default_value = "10", value_parser = seconds)]
+    pub member_grace: Duration,
+    /// Largest seq step above the highest accepted seq of a tracked incarnation (DF-PAR-50;
+    /// 0: no bound) [env: DELTA_FABRIC_MAX_SEQ_JUMP].
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=4_294_967_296))]
+    pub max_seq_jump: u64,
+    /// Packets per second each sender may queue (DF-ZEN-153; 0: no limit)
+    /// [env: DELTA_FABRIC_RATE_LIMIT].
+    #[arg(long, default_value_t = 0.0, value_parser = non_negative)]
+    pub rate_limit: f64,
+    /// Packets a sender may queue at once (0: the rate) [env: DELTA_FABRIC_RATE_BURST].
+    #[arg(long, default_value_t = 0.0, value_parser = non_negative)]
+    pub rate_burst: f64,
+    /// Seconds without progress after which a live peer no longer holds pacing back (DF-ZEN-156).
+    #[arg(long, default_value = "5", value_parser = seconds)]
+    pub peer_deadline: Duration,
 }
 
 /// A 64-bit node id from hex (`0x` prefix optional, at most 16 digits, non-zero).
@@ -168,7 +194,13 @@ command line wins, then the variable, then the default; an empty variable counts
   DELTA_FABRIC_RATIO, _ALPHA, _SYNC_INTERVAL, _INCLUDE_BUFFERS (1/0), _RELAY_THRESHOLD,
   _HOP_LIMIT, _MAX_PACKET_SIZE, _REPLAY_WINDOW, _MAX_INCARNATIONS, _ENCODING (F32/F16/BF16)
                              the sync parameter of the same name
-  DELTA_FABRIC_REPAIR        --repair (1/0)";
+  DELTA_FABRIC_REPAIR        --repair (1/0)
+  DELTA_FABRIC_MAX_SEQ_JUMP  --max-seq-jump
+  DELTA_FABRIC_MEMBERS       --members, comma list of node ids (decimal or 0x hex)
+  DELTA_FABRIC_LIVE_MEMBERS  --live-members (1/0)
+  DELTA_FABRIC_MEMBER_GRACE  --member-grace
+  DELTA_FABRIC_RATE_LIMIT, _RATE_BURST
+                             --rate-limit, --rate-burst";
 
 /// A Zenoh endpoint `proto/address` (the check of `delta_fabric.env.endpoints`).
 fn endpoint(v: &str) -> Result<String, String> {
@@ -202,6 +234,12 @@ fn positive(v: &str) -> Result<f64, String> {
     Some(number(v)?)
         .filter(|&x| x > 0.0)
         .ok_or_else(|| format!("{v} must be > 0"))
+}
+
+fn non_negative(v: &str) -> Result<f64, String> {
+    Some(number(v)?)
+        .filter(|&x| x >= 0.0)
+        .ok_or_else(|| format!("{v} must be >= 0"))
 }
 
 fn momentum(v: &str) -> Result<f64, String> {
@@ -385,6 +423,75 @@ impl Args {
         o.drain = self.drain;
         o.repair = self.repair;
         o.weights_dir = self.weights_dir;
+        o.members = (!self.members.is_empty()).then_some(self.members);
+        o.live_members = self.live_members;
+        o.member_grace = self.member_grace;
+        o.sync_config.max_seq_jump = self.max_seq_jump;
+        o.rate_limit = self.rate_limit;
+        o.rate_burst = self.rate_burst;
+        o.peer_deadline = self.peer_deadline;
+        if !given(m, "members")
+            && let Some((name, raw)) = env.get("MEMBERS")
+        {
+            let ids = raw
+                .split(',')
+                .map(|p| {
+                    Env::int(p.trim())
+                        .filter(|v| (1..=u128::from(u64::MAX)).contains(v))
+                        .and_then(|v| u64::try_from(v).ok())
+                        .ok_or_else(|| {
+                            Env::bad(
+                                &name,
+                                &raw,
+                                &format!(
+                                    "{:?} is not a node id in [1, 2**64) (decimal or 0x hex)",
+                                    p.trim()
+                                ),
+                            )
+                        })
+                })
+                .collect::<Result<Vec<u64>, _>>()?;
+            o.members = Some(ids);
+        }
+        if !given(m, "live_members")
+            && let Some(v) = env.boolean("LIVE_MEMBERS")?
+        {
+            o.live_members = v;
+        }
+        if !given(m, "member_grace")
+            && let Some(v) = env.float("MEMBER_GRACE")?
+        {
+            o.member_grace = Duration::try_from_secs_f64(v).map_err(|_| {
+                Env::bad(
+                    "DELTA_FABRIC_MEMBER_GRACE",
+                    &v.to_string(),
+                    "must be >= 0 seconds",
+                )
+            })?;
+        }
+        if !given(m, "max_seq_jump")
+            && let Some(v) = env.uint("MAX_SEQ_JUMP", 0, 4_294_967_296)?
+        {
+            o.sync_config.max_seq_jump = v;
+        }
+        for (field, id) in [("RATE_LIMIT", "rate_limit"), ("RATE_BURST", "rate_burst")] {
+            if !given(m, id)
+                && let Some(v) = env.float(field)?
+            {
+                if v < 0.0 {
+                    return Err(Env::bad(
+                        &format!("{PREFIX}{field}"),
+                        &v.to_string(),
+                        "must be a number >= 0",
+                    ));
+                }
+                if field == "RATE_LIMIT" {
+                    o.rate_limit = v;
+                } else {
+                    o.rate_burst = v;
+                }
+            }
+        }
         if !given(m, "alpha")
             && let Some(v) = env.float("ALPHA")?
         {

@@ -103,6 +103,17 @@ pub struct NodeOptions {
     /// Write the canonical weights at every evaluation (`step{S:06}.f32`) and at the end
     /// (`final.f32`) into this directory (the demo's weight-agreement panel).
     pub weights_dir: Option<PathBuf>,
+    /// DF-RCV-51: the node ids accepted as origins (`None`: every origin).
+    pub members: Option<Vec<u64>>,
+    /// DF-ZEN-150: the membership follows the liveliness tokens.
+    pub live_members: bool,
+    /// DF-ZEN-150: how long a member that left stays one.
+    pub member_grace: Duration,
+    /// DF-ZEN-153: packets per second each sender may queue (0: no limit), and the burst.
+    pub rate_limit: f64,
+    pub rate_burst: f64,
+    /// DF-ZEN-156: a live peer without progress for this long no longer holds pacing back.
+    pub peer_deadline: Duration,
 }
 
 impl NodeOptions {
@@ -141,6 +152,12 @@ impl NodeOptions {
             drain: false,
             repair: false,
             weights_dir: None,
+            members: None,
+            live_members: false,
+            member_grace: df_fabric::fabric::DEFAULT_MEMBER_GRACE,
+            rate_limit: 0.0,
+            rate_burst: 0.0,
+            peer_deadline: df_fabric::fabric::DEFAULT_PEER_DEADLINE,
         }
     }
 
@@ -475,6 +492,9 @@ pub fn run_node(
                     preferred: opts.neighbours.clone(),
                 }),
                 repair: opts.repair,
+                members: opts.members.as_ref().map(|m| m.iter().copied().collect()),
+                live_members: opts.live_members,
+                member_grace: opts.member_grace,
                 ..FabricOptions::default()
             };
             let f = Fabric::with_options(store, t, opts.sync_config.clone(), options)?;
@@ -568,7 +588,7 @@ pub fn run_node(
         if let Some(f) = node.fabric() {
             f.step()?;
             if opts.max_lead > 0 && step % u64::from(opts.sync_config.sync_interval.max(1)) == 0 {
-                paced += f.pace(&opts.neighbours, opts.max_lead, opts.wait_peers)?;
+                paced += f.pace(opts.max_lead, opts.peer_deadline, opts.wait_peers)?;
             }
         }
         let mut acc = None;

@@ -19,6 +19,8 @@ pub fn transport_config(o: &NodeOptions) -> TransportConfig {
     c.multicast = false;
     c.neighbours = (!o.neighbours.is_empty()).then(|| o.neighbours.clone());
     c.max_packet_size = o.sync_config.max_packet_size;
+    c.rate_limit = o.rate_limit;
+    c.rate_burst = o.rate_burst;
     c
 }
 

@@ -17,18 +17,20 @@
 //! to the senders through congestion control BLOCK; two nodes that both block while publishing to
 //! each other can stall, so use it only with a consumer that drains independently of publishing).
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeSet, HashSet};
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use df_core::ErrorCode;
 pub use df_core::snapshot::{DEFAULT_CHUNK_SIZE, parse_chunk_params};
 use df_core::snapshot::{
     SnapshotAssembler, SnapshotError, SnapshotErrorKind, SnapshotServer, fetch_snapshot_chunks,
     format_chunk_params,
 };
+use df_fabric::queue::{PacketQueue, TokenBuckets};
 use df_fabric::transport::{peer_timeout_message, peers_satisfied};
 use serde_json::{Value, json};
 use zenoh::Wait;
@@ -143,6 +145,11 @@ pub struct TransportConfig {
     pub queue_policy: QueuePolicy,
     /// The node's `max_packet_size` (bounds the snapshot chunks it serves: `4c + 1024 <= M`).
     pub max_packet_size: usize,
+    /// Packets per second each sender (the node id of the delta key a sample came on) may queue
+    /// (DF-ZEN-153; 0: no limit).
+    pub rate_limit: f64,
+    /// Packets a sender may queue at once (0: `max(1, rate_limit)`).
+    pub rate_burst: f64,
 }
 
 impl TransportConfig {
@@ -161,6 +168,8 @@ impl TransportConfig {
             queue_bytes: DEFAULT_QUEUE_BYTES,
             queue_policy: QueuePolicy::DropOldest,
             max_packet_size: df_core::DEFAULT_MAX_PACKET_SIZE,
+            rate_limit: 0.0,
+            rate_burst: 0.0,
         }
     }
 
@@ -207,6 +216,18 @@ impl TransportConfig {
     }
 }
 
+/// The `from=<hex16>` parameter of a snapshot query (DF-ZEN-155), or `None` when it is absent or
+/// not 16 lowercase hex digits naming a non-zero id.
+pub fn query_from(params: &str) -> Option<u64> {
+    params
+        .split(['&', ';'])
+        .find_map(|part| {
+            let (k, v) = part.split_once('=').unwrap_or((part, ""));
+            (k.trim() == "from").then(|| v.trim())
+        })
+        .and_then(parse_node)
+}
+
 /// Default receive queue bound in bytes (256 MiB, as the Python transport's).
 pub const DEFAULT_QUEUE_BYTES: usize = 256 * 1024 * 1024;
 
@@ -223,16 +244,19 @@ fn zerr(e: impl fmt::Display) -> TransportError {
 }
 
 struct Shared {
-    queue: Mutex<VecDeque<Vec<u8>>>,
-    /// Payload bytes in `queue` (changed under the queue's lock).
-    queued_bytes: AtomicU64,
+    /// The receive queue with one share per sender (DF-ZEN-152) and the rate limit (DF-ZEN-153).
+    queue: Mutex<PacketQueue>,
     queue_cv: Condvar,
     peers: Mutex<BTreeSet<u64>>,
     peers_cv: Condvar,
-    received: AtomicU64,
-    received_bytes: AtomicU64,
-    dropped: AtomicU64,
-    dropped_bytes: AtomicU64,
+    /// DF-ZEN-154: payloads rejected before the queue (`OVERSIZE`, `BAD_IDENTIFIER`), taken by
+    /// the node.
+    screened_oversize: AtomicU64,
+    screened_bad_identifier: AtomicU64,
+    /// The configured membership (DF-ZEN-151) and whether it follows liveliness (DF-ZEN-150).
+    members: Mutex<(Option<HashSet<u64>>, bool)>,
+    rejected_not_member: AtomicU64,
+    snapshot_refused: AtomicU64,
     published: AtomicU64,
     published_bytes: AtomicU64,
     provider: Mutex<Option<SnapshotProvider>>,
@@ -250,40 +274,56 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
-    fn push(&self, buf: Vec<u8>, capacity: usize, max_bytes: usize, policy: QueuePolicy) {
-        let mut q = lock(&self.queue);
-        let n = buf.len() as u64;
-        let full = |q: &VecDeque<Vec<u8>>, queued: u64| {
-            !q.is_empty() && (q.len() >= capacity.max(1) || queued + n > max_bytes as u64)
+    /// The receive path of one sample (DF-ZEN-154, -151, -153, -152, in this order).
+    fn receive(&self, buf: &[u8], key: &str, max_packet_size: usize, policy: QueuePolicy) {
+        // a RepairRequest (DFR1, DF-RCV-160) shares the delta key: it is not a packet, the node
+        // decodes it with its own checks
+        let code = if df_core::repair::is_repair_request(buf) {
+            None
+        } else {
+            df_core::wire::screen(buf, max_packet_size)
         };
-        match policy {
-            QueuePolicy::DropOldest => {
-                while full(&q, self.queued_bytes.load(Ordering::Relaxed)) {
-                    if let Some(old) = q.pop_front() {
-                        self.queued_bytes
-                            .fetch_sub(old.len() as u64, Ordering::Relaxed);
-                        self.dropped.fetch_add(1, Ordering::Relaxed);
-                        self.dropped_bytes
-                            .fetch_add(old.len() as u64, Ordering::Relaxed);
-                    }
-                }
+        match code {
+            Some(ErrorCode::Oversize) => {
+                self.screened_oversize.fetch_add(1, Ordering::Relaxed);
+                return;
             }
-            QueuePolicy::Block => {
-                while full(&q, self.queued_bytes.load(Ordering::Relaxed)) {
-                    if self.closing.load(Ordering::Acquire) {
-                        return;
-                    }
-                    q = self.queue_cv.wait(q).unwrap_or_else(|p| p.into_inner());
+            Some(_) => {
+                self.screened_bad_identifier.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            None => {}
+        }
+        let sender = parse_node(key).unwrap_or(0);
+        if let Some(m) = &lock(&self.members).0
+            && !m.contains(&sender)
+        {
+            self.rejected_not_member.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let mut q = lock(&self.queue);
+        if policy == QueuePolicy::Block {
+            while q.full_for(buf.len()) {
+                if self.closing.load(Ordering::Acquire) {
+                    return;
                 }
+                q = self.queue_cv.wait(q).unwrap_or_else(|p| p.into_inner());
             }
         }
-        self.received.fetch_add(1, Ordering::Relaxed);
-        self.received_bytes
-            .fetch_add(buf.len() as u64, Ordering::Relaxed);
-        self.queued_bytes.fetch_add(n, Ordering::Relaxed);
-        q.push_back(buf);
+        q.push(buf.to_vec(), sender, Instant::now());
         drop(q);
         self.queue_cv.notify_all();
+    }
+
+    /// Whether a snapshot query with these parameters may be answered (DF-ZEN-155).
+    fn may_answer(&self, params: &str) -> bool {
+        let (members, live) = &*lock(&self.members);
+        let asker = query_from(params);
+        let member = members
+            .as_ref()
+            .is_none_or(|m| asker.is_some_and(|a| m.contains(&a)));
+        let is_live = !*live || asker.is_some_and(|a| lock(&self.peers).contains(&a));
+        member && is_live
     }
 
     /// Runs `f` on the snapshot server at one clock reading, with a capture taken from the
@@ -350,16 +390,26 @@ impl ZenohTransport {
         cfg.namespace = ns.clone();
         let session = zenoh::open(cfg.zenoh_config()?).wait().map_err(zerr)?;
         let cfgerr = |e: SnapshotError| TransportError::Config(e.to_string());
+        let burst = if cfg.rate_burst > 0.0 {
+            cfg.rate_burst
+        } else {
+            cfg.rate_limit.max(1.0)
+        };
+        let buckets = TokenBuckets::new(cfg.rate_limit, burst).map_err(TransportError::Config)?;
         let shared = Arc::new(Shared {
-            queue: Mutex::default(),
+            queue: Mutex::new(PacketQueue::new(
+                cfg.queue_capacity,
+                cfg.queue_bytes,
+                buckets,
+            )),
             queue_cv: Condvar::new(),
             peers: Mutex::default(),
             peers_cv: Condvar::new(),
-            received: AtomicU64::new(0),
-            received_bytes: AtomicU64::new(0),
-            dropped: AtomicU64::new(0),
-            dropped_bytes: AtomicU64::new(0),
-            queued_bytes: AtomicU64::new(0),
+            screened_oversize: AtomicU64::new(0),
+            screened_bad_identifier: AtomicU64::new(0),
+            members: Mutex::new((None, false)),
+            rejected_not_member: AtomicU64::new(0),
+            snapshot_refused: AtomicU64::new(0),
             published: AtomicU64::new(0),
             published_bytes: AtomicU64::new(0),
             provider: Mutex::new(None),
@@ -390,14 +440,14 @@ impl ZenohTransport {
         for k in keys {
             let sh = shared.clone();
             let own = own_key.clone();
-            let (cap, bytes, pol) = (cfg.queue_capacity, cfg.queue_bytes, cfg.queue_policy);
+            let (mps, pol) = (cfg.max_packet_size, cfg.queue_policy);
             let sub = session
                 .declare_subscriber(k)
                 .callback(move |s| {
                     if s.kind() != SampleKind::Put || s.key_expr().as_str() == own {
                         return;
                     }
-                    sh.push(s.payload().to_bytes().into_owned(), cap, bytes, pol);
+                    sh.receive(&s.payload().to_bytes(), s.key_expr().as_str(), mps, pol);
                 })
                 .wait()
                 .map_err(zerr)?;
@@ -415,6 +465,12 @@ impl ZenohTransport {
                 .callback(move |query| {
                     // DF-ZEN-5: the sans-IO server policy of df_core::snapshot answers.
                     let params = query.parameters().as_str().to_owned();
+                    if !sh.may_answer(&params) {
+                        // DF-ZEN-155: a short error, never a chunk, for a non-member
+                        sh.snapshot_refused.fetch_add(1, Ordering::Relaxed);
+                        let _ = query.reply_err("not a member").wait();
+                        return;
+                    }
                     let answer = parse_chunk_params(&params, mps).and_then(|(chunk, _)| {
                         sh.with_server(chunk == 0, |srv, now, capture| {
                             srv.answer(&params, now, capture)
@@ -573,9 +629,10 @@ impl ZenohTransport {
         timeout: Duration,
     ) -> Result<Vec<u8>, SnapshotError> {
         let sel = format!(
-            "{}?{}",
+            "{}?{}&from={}",
             snapshot_key(&self.cfg.namespace, peer),
-            format_chunk_params(chunk, size)
+            format_chunk_params(chunk, size),
+            node_hex(self.cfg.node_id)
         );
         let replies = self
             .session
@@ -648,13 +705,26 @@ impl Transport for ZenohTransport {
         Ok(())
     }
 
+    fn take_screened(&self) -> Vec<(ErrorCode, u64)> {
+        let o = self.shared.screened_oversize.swap(0, Ordering::Relaxed);
+        let b = self
+            .shared
+            .screened_bad_identifier
+            .swap(0, Ordering::Relaxed);
+        [(ErrorCode::Oversize, o), (ErrorCode::BadIdentifier, b)]
+            .into_iter()
+            .filter(|&(_, n)| n > 0)
+            .collect()
+    }
+
+    fn set_members(&self, members: Option<HashSet<u64>>, live: bool) {
+        *lock(&self.shared.members) = (members, live);
+    }
+
     fn drain(&self, max: usize) -> Result<Vec<Vec<u8>>, TransportError> {
         self.check_open()?;
         let mut q = lock(&self.shared.queue);
-        let n = max.min(q.len());
-        let out: Vec<Vec<u8>> = q.drain(..n).collect();
-        let taken: u64 = out.iter().map(|p| p.len() as u64).sum();
-        self.shared.queued_bytes.fetch_sub(taken, Ordering::Relaxed);
+        let out = q.drain(max);
         drop(q);
         self.shared.queue_cv.notify_all();
         Ok(out)
@@ -720,20 +790,20 @@ impl Transport for ZenohTransport {
     }
 
     fn stats(&self) -> TransportStats {
-        let (queued_packets, queued_bytes) = {
-            let q = lock(&self.shared.queue);
-            (q.len() as u64, q.iter().map(|p| p.len() as u64).sum())
-        };
         let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let q = lock(&self.shared.queue);
         TransportStats {
             published_packets: ld(&self.shared.published),
             published_bytes: ld(&self.shared.published_bytes),
-            received_packets: ld(&self.shared.received),
-            received_bytes: ld(&self.shared.received_bytes),
-            dropped_packets: ld(&self.shared.dropped),
-            dropped_bytes: ld(&self.shared.dropped_bytes),
-            queued_packets,
-            queued_bytes,
+            received_packets: q.received,
+            received_bytes: q.received_bytes,
+            dropped_packets: q.dropped,
+            dropped_bytes: q.dropped_bytes,
+            queued_packets: q.len() as u64,
+            queued_bytes: q.bytes(),
+            rejected_not_member: ld(&self.shared.rejected_not_member),
+            rate_limited: q.rate_limited,
+            snapshot_refused: ld(&self.shared.snapshot_refused),
         }
     }
 

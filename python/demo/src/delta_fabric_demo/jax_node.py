@@ -102,24 +102,14 @@ def run_node(args: Any, channel: Channel) -> int:
         ]
         return float((pred == yte).mean()), per_class
 
-    peers_expected = set(neighbours)
     paced_s = 0.0
 
     def pace(f: Fabric) -> float:
-        """Bounded staleness, as the PyTorch node does (see `delta_fabric_demo.node`)."""
-        t0 = time.monotonic()
-        while True:
-            prog = f.origin_progress()
-            peers = peers_expected | set(prog)
-            if not peers:
-                break
-            mine = f.engine.next_seq - 1
-            slowest = min(prog.get(p, (0, 0))[1] for p in peers)
-            if mine - slowest <= args.max_lead or time.monotonic() - t0 > args.wait_peers:
-                break
-            transport.wait_for_packets(0.05)
-            f.poll()
-        return time.monotonic() - t0
+        """Bounded staleness, decided locally (`Fabric.pace`, DF-ZEN-156): wait (receiving and
+        relaying) while this node is more than ``--max-lead`` sync rounds ahead of a live peer;
+        a forged origin id never holds it back, a peer without progress for 5 s no longer does,
+        and one call waits at most ``--wait-peers`` seconds."""
+        return f.pace(args.max_lead, timeout=args.wait_peers)
 
     curve: list[list[float]] = []
     acc0, _ = evaluate()

@@ -351,26 +351,14 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
         shared_curve.append([step, acc])
         return acc
 
-    peers_expected = set(neighbours)
     paced_s = 0.0
 
     def pace(f: Fabric) -> float:
-        """Bounded staleness, decided locally: wait (receiving and relaying) while this node is more
-        than ``--max-lead`` sync rounds ahead of the slowest peer it hears from. Peers that fell
-        silent for ``--wait-peers`` seconds no longer hold it back."""
-        t0 = time.monotonic()
-        while True:
-            prog = f.origin_progress()
-            peers = peers_expected | set(prog)
-            if not peers:
-                break
-            mine = f.engine.next_seq - 1
-            slowest = min(prog.get(p, (0, 0))[1] for p in peers)
-            if mine - slowest <= args.max_lead or time.monotonic() - t0 > args.wait_peers:
-                break
-            transport.wait_for_packets(0.05)
-            f.poll()
-        return time.monotonic() - t0
+        """Bounded staleness, decided locally (`Fabric.pace`, DF-ZEN-156): wait (receiving and
+        relaying) while this node is more than ``--max-lead`` sync rounds ahead of a live peer;
+        a forged origin id never holds it back, a peer without progress for 5 s no longer does,
+        and one call waits at most ``--wait-peers`` seconds."""
+        return f.pace(args.max_lead, timeout=args.wait_peers)
 
     def lockstep(g: RoundGate, f: Fabric) -> float:
         """Release this node's latest round once every peer's same round is here (see

@@ -8,8 +8,9 @@ Receive path: packets land in a bounded, thread-safe :class:`PacketQueue` (fille
 thread, never blocking it) and the training loop takes them with :meth:`Transport.drain`, which never
 blocks either.
 
-Overflow policy (both bounds, packets and bytes): **drop the oldest** queued packets until the new one
-fits, and count them in :attr:`TransportStats.dropped_packets` / ``dropped_bytes``. Rationale: the
+Overflow policy (both bounds, packets and bytes): **drop the oldest packet of the largest sender** until
+the new one fits (DF-ZEN-152: each sender has its share, so a flood evicts only its own packets), and
+count them in :attr:`TransportStats.dropped_packets` / ``dropped_bytes``. Rationale: the
 receive callback must never block (blocking it would stall the network thread and, through congestion
 control BLOCK, the *senders'* training steps), and every delta is additive, so no packet is worth more
 than another; dropping the oldest keeps the queue's content the most recent traffic, which is also what
@@ -20,6 +21,7 @@ the queue is empty, so the bound never makes a packet undeliverable.
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -38,6 +40,7 @@ __all__ = [
     "PacketQueue",
     "PeerTimeoutError",
     "SnapshotProvider",
+    "TokenBuckets",
     "Transport",
     "TransportClosedError",
     "TransportError",
@@ -136,6 +139,12 @@ class TransportStats:
     dropped_bytes: int = 0
     queued_packets: int = 0
     queued_bytes: int = 0
+    #: Refused before the queue: on the delta key of a non-member (DF-ZEN-151).
+    rejected_not_member: int = 0
+    #: Refused before the queue: over the sender's rate limit (DF-ZEN-153).
+    rate_limited: int = 0
+    #: Snapshot queries answered with an error because they named no member (DF-ZEN-155).
+    snapshot_refused: int = 0
 
     @property
     def packets_dropped(self) -> int:
@@ -144,12 +153,81 @@ class TransportStats:
         return self.dropped_packets
 
 
-class PacketQueue:
-    """Bounded FIFO of received packets, safe to fill from any thread; :meth:`push` never blocks for
-    longer than a deque append under a lock. Overflow: drop the oldest (see the module docstring)."""
+class TokenBuckets:
+    """Per-sender token buckets (DF-ZEN-153): each sender may queue ``rate`` packets per second on
+    average and ``burst`` at once; ``rate = 0`` turns the limit off. At most ``max_senders`` buckets
+    are kept: a full bucket is the same as no bucket, so full ones are forgotten first, and while
+    none is full every further sender shares one overflow bucket. Not thread-safe (the queue's lock
+    guards it)."""
 
     def __init__(
-        self, capacity: int = DEFAULT_QUEUE_CAPACITY, max_bytes: int = DEFAULT_QUEUE_BYTES
+        self,
+        rate: float,
+        burst: float,
+        *,
+        max_senders: int = 4096,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not (rate >= 0.0 and rate != float("inf")):
+            raise ValueError(f"rate must be a finite number >= 0, got {rate}")
+        if rate > 0 and not burst >= 1.0:
+            raise ValueError(f"burst must be >= 1 when a rate is set, got {burst}")
+        self.rate = float(rate)
+        self.burst = float(burst)
+        self.max_senders = max_senders
+        self._clock = clock
+        self._buckets: dict[int, tuple[float, float]] = {}  # sender -> (tokens, time)
+
+    def take(self, sender: int) -> bool:
+        """One packet of ``sender``: True when its bucket holds a token (taken), False when over."""
+        if self.rate <= 0:
+            return True
+        now = self._clock()
+        buckets = self._buckets
+        key = sender
+        if key not in buckets and len(buckets) >= self.max_senders:
+            self._forget_full(now)
+            if len(buckets) >= self.max_senders:
+                key = -1  # the shared overflow bucket
+        tokens, t = buckets.get(key, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - t) * self.rate)
+        if tokens < 1.0:
+            buckets[key] = (tokens, now)
+            return False
+        buckets[key] = (tokens - 1.0, now)
+        return True
+
+    def _forget_full(self, now: float) -> None:
+        full = [
+            s
+            for s, (tokens, t) in self._buckets.items()
+            if tokens + (now - t) * self.rate >= self.burst
+        ]
+        for s in full:
+            del self._buckets[s]
+
+
+class PacketQueue:
+    """Bounded queue of received packets with one share per sender (DF-ZEN-152), safe to fill from
+    any thread; :meth:`push` never blocks for longer than a few dict operations under a lock.
+
+    ``sender``: who sent a packet as the transport sees it (the node id of the Zenoh key it came on;
+    0 when the transport cannot tell). Overflow: the oldest packet of the sender holding the most
+    queued packets (count bound) or bytes (byte bound) leaves, ties going to the sender whose oldest
+    packet is the oldest; a sender that holds less than another is never evicted, so a flood from one
+    sender evicts only its own packets once it holds more than any member. With a single sender this
+    is drop-oldest. ``rate`` / ``burst``: the per-sender token bucket (`TokenBuckets`); packets over it
+    are refused before the queue and counted in ``rate_limited``. :meth:`drain` returns packets in
+    arrival order."""
+
+    def __init__(
+        self,
+        capacity: int = DEFAULT_QUEUE_CAPACITY,
+        max_bytes: int = DEFAULT_QUEUE_BYTES,
+        *,
+        rate: float = 0.0,
+        burst: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if capacity < 1:
             raise ValueError(f"queue capacity must be >= 1, got {capacity}")
@@ -157,53 +235,99 @@ class PacketQueue:
             raise ValueError(f"queue byte bound must be >= 1, got {max_bytes}")
         self.capacity = capacity
         self.max_bytes = max_bytes
-        self._q: deque[bytes] = deque()
+        self._buckets = TokenBuckets(rate, burst, clock=clock)
+        # sender -> its queued (arrival number, packet), oldest first; byte totals per sender
+        self._q: dict[int, deque[tuple[int, bytes]]] = {}
+        self._sender_bytes: dict[int, int] = {}
+        self._len = 0
         self._bytes = 0
+        self._arrivals = 0
         self._lock = threading.Lock()
         self._nonempty = threading.Condition(self._lock)
         self.received_packets = 0
         self.received_bytes = 0
         self.dropped_packets = 0
         self.dropped_bytes = 0
+        self.rate_limited = 0
 
-    def push(self, packet: bytes) -> None:
+    def _evict(self, by_bytes: bool) -> None:
+        """Drop the oldest packet of the largest sender (see the class docstring)."""
+        q, sb = self._q, self._sender_bytes
+        victim = max(q, key=lambda s: (sb[s] if by_bytes else len(q[s]), -q[s][0][0]))
+        dq = q[victim]
+        _, old = dq.popleft()
+        n = len(old)
+        sb[victim] -= n
+        if not dq:
+            del q[victim], sb[victim]
+        self._len -= 1
+        self._bytes -= n
+        self.dropped_packets += 1
+        self.dropped_bytes += n
+
+    def push(self, packet: bytes, sender: int = 0) -> bool:
+        """Queue ``packet`` of ``sender``; False when the sender's rate limit refused it."""
         n = len(packet)
         with self._lock:
             self.received_packets += 1
             self.received_bytes += n
-            while self._q and (len(self._q) >= self.capacity or self._bytes + n > self.max_bytes):
-                old = self._q.popleft()
-                self._bytes -= len(old)
-                self.dropped_packets += 1
-                self.dropped_bytes += len(old)
-            was_empty = not self._q
-            self._q.append(packet)
+            if not self._buckets.take(sender):
+                self.rate_limited += 1
+                return False
+            while self._len and self._len >= self.capacity:
+                self._evict(by_bytes=False)
+            while self._len and self._bytes + n > self.max_bytes:
+                self._evict(by_bytes=True)
+            was_empty = not self._len
+            self._q.setdefault(sender, deque()).append((self._arrivals, packet))
+            self._sender_bytes[sender] = self._sender_bytes.get(sender, 0) + n
+            self._arrivals += 1
+            self._len += 1
             self._bytes += n
             if was_empty:
                 # waiters wait only for an empty queue to fill: no wake-up per packet
                 self._nonempty.notify_all()
+            return True
+
+    def _pop_oldest(self) -> bytes:
+        q = self._q
+        sender = min(q, key=lambda s: q[s][0][0])
+        dq = q[sender]
+        _, pkt = dq.popleft()
+        self._sender_bytes[sender] -= len(pkt)
+        if not dq:
+            del q[sender], self._sender_bytes[sender]
+        self._len -= 1
+        self._bytes -= len(pkt)
+        return pkt
 
     def drain(self, max_packets: int | None = None) -> list[bytes]:
         if max_packets is not None and max_packets < 0:
             raise ValueError("max_packets must be >= 0")
         with self._lock:
-            if max_packets is None or max_packets >= len(self._q):
-                out = list(self._q)
+            if max_packets is None or max_packets >= self._len:
+                items = [item for dq in self._q.values() for item in dq]
+                items.sort(key=lambda item: item[0])
                 self._q.clear()
+                self._sender_bytes.clear()
+                self._len = 0
                 self._bytes = 0
-                return out
-            out = [self._q.popleft() for _ in range(max_packets)]
-            self._bytes -= sum(len(p) for p in out)
-            return out
+                return [pkt for _, pkt in items]
+            return [self._pop_oldest() for _ in range(max_packets)]
+
+    def queued_by_sender(self) -> dict[int, int]:
+        """Packets queued now per sender."""
+        with self._lock:
+            return {s: len(dq) for s, dq in self._q.items()}
 
     def wait_nonempty(self, timeout: float) -> bool:
         """Block up to ``timeout`` seconds until a packet is queued (for tests and demos, not the step)."""
         with self._nonempty:
-            return self._nonempty.wait_for(lambda: bool(self._q), timeout=max(0.0, timeout))
+            return self._nonempty.wait_for(lambda: bool(self._len), timeout=max(0.0, timeout))
 
     def __len__(self) -> int:
         with self._lock:
-            return len(self._q)
+            return self._len
 
     def counters(self) -> tuple[int, int, int, int, int, int]:
         with self._lock:
@@ -212,7 +336,7 @@ class PacketQueue:
                 self.received_bytes,
                 self.dropped_packets,
                 self.dropped_bytes,
-                len(self._q),
+                self._len,
                 self._bytes,
             )
 

@@ -51,8 +51,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from delta_fabric import lifecycle
+from delta_fabric.errors import ErrorCode
 from delta_fabric.extras import raise_missing_extra
 from delta_fabric.log import init_zenoh_log, zenoh_log_lines
+from delta_fabric.repair import is_repair_request
 from delta_fabric.snapshot import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_MAX_PACKET_SIZE,
@@ -76,6 +78,7 @@ from delta_fabric.transports.base import (
     check_node_id,
     node_hex,
 )
+from delta_fabric.wire import screen
 
 try:  # an optional dependency: a missing one names the extra to install
     import zenoh
@@ -194,6 +197,16 @@ def _parse_node(key: str) -> int | None:
     return n if n != 0 else None
 
 
+def query_from(params: str) -> int | None:
+    """The ``from=<hex16>`` parameter of a snapshot query (DF-ZEN-155), or None when it is absent or
+    not 16 lowercase hex digits naming a non-zero id."""
+    for part in params.replace(";", "&").split("&"):
+        key, _, value = part.partition("=")
+        if key.strip() == "from":
+            return _parse_node(value.strip())
+    return None
+
+
 def query_info(session: zenoh.Session, key: str, timeout: float) -> dict[int, dict[str, Any]]:
     """Ask every info queryable matching ``key`` (DF-ZEN-6) -> ``{node: info object}``; replies that
     are errors, on a key without a node id, or not a JSON object are skipped."""
@@ -233,6 +246,8 @@ class ZenohOptions:
     ``max_packet_size``: the node's DF-PAR ``max_packet_size`` (bounds the snapshot chunks it serves).
     ``extra_config``: further ``(key, json5 value)`` pairs inserted into the config (built or loaded).
     ``tune_malloc``: call :func:`tune_malloc` when the transport opens (process-wide glibc setting).
+    ``rate_limit`` / ``rate_burst``: packets per second and burst each sender (the node id of the
+    delta key a sample came on) may queue (DF-ZEN-153; 0: no limit; burst 0: ``max(1, rate_limit)``).
     """
 
     node_id: int
@@ -250,6 +265,8 @@ class ZenohOptions:
     max_packet_size: int = DEFAULT_MAX_PACKET_SIZE
     extra_config: Sequence[tuple[str, str]] = field(default_factory=tuple)
     tune_malloc: bool = True
+    rate_limit: float = 0.0
+    rate_burst: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "node_id", check_node_id(self.node_id))
@@ -263,6 +280,8 @@ class ZenohOptions:
             object.__setattr__(self, "neighbours", tuple(check_node_id(n) for n in self.neighbours))
         if self.queue_capacity < 1 or self.queue_bytes < 1:
             raise ValueError("queue bounds must be >= 1")
+        if not (0.0 <= self.rate_limit < float("inf")) or not (0.0 <= self.rate_burst < 1e18):
+            raise ValueError("rate_limit and rate_burst must be finite numbers >= 0")
 
     @classmethod
     def lan_default(
@@ -279,8 +298,8 @@ class ZenohOptions:
     def from_env(
         cls, node_id: int | None = None, env: Mapping[str, str] | None = None, **defaults: Any
     ) -> ZenohOptions:
-        """Options from ``DELTA_FABRIC_NODE_ID``, ``_NAMESPACE``, ``_LISTEN``, ``_CONNECT``, ``_MODE``
-        and ``_ZENOH_CONFIG`` (see `delta_fabric.env`); ``defaults`` are the program's own values for
+        """Options from ``DELTA_FABRIC_NODE_ID``, ``_NAMESPACE``, ``_LISTEN``, ``_CONNECT``, ``_MODE``,
+        ``_ZENOH_CONFIG``, ``_RATE_LIMIT`` and ``_RATE_BURST`` (see `delta_fabric.env`); ``defaults`` are the program's own values for
         unset variables. ``node_id`` (when given) wins over the variable; without either, a random
         64-bit id. With a config file, the file is used as is, except that ``_LISTEN`` / ``_CONNECT``
         (when set) replace its endpoints. Bad values raise `delta_fabric.env.EnvError`."""
@@ -305,6 +324,11 @@ class ZenohOptions:
             kw["connect"] = connect
         if mode is not None:
             kw["mode"] = mode
+        rate, burst = _env.rate_limit(env)
+        if rate is not None:
+            kw["rate_limit"] = rate
+        if burst is not None:
+            kw["rate_burst"] = burst
         if config is not None:
             kw["config_file"] = config
             extra = list(kw.get("extra_config", ()))
@@ -440,7 +464,15 @@ class ZenohTransport:
         self.options = options
         self._node_id = options.node_id
         self._ns = options.namespace
-        self._queue = PacketQueue(options.queue_capacity, options.queue_bytes)
+        burst = options.rate_burst or max(1.0, options.rate_limit)
+        self._queue = PacketQueue(
+            options.queue_capacity, options.queue_bytes, rate=options.rate_limit, burst=burst
+        )
+        self._members: frozenset[int] | None = None  # DF-ZEN-151, set by the node
+        self._live_members = False
+        self._screened: dict[ErrorCode, int] = {}  # DF-ZEN-154, taken by the node
+        self._rejected_not_member = 0
+        self._snapshot_refused = 0
         self.neighbours: frozenset[int] | None = (
             None if options.neighbours is None else frozenset(options.neighbours)
         )
@@ -525,9 +557,40 @@ class ZenohTransport:
 
     # callbacks (Zenoh threads) -------------------------------------------------------------------------
     def _on_sample(self, sample: zenoh.Sample) -> None:
-        # Own publications never get here (subscribers are declared for remote origins only, DF-ZEN-9);
-        # the packet is copied out of Zenoh's buffer and queued (drop-oldest when full, counted).
-        self._queue.push(sample.payload.to_bytes())
+        # Own publications never get here (subscribers are declared for remote origins only, DF-ZEN-9).
+        # Before the queue (DF-ZEN-154, DF-ZEN-151, DF-ZEN-153): the two O(1) decode checks, the key
+        # of a non-member, the sender's rate; then the packet is copied out of Zenoh's buffer and
+        # queued in its sender's share (DF-ZEN-152).
+        payload = sample.payload.to_bytes()
+        # a RepairRequest (DFR1, DF-RCV-160) shares the delta key: it is not a packet, the node
+        # decodes it with its own checks
+        code = None if is_repair_request(payload) else screen(payload, self.options.max_packet_size)
+        if code is not None:
+            with self._lock:
+                self._screened[code] = self._screened.get(code, 0) + 1
+            return
+        sender = _parse_node(str(sample.key_expr)) or 0
+        members = self._members
+        if members is not None and sender not in members:
+            with self._lock:
+                self._rejected_not_member += 1
+            return
+        self._queue.push(payload, sender)
+
+    def take_screened(self) -> dict[ErrorCode, int]:
+        """Payloads rejected before the receive queue since the last call, per code (DF-ZEN-154);
+        the node adds them to its rejection counters (`Engine.count_rejected`)."""
+        with self._lock:
+            out, self._screened = self._screened, {}
+        return out
+
+    def set_members(self, members: Collection[int] | None, *, live: bool = False) -> None:
+        """The node's configured membership (DF-RCV-51) as the transport applies it: samples on the
+        delta key of a non-member are refused before the queue (DF-ZEN-151), and a snapshot query
+        is answered only when its ``from`` names a member (DF-ZEN-155) that, with ``live``, also
+        holds a live token (DF-ZEN-150). ``members`` None and ``live`` False: every sender, as 1.0."""
+        self._members = None if members is None else frozenset(check_node_id(m) for m in members)
+        self._live_members = live
 
     def _on_alive(self, sample: zenoh.Sample) -> None:
         node = _parse_node(str(sample.key_expr))
@@ -553,9 +616,19 @@ class ZenohTransport:
         if srv is None:
             query.reply_err("no snapshot served")
             return
+        params = str(query.parameters)
+        members = self._members
+        asker = query_from(params)
+        if (members is not None and asker not in members) or (
+            self._live_members and asker not in self.peers()
+        ):
+            with self._lock:  # DF-ZEN-155: a short error, never a chunk, for a non-member
+                self._snapshot_refused += 1
+            query.reply_err("not a member")
+            return
         try:
             # the raw parameter string: `&` (DF-ZEN-5's form) and `;` (Zenoh's) are both accepted
-            buf = srv.answer(str(query.parameters))
+            buf = srv.answer(params)
         except SnapshotError as exc:
             query.reply_err(str(exc))
             return
@@ -677,8 +750,9 @@ class ZenohTransport:
     ) -> tuple[bytes | None, str | None]:
         """One chunk query: (payload, None) on a reply, (None, error message) on an error reply,
         (None, None) when nothing came back in time."""
+        sep = ";" if ";" in params else "&"
         replies = self._session.get(
-            f"{snapshot_key(self._ns, server)}?{params}",
+            f"{snapshot_key(self._ns, server)}?{params}{sep}from={node_hex(self._node_id)}",
             target=zenoh.QueryTarget.BEST_MATCHING,
             consolidation=zenoh.ConsolidationMode.NONE,
             timeout=max(timeout, 0.001),
@@ -787,6 +861,9 @@ class ZenohTransport:
             dropped_bytes=db,
             queued_packets=qp,
             queued_bytes=qb,
+            rejected_not_member=self._rejected_not_member,
+            rate_limited=self._queue.rate_limited,
+            snapshot_refused=self._snapshot_refused,
         )
 
     def _teardown(self) -> None:

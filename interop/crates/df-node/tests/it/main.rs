@@ -1383,3 +1383,40 @@ fn a_zenoh_config_file_is_used_as_is() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn membership_seq_jump_and_rate_options() {
+    // REQ: DF-ZEN-150
+    let env = env_of(&[
+        ("DELTA_FABRIC_NODE_ID", "1"),
+        ("DELTA_FABRIC_MEMBERS", "1, 0x2,3"),
+        ("DELTA_FABRIC_LIVE_MEMBERS", "1"),
+        ("DELTA_FABRIC_MEMBER_GRACE", "2.5"),
+        ("DELTA_FABRIC_MAX_SEQ_JUMP", "1000"),
+        ("DELTA_FABRIC_RATE_LIMIT", "100"),
+    ]);
+    let o = df_node::cli::parse_args_env(NODE_BASE, &env).unwrap();
+    assert_eq!(o.members, Some(vec![1, 2, 3]));
+    assert!(o.live_members);
+    assert_eq!(o.member_grace, Duration::from_millis(2500));
+    assert_eq!(o.sync_config.max_seq_jump, 1000);
+    let t = df_node::zenoh::transport_config(&o);
+    assert_eq!((t.rate_limit, t.rate_burst), (100.0, 0.0));
+    // the options win over the variables (hex ids on the command line, as --neighbours)
+    let args = NODE_BASE
+        .iter()
+        .copied()
+        .chain(["--members", "a,b", "--max-seq-jump", "7"]);
+    let o = df_node::cli::parse_args_env(args, &env).unwrap();
+    assert_eq!(o.members, Some(vec![0xa, 0xb]));
+    assert_eq!(o.sync_config.max_seq_jump, 7);
+    // a bad list is one usage line naming the variable
+    for bad in ["1,,2", "0", "x"] {
+        let e = df_node::cli::parse_args_env(
+            NODE_BASE,
+            &env_of(&[("DELTA_FABRIC_NODE_ID", "1"), ("DELTA_FABRIC_MEMBERS", bad)]),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("DELTA_FABRIC_MEMBERS"), "{e}");
+    }
+}

@@ -8,11 +8,21 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use zenoh::Wait;
+
 use df_core::{OwnedEntry, OwnedPacket, ValueEncoding, decode_packet, encode_packet};
 use df_zenoh::{
     SnapshotSource, Transport, TransportConfig, TransportError, ZenohTransport, parse_chunk_params,
     parse_node,
 };
+
+/// `body` behind the packet identifier at bytes 4..8, so that the pre-queue screen (DF-ZEN-154)
+/// lets it through to the queue (these tests move opaque payloads).
+pub(crate) fn framed(body: &[u8]) -> Vec<u8> {
+    let mut v = b"\0\0\0\0DFP1".to_vec();
+    v.extend_from_slice(body);
+    v
+}
 
 fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -180,4 +190,50 @@ fn two_sessions_exchange_liveliness_and_snapshot() {
     );
     assert!(a.peers().expect("open").is_empty());
     drop(a); // Drop closes the session
+}
+
+#[test]
+fn snapshot_answers_only_members() {
+    // REQ: DF-ZEN-155
+    let ns = format!("dftest/members{}", std::process::id());
+    let (pa, pb, pc) = (free_port(), free_port(), free_port());
+    let a = node(1, &ns, pa, None);
+    let b = node(2, &ns, pb, Some(pa));
+    let c = node(3, &ns, pc, Some(pa));
+    a.wait_for_peers(2, &[2, 3], Duration::from_secs(10))
+        .expect("A sees B and C");
+    let fp = [7u8; 32];
+    let values: Vec<f32> = (0..100).map(|i| i as f32).collect();
+    let src = SnapshotSource::new(5, fp, values.clone(), "test").expect("source");
+    a.serve_snapshot(Arc::new(move || Ok(src.clone())))
+        .expect("serve");
+    a.set_members(Some([1u64, 2].into_iter().collect()), false);
+    // a member (its queries carry from=<its id>) gets the snapshot
+    let got = b
+        .fetch_snapshot(1, &fp, Duration::from_secs(10))
+        .expect("member fetch");
+    assert_eq!(got.values, values);
+    // a non-member, and a query without `from`, get a short error, never a chunk
+    assert!(c.fetch_snapshot(1, &fp, Duration::from_secs(5)).is_err());
+    let replies = c
+        .session()
+        .get(format!(
+            "{ns}/v1/snapshot/0000000000000001?chunk=0&chunk_size=16"
+        ))
+        .timeout(Duration::from_secs(5))
+        .wait()
+        .expect("query");
+    let mut errors = 0;
+    while let Ok(r) = replies.recv() {
+        let e = r.result().expect_err("no chunk for a query without from");
+        assert!(e.payload().to_bytes().len() <= 64);
+        errors += 1;
+    }
+    assert_eq!(errors, 1);
+    assert!(a.stats().snapshot_refused >= 2);
+    assert_eq!(
+        df_zenoh::query_from("chunk=0&from=0000000000000002"),
+        Some(2)
+    );
+    assert_eq!(df_zenoh::query_from("chunk=0;from=2"), None);
 }

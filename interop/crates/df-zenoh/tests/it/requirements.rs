@@ -86,7 +86,7 @@ fn publish_until_received(mut publish: impl FnMut(), rx: &ZenohTransport) -> Vec
 fn flush(tx: &ZenohTransport, rx: &ZenohTransport) {
     let deadline = Instant::now() + WAIT;
     for i in 0u32.. {
-        let marker = format!("flush-marker-{i}").into_bytes();
+        let marker = crate::framed(format!("flush-marker-{i}").as_bytes());
         tx.publish(&marker).expect("publish");
         rx.wait_for_packets(Duration::from_millis(200))
             .expect("open");
@@ -161,7 +161,7 @@ fn publications_use_block_congestion_control_priority_data_and_arrive_whole() {
         })
         .collect();
     for i in 0..3u8 {
-        let mut p = big.clone();
+        let mut p = crate::framed(&big);
         p[0] = i;
         a.publish(&p).expect("publish");
     }
@@ -175,7 +175,7 @@ fn publications_use_block_congestion_control_priority_data_and_arrive_whole() {
     assert_eq!(got.len(), 3);
     for (i, g) in got.iter().enumerate() {
         assert_eq!(g[0], i as u8);
-        assert_eq!(g[1..], big[1..]);
+        assert_eq!(g[8..], big[..]);
     }
     assert_eq!(b.stats().dropped_packets, 0);
 }
@@ -305,10 +305,16 @@ fn a_user_configuration_file_is_used_as_is() {
     let b = ZenohTransport::open(config(2, &ns, free_port(), Some(file_port))).expect("open b");
     a.wait_for_peers(1, &[2], WAIT).expect("b reaches a");
     let got = publish_until_received(
-        || b.publish(b"through the file's listener").expect("publish"),
+        || {
+            b.publish(&crate::framed(b"through the file's listener"))
+                .expect("publish")
+        },
         &a,
     );
-    assert!(got.iter().all(|p| p == b"through the file's listener"));
+    assert!(
+        got.iter()
+            .all(|p| *p == crate::framed(b"through the file's listener"))
+    );
     // A broken file is a typed configuration error, not a default session.
     let mut bad = TransportConfig::new(3);
     bad.config_file = Some(std::env::temp_dir().join("df-zenoh-no-such-file.json5"));
@@ -402,12 +408,12 @@ fn receive_queue_drops_are_counted_and_never_block_delivery() {
     bc.queue_capacity = 4;
     bc.queue_policy = QueuePolicy::DropOldest;
     let (a, b, _) = pair(&ns, 1, bc);
-    publish_until_received(|| a.publish(&[0xff]).expect("publish"), &b);
+    publish_until_received(|| a.publish(&crate::framed(&[0xff])).expect("publish"), &b);
     flush(&a, &b);
     let before = b.stats();
     // b's training loop does not drain while 20 packets arrive
     for i in 0..20u8 {
-        a.publish(&[i]).expect("publish");
+        a.publish(&crate::framed(&[i])).expect("publish");
     }
     let deadline = Instant::now() + WAIT;
     while b.stats().received_packets < before.received_packets + 20 {
@@ -417,12 +423,15 @@ fn receive_queue_drops_are_counted_and_never_block_delivery() {
     let st = b.stats();
     // REQ: DF-ZEN-17 -- every packet discarded unprocessed is counted (packets and bytes)
     assert_eq!(st.dropped_packets, before.dropped_packets + 16);
-    assert_eq!(st.dropped_bytes, before.dropped_bytes + 16);
+    assert_eq!(st.dropped_bytes, before.dropped_bytes + 16 * 9);
     assert_eq!(st.queued_packets, 4);
     // REQ: DF-SEC-5 -- the receive callback never blocked on the full queue: all 20 were
     // delivered to it, the newest kept, the drops reported in the stats
     let kept = b.drain(usize::MAX).expect("open");
-    assert_eq!(kept, (16..20u8).map(|i| vec![i]).collect::<Vec<_>>());
+    assert_eq!(
+        kept,
+        (16..20u8).map(|i| crate::framed(&[i])).collect::<Vec<_>>()
+    );
     assert_eq!(b.stats().to_json()["dropped_packets"], st.dropped_packets);
 }
 
@@ -448,13 +457,16 @@ fn an_oversize_message_is_dropped_by_zenoh_before_the_node() {
         .wait()
         .expect("session");
     let key = delta_key(&ns, 0x77);
-    let got = publish_until_received(|| session.put(&key, b"probe".to_vec()).wait().unwrap(), &a);
-    assert!(got.iter().all(|p| p == b"probe"));
+    let got = publish_until_received(
+        || session.put(&key, crate::framed(b"probe")).wait().unwrap(),
+        &a,
+    );
+    assert!(got.iter().all(|p| *p == crate::framed(b"probe")));
     session.put(&key, vec![b'x'; 2 << 20]).wait().unwrap();
-    session.put(&key, b"after".to_vec()).wait().unwrap();
+    session.put(&key, crate::framed(b"after")).wait().unwrap();
     let deadline = Instant::now() + WAIT;
     let mut got: Vec<Vec<u8>> = Vec::new();
-    while !got.iter().any(|p| p == b"after") {
+    while !got.iter().any(|p| *p == crate::framed(b"after")) {
         assert!(Instant::now() < deadline, "the small put never arrived");
         a.wait_for_packets(Duration::from_millis(200))
             .expect("open");
@@ -470,18 +482,18 @@ fn an_oversize_message_is_dropped_by_zenoh_before_the_node() {
 
 #[test]
 fn receive_queue_is_bounded_in_bytes_too() {
-    // 20 packets of 100 bytes into a queue of 1,000 packets but 450 bytes: the 4 newest are kept
+    // 20 packets of 108 bytes into a queue of 1,000 packets but 450 bytes: the 4 newest are kept
     // (the byte bound of the Python transport's queue_bytes), the 16 oldest dropped and counted.
     let ns = ns("qbytes");
     let mut bc = TransportConfig::new(2);
     bc.queue_capacity = 1000;
     bc.queue_bytes = 450;
     let (a, b, _) = pair(&ns, 1, bc);
-    publish_until_received(|| a.publish(&[0xff]).expect("publish"), &b);
+    publish_until_received(|| a.publish(&crate::framed(&[0xff])).expect("publish"), &b);
     flush(&a, &b);
     let before = b.stats();
     for i in 0..20u8 {
-        a.publish(&[i; 100]).expect("publish");
+        a.publish(&crate::framed(&[i; 100])).expect("publish");
     }
     let deadline = Instant::now() + WAIT;
     while b.stats().received_packets < before.received_packets + 20 {
@@ -491,9 +503,14 @@ fn receive_queue_is_bounded_in_bytes_too() {
     let st = b.stats();
     // REQ: DF-ZEN-17
     assert_eq!(st.dropped_packets, before.dropped_packets + 16);
-    assert_eq!(st.dropped_bytes, before.dropped_bytes + 1600);
-    assert_eq!((st.queued_packets, st.queued_bytes), (4, 400));
+    assert_eq!(st.dropped_bytes, before.dropped_bytes + 16 * 108);
+    assert_eq!((st.queued_packets, st.queued_bytes), (4, 4 * 108));
     let kept = b.drain(usize::MAX).expect("open");
-    assert_eq!(kept, (16..20u8).map(|i| vec![i; 100]).collect::<Vec<_>>());
+    assert_eq!(
+        kept,
+        (16..20u8)
+            .map(|i| crate::framed(&[i; 100]))
+            .collect::<Vec<_>>()
+    );
     assert_eq!(b.stats().queued_bytes, 0);
 }

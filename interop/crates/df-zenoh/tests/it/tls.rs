@@ -158,7 +158,8 @@ fn two_transports_talk_over_mutual_tls_and_a_stranger_is_refused() {
     b.wait_for_peers(1, &[1], WAIT).expect("b sees a over mTLS");
     let deadline = Instant::now() + WAIT;
     let got = loop {
-        b.publish(b"over mutual TLS").expect("publish");
+        b.publish(&crate::framed(b"over mutual TLS"))
+            .expect("publish");
         if a.wait_for_packets(Duration::from_millis(100))
             .expect("open")
         {
@@ -169,7 +170,7 @@ fn two_transports_talk_over_mutual_tls_and_a_stranger_is_refused() {
             "nothing received within {WAIT:?}"
         );
     };
-    assert!(!got.is_empty() && got.iter().all(|p| p == b"over mutual TLS"));
+    assert!(!got.is_empty() && got.iter().all(|p| *p == crate::framed(b"over mutual TLS")));
 
     // REQ: DF-ZEN-14 -- a stranger without a client certificate is refused (peer mode: its
     // session opens, but it never joins; the members never see it).

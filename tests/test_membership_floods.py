@@ -1,0 +1,441 @@
+"""Membership, floods and pacing (issue 12 items 4 and 5, spec DF-ZEN-150..156).
+
+Unit parts run without a network: the receive queue's per-sender shares and rate limit, the pre-queue
+screen against the decoder, the membership options, liveliness membership and pacing on the in-memory
+hub. The flood test runs a Zenoh node on tcp/127.0.0.1 (scouting off) with two members sending an
+exact number of entries while a stranger floods garbage and hostile packets; it counts every member
+entry (exact) and bounds the queue's memory.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from contextlib import closing
+
+import numpy as np
+import pytest
+from delta_fabric import env as dfenv
+from delta_fabric.config import SyncConfig
+from delta_fabric.errors import DecodeError, ErrorCode
+from delta_fabric.fabric import Fabric
+from delta_fabric.manifest import Manifest
+from delta_fabric.replay import Admission
+from delta_fabric.stores.numpy import NumpyStore
+from delta_fabric.transports.base import PacketQueue, TokenBuckets
+from delta_fabric.transports.memory import MemoryHub
+from delta_fabric.wire import Entry, Packet, decode_packet, encode_packet, screen
+
+N = 64
+MANIFEST = Manifest.from_named_shapes({"w": (N,)})
+CFG = SyncConfig(ratio=0.25, sync_interval=1, alpha=1.0)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The queue: shares and rate limit
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_a_flood_evicts_only_its_own_packets() -> None:
+    # REQ: DF-ZEN-152
+    q = PacketQueue(32, 1 << 20)
+    member = []
+    for i in range(1000):
+        q.push(b"\xee" * 10, 99)
+        if i % 100 == 0:
+            p = i.to_bytes(4, "little")
+            q.push(p, 1)
+            member.append(p)
+    assert q.queued_by_sender()[1] == 10  # all member packets still queued
+    assert len(q) == 32 and q.dropped_packets == 1000 - 22
+    drained = q.drain()
+    assert [p for p in drained if len(p) == 4] == member  # arrival order kept
+    # the same traffic through one share (what 1.0's drop-oldest queue did) loses member packets
+    old = PacketQueue(32, 1 << 20)
+    for i in range(1000):
+        old.push(b"\xee" * 10)
+        if i % 100 == 0:
+            old.push(i.to_bytes(4, "little"))
+    assert sum(len(p) == 4 for p in old.drain()) < 10
+    # byte bound: big flood packets evict their own, the member's small one stays
+    q = PacketQueue(1000, 1000)
+    q.push(b"\x01" * 10, 1)
+    for _ in range(50):
+        q.push(b"\x00" * 300, 99)
+    assert q.queued_by_sender()[1] == 1
+    assert q.counters()[5] <= 1000
+    assert q.drain(1) == [b"\x01" * 10]
+
+
+def test_single_sender_is_drop_oldest_and_partial_drain_keeps_order() -> None:
+    # REQ: DF-ZEN-17
+    q = PacketQueue(4)
+    for i in range(20):
+        q.push(bytes([i]))
+    assert q.dropped_packets == 16
+    assert q.drain(2) == [bytes([16]), bytes([17])]
+    q = PacketQueue(100)
+    for i in range(10):
+        q.push(bytes([i]), i % 3)
+    assert q.drain(4) + q.drain() == [bytes([i]) for i in range(10)]
+
+
+def test_rate_limit_per_sender() -> None:
+    # REQ: DF-ZEN-153
+    now = [0.0]
+    q = PacketQueue(1000, 1 << 20, rate=10.0, burst=5.0, clock=lambda: now[0])
+    assert sum(q.push(b"x", 7) for _ in range(100)) == 5  # the burst
+    assert q.push(b"x", 8)  # another sender has its own bucket
+    now[0] = 0.1
+    assert q.push(b"x", 7) and not q.push(b"x", 7)
+    assert q.rate_limited == 96
+    with pytest.raises(ValueError):
+        TokenBuckets(float("nan"), 1.0)
+    with pytest.raises(ValueError):
+        TokenBuckets(1.0, 0.5)
+    b = TokenBuckets(1.0, 1.0, max_senders=16, clock=lambda: 0.0)
+    for s in range(100):
+        b.take(s)
+    assert len(b._buckets) <= 17  # bounded: later senders share the overflow bucket
+
+
+def test_screen_agrees_with_the_decoder() -> None:
+    # REQ: DF-ZEN-154
+    good = encode_packet(Packet(1, 1, MANIFEST.fingerprint, ()))
+    rng = np.random.default_rng(5)
+    cases = [b"", b"DFP1", good[:7], good, good + b"\0" * 100, b"\0" * 5000]
+    cases += [rng.bytes(int(rng.integers(0, 64))) for _ in range(200)]
+    cases += [good[:4] + b"DFP1" + rng.bytes(40) for _ in range(50)]
+    for buf in cases:
+        code = screen(buf, 4096)
+        try:
+            decode_packet(buf, 4096)
+            decoded = None
+        except DecodeError as exc:
+            decoded = exc.code
+        if code is not None:
+            assert decoded is code
+        else:
+            assert decoded not in (ErrorCode.OVERSIZE, ErrorCode.BAD_IDENTIFIER)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Options
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_membership_and_rate_options_from_env() -> None:
+    # REQ: DF-ZEN-150
+    env = {
+        "DELTA_FABRIC_MEMBERS": "1, 0x2,3",
+        "DELTA_FABRIC_LIVE_MEMBERS": "1",
+        "DELTA_FABRIC_MEMBER_GRACE": "2.5",
+        "DELTA_FABRIC_RATE_LIMIT": "100",
+        "DELTA_FABRIC_MAX_SEQ_JUMP": "1000",
+    }
+    assert dfenv.membership(env) == (frozenset({1, 2, 3}), True, 2.5)
+    assert dfenv.rate_limit(env) == (100.0, None)
+    assert SyncConfig.from_env(env).max_seq_jump == 1000
+    assert dfenv.membership({}) == (None, False, 10.0)
+    for bad in ("1,,2", "0", "x", str(1 << 64)):
+        with pytest.raises(dfenv.EnvError, match="DELTA_FABRIC_MEMBERS"):
+            dfenv.membership({"DELTA_FABRIC_MEMBERS": bad})
+    with pytest.raises(dfenv.EnvError, match="MEMBER_GRACE"):
+        dfenv.membership({"DELTA_FABRIC_MEMBER_GRACE": "-1"})
+    with pytest.raises(dfenv.EnvError, match="RATE_LIMIT"):
+        dfenv.rate_limit({"DELTA_FABRIC_RATE_LIMIT": "-3"})
+    # the launcher passes them on to every node it starts, and refuses a bad list
+    import argparse
+
+    from delta_fabric.launch import UsageError, plan_nodes
+
+    base = dict(nodes=2, world_size=None, listen=None, connect=None, zenoh_config=None)
+    base.update(namespace=None, node_id=0x10, metrics=None, metrics_interval=10.0)
+    plans = plan_nodes(argparse.Namespace(**base, members="0x10,0x11", live_members=True))
+    assert all(p.env["DELTA_FABRIC_MEMBERS"] == "0x10,0x11" for p in plans)
+    assert all(p.env["DELTA_FABRIC_LIVE_MEMBERS"] == "1" for p in plans)
+    with pytest.raises(UsageError, match="--members"):
+        plan_nodes(argparse.Namespace(**base, members="0x10,zz", live_members=False))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Liveliness membership and pacing (in-memory hub: its live set is the liveliness of the binding)
+# ---------------------------------------------------------------------------------------------------------
+
+
+class _Trained(Fabric):
+    """A fabric whose weights take one local step (a random move) before every `step`."""
+
+    def step(self) -> int:
+        w = self.store.gather()
+        w += np.random.default_rng(self.steps + self.node_id).normal(size=N).astype(np.float32)
+        self.store.load(w)
+        return super().step()
+
+
+def _node(hub: MemoryHub, n: int, incarnation: int | None = None, **kw: object) -> Fabric:
+    return _Trained(
+        NumpyStore({"w": np.zeros(N, np.float32)}),
+        hub.transport(n),
+        CFG,
+        node_id=n,
+        incarnation=100 + n if incarnation is None else incarnation,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def _forged(origin: int, seq: int) -> bytes:
+    e = Entry(origin, 1, seq, 0, np.array([1], np.uint32), np.array([0.5], np.float32))
+    return encode_packet(Packet(0xBAD, 1, MANIFEST.fingerprint, (e,)))
+
+
+def test_live_membership_tracks_tokens_with_a_grace_and_a_returning_member() -> None:
+    # REQ: DF-ZEN-150
+    hub = MemoryHub(seed=1)
+    a = _node(hub, 1, live_members=True, member_grace=0.0)
+    b = _node(hub, 2)
+    stranger = hub.transport(0x5EED)
+    a.step()
+    assert a.members() == frozenset({2, 0x5EED})  # live tokens (no list: any live node)
+    for seq in range(1, 50):
+        stranger.publish(_forged(0x1000 + seq, 1))  # origins that hold no token
+    b.step()
+    a.step()
+    # 49 from the stranger and the same 49 relayed by b (which has no membership)
+    assert a.engine.counters.drops[Admission.NOT_MEMBER] == 98
+    assert set(a.accepted_by_origin()) == {2}
+    # with a configured list, live tokens outside it are no members
+    a2 = _node(hub, 3, members=[1, 2], live_members=True)
+    a2.step()
+    assert a2.members() == frozenset({1, 2})
+    # a member that leaves stops being one after the grace; when it returns (a new incarnation,
+    # DF-ZEN-13) it is a member again and its old windows still hold (DF-RCV-51)
+    b.close(close_transport=True)
+    a.step()
+    time.sleep(0.01)
+    a.step()
+    assert 2 not in (a.members() or frozenset())
+    b2 = _node(hub, 2, incarnation=500)
+    a.step()
+    b2.step()
+    a.step()
+    assert 2 in (a.members() or frozenset())
+    assert a.origin_progress()[2][0] == 500
+    assert a.engine.counters.drops[Admission.NOT_MEMBER] == 98
+
+
+def test_fake_ids_and_dead_peers_do_not_hold_pacing() -> None:
+    # REQ: DF-ZEN-156
+    hub = MemoryHub(seed=2)
+    a, b = _node(hub, 1), _node(hub, 2)
+    stranger = hub.transport(0x5EED)
+    for _ in range(20):  # a is 20 rounds ahead of b
+        a.step()
+    b.poll()
+    # the forged origin of the 176-byte packet: in origin_progress, but holds no token
+    stranger.publish(_forged(0xFA4E, 1))
+    a.poll()
+    assert 0xFA4E in a.origin_progress()
+    # b and the stranger are live and silent: they hold a back, until the deadline
+    assert a._pace_blockers(2, peer_deadline=60.0) == 2
+    time.sleep(0.01)
+    assert a._pace_blockers(2, peer_deadline=0.005) == 0  # silent for longer than the deadline
+    stranger.close()
+    for _ in range(20):
+        b.step()
+    a.poll()
+    assert a._pace_blockers(2, peer_deadline=60.0) == 0  # b caught up; the stranger is gone
+    for _ in range(25):
+        a.step()
+    assert a._pace_blockers(2, peer_deadline=60.0) == 1  # b is 25 rounds behind and moving
+    # a dead peer: b closes while behind; pace returns without waiting for it
+    b.close(close_transport=True)
+    assert a._pace_blockers(2, peer_deadline=60.0) == 0
+    assert a.pace(2, peer_deadline=60.0, timeout=60.0) < 60.0
+
+
+def test_a_restarted_peer_does_not_hold_the_others_back() -> None:
+    # REQ: DF-ZEN-156
+    hub = MemoryHub(seed=3)
+    a, b = _node(hub, 1), _node(hub, 2)
+    for _ in range(30):
+        a.step()
+        b.step()
+    a.poll()
+    assert a._pace_blockers(2, peer_deadline=60.0) == 0
+    b.close(close_transport=True)
+    b2 = _node(hub, 2, incarnation=999)
+    b2.step()  # seq 1 of the new incarnation, 30 rounds behind a
+    a.poll()
+    assert a.origin_progress()[2] == (999, 1)
+    assert a._pace_blockers(2, peer_deadline=60.0) == 0  # the lead counts from its rejoin
+    for _ in range(5):
+        a.step()
+    assert a._pace_blockers(2, peer_deadline=60.0) == 1  # 5 rounds ahead since: it holds again
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The flood over Zenoh
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _rss_kb() -> int:
+    with open(f"/proc/{os.getpid()}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+@pytest.mark.parametrize("membership", ["configured", "none"])
+def test_a_flood_does_not_evict_members_and_memory_stays_bounded(membership: str) -> None:
+    # REQ: DF-ZEN-151, DF-ZEN-152, DF-ZEN-154
+    # "configured": the stranger's keys are refused before the queue; "none": its packets reach the
+    # queue and only the per-sender shares keep the members' packets in it.
+    zenoh = pytest.importorskip("zenoh")
+    from delta_fabric.transports.zenoh import ZenohOptions, ZenohTransport, delta_key
+
+    ns = f"dftest/flood{os.getpid()}"
+    port = _free_port()
+    ep = f"tcp/127.0.0.1:{port}"
+    qcap, qbytes = 64, 256 * 1024
+    victim_t = ZenohTransport(
+        ZenohOptions(node_id=1, namespace=ns, listen=[ep], queue_capacity=qcap, queue_bytes=qbytes)
+    )
+    victim = Fabric(
+        NumpyStore({"w": np.zeros(N, np.float32)}),
+        victim_t,
+        CFG,
+        node_id=1,
+        incarnation=101,
+        members=[1, 2, 3] if membership == "configured" else None,
+        own_transport=True,
+    )
+    members = [
+        ZenohTransport(
+            ZenohOptions(
+                node_id=n, namespace=ns, listen=[f"tcp/127.0.0.1:{_free_port()}"], connect=[ep]
+            )
+        )
+        for n in (2, 3)
+    ]
+    raw = zenoh.Config()
+    raw.insert_json5("mode", '"peer"')
+    raw.insert_json5("connect/endpoints", f'["{ep}"]')
+    raw.insert_json5("listen/endpoints", "[]")
+    raw.insert_json5("scouting/multicast/enabled", "false")
+    raw.insert_json5("scouting/gossip/enabled", "false")
+    attacker = zenoh.open(raw)
+    try:
+        victim_t.wait_for_peers(2, 15.0)
+        pubs = [attacker.declare_publisher(delta_key(ns, k)) for k in (0x5EED, 0x5EEE)]
+        rng = np.random.default_rng(11)
+        hostile = [_forged(0x7000 + i, 1) for i in range(64)]  # valid packets, stranger origins
+        garbage = [rng.bytes(int(rng.integers(1, 400))) for _ in range(64)]
+        mutated = [b"\0\0\0\0DFP1" + rng.bytes(200) for _ in range(64)]  # pass the screen
+        sent = {2: 0, 3: 0}
+        rss0 = _rss_kb()
+        rounds, flood_per_round = 40, 200
+        for r in range(rounds):
+            for i in range(flood_per_round):
+                pubs[i % 2].put(
+                    garbage[i % 64]
+                    if i % 3 == 0
+                    else hostile[i % 64]
+                    if i % 3 == 1
+                    else mutated[i % 64]
+                )
+            for t in members:
+                e = Entry(
+                    t.node_id,
+                    7,
+                    r + 1,
+                    0,
+                    np.array([r % N], np.uint32),
+                    np.array([1e-3], np.float32),
+                )
+                t.publish(encode_packet(Packet(t.node_id, 7, MANIFEST.fingerprint, (e,))))
+                sent[t.node_id] += 1
+            # the victim is slower than the flood: it drains a few times per round
+            victim.poll()
+            st = victim_t.stats
+            assert st.queued_packets <= qcap and st.queued_bytes <= qbytes
+        deadline = time.monotonic() + 30.0
+        while time.monotonic() < deadline and any(
+            victim.accepted_by_origin().get(n, 0) < sent[n] for n in sent
+        ):
+            victim_t.wait_for_packets(0.1)
+            victim.poll()
+        got = victim.accepted_by_origin()
+        st = victim_t.stats
+        rc = victim.engine.counters
+        print(
+            f"\nflood: {rounds * flood_per_round} stranger puts, members sent {sent}, accepted {dict((n, got.get(n, 0)) for n in sent)}; "
+            f"queue dropped {st.dropped_packets}, not_member (pre-queue) {st.rejected_not_member}, "
+            f"screened BAD_IDENTIFIER {rc.errors.get(ErrorCode.BAD_IDENTIFIER, 0)}, "
+            f"RSS +{_rss_kb() - rss0} kB"
+        )
+        assert {n: got.get(n, 0) for n in sent} == sent  # exact: not one member entry evicted
+        screened = rc.errors.get(ErrorCode.BAD_IDENTIFIER, 0)
+        assert screened > 0  # garbage screened before the queue
+        if membership == "configured":  # the stranger's valid and mutated packets never queued
+            assert st.rejected_not_member + screened == rounds * flood_per_round
+            assert st.dropped_packets == 0
+        else:  # they queued, and the queue overflowed with the stranger's packets only
+            assert st.rejected_not_member == 0
+            assert st.dropped_packets > 0
+        assert _rss_kb() - rss0 < 200_000  # bounded: the queue holds at most 256 KiB
+    finally:
+        attacker.close()
+        for t in members:
+            t.close()
+        victim.close()
+
+
+def test_snapshot_answers_only_members() -> None:
+    # REQ: DF-ZEN-155
+    zenoh = pytest.importorskip("zenoh")
+    from delta_fabric.snapshot import SnapshotError, SnapshotSource
+    from delta_fabric.transports.zenoh import ZenohOptions, ZenohTransport, query_from, snapshot_key
+
+    ns = f"dftest/snapmembers{os.getpid()}"
+    port = _free_port()
+    ep = f"tcp/127.0.0.1:{port}"
+
+    def opts(n: int, **kw: object) -> ZenohOptions:
+        return ZenohOptions(node_id=n, namespace=ns, **kw)  # type: ignore[arg-type]
+
+    fp = MANIFEST.fingerprint
+    values = np.arange(N, dtype=np.float32)
+    with ZenohTransport(opts(1, listen=[ep])) as a:
+        a.serve_snapshot(lambda: SnapshotSource(5, fp, values, "numpy"))
+        a.set_members({1, 2})
+        with (
+            ZenohTransport(opts(2, listen=[f"tcp/127.0.0.1:{_free_port()}"], connect=[ep])) as b,
+            ZenohTransport(opts(3, listen=[f"tcp/127.0.0.1:{_free_port()}"], connect=[ep])) as c,
+        ):
+            a.wait_for_peers(2, 15.0, expected=[2, 3])
+            anchor, inc = b.fetch_snapshot(1, fp, 15.0)  # a member: its queries carry from=2
+            assert inc == 5 and np.array_equal(anchor, values)
+            with pytest.raises(SnapshotError):
+                c.fetch_snapshot(1, fp, 5.0, attempts=1)
+            replies = list(
+                c.session.get(
+                    f"{snapshot_key(ns, 1)}?chunk=0&chunk_size=16",
+                    target=zenoh.QueryTarget.ALL,
+                    timeout=5.0,
+                )
+            )
+            assert len(replies) == 1 and replies[0].ok is None
+            err = replies[0].err
+            assert err is not None and len(err.payload.to_bytes()) <= 64
+            assert a.stats.snapshot_refused >= 2
+    assert query_from("chunk=0&from=0000000000000002") == 2
+    assert query_from("chunk=0;from=2") is None
