@@ -29,6 +29,7 @@ from delta_fabric.replay import (
     ReplayWindow,
 )
 from delta_fabric.selection import Selector
+from delta_fabric.signing import Signing
 from delta_fabric.wire import (
     PACKET_OVERHEAD_BOUND,
     Entry,
@@ -69,15 +70,16 @@ def _check_id(name: str, value: int) -> int:
     return int(value)
 
 
-def max_values_per_entry(max_packet_size: int) -> int:
+def max_values_per_entry(max_packet_size: int, *, signed: bool = False) -> int:
     """Largest value count of an entry that fits alone in a packet of ``max_packet_size`` bytes
-    (by the wire's size bound: ``PACKET_OVERHEAD_BOUND + encoded_size_bound(n) <= max_packet_size``)."""
+    (by the wire's size bound: ``PACKET_OVERHEAD_BOUND + encoded_size_bound(n) <= max_packet_size``;
+    with ``signed``, the bound of a signed entry, DF-RLY-143)."""
     lo, hi = 0, max(0, max_packet_size)
-    if PACKET_OVERHEAD_BOUND + encoded_size_bound(1) > max_packet_size:
+    if PACKET_OVERHEAD_BOUND + encoded_size_bound(1, signed=signed) > max_packet_size:
         raise ValueError(f"max_packet_size {max_packet_size} cannot hold one value")
     while lo < hi:  # largest n with bound(n) <= budget; bound is increasing in n
         mid = (lo + hi + 1) // 2
-        if PACKET_OVERHEAD_BOUND + encoded_size_bound(mid) <= max_packet_size:
+        if PACKET_OVERHEAD_BOUND + encoded_size_bound(mid, signed=signed) <= max_packet_size:
             lo = mid
         else:
             hi = mid - 1
@@ -180,10 +182,14 @@ class Engine:
         *,
         max_origins: int | None = None,
         members: Iterable[int] | None = None,
+        signing: Signing | None = None,
     ) -> None:
         """``anchor`` (copied) is normally the initial weights, identical on every node; zeros if None.
         ``max_origins`` overrides ``config.max_origins`` (DF-PAR-30). ``members``: the node ids
-        accepted as origins (DF-RCV-51); ``None`` accepts every origin."""
+        accepted as origins (DF-RCV-51); ``None`` accepts every origin. ``signing``: the node is in a
+        signed cluster (spec section 13.2): it signs its own entries (when ``signing`` holds its
+        secret key), rejects packets with an entry that is not signed by its origin's pinned key
+        (``BAD_SIGNATURE``, DF-SEC-142) and relays the origin's values and signature (DF-RLY-140)."""
         if manifest.num_params < 1:
             raise ValueError("the manifest holds no value")
         self.manifest = manifest
@@ -207,7 +213,10 @@ class Engine:
         self.entries_generated = 0
         self.relay_dropped_oversize = 0
         self._fingerprint = manifest.fingerprint
-        self._max_entry_values = max_values_per_entry(config.max_packet_size)
+        self.signing = signing
+        self._max_entry_values = max_values_per_entry(
+            config.max_packet_size, signed=signing is not None
+        )
         self._selector: Selector | None = None  # O(N) scratch, allocated at the first generation
         self._d: NDArray[np.float32] | None = None
         # Relay policy NEEDED (spec section 8.6): who this node heard directly in this and the last
@@ -310,16 +319,19 @@ class Engine:
             else:
                 sent = vc.quantize(d[part])
             self._anchor[part] = self._anchor[part] + sent
-            entries.append(
-                Entry(
-                    origin=self.node_id,
-                    incarnation=self.incarnation,
-                    seq=self.next_seq,
-                    hops=0,
-                    indices=part,
-                    values=sent,
-                )
+            entry = Entry(
+                origin=self.node_id,
+                incarnation=self.incarnation,
+                seq=self.next_seq,
+                hops=0,
+                indices=part,
+                values=sent,
             )
+            if self.signing is not None:  # DF-SEC-140
+                entry = replace(
+                    entry, signature=self.signing.sign(self._fingerprint, vc.encoding, entry)
+                )
+            entries.append(entry)
             self.next_seq += 1
         self.entries_generated += len(entries)
         if averaging:
@@ -358,6 +370,7 @@ class Engine:
             self._agg = np.zeros(self.num_params, dtype=np.float32)
         agg = self._agg
         anchor = self._anchor
+        signing = self.signing
         for i, buf in enumerate(packets):
             c.packets_received += 1
             try:
@@ -368,6 +381,8 @@ class Engine:
                     num_params=self.num_params,
                     hop_limit=hop_limit,
                 )
+                if signing is not None:
+                    self._check_signatures(pkt)  # DF-SEC-142: step 16 of DF-RCV-20
             except DecodeError as exc:  # DF-RCV-1: the whole packet, no state change
                 self._reject(res, i, exc.code)
                 continue
@@ -394,6 +409,9 @@ class Engine:
                     continue
                 accepted.append(AcceptedEntry(e.origin, e.incarnation, e.seq, e.hops, i, j))
                 u = np.multiply(e.values, alpha, dtype=np.float32)  # DF-RCV-5: fl32(alpha_f32 * v)
+                if signing is not None:  # DF-RCV-140: the origin's values, damped once per hop
+                    for _ in range(e.hops):
+                        u = np.multiply(u, alpha, dtype=np.float32)
                 # DF-RCV-6, index by index in entry order from +0 (an entry's indices are distinct)
                 undo.append((e.indices, agg[e.indices]))
                 with np.errstate(over="ignore", invalid="ignore"):  # checked below (DF-RCV-50)
@@ -403,6 +421,19 @@ class Engine:
                     continue
                 keep = np.abs(u).astype(np.float64) >= threshold  # compared as real numbers
                 if not bool(keep.any()):  # DF-RLY-2
+                    continue
+                if signing is not None:  # DF-RLY-140: the origin's values and signature, whole
+                    relay.append(
+                        Entry(
+                            origin=e.origin,
+                            incarnation=e.incarnation,
+                            seq=e.seq,
+                            hops=e.hops + 1,
+                            indices=np.array(e.indices, dtype=np.uint32),
+                            values=np.array(e.values, dtype=np.float32),
+                            signature=e.signature,
+                        )
+                    )
                     continue
                 relay.append(
                     Entry(
@@ -499,6 +530,21 @@ class Engine:
         self._heard_prev.discard(peer)
         self._adverts.pop(peer, None)
 
+    def _check_signatures(self, pkt: Packet) -> None:
+        """DF-SEC-142: in a signed cluster every entry carries a valid signature by the pinned key of
+        its origin over the packet's fingerprint and encoding, and the encoding is the node's own
+        (DF-SEC-143); ``DecodeError(BAD_SIGNATURE)`` otherwise."""
+        assert self.signing is not None
+        if pkt.entries and pkt.encoding != self.config.encoding:
+            raise DecodeError(
+                ErrorCode.BAD_SIGNATURE,
+                f"encoding {pkt.encoding.name} is not the signed cluster's {self.config.encoding.name}",
+            )
+        for j, e in enumerate(pkt.entries):
+            why = self.signing.verify(pkt.fingerprint, pkt.encoding, e)
+            if why is not None:
+                raise DecodeError(ErrorCode.BAD_SIGNATURE, f"entries[{j}]: {why}")
+
     def _reject(self, res: ReceiveResult, i: int, code: ErrorCode) -> None:
         c = self.counters
         c.packets_rejected += 1
@@ -542,7 +588,7 @@ class Engine:
             batch, size = [], PACKET_OVERHEAD_BOUND
 
         for is_own, e in [(True, x) for x in own] + [(False, x) for x in relay]:
-            bound = encoded_size_bound(int(e.indices.size))
+            bound = encoded_size_bound(int(e.indices.size), signed=e.signature is not None)
             if PACKET_OVERHEAD_BOUND + bound > limit:
                 alone = self._encode([e], PACKET_OVERHEAD_BOUND + bound)
                 if len(alone) > limit:
@@ -621,9 +667,12 @@ class Engine:
         snapshot: Snapshot,
         *,
         max_origins: int | None = None,
+        signing: Signing | None = None,
     ) -> Engine:
         """A joining node (DF-ZEN-5): anchor = snapshot; use a fresh incarnation and active = anchor."""
-        eng = cls(manifest, config, node_id, incarnation, max_origins=max_origins)
+        eng = cls(
+            manifest, config, node_id, incarnation, max_origins=max_origins, signing=signing
+        )
         eng.restore(snapshot)
         return eng
 
