@@ -670,9 +670,7 @@ class Engine:
         signing: Signing | None = None,
     ) -> Engine:
         """A joining node (DF-ZEN-5): anchor = snapshot; use a fresh incarnation and active = anchor."""
-        eng = cls(
-            manifest, config, node_id, incarnation, max_origins=max_origins, signing=signing
-        )
+        eng = cls(manifest, config, node_id, incarnation, max_origins=max_origins, signing=signing)
         eng.restore(snapshot)
         return eng
 

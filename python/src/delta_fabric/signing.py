@@ -171,7 +171,11 @@ def load_keys(path: str | Path) -> dict[str, Any]:
         doc = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"keys file {path}: {exc}") from None
-    if not isinstance(doc, dict) or doc.get("version") != 1 or not isinstance(doc.get("keys"), dict):
+    if (
+        not isinstance(doc, dict)
+        or doc.get("version") != 1
+        or not isinstance(doc.get("keys"), dict)
+    ):
         raise ValueError(f'keys file {path}: expected {{"version": 1, "keys": {{...}}}}')
     keys: dict[str, Any] = doc["keys"]
     return keys
