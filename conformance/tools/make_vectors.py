@@ -61,7 +61,7 @@ VERDICT_VECTORS = TOOLS_DIR / "verdict_vectors.py"
 EXTRA_VECTORS = (
     TOOLS_DIR / "snapshot_vectors.py",
     TOOLS_DIR / "forward_vectors.py",
-    TOOLS_DIR / "signed_vectors.py",  # signed entries (1.1, spec section 13.2)
+    TOOLS_DIR / "signed_vectors.py",  # signed entries (1.1, spec section 13.1)
 )
 INDEX_VERSION = 1
 

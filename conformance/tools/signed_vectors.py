@@ -1,4 +1,4 @@
-"""Signed-entry vectors (spec 1.1 section 13.2, DF-SEC-140 to DF-SEC-146, DF-PKT-140, DF-RCV-140,
+"""Signed-entry vectors (spec 1.1 section 13.1, DF-SEC-140 to DF-SEC-146, DF-PKT-140, DF-RCV-140,
 DF-RLY-140, DF-RLY-141): decode vectors for ``Entry.signature``, one generate vector of a signing node
 and receive vectors of a node in a signed cluster. Called by ``make_vectors.py``.
 

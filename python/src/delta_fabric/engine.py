@@ -187,7 +187,7 @@ class Engine:
         """``anchor`` (copied) is normally the initial weights, identical on every node; zeros if None.
         ``max_origins`` overrides ``config.max_origins`` (DF-PAR-30). ``members``: the node ids
         accepted as origins (DF-RCV-51); ``None`` accepts every origin. ``signing``: the node is in a
-        signed cluster (spec section 13.2): it signs its own entries (when ``signing`` holds its
+        signed cluster (spec section 13.1): it signs its own entries (when ``signing`` holds its
         secret key), rejects packets with an entry that is not signed by its origin's pinned key
         (``BAD_SIGNATURE``, DF-SEC-142) and relays the origin's values and signature (DF-RLY-140)."""
         if manifest.num_params < 1:

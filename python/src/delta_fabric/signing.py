@@ -1,4 +1,4 @@
-"""Signed entries (spec 1.1, section 13.2, DF-SEC-140 to DF-SEC-146; OPTIONAL): Ed25519 signatures of
+"""Signed entries (spec 1.1, section 13.1, DF-SEC-140 to DF-SEC-146; OPTIONAL): Ed25519 signatures of
 an entry by its origin, over a byte string that binds the entry to its origin, incarnation, seq,
 manifest fingerprint, value encoding, indices and values; public keys pinned per node id.
 

@@ -126,7 +126,7 @@ def _bits_equal(a: NDArray[Any], b: NDArray[Any]) -> bool:
 @dataclass(frozen=True, eq=False)
 class Entry:
     """One sparse delta of one origin. ``indices`` ascending; ``values`` are the decoded f32 values.
-    ``signature`` (1.1, spec section 13.2): the origin's 64-byte Ed25519 signature, ``None`` when absent.
+    ``signature`` (1.1, spec section 13.1): the origin's 64-byte Ed25519 signature, ``None`` when absent.
 
     Equality compares indices, the bit patterns of the values (NaN == NaN, 0.0 != -0.0) and the
     signatures.
@@ -328,7 +328,7 @@ _P_VERSION_MAJOR, _P_VERSION_MINOR, _P_SENDER, _P_SENDER_INC = 0, 1, 2, 3
 _P_FINGERPRINT, _P_ENCODING, _P_ENTRIES, _P_HEARD = 4, 5, 6, 7
 _E_ORIGIN, _E_INCARNATION, _E_SEQ, _E_HOPS = 0, 1, 2, 3
 _E_INDICES, _E_VALUES, _E_VALUES16 = 4, 5, 6
-_E_SIGNATURE = 10  # 1.1 (spec section 13.2); slots 7..9 belong to the compact encodings
+_E_SIGNATURE = 10  # 1.1 (spec section 13.1); slots 7..9 belong to the compact encodings
 #: Length of an Ed25519 signature (``Entry.signature``, DF-PKT-140).
 SIGNATURE_SIZE = 64
 

@@ -28,6 +28,7 @@ pub mod error;
 pub mod manifest;
 pub mod replay;
 pub mod selection;
+pub mod signing;
 pub mod snapshot;
 pub mod wire;
 

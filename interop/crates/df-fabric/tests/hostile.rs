@@ -27,6 +27,7 @@ fn entry(origin: u64, seq: u64, idx: &[u32], vals: &[f32]) -> OwnedEntry {
         hops: 0,
         indices: idx.to_vec(),
         values: vals.to_vec(),
+        signature: None,
     }
 }
 

@@ -101,7 +101,7 @@ def _flat_f32(a: NDArray[np.float32], n: int, hook: str) -> NDArray[np.float32]:
 
 def _signing(node: Mapping[str, Any], node_id: int) -> Signing | None:
     """The vector's ``node.signing`` (1.1, driver protocol 5.5: pinned public keys and, optionally,
-    the node's secret seed; spec section 13.2), or ``None``: not a signed cluster."""
+    the node's secret seed; spec section 13.1), or ``None``: not a signed cluster."""
     s = node.get("signing")
     if s is None:
         return None

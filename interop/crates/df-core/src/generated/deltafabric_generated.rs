@@ -206,7 +206,7 @@ impl<'a> Entry<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u16>>>(Entry::VT_VALUES16, None)}
   }
-  /// (1.1) Ed25519 signature of the origin over the entry's signed message (spec section 13.2):
+  /// (1.1) Ed25519 signature of the origin over the entry's signed message (spec section 13.1):
   /// exactly 64 bytes when present. Relays forward it unchanged.
   #[inline]
   pub fn signature(&self) -> Option<::flatbuffers::Vector<'a, u8>> {

@@ -191,6 +191,7 @@ fn receive_reports_the_accepted_entry_headers() {
         hops,
         indices: vec![1, 5],
         values: vec![0.25, -1.0],
+        signature: None,
     };
     let mut p0 = df_core::OwnedPacket::new(7, 1, fp, ValueEncoding::F32);
     p0.entries = vec![entry(7, 1, 1, 0), entry(8, 3, 4, 2), entry(7, 1, 1, 0)];

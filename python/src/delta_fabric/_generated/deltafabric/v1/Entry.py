@@ -146,7 +146,7 @@ class Entry(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
         return o == 0
 
-    # (1.1) Ed25519 signature of the origin over the entry's signed message (spec section 13.2):
+    # (1.1) Ed25519 signature of the origin over the entry's signed message (spec section 13.1):
     # exactly 64 bytes when present. Relays forward it unchanged.
     # Entry
     def Signature(self, j: int):
