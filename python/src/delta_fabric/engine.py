@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
@@ -29,7 +30,6 @@ from delta_fabric.replay import (
     ReplayWindow,
 )
 from delta_fabric.selection import Selector
-from delta_fabric.signing import Signing
 from delta_fabric.wire import (
     PACKET_OVERHEAD_BOUND,
     Entry,
@@ -40,6 +40,9 @@ from delta_fabric.wire import (
     heard_size_bound,
     validate_packet,
 )
+
+if TYPE_CHECKING:  # delta_fabric.signing needs the `signing` extra (cryptography)
+    from delta_fabric.signing import Signing
 
 __all__ = [
     "AcceptedEntry",

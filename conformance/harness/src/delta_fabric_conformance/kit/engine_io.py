@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from delta_fabric.config import SyncConfig
 from delta_fabric.engine import Engine, NonFiniteDelta
 from delta_fabric.manifest import Manifest, TensorSpec
 from delta_fabric.replay import ReceiverState
-from delta_fabric.signing import Signing
 from delta_fabric.wire import Entry, decode_packet, packet_to_json
 from numpy.typing import NDArray
+
+if TYPE_CHECKING:
+    from delta_fabric.signing import Signing
 
 __all__ = ["Apply", "Gather", "bits_of", "f32_from_bits", "run_generate", "run_receive"]
 
@@ -105,6 +107,8 @@ def _signing(node: Mapping[str, Any], node_id: int) -> Signing | None:
     s = node.get("signing")
     if s is None:
         return None
+    from delta_fabric.signing import Signing  # the `signing` extra (cryptography)
+
     return Signing.from_json(s["keys"], s.get("secret"), node_id=node_id)
 
 
