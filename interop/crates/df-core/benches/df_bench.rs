@@ -133,6 +133,7 @@ fn main() {
         hops: 0,
         indices: (0..m as u32).map(|i| i * step).collect(),
         values: (0..m).map(|i| d[i]).collect(),
+        signature: None,
     });
     let buf = encode_packet(&p);
     let mut shifted = vec![0u8; buf.len() + 1];

@@ -322,6 +322,7 @@ fn own_entry_encode_sizes_within_bound() {
                 hops: 255,
                 indices: (0..n).collect(),
                 values: vec![1.0; n as usize],
+                signature: None,
             });
             let len = encode_packet(&p).len();
             assert!(
