@@ -83,14 +83,10 @@ def main() -> None:
             for _ in range(args.reps):
                 t_dec.append(_timed(lambda: decode_packet(sig)))
                 t_ver.append(
-                    _timed(
-                        lambda: [verifier.verify(FP, ValueEncoding.F32, e) for e in pkt.entries]
-                    )
+                    _timed(lambda: [verifier.verify(FP, ValueEncoding.F32, e) for e in pkt.entries])
                 )
                 t_sign.append(
-                    _timed(
-                        lambda: [signers[e.origin].sign(FP, ValueEncoding.F32, e) for e in es]
-                    )
+                    _timed(lambda: [signers[e.origin].sign(FP, ValueEncoding.F32, e) for e in es])
                 )
                 eng_s = Engine(MANIFEST, cfg, 1, 1, signing=Signing(KEYS, SEEDS[1], node_id=1))
                 eng_u = Engine(MANIFEST, cfg, 1, 1)

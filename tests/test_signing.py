@@ -96,7 +96,9 @@ def test_key_binding_errors(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="cannot sign"):
         Signing(KEYS).sign(FP, ValueEncoding.F32, _entry())
     f = tmp_path / "keys.json"
-    f.write_text(json.dumps({"version": 1, "keys": {f"{n:016x}": k.hex() for n, k in KEYS.items()}}))
+    f.write_text(
+        json.dumps({"version": 1, "keys": {f"{n:016x}": k.hex() for n, k in KEYS.items()}})
+    )
     assert Signing.from_json(load_keys(f)).keys == KEYS
     f.write_text(json.dumps({"keys": {}}))
     with pytest.raises(ValueError, match="version"):
