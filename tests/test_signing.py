@@ -132,7 +132,7 @@ def _line(signed: bool) -> tuple[dict[int, Engine], list[np.ndarray]]:
 def test_signed_cluster_applies_what_an_unsigned_one_applies() -> None:
     # REQ: DF-RCV-140, DF-RLY-140, DF-SEC-140
     eng_s, act_s = _line(True)
-    eng_u, act_u = _line(False)
+    _, act_u = _line(False)
     for a, b in zip(act_s, act_u, strict=True):
         assert a.view(np.uint32).tolist() == b.view(np.uint32).tolist()
     assert eng_s[3].counters.to_json()["errors"]["BAD_SIGNATURE"] == 0

@@ -152,6 +152,7 @@ fn pack_greedy() {
         hops: 1,
         indices: (0..n).collect(),
         values: vec![1.0; n as usize],
+        signature: None,
     };
     let entries = vec![mk(1, 10), mk(2, 10), mk(3, 10), mk(4, 20)];
     let packets = e.pack_packets(&[], &entries);

@@ -77,7 +77,9 @@ fn line(signed: bool) -> Vec<Vec<f32>> {
     let mut x = 0x1234_5678u64;
     for _ in 0..4 {
         for v in act[0].iter_mut() {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             *v += ((x >> 40) as f32 / (1u64 << 24) as f32) - 0.5;
         }
         let own = eng[0].generate(&act[0], false).expect("generate");

@@ -251,6 +251,7 @@ fn unknown_encoding_and_mismatched_vectors() {
             indices: Some(idx),
             values: None,
             values16: Some(v16),
+            signature: None,
         },
     );
     let entries = b.create_vector(&[e][..]);
