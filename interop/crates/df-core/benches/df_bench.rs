@@ -4,7 +4,8 @@
 //! as ratios to one memcpy of N f32 measured in the same run; decode (+ validate) of a packet of
 //! 1,000,000 values in GB/s, aligned and unaligned, against a same-bytes baseline: a fresh
 //! `Vec<u8>` copy of the same packet bytes (what any decoder that owns its output must at least
-//! do), timed alternately with the decode. Best of several runs.
+//! do), timed alternately with the decode. Best of several runs. Signed entries (1.1): verify and
+//! sign time against decode + validate of the same packet (`DF_BENCH_ONLY=signing` runs only that).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -63,6 +64,10 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(10_000_000);
     let runs = 7;
+    if std::env::var("DF_BENCH_ONLY").as_deref() == Ok("signing") {
+        signing_cost(runs); // `DF_BENCH_ONLY=signing`: the signed-entry figures alone
+        return;
+    }
     let mut rng = Rng(42);
     let d: Vec<f32> = (0..n).map(|_| rng.gauss()).collect();
     let mut dst = vec![0.0f32; n];
