@@ -209,3 +209,77 @@ def test_signed_size_estimate_is_an_upper_bound(enc: ValueEncoding) -> None:
             assert size <= PACKET_OVERHEAD_BOUND + k * encoded_size_bound(n, signed=True)
     assert encoded_size_bound(10, signed=True) == 304
     assert max_values_per_entry(16777216, signed=True) == (16777216 - 160 - 224) // 8
+
+
+def _fabric_run(signed: bool, forge: bool) -> tuple[list[np.ndarray], list[dict[str, object]], int]:
+    """Three nodes on the in-memory transport, 20 rounds of a quadratic pull towards each node's own
+    target; with ``forge``, node 3 (a member, holding its own key) also publishes every round an entry
+    that claims to be node 1's, with a forged incarnation and a huge value."""
+    from delta_fabric.fabric import Fabric
+    from delta_fabric.stores.numpy import NumpyStore
+    from delta_fabric.transports.memory import MemoryHub
+
+    hub = MemoryHub(seed=7)
+    rng = np.random.default_rng(3)
+    targets = {n: rng.normal(size=64).astype(np.float32) for n in (1, 2, 3)}
+    weights = {n: np.zeros(64, np.float32) for n in (1, 2, 3)}
+    cfg = SyncConfig(ratio=0.25, sync_interval=1)
+    fabs = [
+        Fabric(
+            NumpyStore({"w": weights[n]}),
+            hub.transport(n),
+            cfg,
+            node_id=n,
+            incarnation=100 + n,
+            signing=_signing(n) if signed else None,
+        )
+        for n in (1, 2, 3)
+    ]
+    forger = hub.transport(0x5EED)
+    s3 = _signing(3)
+    for r in range(20):
+        if forge:
+            e = Entry(
+                1, (1 << 64) - 1 - r, 1, 0, np.array([5], np.uint32), np.array([1e6], np.float32)
+            )
+            e = replace(e, signature=s3.sign(FP, ValueEncoding.F32, e))  # signed, but by node 3
+            forger.publish(encode_packet(Packet(3, 103, FP, (e,))))
+        for f, n in zip(fabs, (1, 2, 3), strict=True):
+            weights[n] -= np.float32(0.1) * (weights[n] - targets[n])
+            f.step()
+    for f in fabs:
+        f.poll()
+    stats = [f.engine.counters.to_json() for f in fabs]
+    out = [weights[n].copy() for n in (1, 2, 3)]
+    for f in fabs:
+        f.close()
+    return out, stats, fabs[1].own_entries_sent
+
+
+def test_fabric_signed_cluster_refuses_a_members_forgeries() -> None:
+    # REQ: DF-SEC-140, DF-SEC-142, DF-SEC-146
+    clean, _, sent = _fabric_run(signed=True, forge=False)
+    attacked, stats, _ = _fabric_run(signed=True, forge=True)
+    unsigned, _, _ = _fabric_run(signed=False, forge=False)
+    assert sent > 0
+    # the signed cluster trains exactly as the unsigned one, and the forgeries change nothing
+    for a, b, c in zip(clean, attacked, unsigned, strict=True):
+        assert a.tobytes() == b.tobytes() == c.tobytes()
+    for c in stats:
+        errors = c["errors"]
+        assert isinstance(errors, dict) and errors["BAD_SIGNATURE"] == 20
+    with pytest.raises(ValueError, match="secret key"):
+        _fabric_no_secret()
+
+
+def _fabric_no_secret() -> None:
+    from delta_fabric.fabric import Fabric
+    from delta_fabric.stores.numpy import NumpyStore
+    from delta_fabric.transports.memory import MemoryHub
+
+    Fabric(
+        NumpyStore({"w": np.zeros(64, np.float32)}),
+        MemoryHub().transport(1),
+        node_id=1,
+        signing=Signing(KEYS),
+    )

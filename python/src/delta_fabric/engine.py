@@ -256,6 +256,14 @@ class Engine:
         are kept: a member that returns continues where it was, its old entries still duplicates."""
         self.state.members = None if members is None else frozenset(members)
 
+    def set_signing(self, signing: Signing | None) -> None:
+        """Put the node in a signed cluster (spec section 13.1), or take it out (``None``); own entries
+        are split by the signed size estimate from the next generation on (DF-RLY-141)."""
+        self.signing = signing
+        self._max_entry_values = max_values_per_entry(
+            self.config.max_packet_size, signed=signing is not None
+        )
+
     @property
     def max_entry_values(self) -> int:
         """Values per own entry before splitting (DF-GEN-6)."""

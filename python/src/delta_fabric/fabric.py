@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -45,6 +45,9 @@ from delta_fabric.snapshot import SnapshotError, SnapshotSource
 from delta_fabric.store import FunctionalStore, WeightStore
 from delta_fabric.transports.base import Transport, check_node_id, node_hex
 from delta_fabric.wire import Packet, encode_packet
+
+if TYPE_CHECKING:  # the `signing` extra (cryptography)
+    from delta_fabric.signing import Signing
 
 __all__ = [
     "DEFAULT_MAX_DRAIN",
@@ -94,7 +97,9 @@ class Fabric:
     seconds from `step` and once at `close` (`delta_fabric.metrics`; no thread). ``members``: the node
     ids accepted as origins (DF-RCV-51, 1.1): entries of any other origin are dropped and counted
     (``drops.not_member``) and never take a place in the origin bound; ``None`` (default) accepts every
-    origin, as 1.0 does.
+    origin, as 1.0 does. ``signing`` (1.1, spec section 13.1; `delta_fabric.signing.Signing`, the
+    ``signing`` extra): the node is in a signed cluster; it signs its entries with its secret key and
+    rejects packets with entries not signed by their origin's pinned key (``errors.BAD_SIGNATURE``).
     """
 
     def __init__(
@@ -114,6 +119,7 @@ class Fabric:
         metrics: str | Path | None = None,
         metrics_interval: float = 10.0,
         members: Iterable[int] | None = None,
+        signing: Signing | None = None,
     ) -> None:
         if not isinstance(store, WeightStore):
             raise TypeError(
@@ -158,6 +164,10 @@ class Fabric:
             self.engine = self._start(bootstrap, bootstrap_timeout, incarnation)
             if members is not None:  # DF-RCV-51: only these node ids are tracked as origins
                 self.engine.set_members(check_node_id(m) for m in members)
+            if signing is not None:  # DF-SEC-140, DF-SEC-142
+                if not signing.can_sign:
+                    raise ValueError("signing: a node of a signed cluster needs its secret key")
+                self.engine.set_signing(signing)
             self.transport.serve_snapshot(self._snapshot_source)
             serve_info = getattr(self.transport, "serve_info", None)
             if callable(serve_info):  # the Zenoh transport's info replies, with the counters
