@@ -283,3 +283,12 @@ def _fabric_no_secret() -> None:
         node_id=1,
         signing=Signing(KEYS),
     )
+
+
+def test_a_node_without_its_secret_key_cannot_generate() -> None:
+    # REQ: DF-SEC-140
+    eng = Engine(MANIFEST, SyncConfig(), 1, 101, signing=Signing(KEYS))
+    before = eng.anchor.copy()
+    with pytest.raises(ValueError, match="no secret key"):
+        eng.generate(np.ones(64, np.float32))
+    assert eng.anchor.tobytes() == before.tobytes() and eng.next_seq == 1

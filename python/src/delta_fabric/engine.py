@@ -294,6 +294,9 @@ class Engine:
         selected.
         """
         self._check_active(active)
+        if self.signing is not None and not self.signing.can_sign:
+            # DF-SEC-140: a node of a signed cluster cannot publish unsigned entries
+            raise ValueError("signed cluster: this node has no secret key to sign with")
         self._end_round()
         n = self.num_params
         if self._selector is None or self._d is None:

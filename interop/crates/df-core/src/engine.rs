@@ -428,6 +428,12 @@ impl Engine {
                 got: active.len(),
             });
         }
+        if self.signing.as_ref().is_some_and(|s| !s.can_sign()) {
+            // DF-SEC-140: a node of a signed cluster cannot publish unsigned entries
+            return Err(EngineError::Invalid(
+                "signed cluster: this node has no secret key to sign with".into(),
+            ));
+        }
         self.end_round();
         self.correction_indices.clear();
         self.correction_values.clear();

@@ -204,3 +204,14 @@ fn signed_size_estimate_is_an_upper_bound() {
     }
     assert_eq!(df_core::wire::entry_size_bound_signed(10, true), 304);
 }
+
+#[test]
+fn a_node_without_its_secret_key_cannot_generate() {
+    // REQ: DF-SEC-140
+    let mut e = engine(1, 1.0, false);
+    e.set_signing(Some(Signing::new(&keys(), None, None).expect("keys")));
+    let anchor = e.anchor().to_vec();
+    assert!(e.generate(&[1.0; 64], false).is_err());
+    assert_eq!(e.anchor(), &anchor[..]);
+    assert_eq!(e.next_seq(), 1);
+}
