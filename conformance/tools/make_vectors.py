@@ -63,6 +63,7 @@ EXTRA_VECTORS = (
     TOOLS_DIR / "forward_vectors.py",
     TOOLS_DIR / "repair_vectors.py",
     TOOLS_DIR / "rust_pinning_vectors.py",  # after snapshot_vectors.py: adds to snapshot/
+    TOOLS_DIR / "signed_vectors.py",  # signed entries (1.1, spec section 13.1)
 )
 INDEX_VERSION = 1
 

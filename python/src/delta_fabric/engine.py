@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
@@ -40,6 +41,9 @@ from delta_fabric.wire import (
     heard_size_bound,
     validate_packet,
 )
+
+if TYPE_CHECKING:  # delta_fabric.signing needs the `signing` extra (cryptography)
+    from delta_fabric.signing import Signing
 
 __all__ = [
     "AcceptedEntry",
@@ -70,15 +74,16 @@ def _check_id(name: str, value: int) -> int:
     return int(value)
 
 
-def max_values_per_entry(max_packet_size: int) -> int:
+def max_values_per_entry(max_packet_size: int, *, signed: bool = False) -> int:
     """Largest value count of an entry that fits alone in a packet of ``max_packet_size`` bytes
-    (by the wire's size bound: ``PACKET_OVERHEAD_BOUND + encoded_size_bound(n) <= max_packet_size``)."""
+    (by the wire's size bound: ``PACKET_OVERHEAD_BOUND + encoded_size_bound(n) <= max_packet_size``;
+    with ``signed``, the bound of a signed entry, DF-RLY-143)."""
     lo, hi = 0, max(0, max_packet_size)
-    if PACKET_OVERHEAD_BOUND + encoded_size_bound(1) > max_packet_size:
+    if PACKET_OVERHEAD_BOUND + encoded_size_bound(1, signed=signed) > max_packet_size:
         raise ValueError(f"max_packet_size {max_packet_size} cannot hold one value")
     while lo < hi:  # largest n with bound(n) <= budget; bound is increasing in n
         mid = (lo + hi + 1) // 2
-        if PACKET_OVERHEAD_BOUND + encoded_size_bound(mid) <= max_packet_size:
+        if PACKET_OVERHEAD_BOUND + encoded_size_bound(mid, signed=signed) <= max_packet_size:
             lo = mid
         else:
             hi = mid - 1
@@ -181,10 +186,14 @@ class Engine:
         *,
         max_origins: int | None = None,
         members: Iterable[int] | None = None,
+        signing: Signing | None = None,
     ) -> None:
         """``anchor`` (copied) is normally the initial weights, identical on every node; zeros if None.
         ``max_origins`` overrides ``config.max_origins`` (DF-PAR-30). ``members``: the node ids
-        accepted as origins (DF-RCV-51); ``None`` accepts every origin."""
+        accepted as origins (DF-RCV-51); ``None`` accepts every origin. ``signing``: the node is in a
+        signed cluster (spec section 13.1): it signs its own entries (when ``signing`` holds its
+        secret key), rejects packets with an entry that is not signed by its origin's pinned key
+        (``BAD_SIGNATURE``, DF-SEC-142) and relays the origin's values and signature (DF-RLY-140)."""
         if manifest.num_params < 1:
             raise ValueError("the manifest holds no value")
         self.manifest = manifest
@@ -210,7 +219,10 @@ class Engine:
         self.entries_generated = 0
         self.relay_dropped_oversize = 0
         self._fingerprint = manifest.fingerprint
-        self._max_entry_values = max_values_per_entry(config.max_packet_size)
+        self.signing = signing
+        self._max_entry_values = max_values_per_entry(
+            config.max_packet_size, signed=signing is not None
+        )
         self._selector: Selector | None = None  # O(N) scratch, allocated at the first generation
         self._d: NDArray[np.float32] | None = None
         # Relay policy NEEDED (spec section 8.6): who this node heard directly in this and the last
@@ -247,6 +259,14 @@ class Engine:
         are kept: a member that returns continues where it was, its old entries still duplicates."""
         self.state.members = None if members is None else frozenset(members)
 
+    def set_signing(self, signing: Signing | None) -> None:
+        """Put the node in a signed cluster (spec section 13.1), or take it out (``None``); own entries
+        are split by the signed size estimate from the next generation on (DF-RLY-141)."""
+        self.signing = signing
+        self._max_entry_values = max_values_per_entry(
+            self.config.max_packet_size, signed=signing is not None
+        )
+
     @property
     def max_entry_values(self) -> int:
         """Values per own entry before splitting (DF-GEN-6)."""
@@ -277,6 +297,9 @@ class Engine:
         selected.
         """
         self._check_active(active)
+        if self.signing is not None and not self.signing.can_sign:
+            # DF-SEC-140: a node of a signed cluster cannot publish unsigned entries
+            raise ValueError("signed cluster: this node has no secret key to sign with")
         self._end_round()
         n = self.num_params
         if self._selector is None or self._d is None:
@@ -313,16 +336,19 @@ class Engine:
             else:
                 sent = vc.quantize(d[part])
             self._anchor[part] = self._anchor[part] + sent
-            entries.append(
-                Entry(
-                    origin=self.node_id,
-                    incarnation=self.incarnation,
-                    seq=self.next_seq,
-                    hops=0,
-                    indices=part,
-                    values=sent,
-                )
+            entry = Entry(
+                origin=self.node_id,
+                incarnation=self.incarnation,
+                seq=self.next_seq,
+                hops=0,
+                indices=part,
+                values=sent,
             )
+            if self.signing is not None:  # DF-SEC-140
+                entry = replace(
+                    entry, signature=self.signing.sign(self._fingerprint, vc.encoding, entry)
+                )
+            entries.append(entry)
             self.next_seq += 1
         self.entries_generated += len(entries)
         if self.influence is not None:  # OPTIONAL bounded influence: own entries set the scale
@@ -367,6 +393,7 @@ class Engine:
             self._agg = np.zeros(self.num_params, dtype=np.float32)
         agg = self._agg
         anchor = self._anchor
+        signing = self.signing
         for i, buf in enumerate(packets):
             c.packets_received += 1
             try:
@@ -377,6 +404,8 @@ class Engine:
                     num_params=self.num_params,
                     hop_limit=hop_limit,
                 )
+                if signing is not None:
+                    self._check_signatures(pkt)  # DF-SEC-142: step 16 of DF-RCV-20
             except DecodeError as exc:  # DF-RCV-1: the whole packet, no state change
                 self._reject(res, i, exc.code)
                 continue
@@ -409,9 +438,7 @@ class Engine:
                 acc_e.append(e)
             if len(acc_e) == 1:
                 e = acc_e[0]
-                u = np.multiply(e.values, alpha, dtype=np.float32)  # DF-RCV-5: fl32(alpha_f32 * v)
-                if self.influence is not None:  # OPTIONAL bounded influence (not in 1.1)
-                    u = self.influence.clip(e.origin, u)
+                u = self._damped(e, alpha)  # DF-RCV-5: fl32(alpha_f32 * v)
                 # DF-RCV-6, index by index from +0 (an entry's indices are distinct)
                 ix = e.indices.astype(np.intp)
                 old = agg[ix]
@@ -425,18 +452,11 @@ class Engine:
                 self._relay_entries(relay, acc_e, u, thr32, owned)
             elif acc_e:  # several entries: one pass over all of them
                 ix = np.concatenate([e.indices for e in acc_e]).astype(np.intp)
-                if self.influence is None:
+                if self.influence is None and signing is None:
                     vals = np.concatenate([e.values for e in acc_e])
                     u = np.multiply(vals, alpha, dtype=np.float32)  # DF-RCV-5
-                else:  # OPTIONAL bounded influence (not in 1.1): clipped entry by entry
-                    u = np.concatenate(
-                        [
-                            self.influence.clip(
-                                e.origin, np.multiply(e.values, alpha, dtype=np.float32)
-                            )
-                            for e in acc_e
-                        ]
-                    )
+                else:  # damped (and clipped) entry by entry
+                    u = np.concatenate([self._damped(e, alpha) for e in acc_e])
                 undo.append((ix, agg[ix]))  # duplicates hold the same old value
                 # DF-RCV-6: ufunc.at adds element by element in order, so an index shared by
                 # several entries is summed in entry order from +0, in f32
@@ -486,6 +506,17 @@ class Engine:
             c.values_applied += int(res.indices.size)
         return res
 
+    def _damped(self, e: Entry, alpha: np.float32) -> NDArray[np.float32]:
+        """DF-RCV-5 for one entry: ``fl32(alpha * v)``; in a signed cluster the origin's values are
+        damped once more per hop (DF-RCV-140); the OPTIONAL bounded influence (not in 1.1) clips."""
+        u = np.multiply(e.values, alpha, dtype=np.float32)
+        if self.signing is not None:
+            for _ in range(e.hops):
+                u = np.multiply(u, alpha, dtype=np.float32)
+        if self.influence is not None:
+            u = self.influence.clip(e.origin, u)
+        return u
+
     def _relay_entries(
         self,
         relay: list[Entry],
@@ -509,6 +540,20 @@ class Engine:
         for e, n, k in zip(entries, sizes, kept, strict=True):
             b = a + n
             if e.hops + 1 > hop_limit or k == 0:  # DF-RLY-1, DF-RLY-2
+                a = b
+                continue
+            if self.signing is not None:  # DF-RLY-140: the origin's values and signature, whole
+                relay.append(
+                    Entry(
+                        e.origin,
+                        e.incarnation,
+                        e.seq,
+                        e.hops + 1,
+                        np.array(e.indices, dtype=np.uint32),
+                        np.array(e.values, dtype=np.float32),
+                        signature=e.signature,
+                    )
+                )
                 a = b
                 continue
             u = damped[a:b]
@@ -579,6 +624,21 @@ class Engine:
         c.packets_rejected += n
         c.errors[code] = c.errors.get(code, 0) + n
 
+    def _check_signatures(self, pkt: Packet) -> None:
+        """DF-SEC-142: in a signed cluster every entry carries a valid signature by the pinned key of
+        its origin over the packet's fingerprint and encoding, and the encoding is the node's own
+        (DF-SEC-143); ``DecodeError(BAD_SIGNATURE)`` otherwise."""
+        assert self.signing is not None
+        if pkt.entries and pkt.encoding != self.config.encoding:
+            raise DecodeError(
+                ErrorCode.BAD_SIGNATURE,
+                f"encoding {pkt.encoding.name} is not the signed cluster's {self.config.encoding.name}",
+            )
+        for j, e in enumerate(pkt.entries):
+            why = self.signing.verify(pkt.fingerprint, pkt.encoding, e)
+            if why is not None:
+                raise DecodeError(ErrorCode.BAD_SIGNATURE, f"entries[{j}]: {why}")
+
     def _reject(self, res: ReceiveResult, i: int, code: ErrorCode) -> None:
         c = self.counters
         c.packets_rejected += 1
@@ -634,7 +694,7 @@ class Engine:
             batch, size = [], PACKET_OVERHEAD_BOUND
 
         for is_own, e in [(True, x) for x in own] + [(False, x) for x in relay]:
-            bound = encoded_size_bound(int(e.indices.size))
+            bound = encoded_size_bound(int(e.indices.size), signed=e.signature is not None)
             if PACKET_OVERHEAD_BOUND + bound > limit:
                 alone = self._encode([e], PACKET_OVERHEAD_BOUND + bound)
                 if len(alone) > limit:
@@ -713,9 +773,10 @@ class Engine:
         snapshot: Snapshot,
         *,
         max_origins: int | None = None,
+        signing: Signing | None = None,
     ) -> Engine:
         """A joining node (DF-ZEN-5): anchor = snapshot; use a fresh incarnation and active = anchor."""
-        eng = cls(manifest, config, node_id, incarnation, max_origins=max_origins)
+        eng = cls(manifest, config, node_id, incarnation, max_origins=max_origins, signing=signing)
         eng.restore(snapshot)
         return eng
 

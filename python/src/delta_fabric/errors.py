@@ -24,6 +24,7 @@ class ErrorCode(str, Enum):
     DUPLICATE_INDEX = "DUPLICATE_INDEX"
     NON_FINITE = "NON_FINITE"
     NON_FINITE_RESULT = "NON_FINITE_RESULT"  # added in 1.1 (DF-RCV-50)
+    BAD_SIGNATURE = "BAD_SIGNATURE"  # added in 1.1 (DF-SEC-142)
 
     def __str__(self) -> str:
         return self.value

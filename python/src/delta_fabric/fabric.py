@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -57,6 +57,9 @@ from delta_fabric.snapshot import SnapshotError, SnapshotSource
 from delta_fabric.store import FunctionalStore, WeightStore
 from delta_fabric.transports.base import Transport, check_node_id, node_hex
 from delta_fabric.wire import Entry, Packet, encode_packet
+
+if TYPE_CHECKING:  # the `signing` extra (cryptography)
+    from delta_fabric.signing import Signing
 
 __all__ = [
     "DEFAULT_MAX_DRAIN",
@@ -124,7 +127,9 @@ class Fabric:
     counters under ``stats()["snapshot_trust"]``. ``influence_factor`` (proposal,
     spec/proposals/bounded-influence.md): bound each received entry's L2 norm to this factor times
     the running median (`delta_fabric.influence.InfluenceBound`); counters under
-    ``stats()["influence"]``.
+    ``stats()["influence"]``. ``signing`` (1.1, spec section 13.1; `delta_fabric.signing.Signing`, the
+    ``signing`` extra): the node is in a signed cluster; it signs its entries with its secret key and
+    rejects packets with entries not signed by their origin's pinned key (``errors.BAD_SIGNATURE``).
     """
 
     def __init__(
@@ -149,6 +154,7 @@ class Fabric:
         influence_factor: float | None = None,
         live_members: bool = False,
         member_grace: float = DEFAULT_MEMBER_GRACE,
+        signing: Signing | None = None,
     ) -> None:
         if not isinstance(store, WeightStore):
             raise TypeError(
@@ -219,6 +225,10 @@ class Fabric:
             if callable(set_members) and (members is not None or live_members):
                 set_members(self._configured, live=live_members)  # DF-ZEN-151, DF-ZEN-155
             self._refresh_members()  # DF-RCV-51: only members are tracked as origins
+            if signing is not None:  # DF-SEC-140, DF-SEC-142
+                if not signing.can_sign:
+                    raise ValueError("signing: a node of a signed cluster needs its secret key")
+                self.engine.set_signing(signing)
             if influence_factor is not None:
                 self.engine.influence = InfluenceBound(influence_factor)
             self.gaps: GapTracker | None = None

@@ -20,7 +20,7 @@ step is reported).
    the first byte of the packet (DF-PKT-21), uoffsets not 0, vtables, required fields) and the sharing
    rule (DF-SEC-20: table heads, fields and vectors pairwise disjoint); fingerprint of 32 bytes,
    non-zero sender, sender_incarnation, origin, incarnation, seq; ``heard`` (1.1), when present,
-   non-zero and strictly ascending.
+   non-zero and strictly ascending; ``Entry.signature`` (1.1), when present, exactly 64 bytes.
 6. ``UNSUPPORTED_ENCODING``: encoding not in the table :data:`delta_fabric.encodings.CODECS`
    (F32, F16, BF16).
 7. ``MALFORMED``: an entry without the values vector of the encoding, or with the other one.
@@ -60,6 +60,8 @@ __all__ = [
     "DEFAULT_MAX_PACKET_SIZE",
     "FILE_IDENTIFIER",
     "PACKET_OVERHEAD_BOUND",
+    "SIGNATURE_SIZE",
+    "SIGNATURE_SIZE_BOUND",
     "VERSION_MAJOR",
     "VERSION_MINOR",
     "Entry",
@@ -91,6 +93,9 @@ U64_MAX = (1 << 64) - 1
 #: fingerprint and entries vectors, alignment padding). A packet's size is at most this plus the sum
 #: of :func:`encoded_size_bound` over its entries.
 PACKET_OVERHEAD_BOUND = 160
+#: Upper bound on the bytes a 64-byte ``Entry.signature`` adds to an entry (1.1, DF-RLY-143): the
+#: vtable slots 7..10, the field's uoffset, the vector's length, its 64 bytes and alignment padding.
+SIGNATURE_SIZE_BOUND = 96
 
 
 def _as_u32_array(x: Any) -> NDArray[np.uint32]:
@@ -124,8 +129,10 @@ def _bits_equal(a: NDArray[Any], b: NDArray[Any]) -> bool:
 @dataclass(frozen=True, eq=False)
 class Entry:
     """One sparse delta of one origin. ``indices`` ascending; ``values`` are the decoded f32 values.
+    ``signature`` (1.1, spec section 13.1): the origin's 64-byte Ed25519 signature, ``None`` when absent.
 
-    Equality compares indices and the bit patterns of the values (NaN == NaN, 0.0 != -0.0).
+    Equality compares indices, the bit patterns of the values (NaN == NaN, 0.0 != -0.0) and the
+    signatures.
     Arrays obtained from :func:`decode_packet` are read-only views over the packet buffer.
     """
 
@@ -135,10 +142,13 @@ class Entry:
     hops: int
     indices: NDArray[np.uint32]
     values: NDArray[np.float32]
+    signature: bytes | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "indices", _as_u32_array(self.indices))
         object.__setattr__(self, "values", _as_f32_array(self.values))
+        if self.signature is not None and not isinstance(self.signature, bytes):
+            object.__setattr__(self, "signature", bytes(self.signature))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Entry):
@@ -148,6 +158,7 @@ class Entry:
             == (other.origin, other.incarnation, other.seq, other.hops)
             and bool(np.array_equal(self.indices, other.indices))
             and _bits_equal(self.values, other.values)
+            and self.signature == other.signature
         )
 
     __hash__ = None  # type: ignore[assignment]
@@ -212,16 +223,17 @@ def quantize_packet(packet: Packet) -> Packet:
     return replace(packet, entries=entries)
 
 
-def encoded_size_bound(num_values: int) -> int:
+def encoded_size_bound(num_values: int, *, signed: bool = False) -> int:
     """Upper bound on the bytes one entry of ``num_values`` values adds to a packet (any encoding).
 
     Entry table with its vtable and alignment padding (<= 96 bytes), the entries-vector slot (4),
     and the indices and values vectors (4 + 7 each, plus 4 bytes per index and the table's largest
-    ``value_bytes`` per value, see :mod:`delta_fabric.encodings`).
+    ``value_bytes`` per value, see :mod:`delta_fabric.encodings`). A ``signed`` entry (1.1,
+    DF-RLY-143) adds :data:`SIGNATURE_SIZE_BOUND`.
     """
     if num_values < 0:
         raise ValueError("num_values must be >= 0")
-    return 128 + (4 + MAX_VALUE_BYTES) * num_values
+    return 128 + (4 + MAX_VALUE_BYTES) * num_values + (SIGNATURE_SIZE_BOUND if signed else 0)
 
 
 def heard_size_bound(count: int) -> int:
@@ -275,13 +287,14 @@ def _encode_packet(packet: Packet, builder: Callable[[int], Any]) -> bytes:
         seq = _check_u64("seq", e.seq)
         idx = np.ascontiguousarray(e.indices, dtype="<u4")
         vals = np.ascontiguousarray(vc.encode(e.values), dtype=vc.wire_dtype)
-        if fast:  # the same bytes as the generated helpers below, in one call
+        if fast and e.signature is None:  # the same bytes as the generated helpers below
             entry_offsets.append(
                 b.entry_v1(origin, incarnation, seq, int(e.hops), idx, vals, 5 if vc.wide else 6)
             )
             continue
         idx_off = b.CreateNumpyVector(idx)
         val_off = b.CreateNumpyVector(vals)
+        sig_off = None if e.signature is None else b.CreateByteVector(bytes(e.signature))
         _gen_entry.EntryStart(b)
         _gen_entry.EntryAddOrigin(b, origin)
         _gen_entry.EntryAddIncarnation(b, incarnation)
@@ -292,6 +305,8 @@ def _encode_packet(packet: Packet, builder: Callable[[int], Any]) -> bytes:
             _gen_entry.EntryAddValues(b, val_off)
         else:
             _gen_entry.EntryAddValues16(b, val_off)
+        if sig_off is not None:
+            _gen_entry.EntryAddSignature(b, sig_off)
         entry_offsets.append(_gen_entry.EntryEnd(b))
     if isinstance(b, FastBuilder):
         entries_off = b.uoffset_vector(entry_offsets)
@@ -338,6 +353,9 @@ _P_VERSION_MAJOR, _P_VERSION_MINOR, _P_SENDER, _P_SENDER_INC = 0, 1, 2, 3
 _P_FINGERPRINT, _P_ENCODING, _P_ENTRIES, _P_HEARD = 4, 5, 6, 7
 _E_ORIGIN, _E_INCARNATION, _E_SEQ, _E_HOPS = 0, 1, 2, 3
 _E_INDICES, _E_VALUES, _E_VALUES16 = 4, 5, 6
+_E_SIGNATURE = 10  # 1.1 (spec section 13.1); slots 7..9 belong to the compact encodings
+#: Length of an Ed25519 signature (``Entry.signature``, DF-PKT-140).
+SIGNATURE_SIZE = 64
 
 
 def _malformed(detail: str) -> NoReturn:
@@ -573,11 +591,18 @@ def _trusted_entry(
     hops: int,
     indices: NDArray[np.uint32],
     values: NDArray[np.float32],
+    signature: bytes | None = None,
 ) -> Entry:
     """An Entry from checked decoder output, without the coercions of ``__init__`` (hot path)."""
     e = object.__new__(Entry)
     e.__dict__.update(
-        origin=origin, incarnation=incarnation, seq=seq, hops=hops, indices=indices, values=values
+        origin=origin,
+        incarnation=incarnation,
+        seq=seq,
+        hops=hops,
+        indices=indices,
+        values=values,
+        signature=signature,
     )
     return e
 
@@ -724,6 +749,9 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
     if few is not None:  # the same checks, entry by entry (no NumPy call per field)
         (origin, incarnation, seq, hops, idx_present, idx_start, idx_count) = few[:7]
         (v32_present, v32_start, v32_count, v16_present, v16_start, v16_count) = few[7:]
+        # the entry-by-entry path reads vtables of Entry fields 0..6 only: no signature (field 10)
+        sig_present = np.zeros(count, dtype=np.bool_)
+        sig_start = sig_count = np.zeros(count, dtype=np.int64)
         _check_disjoint_few(r.spans)
     else:
         # Every Entry table at once (MALFORMED checks).
@@ -735,10 +763,12 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
         idx_present, idx_start, idx_count = t.vector(_E_INDICES, 4, "indices")
         v32_present, v32_start, v32_count = t.vector(_E_VALUES, 4, "values")
         v16_present, v16_start, v16_count = t.vector(_E_VALUES16, 2, "values16")
+        sig_present, sig_start, sig_count = t.vector(_E_SIGNATURE, 1, "signature")
         t.fail_where(~idx_present, "indices (required) missing")
         t.fail_where(origin == 0, "origin is 0")
         t.fail_where(incarnation == 0, "incarnation is 0")
         t.fail_where(seq == 0, "seq is 0")
+        t.fail_where(sig_present & (sig_count != SIGNATURE_SIZE), "signature is not 64 bytes")
         # DF-SEC-20 (sharing rule): no two objects share a byte, so no small packet decodes to a
         # huge one through entries that point at one table or at overlapping vectors.
         _check_disjoint(
@@ -798,15 +828,21 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
         j = int(np.searchsorted(np.cumsum(idx_count), pos, side="right"))
         raise DecodeError(ErrorCode.NON_FINITE, f"entries[{j}]: NaN or infinite value")
 
+    sigs: list[bytes | None] = [None] * int(count)
+    if bool(sig_present.any()):
+        for j in np.flatnonzero(sig_present).tolist():
+            s0 = int(sig_start[j])
+            sigs[j] = bytes(mv[s0 : s0 + SIGNATURE_SIZE])
     entries = tuple(
-        _trusted_entry(o, i, q, h, iv, vv)
-        for o, i, q, h, iv, vv in zip(
+        _trusted_entry(o, i, q, h, iv, vv, sg)
+        for o, i, q, h, iv, vv, sg in zip(
             origin.tolist(),
             incarnation.tolist(),
             seq.tolist(),
             hops.tolist(),
             idx_views,
             val_views,
+            sigs,
             strict=True,
         )
     )
@@ -925,6 +961,7 @@ def packet_to_json(packet: Packet) -> dict[str, Any]:
                 "hops": int(e.hops),
                 "indices": e.indices.tolist(),
                 "values": _json_values(e.values),
+                **({} if e.signature is None else {"signature": e.signature.hex()}),
             }
             for e in packet.entries
         ],
@@ -1020,6 +1057,7 @@ def packet_from_json(d: Mapping[str, Any]) -> Packet:
                 values=np.asarray([_parse_value(v) for v in e["values"]], dtype=np.float64).astype(
                     np.float32
                 ),
+                signature=None if e.get("signature") is None else bytes.fromhex(e["signature"]),
             )
             for e in _iter_entries(d["entries"])
         )

@@ -374,6 +374,8 @@ class Runner:
         needed = kind
         if kind == "generate" and (bool(data.get("fast")) or data.get("mode") == "fast"):
             needed = "generate.fast"
+        if isinstance(data.get("node"), Mapping) and "signing" in data["node"]:
+            needed = "signing"  # signed entries (1.1, OPTIONAL; spec section 13.1)
         if needed not in run.caps:
             return UNSUPPORTED, f"capability {needed} not declared"
         vector = {

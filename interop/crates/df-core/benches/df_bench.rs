@@ -4,7 +4,8 @@
 //! as ratios to one memcpy of N f32 measured in the same run; decode (+ validate) of a packet of
 //! 1,000,000 values in GB/s, aligned and unaligned, against a same-bytes baseline: a fresh
 //! `Vec<u8>` copy of the same packet bytes (what any decoder that owns its output must at least
-//! do), timed alternately with the decode. Best of several runs.
+//! do), timed alternately with the decode. Best of several runs. Signed entries (1.1): verify and
+//! sign time against decode + validate of the same packet (`DF_BENCH_ONLY=signing` runs only that).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -63,6 +64,10 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(10_000_000);
     let runs = 7;
+    if std::env::var("DF_BENCH_ONLY").as_deref() == Ok("signing") {
+        signing_cost(runs); // `DF_BENCH_ONLY=signing`: the signed-entry figures alone
+        return;
+    }
     let mut rng = Rng(42);
     let d: Vec<f32> = (0..n).map(|_| rng.gauss()).collect();
     let mut dst = vec![0.0f32; n];
@@ -133,6 +138,7 @@ fn main() {
         hops: 0,
         indices: (0..m as u32).map(|i| i * step).collect(),
         values: (0..m).map(|i| d[i]).collect(),
+        signature: None,
     });
     let buf = encode_packet(&p);
     let mut shifted = vec![0u8; buf.len() + 1];
@@ -161,6 +167,7 @@ fn main() {
             t.as_secs_f64() / copy.as_secs_f64()
         );
     }
+    signing_cost(runs);
     let t = best(runs, || {
         black_box(encode_packet(black_box(&p)));
     });
@@ -170,4 +177,68 @@ fn main() {
         ms(t),
         buf.len() as f64 / t.as_secs_f64() / 1e9
     );
+}
+
+/// Signed entries (spec 1.1 section 13.1): for packets of one entry of n F32 values, the bytes a
+/// signature adds, and verifying (and signing) the entry against decode + validate of the same
+/// packet, timed alternately. Prints only.
+fn signing_cost(runs: usize) {
+    use df_core::signing::{Signing, public_key_of};
+    let fp = [3u8; 32];
+    let seed = [9u8; 32];
+    let signer = Signing::new(&[], Some(seed), Some(2)).expect("key");
+    let verifier = Signing::new(&[(2, public_key_of(&seed))], None, None).expect("key");
+    let mut rng = Rng(7);
+    for n in [10usize, 865, 10_000] {
+        let indices: Vec<u32> = (0..n as u32).map(|i| i * 7).collect();
+        let values: Vec<f32> = (0..n).map(|_| rng.gauss()).collect();
+        let sig = signer
+            .sign(&fp, ValueEncoding::F32, 2, 1, 1, &indices, &values)
+            .expect("signs");
+        let mut p = OwnedPacket::new(1, 1, fp, ValueEncoding::F32);
+        p.entries.push(OwnedEntry {
+            origin: 2,
+            incarnation: 1,
+            seq: 1,
+            hops: 0,
+            indices: indices.clone(),
+            values: values.clone(),
+            signature: None,
+        });
+        let plain = encode_packet(&p);
+        p.entries[0].signature = Some(sig.to_vec());
+        let signed = encode_packet(&p);
+        let decode = || {
+            let pk = decode_packet(black_box(&signed), 1 << 26).expect("decodes");
+            validate_packet(&pk, &fp, 1 << 31, 16).expect("valid");
+            black_box(&pk);
+        };
+        let pk = decode_packet(&signed, 1 << 26).expect("decodes");
+        let e = &pk.entries[0];
+        let (t_dec, t_ver) = best_pair(runs * 10, decode, || {
+            verifier
+                .verify(
+                    &fp,
+                    ValueEncoding::F32,
+                    e.origin,
+                    e.incarnation,
+                    e.seq,
+                    &e.indices,
+                    &e.values,
+                    e.signature.as_ref(),
+                )
+                .expect("verifies");
+        });
+        let (t_dec2, t_sign) = best_pair(runs * 10, decode, || {
+            black_box(signer.sign(&fp, ValueEncoding::F32, 2, 1, 1, &indices, &values));
+        });
+        println!(
+            "signed entry of {n} values: +{} bytes; decode+validate {:.1} us; verify / decode = {:.2}; \
+             sign / decode = {:.2}",
+            signed.len() - plain.len(),
+            t_dec.as_secs_f64() * 1e6,
+            t_ver.as_secs_f64() / t_dec.as_secs_f64(),
+            t_sign.as_secs_f64() / t_dec2.as_secs_f64()
+        );
+    }
 }

@@ -10,13 +10,14 @@ use std::fmt;
 use serde_json::{Value, json};
 
 use crate::config::{ConfigError, RelayPolicy, SyncConfig};
-use crate::error::ErrorCode;
+use crate::error::{DecodeError, ErrorCode};
 use crate::manifest::Manifest;
 use crate::replay::{Admission, ReceiverState, ReplayWindow};
 use crate::selection::{Selector, num_selected};
+use crate::signing::Signing;
 use crate::wire::{
-    OwnedEntry, OwnedPacket, PACKET_OVERHEAD_BOUND, decode_packet, encode_packet, entry_size_bound,
-    heard_size_bound, validate_packet,
+    OwnedEntry, OwnedPacket, PACKET_OVERHEAD_BOUND, Packet, decode_packet, encode_packet,
+    entry_size_bound_signed, heard_size_bound, validate_packet,
 };
 
 /// Engine errors (misuse by the caller, never caused by received bytes).
@@ -229,6 +230,8 @@ pub struct Engine {
     adverts: HashMap<u64, (BTreeSet<u64>, u8)>,
     correction_indices: Vec<u32>,
     correction_values: Vec<f32>,
+    // Signed entries (spec 1.1 section 13.1): `Some` in a signed cluster.
+    signing: Option<Signing>,
 }
 
 impl Engine {
@@ -285,7 +288,68 @@ impl Engine {
             adverts: HashMap::new(),
             correction_indices: Vec::new(),
             correction_values: Vec::new(),
+            signing: None,
         })
+    }
+
+    /// Puts the node in a signed cluster (spec section 13.1; `None`: not signed): it signs its own
+    /// entries (with its secret key), rejects packets with an entry not signed by its origin's
+    /// pinned key (`BAD_SIGNATURE`, DF-SEC-142) and relays the origin's values and signature
+    /// (DF-RLY-140).
+    pub fn set_signing(&mut self, signing: Option<Signing>) {
+        self.signing = signing;
+    }
+
+    /// The signing keys, in a signed cluster.
+    pub fn signing(&self) -> Option<&Signing> {
+        self.signing.as_ref()
+    }
+
+    /// Values per own entry before splitting (DF-GEN-6), by the size bound of a signed entry in a
+    /// signed cluster (DF-RLY-141).
+    pub fn max_values_per_entry(&self) -> usize {
+        if self.signing.is_none() {
+            return self.config.max_values_per_entry();
+        }
+        let room = self
+            .config
+            .max_packet_size
+            .saturating_sub(PACKET_OVERHEAD_BOUND + entry_size_bound_signed(0, true));
+        (room / 8).max(1)
+    }
+
+    /// DF-SEC-142 (step 16 of DF-RCV-20): every entry carries a valid signature by its origin's
+    /// pinned key over the packet's fingerprint and encoding, which is the node's own (DF-SEC-143).
+    fn check_signatures(&self, p: &Packet<'_>) -> Result<(), DecodeError> {
+        let Some(s) = &self.signing else {
+            return Ok(());
+        };
+        if !p.entries.is_empty() && p.encoding != self.config.encoding {
+            return Err(DecodeError::new(
+                ErrorCode::BadSignature,
+                format!(
+                    "encoding {} is not the signed cluster's {}",
+                    p.encoding.name(),
+                    self.config.encoding.name()
+                ),
+            ));
+        }
+        for (j, e) in p.entries.iter().enumerate() {
+            s.verify(
+                &p.fingerprint,
+                p.encoding,
+                e.origin,
+                e.incarnation,
+                e.seq,
+                &e.indices,
+                &e.values,
+                e.signature.as_ref(),
+            )
+            .map_err(|why| {
+                DecodeError::new(ErrorCode::BadSignature, format!("entries[{j}]: {why}"))
+            })?;
+        }
+        Ok(())
     }
 
     /// N.
@@ -364,6 +428,12 @@ impl Engine {
                 got: active.len(),
             });
         }
+        if self.signing.as_ref().is_some_and(|s| !s.can_sign()) {
+            // DF-SEC-140: a node of a signed cluster cannot publish unsigned entries
+            return Err(EngineError::Invalid(
+                "signed cluster: this node has no secret key to sign with".into(),
+            ));
+        }
         self.end_round();
         self.correction_indices.clear();
         self.correction_values.clear();
@@ -384,7 +454,8 @@ impl Engine {
         // the quantized deltas (DF-GEN-4, by the encodings table) and the anchor moves by them
         // (DF-GEN-5, error feedback).
         let vc = self.config.encoding.codec();
-        let per = self.config.max_values_per_entry();
+        let per = self.max_values_per_entry();
+        let fp = self.manifest.fingerprint();
         let mut out = Vec::with_capacity(self.sel.len().div_ceil(per));
         // DF-GEN-70: with average_over C > 1 the sent value is fl32(w * d) and the own
         // weights keep only what is sent (the correction fl32(v' - d), applied by the caller).
@@ -404,6 +475,19 @@ impl Engine {
                     self.correction_values.push(v - self.d[i as usize]);
                 }
             }
+            // DF-SEC-140: in a signed cluster the origin signs every own entry
+            let signature = self.signing.as_ref().and_then(|s| {
+                s.sign(
+                    &fp,
+                    self.config.encoding,
+                    self.node_id,
+                    self.incarnation,
+                    self.next_seq,
+                    ci,
+                    &values,
+                )
+                .map(|sig| sig.to_vec())
+            });
             out.push(OwnedEntry {
                 origin: self.node_id,
                 incarnation: self.incarnation,
@@ -411,6 +495,7 @@ impl Engine {
                 hops: 0,
                 indices: ci.to_vec(),
                 values,
+                signature,
             });
             self.next_seq += 1;
         }
@@ -466,6 +551,7 @@ impl Engine {
             c.packets_received += 1;
             let pkt = match decode_packet(buf, self.config.max_packet_size)
                 .and_then(|p| validate_packet(&p, &fp, n as u64, self.config.hop_limit).map(|()| p))
+                .and_then(|p| self.check_signatures(&p).map(|()| p))
             {
                 Ok(p) => p,
                 Err(e) => {
@@ -509,6 +595,12 @@ impl Engine {
                 });
                 u.clear();
                 u.extend(e.values.iter().map(|&v| alpha * v));
+                if self.signing.is_some() {
+                    // DF-RCV-140: the origin's values, damped once per hop
+                    for _ in 0..e.hops {
+                        u.iter_mut().for_each(|x| *x *= alpha);
+                    }
+                }
                 for (&i, &x) in e.indices.iter().zip(&u) {
                     let iu = i as usize;
                     undo.push((i, self.agg[iu], self.touched[iu]));
@@ -521,7 +613,15 @@ impl Engine {
                         self.touched_list.push(i);
                     }
                 }
-                if e.hops < self.config.hop_limit {
+                if e.hops < self.config.hop_limit && self.signing.is_some() {
+                    // DF-RLY-140: the origin's values and signature, whole, when a damped value
+                    // passes the threshold (DF-RLY-2)
+                    if u.iter().any(|&x| f64::from(x.abs()) >= threshold) {
+                        let mut r = e.to_owned_entry();
+                        r.hops = e.hops + 1;
+                        res.relay.push(r);
+                    }
+                } else if e.hops < self.config.hop_limit {
                     let mut r = OwnedEntry {
                         origin: e.origin,
                         incarnation: e.incarnation,
@@ -529,6 +629,7 @@ impl Engine {
                         hops: e.hops + 1,
                         indices: Vec::new(),
                         values: Vec::new(),
+                        signature: None,
                     };
                     for (&i, &x) in e.indices.iter().zip(&u) {
                         if f64::from(x.abs()) >= threshold {
@@ -758,7 +859,7 @@ impl Engine {
         let mut cur = new_packet();
         let mut size = PACKET_OVERHEAD_BOUND;
         for e in own.iter().chain(relay) {
-            let b = entry_size_bound(e.indices.len());
+            let b = entry_size_bound_signed(e.indices.len(), e.signature.is_some());
             if PACKET_OVERHEAD_BOUND + b > limit {
                 let mut alone = new_packet();
                 alone.entries.push(e.clone());

@@ -34,11 +34,14 @@ pub enum ErrorCode {
     /// The packet's accepted entries would make the step's aggregate, or the anchor or active
     /// weights after the apply, non-finite (DF-RCV-50, added in 1.1).
     NonFiniteResult,
+    /// In a signed cluster, an entry is unsigned, not signed by its origin's pinned key, or the
+    /// packet's encoding is not the cluster's (DF-SEC-142, added in 1.1).
+    BadSignature,
 }
 
 impl ErrorCode {
     /// Every code, in the spec's table (section 7.2) order.
-    pub const ALL: [ErrorCode; 14] = [
+    pub const ALL: [ErrorCode; 15] = [
         ErrorCode::Oversize,
         ErrorCode::BadIdentifier,
         ErrorCode::Malformed,
@@ -53,6 +56,7 @@ impl ErrorCode {
         ErrorCode::DuplicateIndex,
         ErrorCode::NonFinite,
         ErrorCode::NonFiniteResult,
+        ErrorCode::BadSignature,
     ];
 
     /// The code as written in the spec, e.g. `"MALFORMED"`.
@@ -72,6 +76,7 @@ impl ErrorCode {
             ErrorCode::DuplicateIndex => "DUPLICATE_INDEX",
             ErrorCode::NonFinite => "NON_FINITE",
             ErrorCode::NonFiniteResult => "NON_FINITE_RESULT",
+            ErrorCode::BadSignature => "BAD_SIGNATURE",
         }
     }
 

@@ -30,6 +30,7 @@ pub mod manifest;
 pub mod repair;
 pub mod replay;
 pub mod selection;
+pub mod signing;
 pub mod snapshot;
 pub mod wire;
 

@@ -8,7 +8,7 @@
 //! 5. `MALFORMED`: every other verifier rule of section 6.7 (bounds, alignment relative to the
 //!    packet's first byte, uoffsets not 0, vtables, required fields, disjoint objects: DF-PKT-20,
 //!    DF-PKT-21, DF-SEC-20), fingerprint length, non-zero sender / sender_incarnation / origin /
-//!    incarnation / seq,
+//!    incarnation / seq, (1.1) a present `Entry.signature` of exactly 64 bytes,
 //! 6. `UNSUPPORTED_ENCODING`, 7. `MALFORMED` for a values vector not matching the encoding,
 //! 8. `LENGTH_MISMATCH`, `EMPTY_ENTRY`, `UNSORTED_INDICES`, `DUPLICATE_INDEX`, `NON_FINITE`
 //!    (each over all entries before the next).
@@ -49,6 +49,18 @@ pub fn entry_size_bound(n: usize) -> usize {
     128 + (4 + MAX_VALUE_BYTES) * n
 }
 
+/// Length of an Ed25519 signature (`Entry.signature`, 1.1, DF-PKT-140).
+pub const SIGNATURE_SIZE: usize = 64;
+/// Upper bound on the bytes a 64-byte `Entry.signature` adds to an entry (1.1, DF-RLY-141): the
+/// vtable slots 7..10, the field's uoffset, the vector's length, its 64 bytes and padding (same
+/// as the Python reference `SIGNATURE_SIZE_BOUND`).
+pub const SIGNATURE_SIZE_BOUND: usize = 96;
+
+/// [`entry_size_bound`] of an entry that is signed or not (DF-RLY-141).
+pub fn entry_size_bound_signed(n: usize, signed: bool) -> usize {
+    entry_size_bound(n) + if signed { SIGNATURE_SIZE_BOUND } else { 0 }
+}
+
 /// Upper bound on the bytes a `Packet.heard` vector of `n` ids adds to a packet (1.1,
 /// DF-RLY-61): vtable slot, offset, length, padding and 8 bytes per id (same as the Python
 /// reference `heard_size_bound`).
@@ -71,6 +83,8 @@ pub struct Entry<'a> {
     pub indices: Cow<'a, [u32]>,
     /// Decoded f32 values.
     pub values: Cow<'a, [f32]>,
+    /// (1.1, DF-PKT-140) the origin's Ed25519 signature; `None` when the entry carries none.
+    pub signature: Option<[u8; SIGNATURE_SIZE]>,
 }
 
 /// A decoded packet (see [`decode_packet`]).
@@ -110,6 +124,8 @@ pub struct OwnedEntry {
     pub indices: Vec<u32>,
     /// f32 values (encoded per the packet's encoding).
     pub values: Vec<f32>,
+    /// (1.1) the signature, written as given (any length: tests build faulty ones); `None`: absent.
+    pub signature: Option<Vec<u8>>,
 }
 
 /// A packet owned by the caller, for encoding.
@@ -164,6 +180,7 @@ impl Entry<'_> {
             hops: self.hops,
             indices: self.indices.to_vec(),
             values: self.values.to_vec(),
+            signature: self.signature.map(|s| s.to_vec()),
         }
     }
 }
@@ -412,6 +429,7 @@ struct RawEntry {
     indices: (usize, usize),
     values: Option<(usize, usize)>,
     values16: Option<(usize, usize)>,
+    signature: Option<usize>,
 }
 
 // Field slots (schema order).
@@ -430,6 +448,8 @@ const E_HOPS: usize = 3;
 const E_INDICES: usize = 4;
 const E_VALUES: usize = 5;
 const E_VALUES16: usize = 6;
+/// (1.1) slots 7..9 belong to the compact encodings.
+const E_SIGNATURE: usize = 10;
 
 /// The first two checks of [`decode_packet`], without parsing (DF-ZEN-154): `Oversize` or
 /// `BadIdentifier` when decoding would reject `buf` with that code, else `None`. O(1).
@@ -519,6 +539,7 @@ pub fn decode_packet(buf: &[u8], max_packet_size: usize) -> Result<Packet<'_>, D
         let indices = r.vector(t, E_INDICES, 4, &what("indices"))?;
         let values = r.vector(t, E_VALUES, 4, &what("values"))?;
         let values16 = r.vector(t, E_VALUES16, 2, &what("values16"))?;
+        let signature = r.vector(t, E_SIGNATURE, 1, &what("signature"))?;
         let Some(indices) = indices else {
             return Err(malformed(what("indices (required) missing")));
         };
@@ -531,6 +552,16 @@ pub fn decode_packet(buf: &[u8], max_packet_size: usize) -> Result<Packet<'_>, D
         if seq == 0 {
             return Err(malformed(format!("entries[{j}].seq is 0")));
         }
+        // (1.1, DF-PKT-140) a signature is exactly 64 bytes
+        let signature = match signature {
+            None => None,
+            Some((start, SIGNATURE_SIZE)) => Some(start),
+            Some((_, n)) => {
+                return Err(malformed(format!(
+                    "entries[{j}].signature has {n} bytes, expected {SIGNATURE_SIZE}"
+                )));
+            }
+        };
         raw.push(RawEntry {
             origin,
             incarnation,
@@ -539,6 +570,7 @@ pub fn decode_packet(buf: &[u8], max_packet_size: usize) -> Result<Packet<'_>, D
             indices,
             values,
             values16,
+            signature,
         });
     }
     r.check_disjoint()?;
@@ -611,6 +643,11 @@ pub fn decode_packet(buf: &[u8], max_packet_size: usize) -> Result<Packet<'_>, D
             hops: e.hops,
             indices: u32s(&buf[is..is + 4 * inn]),
             values,
+            signature: e.signature.map(|s| {
+                let mut sig = [0u8; SIGNATURE_SIZE];
+                sig.copy_from_slice(&buf[s..s + SIGNATURE_SIZE]);
+                sig
+            }),
         });
     }
     let mut unsorted_at = None;
@@ -720,7 +757,12 @@ pub fn encode_packet(packet: &OwnedPacket) -> Vec<u8> {
         + packet
             .entries
             .iter()
-            .map(|e| entry_size_bound(e.indices.len().max(e.values.len())))
+            .map(|e| {
+                entry_size_bound(e.indices.len().max(e.values.len()))
+                    + e.signature
+                        .as_ref()
+                        .map_or(0, |s| SIGNATURE_SIZE_BOUND + s.len())
+            })
             .sum::<usize>()
         + packet
             .heard
@@ -739,6 +781,7 @@ pub fn encode_packet(packet: &OwnedPacket) -> Vec<u8> {
                 (None, Some(b.create_vector(&bits16[..])))
             }
         };
+        let signature = e.signature.as_ref().map(|s| b.create_vector(&s[..]));
         offs.push(fb::Entry::create(
             &mut b,
             &fb::EntryArgs {
@@ -749,6 +792,7 @@ pub fn encode_packet(packet: &OwnedPacket) -> Vec<u8> {
                 indices: Some(idx),
                 values: vals,
                 values16: vals16,
+                signature,
             },
         ));
     }
@@ -847,15 +891,20 @@ fn entry_json(
     hops: u8,
     indices: &[u32],
     values: &[f32],
+    signature: Option<&[u8]>,
 ) -> Value {
-    json!({
+    let mut v = json!({
         "origin": hex16(origin),
         "incarnation": hex16(incarnation),
         "seq": seq,
         "hops": hops,
         "indices": indices,
         "values": values.iter().map(|&v| f32_to_json(v)).collect::<Vec<_>>(),
-    })
+    });
+    if let (Some(s), Some(obj)) = (signature, v.as_object_mut()) {
+        obj.insert("signature".into(), Value::String(hex::encode(s))); // 1.1, DF-PKT-140
+    }
+    v
 }
 
 /// The JSON object of spec Appendix B.2 (also `inspect` output).
@@ -867,7 +916,7 @@ pub fn packet_to_json(p: &Packet<'_>) -> Value {
         "sender_incarnation": hex16(p.sender_incarnation),
         "fingerprint": hex::encode(p.fingerprint),
         "encoding": p.encoding.name(),
-        "entries": p.entries.iter().map(|e| entry_json(e.origin, e.incarnation, e.seq, e.hops, &e.indices, &e.values)).collect::<Vec<_>>(),
+        "entries": p.entries.iter().map(|e| entry_json(e.origin, e.incarnation, e.seq, e.hops, &e.indices, &e.values, e.signature.as_ref().map(|s| &s[..]))).collect::<Vec<_>>(),
     });
     add_heard_json(&mut v, p.heard.as_deref());
     v
@@ -894,7 +943,7 @@ pub fn owned_packet_to_json(p: &OwnedPacket) -> Value {
         "encoding": p.encoding.name(),
         "entries": p.entries.iter().map(|e| {
             let q: Vec<f32> = e.values.iter().map(|&v| p.encoding.quantize(v)).collect();
-            entry_json(e.origin, e.incarnation, e.seq, e.hops, &e.indices, &q)
+            entry_json(e.origin, e.incarnation, e.seq, e.hops, &e.indices, &q, e.signature.as_deref())
         }).collect::<Vec<_>>(),
     });
     add_heard_json(&mut v, p.heard.as_deref());
@@ -947,6 +996,13 @@ pub fn entry_from_json(e: &Value) -> Result<OwnedEntry, JsonError> {
         hops: u8::try_from(hops).map_err(|_| "hops > 255".to_string())?,
         indices,
         values,
+        signature: match e.get("signature") {
+            None | Some(Value::Null) => None,
+            Some(s) => Some(
+                hex::decode(s.as_str().ok_or("signature: not a hex string")?)
+                    .map_err(|e| JsonError(format!("signature: {e}")))?,
+            ),
+        },
     })
 }
 
@@ -1011,6 +1067,7 @@ mod tests {
             hops: 0,
             indices: vec![1, 2, 3],
             values: vec![0.5, -1.5, 3.25],
+            signature: None,
         });
         let buf = encode_packet(&p);
         let e = fb::root_as_packet(&buf).expect("verifies").entries().get(0);
@@ -1054,6 +1111,7 @@ mod tests {
             hops: 0,
             indices: vec![1, 2, 3],
             values: vec![0.5, -1.5, 3.25],
+            signature: None,
         });
         let buf = encode_packet(&p);
         // at an odd address: accepted

@@ -706,6 +706,22 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
         Ok(())
     }
 
+    /// Signed entries (1.1, spec section 13.1; `None`: not a signed cluster): the node signs its
+    /// own entries with its secret key and rejects packets with an entry not signed by its
+    /// origin's pinned key (`errors.BAD_SIGNATURE`). An error when `signing` holds no secret key.
+    pub fn set_signing(
+        &self,
+        signing: Option<df_core::signing::Signing>,
+    ) -> Result<(), FabricError> {
+        if signing.as_ref().is_some_and(|s| !s.can_sign()) {
+            return Err(FabricError::Engine(df_core::EngineError::Invalid(
+                "signing: a node of a signed cluster needs its secret key".into(),
+            )));
+        }
+        self.engine()?.set_signing(signing);
+        Ok(())
+    }
+
     /// Send counters.
     pub fn counters(&self) -> SendCounters {
         self.counters

@@ -27,6 +27,7 @@ fn entry(origin: u64, seq: u64, idx: &[u32], vals: &[f32]) -> OwnedEntry {
         hops: 0,
         indices: idx.to_vec(),
         values: vals.to_vec(),
+        signature: None,
     }
 }
 
@@ -41,6 +42,16 @@ fn run(
     rounds: u64,
     attack: &dyn Fn(u64) -> Vec<Vec<u8>>,
     members: Option<&[u64]>,
+) -> (Vec<Vec<f32>>, Vec<Node>) {
+    run_with(rounds, attack, members, &|_| {})
+}
+
+/// [`run`] with `setup` applied to the nodes before the first round.
+fn run_with(
+    rounds: u64,
+    attack: &dyn Fn(u64) -> Vec<Vec<u8>>,
+    members: Option<&[u64]>,
+    setup: &dyn Fn(&[Node]),
 ) -> (Vec<Vec<f32>>, Vec<Node>) {
     let hub = MemoryHub::new();
     let cfg = SyncConfig {
@@ -64,6 +75,7 @@ fn run(
             f
         })
         .collect();
+    setup(&nodes);
     let stranger = hub.join(STRANGER, &[]).unwrap();
     for r in 0..rounds {
         for p in attack(r) {
@@ -166,4 +178,59 @@ fn forged_origin_flood_cannot_lock_out_members() {
         assert_eq!(e.counters().drop_count(Admission::NotMember), 4096);
         assert_eq!(e.counters().drop_count(Admission::OriginLimit), 0);
     }
+}
+
+/// Signed entries (1.1, spec section 13.1) on the in-memory transport: a signed cluster trains as an
+/// unsigned one, and a member's entries forged by another member (a forged incarnation of node 1,
+/// signed by node 3) are refused by every node and change nothing.
+#[test]
+fn signed_cluster_refuses_a_members_forgeries() {
+    // REQ: DF-SEC-140, DF-SEC-142, DF-SEC-146
+    use df_core::signing::{Signing, public_key_of};
+    let seed = |n: u64| [n as u8; 32];
+    let keys: Vec<(u64, [u8; 32])> = NODES
+        .iter()
+        .map(|&n| (n, public_key_of(&seed(n))))
+        .collect();
+    let fp = manifest().fingerprint();
+    let s3 = Signing::new(&[], Some(seed(3)), Some(3)).unwrap();
+    let forged = |r: u64| {
+        let inc = u64::MAX - r;
+        let mut e = entry(1, 1, &[5], &[1e6]);
+        e.incarnation = inc;
+        e.signature = Some(
+            s3.sign(&fp, ValueEncoding::F32, 1, inc, 1, &[5], &[1e6])
+                .unwrap()
+                .to_vec(),
+        );
+        vec![packet(vec![e])]
+    };
+    let no_attack = |_: u64| Vec::new();
+    let sign = |nodes: &[Node]| {
+        for n in nodes {
+            let id = n.node_id();
+            n.set_signing(Some(Signing::new(&keys, Some(seed(id)), Some(id)).unwrap()))
+                .unwrap();
+        }
+    };
+    let (unsigned, _) = run(20, &no_attack, None);
+    let (clean, _) = run_with(20, &no_attack, None, &sign);
+    let (attacked, nodes) = run_with(20, &forged, None, &sign);
+    assert_eq!(max_diff(&clean, &unsigned), 0.0);
+    assert_eq!(max_diff(&clean, &attacked), 0.0);
+    for n in &nodes {
+        assert_eq!(
+            n.engine()
+                .unwrap()
+                .counters()
+                .error(ErrorCode::BadSignature),
+            20
+        );
+    }
+    // a node without its secret key cannot be put in a signed cluster
+    assert!(
+        nodes[0]
+            .set_signing(Some(Signing::new(&keys, None, None).unwrap()))
+            .is_err()
+    );
 }

@@ -134,6 +134,7 @@ class Driver:
             "encoding.f16",
             "encoding.bf16",
             "snapshot",
+            "signing",
         ]
         if importlib.util.find_spec("zenoh") is None:
             return caps

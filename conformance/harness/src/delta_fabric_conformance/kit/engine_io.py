@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from delta_fabric.config import SyncConfig
@@ -19,6 +19,9 @@ from delta_fabric.manifest import Manifest, TensorSpec
 from delta_fabric.replay import ReceiverState
 from delta_fabric.wire import Entry, decode_packet, packet_to_json
 from numpy.typing import NDArray
+
+if TYPE_CHECKING:
+    from delta_fabric.signing import Signing
 
 __all__ = ["Apply", "Gather", "bits_of", "f32_from_bits", "run_generate", "run_receive"]
 
@@ -82,6 +85,7 @@ def _entry_json(e: Entry) -> dict[str, Any]:
         "indices": e.indices.tolist(),
         "values": _numbers(e.values),
         "values_bits": bits_of(e.values),
+        **({} if e.signature is None else {"signature": e.signature.hex()}),
     }
 
 
@@ -95,6 +99,17 @@ def _flat_f32(a: NDArray[np.float32], n: int, hook: str) -> NDArray[np.float32]:
     if out.size != n:
         raise ValueError(f"the {hook} hook returned {out.size} values, expected {n}")
     return out
+
+
+def _signing(node: Mapping[str, Any], node_id: int) -> Signing | None:
+    """The vector's ``node.signing`` (1.1, driver protocol 5.5: pinned public keys and, optionally,
+    the node's secret seed; spec section 13.1), or ``None``: not a signed cluster."""
+    s = node.get("signing")
+    if s is None:
+        return None
+    from delta_fabric.signing import Signing  # the `signing` extra (cryptography)
+
+    return Signing.from_json(s["keys"], s.get("secret"), node_id=node_id)
 
 
 def run_generate(v: Mapping[str, Any], *, gather: Gather | None = None) -> dict[str, Any]:
@@ -112,6 +127,7 @@ def run_generate(v: Mapping[str, Any], *, gather: Gather | None = None) -> dict[
         _hex_or_int(node["id"]),
         _hex_or_int(node["incarnation"]),
         anchor,
+        signing=_signing(node, _hex_or_int(node["id"])),
     )
     eng.next_seq = int(v.get("seq_start", 1))
     error: dict[str, str] = {}
@@ -146,7 +162,14 @@ def run_receive(
     anchor = _vector(node, "anchor")
     cfg = _config(v.get("config", {}))
     node_id = _hex_or_int(node["id"])
-    eng = Engine(_manifest(v, active.size), cfg, node_id, _hex_or_int(node["incarnation"]), anchor)
+    eng = Engine(
+        _manifest(v, active.size),
+        cfg,
+        node_id,
+        _hex_or_int(node["incarnation"]),
+        anchor,
+        signing=_signing(node, node_id),
+    )
     history = node.get("accepted", [])
     if history:
         eng.state = ReceiverState.from_history(

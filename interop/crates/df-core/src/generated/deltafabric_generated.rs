@@ -126,6 +126,7 @@ impl<'a> Entry<'a> {
   pub const VT_INDICES: ::flatbuffers::VOffsetT = 12;
   pub const VT_VALUES: ::flatbuffers::VOffsetT = 14;
   pub const VT_VALUES16: ::flatbuffers::VOffsetT = 16;
+  pub const VT_SIGNATURE: ::flatbuffers::VOffsetT = 24;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -140,6 +141,7 @@ impl<'a> Entry<'a> {
     builder.add_seq(args.seq);
     builder.add_incarnation(args.incarnation);
     builder.add_origin(args.origin);
+    if let Some(x) = args.signature { builder.add_signature(x); }
     if let Some(x) = args.values16 { builder.add_values16(x); }
     if let Some(x) = args.values { builder.add_values(x); }
     if let Some(x) = args.indices { builder.add_indices(x); }
@@ -204,6 +206,15 @@ impl<'a> Entry<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u16>>>(Entry::VT_VALUES16, None)}
   }
+  /// (1.1) Ed25519 signature of the origin over the entry's signed message (spec section 13.1):
+  /// exactly 64 bytes when present. Relays forward it unchanged.
+  #[inline]
+  pub fn signature(&self) -> Option<::flatbuffers::Vector<'a, u8>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u8>>>(Entry::VT_SIGNATURE, None)}
+  }
 }
 
 impl ::flatbuffers::Verifiable for Entry<'_> {
@@ -219,6 +230,7 @@ impl ::flatbuffers::Verifiable for Entry<'_> {
      .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u32>>>("indices", Self::VT_INDICES, true)?
      .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, f32>>>("values", Self::VT_VALUES, false)?
      .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u16>>>("values16", Self::VT_VALUES16, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u8>>>("signature", Self::VT_SIGNATURE, false)?
      .finish();
     Ok(())
   }
@@ -231,6 +243,7 @@ pub struct EntryArgs<'a> {
     pub indices: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u32>>>,
     pub values: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, f32>>>,
     pub values16: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u16>>>,
+    pub signature: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u8>>>,
 }
 impl<'a> Default for EntryArgs<'a> {
   #[inline]
@@ -243,6 +256,7 @@ impl<'a> Default for EntryArgs<'a> {
       indices: None, // required field
       values: None,
       values16: None,
+      signature: None,
     }
   }
 }
@@ -281,6 +295,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> EntryBuilder<'a, 'b, A> {
     self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Entry::VT_VALUES16, values16);
   }
   #[inline]
+  pub fn add_signature(&mut self, signature: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , u8>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Entry::VT_SIGNATURE, signature);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> EntryBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     EntryBuilder {
@@ -306,6 +324,7 @@ impl ::core::fmt::Debug for Entry<'_> {
       ds.field("indices", &self.indices());
       ds.field("values", &self.values());
       ds.field("values16", &self.values16());
+      ds.field("signature", &self.signature());
       ds.finish()
   }
 }

@@ -152,6 +152,7 @@ fn pack_greedy() {
         hops: 1,
         indices: (0..n).collect(),
         values: vec![1.0; n as usize],
+        signature: None,
     };
     let entries = vec![mk(1, 10), mk(2, 10), mk(3, 10), mk(4, 20)];
     let packets = e.pack_packets(&[], &entries);
@@ -191,6 +192,7 @@ fn receive_reports_the_accepted_entry_headers() {
         hops,
         indices: vec![1, 5],
         values: vec![0.25, -1.0],
+        signature: None,
     };
     let mut p0 = df_core::OwnedPacket::new(7, 1, fp, ValueEncoding::F32);
     p0.entries = vec![entry(7, 1, 1, 0), entry(8, 3, 4, 2), entry(7, 1, 1, 0)];

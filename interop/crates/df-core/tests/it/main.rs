@@ -11,6 +11,7 @@ mod replay;
 mod requirements;
 mod requirements_per_impl;
 mod selection;
+mod signing;
 mod snapshot;
 mod vectors;
 mod wire;
@@ -60,6 +61,7 @@ pub fn sample_packet(fp: [u8; 32], enc: ValueEncoding, entries: usize, n: u32) -
             hops: (j % 3) as u8,
             indices: (0..n).map(|i| i * 3 + j as u32).collect(),
             values: (0..n).map(|i| (i as f32 - 1.5) * 0.25).collect(),
+            signature: None,
         });
     }
     p

@@ -257,6 +257,7 @@ fn entry(origin: u64, seq: u64) -> OwnedEntry {
         hops: 0,
         indices: vec![seq as u32],
         values: vec![1.0],
+        signature: None,
     }
 }
 
@@ -323,6 +324,7 @@ fn advertisement_only_with_needed_and_left_out_when_it_does_not_fit() {
         hops: 0,
         indices: vec![3],
         values: vec![0.5],
+        signature: None,
     }];
     let out = e.pack(&own, &[]);
     assert_eq!(out.len(), 1);

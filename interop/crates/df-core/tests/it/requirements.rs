@@ -139,6 +139,7 @@ fn pack_keys_unique_and_relay_entries_whole() {
                     hops: 1 + rng.below(3) as u8,
                     indices: (0..n).collect(),
                     values: (0..n).map(|_| rng.f32()).collect(),
+                    signature: None,
                 }
             })
             .collect();

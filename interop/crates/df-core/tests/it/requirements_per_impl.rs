@@ -36,6 +36,7 @@ fn entry(origin: u64, inc: u64, seq: u64, hops: u8, indices: &[u32], values: &[f
         hops,
         indices: indices.to_vec(),
         values: values.to_vec(),
+        signature: None,
     }
 }
 

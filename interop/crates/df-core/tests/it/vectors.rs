@@ -70,6 +70,14 @@ fn entry_eq(what: &str, got: &OwnedEntry, want: &OwnedEntry) -> Result<(), Strin
     {
         return Err(format!("{what}: got {got:?}, want {want:?}"));
     }
+    // REQ: DF-SEC-140, DF-RLY-140 (the signature generated or forwarded, 1.1)
+    if got.signature != want.signature {
+        return Err(format!(
+            "{what}: signature {:?}, want {:?}",
+            got.signature.as_deref().map(hex),
+            want.signature.as_deref().map(hex)
+        ));
+    }
     cmp_bits(&format!("{what} values"), &got.values, &want.values)
 }
 
@@ -158,14 +166,20 @@ fn node_engine(j: &Value, anchor: Vec<f32>) -> Result<Engine, String> {
     let m = Manifest::from_json(s(j, "manifest")?)?;
     let cfg = SyncConfig::from_json(s(j, "config")?).map_err(|e| e.to_string())?;
     let node = s(j, "node")?;
-    Engine::new(
-        m,
-        cfg,
-        hex_u64(s(node, "id")?)?,
-        hex_u64(s(node, "incarnation")?)?,
-        anchor,
-    )
-    .map_err(|e| e.to_string())
+    let id = hex_u64(s(node, "id")?)?;
+    let mut e = Engine::new(m, cfg, id, hex_u64(s(node, "incarnation")?)?, anchor)
+        .map_err(|e| e.to_string())?;
+    if let Some(sg) = node.get("signing") {
+        // REQ: DF-SEC-145 (the pinned keys of a signed cluster, 1.1)
+        let signing = df_core::signing::Signing::from_json(
+            s(sg, "keys")?,
+            sg.get("secret").and_then(Value::as_str),
+            Some(id),
+        )
+        .map_err(|e| e.to_string())?;
+        e.set_signing(Some(signing));
+    }
+    Ok(e)
 }
 
 fn run_generate(dir: &Path, rel: &str) -> Result<(), String> {

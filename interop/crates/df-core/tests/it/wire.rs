@@ -251,6 +251,7 @@ fn unknown_encoding_and_mismatched_vectors() {
             indices: Some(idx),
             values: None,
             values16: Some(v16),
+            signature: None,
         },
     );
     let entries = b.create_vector(&[e][..]);
@@ -322,6 +323,7 @@ fn own_entry_encode_sizes_within_bound() {
                 hops: 255,
                 indices: (0..n).collect(),
                 values: vec![1.0; n as usize],
+                signature: None,
             });
             let len = encode_packet(&p).len();
             assert!(

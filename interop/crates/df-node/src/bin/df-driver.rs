@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use burn::optim::SgdConfig;
 use burn::tensor::{Int, Tensor, TensorData};
 use df_burn::CanonicalLayout;
+use df_core::signing::Signing;
 use df_core::snapshot::{
     SnapshotAssembler, SnapshotChunk, SnapshotError, SnapshotErrorKind, decode_chunk,
 };
@@ -181,7 +182,7 @@ fn get<'a>(v: &'a Value, key: &str) -> Result<&'a Value, Fail> {
 }
 
 fn entry_json(e: &OwnedEntry) -> Value {
-    json!({
+    let mut v = json!({
         "origin": hex16(e.origin),
         "incarnation": hex16(e.incarnation),
         "seq": e.seq,
@@ -189,7 +190,12 @@ fn entry_json(e: &OwnedEntry) -> Value {
         "indices": e.indices,
         "values": f32_json(&e.values),
         "values_bits": bits_of(&e.values),
-    })
+    });
+    if let Some(s) = &e.signature {
+        let hex: String = s.iter().map(|b| format!("{b:02x}")).collect();
+        v["signature"] = json!(hex); // 1.1, DF-PKT-140
+    }
+    v
 }
 
 fn manifest_of(v: &Value) -> Result<Manifest, Fail> {
@@ -220,7 +226,7 @@ fn hello(req: &Value) -> Answer {
         "protocol_versions": [PROTOCOL_VERSION],
         "capabilities": ["decode", "decode.batch", "encode", "generate", "generate.fast", "receive",
                          "encoding.f16", "encoding.bf16", "peer", "peer.snapshot", "peer.train",
-                         "snapshot", "forward"],
+                         "snapshot", "forward", "signing"],
         // DF-CNF-30 (driver protocol 5.1): the conformance targets claimed; node implies the others
         "claims": ["codec", "engine", "node"],
     }))
@@ -299,14 +305,26 @@ fn encode(req: &Value) -> Answer {
 
 fn engine_for(v: &Value, node: &Value, anchor: Vec<f32>) -> Result<Engine, Fail> {
     let config = SyncConfig::from_json(v.get("config").unwrap_or(&json!({}))).map_err(err)?;
-    Engine::new(
+    let id = id_of(get(node, "id")?, "node.id")?;
+    let mut eng = Engine::new(
         manifest_of(v)?,
         config,
-        id_of(get(node, "id")?, "node.id")?,
+        id,
         id_of(get(node, "incarnation")?, "node.incarnation")?,
         anchor,
     )
-    .map_err(|e| err(e.to_string()))
+    .map_err(|e| err(e.to_string()))?;
+    if let Some(s) = node.get("signing") {
+        // signed entries (1.1, driver protocol 5.5): pinned keys and, optionally, the secret seed
+        let signing = Signing::from_json(
+            get(s, "keys")?,
+            s.get("secret").and_then(Value::as_str),
+            Some(id),
+        )
+        .map_err(|e| err(e.to_string()))?;
+        eng.set_signing(Some(signing));
+    }
+    Ok(eng)
 }
 
 fn generate(req: &Value) -> Answer {

@@ -100,6 +100,7 @@ fn two_sessions_exchange_liveliness_and_snapshot() {
         hops: 0,
         indices: vec![1, 5],
         values: vec![0.5, -1.0],
+        signature: None,
     });
     let buf = encode_packet(&p);
     let deadline = Instant::now() + Duration::from_secs(10);

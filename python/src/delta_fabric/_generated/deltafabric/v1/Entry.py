@@ -146,8 +146,37 @@ class Entry(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
         return o == 0
 
+    # (1.1) Ed25519 signature of the origin over the entry's signed message (spec section 13.1):
+    # exactly 64 bytes when present. Relays forward it unchanged.
+    # Entry
+    def Signature(self, j: int):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint8Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 1))
+        return 0
+
+    # Entry
+    def SignatureAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint8Flags, o)
+        return 0
+
+    # Entry
+    def SignatureLength(self) -> int:
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Entry
+    def SignatureIsNone(self) -> bool:
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        return o == 0
+
 def EntryStart(builder: flatbuffers.Builder):
-    builder.StartObject(7)
+    builder.StartObject(11)
 
 def Start(builder: flatbuffers.Builder):
     EntryStart(builder)
@@ -211,6 +240,18 @@ def EntryStartValues16Vector(builder, numElems: int) -> int:
 
 def StartValues16Vector(builder, numElems: int) -> int:
     return EntryStartValues16Vector(builder, numElems)
+
+def EntryAddSignature(builder: flatbuffers.Builder, signature: int):
+    builder.PrependUOffsetTRelativeSlot(10, flatbuffers.number_types.UOffsetTFlags.py_type(signature), 0)
+
+def AddSignature(builder: flatbuffers.Builder, signature: int):
+    EntryAddSignature(builder, signature)
+
+def EntryStartSignatureVector(builder, numElems: int) -> int:
+    return builder.StartVector(1, numElems, 1)
+
+def StartSignatureVector(builder, numElems: int) -> int:
+    return EntryStartSignatureVector(builder, numElems)
 
 def EntryEnd(builder: flatbuffers.Builder) -> int:
     return builder.EndObject()
