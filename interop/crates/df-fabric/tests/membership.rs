@@ -51,6 +51,7 @@ fn forged(origin: u64) -> Vec<u8> {
         hops: 0,
         indices: vec![1],
         values: vec![0.5],
+        signature: None,
     }];
     encode_packet(&p)
 }

@@ -142,6 +142,7 @@ fn resend_vectors() {
                             hops: 0,
                             indices: (0..n).collect(),
                             values: vec![1.0; n as usize],
+                            signature: None,
                         }
                     })
                     .collect();
