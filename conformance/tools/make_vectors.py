@@ -58,7 +58,11 @@ DEFAULT_VECTORS_DIR = REPO_ROOT / "conformance" / "vectors"
 ENGINE_VECTORS = TOOLS_DIR / "engine_vectors.py"
 VERDICT_VECTORS = TOOLS_DIR / "verdict_vectors.py"
 #: Further generator modules, each with ``build(vectors_dir) -> index rows`` (added in 1.1).
-EXTRA_VECTORS = (TOOLS_DIR / "snapshot_vectors.py", TOOLS_DIR / "forward_vectors.py")
+EXTRA_VECTORS = (
+    TOOLS_DIR / "snapshot_vectors.py",
+    TOOLS_DIR / "forward_vectors.py",
+    TOOLS_DIR / "pinning_vectors.py",  # vectors that kill mutants of the Python core (h22)
+)
 INDEX_VERSION = 1
 
 # ------------------------------------------------------------------------------------------------
