@@ -23,7 +23,13 @@ import numpy as np
 from delta_fabric.config import RelayPolicy, SyncConfig
 from delta_fabric.errors import ErrorCode
 from delta_fabric.manifest import Manifest
-from delta_fabric.wire import Packet, encode_packet, packet_to_json, quantize_packet
+from delta_fabric.wire import (
+    Packet,
+    ValueEncoding,
+    encode_packet,
+    packet_to_json,
+    quantize_packet,
+)
 
 TOOLS_DIR = Path(__file__).resolve().parent
 if str(TOOLS_DIR) not in sys.path:
@@ -168,6 +174,20 @@ def decode_cases() -> list[DecodeCase]:
             mv.packet(mv.base_entry(), version_minor=0xFFFF),
             mv.DEFAULT_MAX_PACKET_SIZE,
         ),
+        _valid(
+            "f16_three_entries",
+            "An F16 packet of three entries (2, 1 and 3 values): each entry gets its own values, "
+            "split at every entry boundary (a decoder that splits the decoded 16-bit values at the "
+            "first boundary only gives the third entry's values to the second).",
+            [mv.REQ_MULTI_ORIGIN, mv.REQ_ENCODING],
+            mv.packet(
+                mv.entry(mv.SENDER, mv.SENDER_INC, 2, 0, [1, 4], [0.5, -2.0]),
+                mv.entry(mv.ORIGIN_B, mv.INC_B, 8, 1, [0], [1.5]),
+                mv.entry(mv.ORIGIN_C, mv.INC_C, 3, 2, [7, 8, 9], [0.25, -0.125, 4.0]),
+                encoding=ValueEncoding.F16,
+            ),
+            mv.DEFAULT_MAX_PACKET_SIZE,
+        ),
     ]
 
     enc = encode_packet(base)
@@ -234,12 +254,13 @@ def decode_cases() -> list[DecodeCase]:
             error=ErrorCode.MALFORMED,
         )
     )
-    data, _ = _vtable_moved_to_end(enc, entry0, claim=2)
+    data, _ = _vtable_moved_to_end(enc, entry0, slack=2, claim=4)
     cases.append(
         DecodeCase(
             "entry_vtable_size_past_buffer_end",
-            "Entry 0's vtable is the last 18 bytes of the packet (7 slots) but its size says 20: "
-            "MALFORMED (DF-PKT-20 rule 2), although every slot of a 1.1 Entry lies in bounds.",
+            "Entry 0's vtable is the last 20 bytes of the packet (8 slots, slot 7 zero) but its size "
+            "says 24: MALFORMED (DF-PKT-20 rule 2), although every slot of a 1.1 Entry lies in bounds "
+            "(a reader that checks only the slots it reads accepts it).",
             hostile,
             data,
             error=ErrorCode.MALFORMED,
@@ -367,6 +388,18 @@ def decode_cases() -> list[DecodeCase]:
         )
     )
 
+    cases.append(
+        DecodeCase(
+            "heard_descending_after_first",
+            "(1.1) Packet.heard = [2, 9, 5]: every id is above the first, but 9 > 5 breaks the strict "
+            "ascending order (DF-PKT-60): MALFORMED (a check of each id against the first only, or "
+            "of the first pair only, accepts it).",
+            ["DF-PKT-60"],
+            encode_packet(mv.packet(mv.base_entry(), version_minor=1, heard=(2, 9, 5))),
+            error=ErrorCode.MALFORMED,
+        )
+    )
+
     # DUPLICATE_INDEX in the second entry, whose indices start below the first entry's last index:
     # a pair that straddles two entries is not an order check (DF-PKT-10 is per entry)
     cases.append(
@@ -379,6 +412,23 @@ def decode_cases() -> list[DecodeCase]:
             encode_packet(
                 mv.packet(
                     mv.entry(mv.SENDER, mv.SENDER_INC, 5, 0, [40, 90], [1.0, 2.0]),
+                    mv.entry(mv.ORIGIN_B, mv.INC_B, 9, 1, [3, 3], [0.5, 0.25]),
+                )
+            ),
+            error=ErrorCode.DUPLICATE_INDEX,
+        )
+    )
+    cases.append(
+        DecodeCase(
+            "duplicate_index_after_lower_third_entry",
+            "Three entries: [5, 6], [10, 40] and [3, 3]. The third holds a duplicate index, so "
+            "DUPLICATE_INDEX; 40 > 3 across the second entry boundary is not UNSORTED_INDICES (a check "
+            "that exempts only the first boundary reports UNSORTED_INDICES).",
+            [mv.REQ_INDICES, mv.REQ_MULTI_ORIGIN],
+            encode_packet(
+                mv.packet(
+                    mv.entry(mv.SENDER, mv.SENDER_INC, 5, 0, [5, 6], [1.0, 2.0]),
+                    mv.entry(mv.ORIGIN_C, mv.INC_C, 2, 1, [10, 40], [0.5, 4.0]),
                     mv.entry(mv.ORIGIN_B, mv.INC_B, 9, 1, [3, 3], [0.5, 0.25]),
                 )
             ),
@@ -481,6 +531,22 @@ def receive_cases() -> list[ev.RecvCase]:
             history=[(ev.B, ev.B_INC, 5)],
         ),
         ev.RecvCase(
+            "non_finite_result_second_entry",
+            "Packet 0 has two entries: B's 0.5 at index 1, then C's 3e38 at index 7, where the active "
+            "weight is 3e38: fl32(active + 3e38) = inf at index 7 only, so the packet is refused with "
+            "NON_FINITE_RESULT (DF-RCV-50; a check of the first entry's indices only accepts it). "
+            "Packet 1 carries B's seq 1 again with a sane value: accepted.",
+            ["DF-RCV-50", "DF-RCV-1"],
+            [
+                ev.pkt(
+                    ev.ent(ev.B, ev.B_INC, 1, 0, [1], [0.5]),
+                    ev.ent(ev.C, ev.C_INC, 1, 1, [7], [3e38]),
+                ),
+                ev.pkt(ev.ent(ev.B, ev.B_INC, 1, 0, [1], [0.25]), sender=ev.C),
+            ],
+            active=ev._set(ev._pattern(7, 13, 6, 16.0), {7: 3e38}),
+        ),
+        ev.RecvCase(
             "max_incarnations_one",
             "max_incarnations 1, the smallest (DF-PAR-8): B's incarnation I is tracked (history: seq 3); "
             "an entry of incarnation I + 1 evicts it (the table is full, and I + 1 is higher), so a "
@@ -572,6 +638,16 @@ def generate_cases() -> list[ev.GenCase]:
             base_anchor + ev._pattern(11, 29, 14, 7.0),
             base_anchor,
             SyncConfig(ratio=0.25, average_over=2),
+        ),
+        ev.GenCase(
+            "manifest_of_one_value",
+            "A manifest of one scalar tensor (N = 1, the smallest, DF-MAN): k = 1, the one delta is "
+            "sent (an engine that requires N > 1 refuses the manifest).",
+            ["DF-GEN-2", "DF-GEN-3", "DF-MAN-3"],
+            ev._f32([0.75]),
+            ev._f32([0.25]),
+            SyncConfig(ratio=0.5),
+            manifest=Manifest.from_named_shapes({"scale": ()}),
         ),
         ev.GenCase(
             "split_limit_two_values",
