@@ -147,6 +147,7 @@ def test_receive_vector(row: dict[str, Any]) -> None:
         [(int(o, 16), int(i, 16), s) for o, i, s in node["accepted"]],
         window=cfg.replay_window,
         max_incarnations=cfg.max_incarnations,
+        max_origins=cfg.max_origins,  # REQ: DF-PAR-30
     )
     eng.state.max_seq_jump = cfg.max_seq_jump  # REQ: DF-RCV-52
     if "members" in node:  # REQ: DF-RCV-51

@@ -1327,7 +1327,9 @@ def _counters_json(eng: Engine) -> dict[str, Any]:
                 "not_member",
                 "seq_jump",
             )
-        },
+        }
+        # DF-PAR-30 (1.1): written only where a vector reaches the origin bound
+        | ({"origin_limit": c["drops"]["origin_limit"]} if c["drops"]["origin_limit"] else {}),
     }
 
 
@@ -1338,6 +1340,7 @@ def _write_receive(vectors_dir: Path, case: RecvCase) -> dict[str, Any]:
         case.history,
         window=case.config.replay_window,
         max_incarnations=case.config.max_incarnations,
+        max_origins=case.config.max_origins,  # DF-PAR-30 (1.1)
     )
     eng.state.max_seq_jump = case.config.max_seq_jump  # DF-RCV-52 (from_history has no jump bound)
     if case.members is not None:

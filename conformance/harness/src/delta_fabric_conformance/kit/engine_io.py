@@ -177,6 +177,7 @@ def run_receive(
             [(_hex_or_int(h[0]), _hex_or_int(h[1]), int(h[2])) for h in history],
             window=cfg.replay_window,
             max_incarnations=cfg.max_incarnations,
+            max_origins=cfg.max_origins,  # DF-PAR-30 (1.1)
         )
     eng.state.max_seq_jump = cfg.max_seq_jump  # DF-RCV-52 (1.1)
     members = node.get("members")
