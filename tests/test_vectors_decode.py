@@ -96,8 +96,9 @@ def test_index_lists_every_decode_vector() -> None:
     assert len(VALID_ROWS) >= 20
     assert len(DECODE_ROWS) - len(VALID_ROWS) >= 20
     # every error code has at least one vector: a decode vector, or for NON_FINITE_RESULT (a verdict
-    # of the receive step, DF-RCV-50, not of the packet alone) a receive vector
-    step_codes = {ErrorCode.NON_FINITE_RESULT.value}
+    # of the receive step, DF-RCV-50, not of the packet alone) and BAD_SIGNATURE (a verdict that needs
+    # the receiver's pinned keys, DF-SEC-142) a receive vector
+    step_codes = {ErrorCode.NON_FINITE_RESULT.value, ErrorCode.BAD_SIGNATURE.value}
     codes = {c.value for c in ErrorCode}
     assert {r["expect"] for r in DECODE_ROWS} == {"ok", *(codes - step_codes)}
     receive_codes = {
