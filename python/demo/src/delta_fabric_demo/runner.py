@@ -310,9 +310,9 @@ def _node_command(spec: NodeSpec, args: argparse.Namespace, common: dict[str, An
     for opt, value, default in (
         ("--relay-policy", args.relay_policy, "ALL"),
         ("--encoding", args.encoding, "F32"),
-    ):  # checked in _run: every node of the run supports a value other than 1.0's
-        if value != default:
-            argv += [opt, value]
+    ):  # resolved in _run: every node of the run supports a value other than 1.0's
+        if value is not None and value != default:
+            argv += [opt, str(value)]
     if spec.bn_momentum is not None and (
         binary is None or _native_supports(binary, "--bn-momentum")
     ):
