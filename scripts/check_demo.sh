@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Runs the main job with its defaults and checks the acceptance bar from its JSON summary:
-# every node >= 90 % on all ten classes with sync on, near chance-per-partition with sync off,
-# at least 30x fewer bytes than a dense fp32 exchange every step (payload), at least 12x on the wire
-# (where ss can count it: a regression floor under the 16.1x measured on 2026-11-30, with relays on;
-# issue 11's target of 100x on the wire is NOT met yet), and the plot written. The run is in lockstep rounds (delta_fabric_demo.rounds), so
-# its accuracies do not depend on machine load.
+# every node >= 90 % on all ten classes with sync on (its working weights), every node's shared model
+# (the anchor) >= 95 % at >= 100x fewer wire bytes than dense fp32 every step (issue 11's 3-node bar;
+# measured on 2026-11-30: 0.967 on every node, 125.8x on the wire, 0.950-0.953 working weights),
+# near chance-per-partition with sync off, at least 200x fewer payload bytes (a regression floor under
+# the 253x measured), and the plot written. The run is in lockstep rounds (delta_fabric_demo.rounds),
+# so its accuracies and payload bytes do not depend on machine load; the wire count also holds Zenoh's
+# keep-alives, a fraction of a percent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-demo-out}
@@ -18,17 +20,22 @@ nosync = [n["accuracy"] for n in runs.get("nosync", {"nodes": []})["nodes"]]
 comp = s["bytes"]["compression"]
 wire = s["bytes"].get("wire_compression")
 wire_txt = f"{wire:.1f}x" if wire else "not measured (no ss)"
-print(f"demo: sync on {sync}, sync off {nosync}, compression {comp:.1f}x, on the wire {wire_txt}, "
+shared = [n.get("shared_accuracy") for n in runs["sync"]["nodes"]]
+shared_known = [a for a in shared if a is not None]  # a Burn node does not report its shared model
+print(f"demo: sync on {sync}, shared model {shared}, sync off {nosync}, compression {comp:.1f}x, "
+      f"on the wire {wire_txt}, "
       f"wall {s['wall_s']} s")
 problems = []
 if min(sync) < 0.90:
     problems.append(f"a node ended below 90 % with sync on: {sync}")
 if nosync and max(nosync) > 0.6:
     problems.append(f"sync off should stay near one partition's share: {nosync}")
-if comp is None or comp < 30:
-    problems.append(f"compression {comp} < 30x")
-if wire is not None and wire < 12:
-    problems.append(f"wire compression {wire:.1f} < 12x (regression floor; issue 11's target is 100x)")
+if shared_known and min(shared_known) < 0.95:
+    problems.append(f"a node's shared model ended below 95 % (issue 11's bar): {shared}")
+if comp is None or comp < 200:
+    problems.append(f"compression {comp} < 200x (regression floor under the 253x measured)")
+if wire is not None and wire < 100:
+    problems.append(f"wire compression {wire:.1f} < 100x (issue 11's bar)")
 if not s.get("plot") or not pathlib.Path(s["plot"]).is_file():
     problems.append("plot missing")
 for p in problems:

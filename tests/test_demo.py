@@ -106,6 +106,10 @@ def test_demo_smoke_json(tmp_path: Path) -> None:
         assert b["wire_compression"] == pytest.approx(b["dense_fp32"] / b["wire"])
     cfg = summary["config"]
     assert cfg["lockstep"] is True and cfg["average_over"] == 2  # the defaults of a 2-node mesh
+    # issue 11's demo defaults: a full mesh relays nothing under NEEDED (its links are symmetric)
+    assert (cfg["relay_policy"], cfg["encoding"]) == ("NEEDED", "F16")
+    assert (cfg["ratio"], cfg["sync_interval"]) == (0.1, 40)
+    assert all(n["stats"]["relay_entries_sent"] == 0 for n in sync)
     assert all(0.0 <= n["shared_accuracy"] <= 1.0 for n in sync)
     assert all([r[0] for r in n["shared_curve"]] == [0, 30, 60, 60] for n in sync)
 

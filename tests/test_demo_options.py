@@ -34,7 +34,20 @@ BAD = {
     "nodes vs frameworks": (["--nodes", "2", "--frameworks", "torch,torch,torch"], "--nodes"),
     "unwritable output": (["--output", "{file}/out"], "--output"),
     "average-over 0": (["--average-over", "0"], "--average-over"),
-    "lockstep on in a ring of 5": (["--nodes", "5", "--lockstep", "on"], "--lockstep"),
+    "lockstep on in a ring of 5": (
+        ["--nodes", "5", "--topology", "ring", "--lockstep", "on"],
+        "--lockstep",
+    ),
+    # a df-node build without the option (its --help does not list it): refused when asked for
+    # explicitly (by default the run falls back to 1.0's value for every node)
+    "relay-policy NEEDED, native node lacks it": (
+        ["--frameworks", "torch,torch,burn", "--burn-bin", "{old_bin}", "--relay-policy", "NEEDED"],
+        "--relay-policy",
+    ),
+    "encoding F16, native node lacks it": (
+        ["--frameworks", "torch,torch,burn", "--burn-bin", "{old_bin}", "--encoding", "F16"],
+        "--encoding",
+    ),
 }
 
 
@@ -43,7 +56,10 @@ def test_bad_option_is_one_line_and_exit_2(case: str, tmp_path: Path) -> None:
     args, names = BAD[case]
     a_file = tmp_path / "a-file"
     a_file.write_text("not a directory\n")
-    args = [a.replace("{file}", str(a_file)) for a in args]
+    old_bin = tmp_path / "df-node-old"  # a native node whose --help lists none of the 1.1 options
+    old_bin.write_text("#!/bin/sh\necho 'usage: df-node --ratio R --average-over C'\n")
+    old_bin.chmod(0o755)
+    args = [a.replace("{file}", str(a_file)).replace("{old_bin}", str(old_bin)) for a in args]
     if "--output" not in args:
         args += ["--output", str(tmp_path / "out")]
     r = subprocess.run(

@@ -13,6 +13,7 @@ use std::time::Duration;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser};
 use df_core::ValueEncoding;
+use df_core::config::RelayPolicy;
 use df_zenoh::Mode;
 
 use crate::error::NodeError;
@@ -120,6 +121,22 @@ pub struct Args {
     /// Sync rounds this node may run ahead of the slowest peer (0: no pacing).
     #[arg(long, default_value_t = 0)]
     pub max_lead: u64,
+    /// Apply every peer's round r at this node's own round r (waits for it, at most --wait-peers
+    /// per round; full mesh only): the demo's lockstep rounds; replaces --max-lead pacing.
+    #[arg(long)]
+    pub lockstep: bool,
+    /// `average_over` C (DF-PAR-70, DF-GEN-70): C > 1 averages the progress of C nodes, 1 sums
+    /// it as in 1.0 [env: DELTA_FABRIC_AVERAGE_OVER].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub average_over: Option<u32>,
+    /// Relay policy (DF-PAR-60): ALL relays every entry (1.0), NEEDED only where a neighbour may
+    /// lack it; NEEDED requires symmetric links (DF-RLY-64) [env: DELTA_FABRIC_RELAY_POLICY].
+    #[arg(long, value_parser = parse_relay_policy)]
+    pub relay_policy: Option<RelayPolicy>,
+    /// Value encoding of the packets this node sends: F32, F16 or BF16 (DF-PAR)
+    /// [env: DELTA_FABRIC_ENCODING].
+    #[arg(long, value_parser = parse_encoding)]
+    pub encoding: Option<ValueEncoding>,
     /// Start from a live peer's verified anchor snapshot (DF-ZEN-5) instead of --init/--seed.
     #[arg(long)]
     pub join: bool,
@@ -192,7 +209,8 @@ command line wins, then the variable, then the default; an empty variable counts
   DELTA_FABRIC_MODE          --mode, peer or client
   DELTA_FABRIC_ZENOH_CONFIG  --zenoh-config, a Zenoh JSON5 file
   DELTA_FABRIC_RATIO, _ALPHA, _SYNC_INTERVAL, _INCLUDE_BUFFERS (1/0), _RELAY_THRESHOLD,
-  _HOP_LIMIT, _MAX_PACKET_SIZE, _REPLAY_WINDOW, _MAX_INCARNATIONS, _ENCODING (F32/F16/BF16)
+  _HOP_LIMIT, _MAX_PACKET_SIZE, _REPLAY_WINDOW, _MAX_INCARNATIONS, _ENCODING (F32/F16/BF16),
+  _AVERAGE_OVER, _RELAY_POLICY (ALL/NEEDED)
                              the sync parameter of the same name
   DELTA_FABRIC_REPAIR        --repair (1/0)
   DELTA_FABRIC_MAX_SEQ_JUMP  --max-seq-jump
@@ -213,6 +231,19 @@ fn endpoint(v: &str) -> Result<String, String> {
             "'{e}' is not a Zenoh endpoint such as tcp/127.0.0.1:7447"
         )),
     }
+}
+
+fn parse_encoding(v: &str) -> Result<ValueEncoding, String> {
+    match v.to_uppercase().as_str() {
+        "F32" => Ok(ValueEncoding::F32),
+        "F16" => Ok(ValueEncoding::F16),
+        "BF16" => Ok(ValueEncoding::BF16),
+        _ => Err(format!("{v:?}: one of F32, F16, BF16")),
+    }
+}
+
+fn parse_relay_policy(v: &str) -> Result<RelayPolicy, String> {
+    RelayPolicy::from_name(&v.to_uppercase()).ok_or_else(|| format!("{v:?}: ALL or NEEDED"))
 }
 
 fn parse_mode(v: &str) -> Result<Mode, String> {
@@ -418,6 +449,7 @@ impl Args {
         o.incarnation = self.incarnation;
         o.bn_momentum = self.bn_momentum;
         o.max_lead = self.max_lead;
+        o.lockstep = self.lockstep;
         o.join = self.join;
         o.join_timeout = self.join_timeout;
         o.drain = self.drain;
@@ -550,7 +582,24 @@ impl Args {
                 ));
             }
         }
-        // The sync parameters df-node has no option for.
+        match self.average_over {
+            Some(v) => o.sync_config.average_over = v,
+            None => {
+                if let Some(v) = env.uint("AVERAGE_OVER", 1, 65536)? {
+                    o.sync_config.average_over = v;
+                }
+            }
+        }
+        match self.relay_policy {
+            Some(v) => o.sync_config.relay_policy = v,
+            None => {
+                if let Some((name, raw)) = env.get("RELAY_POLICY") {
+                    o.sync_config.relay_policy = parse_relay_policy(&raw)
+                        .map_err(|_| Env::bad(&name, &raw, "must be one of ALL, NEEDED"))?;
+                }
+            }
+        }
+        // The sync parameters df-node has no option for (and --encoding, which wins).
         let c = &mut o.sync_config;
         if let Some(v) = env.float("RELAY_THRESHOLD")? {
             c.relay_threshold = v;
@@ -567,13 +616,11 @@ impl Args {
         if let Some(v) = env.uint("MAX_INCARNATIONS", 0, usize::MAX as u128)? {
             c.max_incarnations = v;
         }
-        if let Some((name, raw)) = env.get("ENCODING") {
-            c.encoding = match raw.to_uppercase().as_str() {
-                "F32" => ValueEncoding::F32,
-                "F16" => ValueEncoding::F16,
-                "BF16" => ValueEncoding::BF16,
-                _ => return Err(Env::bad(&name, &raw, "must be one of F32, F16, BF16")),
-            };
+        if let Some(v) = self.encoding {
+            c.encoding = v;
+        } else if let Some((name, raw)) = env.get("ENCODING") {
+            c.encoding = parse_encoding(&raw)
+                .map_err(|_| Env::bad(&name, &raw, "must be one of F32, F16, BF16"))?;
         }
         if let Some(p) = &o.zenoh_config {
             if !p.is_file() {
@@ -598,6 +645,11 @@ impl Args {
             .map_err(|e| NodeError::Usage(e.to_string()))?;
         if o.join && !o.sync {
             return Err(NodeError::Usage("--join needs --sync on".into()));
+        }
+        if o.lockstep && (!o.sync || o.join) {
+            return Err(NodeError::Usage(
+                "--lockstep needs --sync on and no --join (every node starts at round 0)".into(),
+            ));
         }
         Ok(o)
     }

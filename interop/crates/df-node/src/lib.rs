@@ -12,6 +12,7 @@ pub mod error;
 pub mod model;
 pub mod node;
 pub mod rng;
+pub mod rounds;
 pub mod zenoh;
 
 pub use error::NodeError;

@@ -20,6 +20,7 @@
 //!   received, relayed],...],"last_seq",
 //!   "origin_progress":{origin: last seq accepted},"accepted_by_origin":{origin: entries},...}`.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -39,6 +40,7 @@ use crate::data::{Dataset, IMAGE_LEN, NUM_CLASSES, Split, f32_bytes};
 use crate::error::NodeError;
 use crate::model::DigitsCnn;
 use crate::rng::SplitMix64;
+use crate::rounds::{RoundGate, RoundHandle};
 use crate::{InnerBackend, TrainBackend};
 
 /// The trained model type.
@@ -90,6 +92,9 @@ pub struct NodeOptions {
     /// Bounded staleness: sync rounds this node may run ahead of the slowest peer it hears
     /// (0: no pacing). Same rule as the Python demo node.
     pub max_lead: u64,
+    /// Lockstep rounds (the demo's `--lockstep`, see [`crate::rounds`]): every peer's round r is
+    /// applied at this node's own round r; replaces `max_lead` pacing.
+    pub lockstep: bool,
     /// Late join (DF-ZEN-5): before training, start from a verified anchor snapshot fetched from
     /// a live peer (the live `neighbours` first) instead of `init`/`seed`.
     pub join: bool,
@@ -147,6 +152,7 @@ impl NodeOptions {
             incarnation: None,
             bn_momentum: None,
             max_lead: 0,
+            lockstep: false,
             join: false,
             join_timeout: Duration::from_secs(30),
             drain: false,
@@ -442,6 +448,28 @@ impl Holder {
     }
 }
 
+/// Releases this node's latest round once every origin's same round is here (see
+/// [`crate::rounds`]) and applies it; an origin silent for `wait_peers` no longer holds it back.
+/// Returns the time spent waiting.
+fn lockstep(
+    f: &mut NodeFabric,
+    gate: &RoundHandle,
+    origins: &BTreeSet<u64>,
+    opts: &NodeOptions,
+) -> Result<Duration, NodeError> {
+    let t0 = Instant::now();
+    let r = f.engine()?.next_seq().saturating_sub(1);
+    if !gate.wait_round(f.transport(), origins, r, opts.wait_peers)? {
+        eprintln!(
+            "node {}: round {r} incomplete after {:?}",
+            opts.index, opts.wait_peers
+        );
+    }
+    gate.release(r);
+    f.poll()?; // every peer's round r now, at the step of this node's own round r
+    Ok(t0.elapsed())
+}
+
 /// [`FabricError::Stopped`] once a stop signal arrived (after `df_fabric::lifecycle::install`;
 /// also without a fabric, when the node trains alone).
 fn stop_if_signalled() -> Result<(), NodeError> {
@@ -482,8 +510,27 @@ pub fn run_node(
     let store = Store::new(model, opts.include_buffers)?;
     let manifest = store.manifest().clone();
     let incarnation = opts.incarnation.unwrap_or_else(default_incarnation);
+    let mut gate: Option<RoundHandle> = None;
+    let mut wait_peers_s = 0.0;
     let mut node = match (opts.sync, transport) {
         (true, Some(t)) => {
+            // Wait for the peers before the fabric starts: with relay policy NEEDED its start-up
+            // advertisement (DF-RLY-63) then reaches them, and a --join finds them live.
+            let t_wait = Instant::now();
+            if !opts.neighbours.is_empty()
+                && let Err(e) =
+                    t.wait_for_peers(opts.neighbours.len(), &opts.neighbours, opts.wait_peers)
+            {
+                eprintln!("node {}: {e}; starting anyway", opts.index);
+            }
+            wait_peers_s = t_wait.elapsed().as_secs_f64();
+            let t: Box<dyn Transport> = if opts.lockstep {
+                let (g, handle) = RoundGate::new(t, opts.sync_config.max_packet_size);
+                gate = Some(handle);
+                Box::new(g)
+            } else {
+                t
+            };
             let t_join = Instant::now();
             let options = FabricOptions {
                 incarnation: Some(incarnation),
@@ -522,16 +569,11 @@ pub fn run_node(
         }
         (false, _) => Holder::Alone(Box::new(store)),
     };
-    let t_wait = Instant::now();
-    if let Some(f) = node.fabric()
-        && !opts.neighbours.is_empty()
-        && let Err(e) =
-            f.transport()
-                .wait_for_peers(opts.neighbours.len(), &opts.neighbours, opts.wait_peers)
-    {
-        eprintln!("node {}: {e}; starting anyway", opts.index);
-    }
-    let wait_peers_s = t_wait.elapsed().as_secs_f64();
+    // The origins whose rounds a lockstep node waits for: its neighbours, else the live peers.
+    let origins: BTreeSet<u64> = match node.fabric() {
+        Some(f) if opts.neighbours.is_empty() => f.transport().peers()?,
+        _ => opts.neighbours.iter().copied().collect(),
+    };
     channel.emit(json!({
         "event": "ready",
         "index": opts.index,
@@ -587,7 +629,12 @@ pub fn run_node(
         loss_n += 1;
         if let Some(f) = node.fabric() {
             f.step()?;
-            if opts.max_lead > 0 && step % u64::from(opts.sync_config.sync_interval.max(1)) == 0 {
+            let sync_step = step % u64::from(opts.sync_config.sync_interval.max(1)) == 0;
+            if let Some(g) = &gate {
+                if sync_step {
+                    paced += lockstep(f, g, &origins, opts)?;
+                }
+            } else if opts.max_lead > 0 && sync_step {
                 paced += f.pace(opts.max_lead, opts.peer_deadline, opts.wait_peers)?;
             }
         }
@@ -622,6 +669,12 @@ pub fn run_node(
     let train_s = t0.elapsed().as_secs_f64();
     if let Some(f) = node.fabric() {
         f.sync_now()?; // the last residual goes out too
+        if let Some(g) = &gate {
+            // everyone's last round, then everything
+            paced += lockstep(f, g, &origins, opts)?;
+            g.release_all();
+            f.poll()?;
+        }
     }
     channel.emit(json!({"event": "finished", "index": opts.index, "step": opts.steps}));
     let mut last_seq = 0;

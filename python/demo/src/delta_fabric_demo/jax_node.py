@@ -27,6 +27,7 @@ def run_node(args: Any, channel: Channel) -> int:
     t_entry = time.monotonic()
     import jax.numpy as jnp
     from delta_fabric.config import SyncConfig
+    from delta_fabric.encodings import codec
     from delta_fabric.fabric import Fabric
     from delta_fabric.stores.jax import JaxStore
     from delta_fabric_conformance.drivers import jax_digits
@@ -46,6 +47,8 @@ def run_node(args: Any, channel: Channel) -> int:
         sync_interval=args.sync_interval,
         include_buffers=args.include_buffers,
         average_over=args.average_over,
+        relay_policy=args.relay_policy,
+        encoding=codec(args.encoding).encoding,
     )
     fabric: Fabric | None = None
     transport: Any = None

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "DEMO_DEFAULTS",
     "SimConfig",
     "SimResult",
     "demo_num_params",
@@ -40,6 +41,19 @@ __all__ = [
     "periodic_bytes_per_average",
     "run_sim",
 ]
+
+
+#: The demo's sync defaults (`delta-fabric demo`), shared by the simulator's sweeps: chosen with
+#: bench/sweep_converge.py (issue 11's bar: 3 label-skewed nodes >= 0.95 at >= 100x fewer wire
+#: bytes than dense fp32 every step). Relay policy NEEDED is safe for the demo because its
+#: topologies are symmetric (DF-RLY-64); in a full mesh it relays nothing (Section 8.6).
+DEMO_DEFAULTS: dict[str, Any] = {
+    "ratio": 0.10,
+    "interval": 40,
+    "encoding": "F16",
+    "relay_policy": "NEEDED",
+    "topology": "all",
+}
 
 
 @dataclass(frozen=True)

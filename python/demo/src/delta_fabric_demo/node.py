@@ -109,6 +109,18 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
         "1 sums it (1.0)",
     )
     p.add_argument(
+        "--relay-policy",
+        choices=("ALL", "NEEDED"),
+        default="ALL",
+        help="SyncConfig.relay_policy (DF-PAR-60); NEEDED only on symmetric links (DF-RLY-64)",
+    )
+    p.add_argument(
+        "--encoding",
+        choices=("F32", "F16", "BF16"),
+        default="F32",
+        help="SyncConfig.encoding: the value encoding of the packets this node sends",
+    )
+    p.add_argument(
         "--weights-dir",
         type=Path,
         default=None,
@@ -231,6 +243,7 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
     t_entry = time.monotonic()
     import torch
     from delta_fabric.config import SyncConfig
+    from delta_fabric.encodings import codec
     from delta_fabric.fabric import Fabric
     from delta_fabric.stores.torch import TorchStore, module_manifest
     from torch.nn import functional as F
@@ -257,6 +270,8 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
         sync_interval=args.sync_interval,
         include_buffers=args.include_buffers,
         average_over=args.average_over,
+        relay_policy=args.relay_policy,
+        encoding=codec(args.encoding).encoding,
     )
     manifest = module_manifest(model, args.include_buffers)
     fabric: Fabric | None = None
@@ -283,6 +298,15 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
                 extra_config=[("transport/shared_memory/enabled", "false")],
             )
         )
+        # Wait for the peers before the fabric starts: with relay policy NEEDED its start-up
+        # advertisement (DF-RLY-63) then reaches them, so that none relays this node's first round.
+        t_wait = time.monotonic()
+        if neighbours:
+            try:
+                transport.wait_for_peers(len(neighbours), args.wait_peers, expected=neighbours)
+            except PeerTimeoutError as exc:
+                print(f"node {args.index}: {exc}; starting anyway", file=sys.stderr)
+        wait_peers_s = time.monotonic() - t_wait
         if args.lockstep:
             gate = RoundGate(transport, cfg.max_packet_size)
         fabric = Fabric(
@@ -291,13 +315,6 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
             cfg,
             node_id=node_id,
         )
-        t_wait = time.monotonic()
-        if neighbours:
-            try:
-                transport.wait_for_peers(len(neighbours), args.wait_peers, expected=neighbours)
-            except PeerTimeoutError as exc:
-                print(f"node {args.index}: {exc}; starting anyway", file=sys.stderr)
-        wait_peers_s = time.monotonic() - t_wait
         origins = set(neighbours) or set(transport.peers())
     _emit(
         {

@@ -36,6 +36,8 @@ import numpy as np
 from delta_fabric.extras import MissingExtraError, raise_missing_extra
 from numpy.typing import NDArray
 
+from delta_fabric_demo.lockstep import DEMO_DEFAULTS
+
 __all__ = ["add_arguments", "run"]
 
 
@@ -70,8 +72,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--topology",
         choices=("ring", "all"),
-        default="ring",
-        help="who connects to whom (a ring of 3 or fewer is fully connected)",
+        default=DEMO_DEFAULTS["topology"],
+        help="who connects to whom (a ring of 3 or fewer is fully connected; default: all, a full "
+        "mesh, which relay policy NEEDED keeps free of relays and which --lockstep needs)",
     )
     p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="local training steps per node")
     p.add_argument("--seed", type=int, default=0, help="seed of the data split, model and batches")
@@ -100,11 +103,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--ratio",
         type=float,
-        default=0.05,
+        default=DEMO_DEFAULTS["ratio"],
         help="share of the weights sent per sync (top-k by magnitude), in (0, 1]",
     )
     p.add_argument(
-        "--sync-interval", type=int, default=10, help="local steps between two syncs, >= 1"
+        "--sync-interval",
+        type=int,
+        default=DEMO_DEFAULTS["interval"],
+        help="local steps between two syncs, >= 1",
+    )
+    p.add_argument(
+        "--encoding",
+        choices=("F32", "F16", "BF16"),
+        default=None,
+        help=f"value encoding of the packets (SyncConfig.encoding; default: "
+        f"{DEMO_DEFAULTS['encoding']}, F32 with a native node that lacks the option)",
+    )
+    p.add_argument(
+        "--relay-policy",
+        choices=("ALL", "NEEDED"),
+        default=None,
+        help=f"SyncConfig.relay_policy (DF-PAR-60): NEEDED relays only where a neighbour may lack "
+        f"an entry (none in a full mesh); the demo's topologies have symmetric links, as NEEDED "
+        f"requires (DF-RLY-64) (default: {DEMO_DEFAULTS['relay_policy']}, ALL with a native node "
+        f"that lacks the option)",
     )
     p.add_argument(
         "--lr",
@@ -285,6 +307,12 @@ def _node_command(spec: NodeSpec, args: argparse.Namespace, common: dict[str, An
         argv.append("--lockstep")
     if common.get("average_over", 1) > 1:  # checked in _run: every node of the run supports it
         argv += ["--average-over", str(common["average_over"])]
+    for opt, value, default in (
+        ("--relay-policy", args.relay_policy, "ALL"),
+        ("--encoding", args.encoding, "F32"),
+    ):  # resolved in _run: every node of the run supports a value other than 1.0's
+        if value is not None and value != default:
+            argv += [opt, str(value)]
     if spec.bn_momentum is not None and (
         binary is None or _native_supports(binary, "--bn-momentum")
     ):
@@ -485,12 +513,34 @@ def _average_over(
     return n if n > 1 else 1
 
 
-def _lockstep(args: argparse.Namespace, frameworks: list[str], n: int) -> bool:
-    """Lockstep needs PyTorch nodes (the gate lives in delta_fabric_demo.node) in a full mesh."""
-    possible = all(fw == "torch" for fw in frameworks) and (args.topology == "all" or n <= 3)
+def _native_option(
+    args: argparse.Namespace, bins: dict[str, str], name: str, default: str, v10: str
+) -> str:
+    """The run's value of the option ``--name``: as given (every native node must support it when
+    it is not 1.0's value ``v10``), else ``default``, or ``v10`` when a native node lacks it."""
+    given = getattr(args, name.replace("-", "_"))
+    lacking = [b for b in bins.values() if not _native_supports(b, f"--{name}")]
+    if given is not None:
+        if given != v10 and lacking:
+            raise UsageError(f"--{name} {given}: the native node {lacking[0]} does not support it")
+        return str(given)
+    return v10 if lacking else default
+
+
+def _lockstep(
+    args: argparse.Namespace, frameworks: list[str], bins: dict[str, str], n: int
+) -> bool:
+    """Lockstep needs nodes with the round gate (PyTorch: delta_fabric_demo.rounds; Burn: df-node
+    --lockstep) in a full mesh."""
+    gated = all(
+        fw == "torch" or (fw in bins and _native_supports(bins[fw], "--lockstep"))
+        for fw in frameworks
+    )
+    possible = gated and (args.topology == "all" or n <= 3)
     if args.lockstep == "on" and not possible:
         raise UsageError(
-            "--lockstep on needs PyTorch nodes in a full mesh (--topology all or <= 3 nodes)"
+            "--lockstep on needs PyTorch nodes or df-node builds with --lockstep, in a full mesh "
+            "(--topology all or <= 3 nodes)"
         )
     return possible and args.lockstep != "off"
 
@@ -974,7 +1024,11 @@ def _run(args: argparse.Namespace) -> int:
             )
         bins[fw] = found
     average_over = _average_over(args, frameworks, bins, n)
-    lockstep = _lockstep(args, frameworks, n)
+    lockstep = _lockstep(args, frameworks, bins, n)
+    args.relay_policy = _native_option(
+        args, bins, "relay-policy", DEMO_DEFAULTS["relay_policy"], "ALL"
+    )
+    args.encoding = _native_option(args, bins, "encoding", DEMO_DEFAULTS["encoding"], "F32")
     try:
         try:
             import delta_fabric_demo.model  # noqa: F401 (torch, checked before any work)
@@ -1103,6 +1157,8 @@ def _run(args: argparse.Namespace) -> int:
             "max_lead": args.max_lead,
             "lockstep": lockstep,
             "average_over": average_over,
+            "relay_policy": args.relay_policy,
+            "encoding": args.encoding,
             "bn_momentum": bn_momentum if bn_momentum is not None else 0.1,
         },
         "runs": results,

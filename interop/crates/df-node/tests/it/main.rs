@@ -5,6 +5,8 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use df_core::ValueEncoding;
+use df_core::config::RelayPolicy;
 use df_fabric::{MemoryHub, Transport};
 use df_node::data::{Dataset, Split, read_dataset, read_f32_file, write_dataset};
 use df_node::node::{
@@ -224,8 +226,19 @@ fn command_line_matches_the_python_node() {
         "0.05",
         "--max-lead",
         "2",
+        "--lockstep",
+        "--average-over",
+        "3",
+        "--relay-policy",
+        "NEEDED",
+        "--encoding",
+        "F16",
     ])
     .unwrap();
+    assert!(o.lockstep);
+    assert_eq!(o.sync_config.average_over, 3);
+    assert_eq!(o.sync_config.relay_policy, RelayPolicy::Needed);
+    assert_eq!(o.sync_config.encoding, ValueEncoding::F16);
     assert_eq!((o.index, o.node_id, o.steps), (2, 0xab, 30));
     assert!((o.effective_lr() - 0.05 / 3.0).abs() < 1e-15);
     assert!(o.sync && o.include_buffers);
@@ -271,6 +284,58 @@ fn command_line_matches_the_python_node() {
             "1",
         ],
         vec!["--node-id", "1", "--data", "/d", "--steps", "-3"],
+        vec![
+            "--node-id",
+            "1",
+            "--data",
+            "/d",
+            "--steps",
+            "1",
+            "--average-over",
+            "0",
+        ],
+        vec![
+            "--node-id",
+            "1",
+            "--data",
+            "/d",
+            "--steps",
+            "1",
+            "--relay-policy",
+            "SOME",
+        ],
+        vec![
+            "--node-id",
+            "1",
+            "--data",
+            "/d",
+            "--steps",
+            "1",
+            "--encoding",
+            "Q4",
+        ],
+        // lockstep rounds start at round 0 on every node: not with --join, not alone
+        vec![
+            "--node-id",
+            "1",
+            "--data",
+            "/d",
+            "--steps",
+            "1",
+            "--lockstep",
+            "--join",
+        ],
+        vec![
+            "--node-id",
+            "1",
+            "--data",
+            "/d",
+            "--steps",
+            "1",
+            "--lockstep",
+            "--sync",
+            "off",
+        ],
     ] {
         assert!(
             matches!(
@@ -384,6 +449,102 @@ fn three_skewed_nodes_learn_every_class_through_sync() {
         assert!(o.stats["bytes_sent"].as_u64().unwrap() > 0);
         assert!(o.stats["values_received_applied"].as_u64().unwrap() > 0);
         assert_eq!(o.stats["receive"]["packets_rejected"], 0);
+    }
+}
+
+/// One in-process lockstep cluster of three Burn nodes on label-skewed digits over the memory
+/// hub, with the demo's sync options (average over 3, relay policy NEEDED, F16): each node's
+/// outcome.
+fn lockstep_cluster(steps: u64) -> Vec<df_node::node::NodeOutcome> {
+    let hub = MemoryHub::new();
+    let ids = [0x11u64, 0x22, 0x33];
+    let init = {
+        let m = initial_model(None, true, 42).unwrap();
+        df_burn::export_canonical::<TrainBackend, Model>(&m, true)
+            .unwrap()
+            .1
+    };
+    let dir = scratch("lockstep");
+    let init_path = dir.join("init.f32");
+    std::fs::write(&init_path, df_node::data::f32_bytes(&init)).unwrap();
+    let transports: Vec<Box<dyn Transport + Send>> = ids
+        .iter()
+        .map(|&id| Box::new(hub.join(id, &[]).unwrap()) as Box<dyn Transport + Send>)
+        .collect();
+    let handles: Vec<_> = transports
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let data_dir = digits().join(format!("skewed{i}"));
+            let init_path = init_path.clone();
+            std::thread::spawn(move || {
+                let data = read_dataset(&data_dir).unwrap();
+                let o = df_node::cli::parse_args([
+                    "--node-id",
+                    &format!("{:x}", ids[i]),
+                    "--index",
+                    &i.to_string(),
+                    "--data",
+                    data_dir.to_str().unwrap(),
+                    "--init",
+                    init_path.to_str().unwrap(),
+                    "--steps",
+                    &steps.to_string(),
+                    "--sync-interval",
+                    "20",
+                    "--ratio",
+                    "0.1",
+                    "--include-buffers",
+                    "--eval-every",
+                    "100",
+                    "--neighbours",
+                    &ids.iter()
+                        .filter(|&&x| x != ids[i])
+                        .map(|x| format!("{x:x}"))
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    "--linger",
+                    "0.2",
+                    "--lockstep",
+                    "--average-over",
+                    "3",
+                    "--relay-policy",
+                    "NEEDED",
+                    "--encoding",
+                    "F16",
+                ])
+                .unwrap();
+                let mut ch = RecordingChannel::default();
+                let t: Box<dyn Transport> = t;
+                run_node(&o, &data, Some(t), &mut ch).unwrap()
+            })
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+/// `--lockstep` (the demo's rounds) with `--average-over 3`: every node applies every peer's
+/// round r at its own round r, so two runs of the same cluster end bit-identical whatever the
+/// threads' scheduling; the cluster learns, and a full mesh under NEEDED relays nothing.
+#[test]
+fn lockstep_averaging_cluster_is_deterministic() {
+    let a = lockstep_cluster(200);
+    let b = lockstep_cluster(200);
+    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+        eprintln!(
+            "node {i}: accuracy {:.4} / {:.4}, stats {}",
+            x.accuracy, y.accuracy, x.stats
+        );
+        assert_eq!(x.weights_sha256, y.weights_sha256, "node {i}: runs differ");
+        assert_eq!(x.curve, y.curve, "node {i}: curves differ");
+        assert!(x.accuracy >= 0.5, "node {i}: accuracy {}", x.accuracy);
+        assert_eq!(x.stats["receive"]["packets_rejected"], 0);
+        assert_eq!(
+            x.stats["relay_entries_sent"], 0,
+            "node {i}: a full mesh needs no relay"
+        );
+        // 10 rounds of each of the two peers, applied
+        assert!(x.stats["values_received_applied"].as_u64().unwrap() > 0);
     }
 }
 
