@@ -217,7 +217,7 @@ class RawEntry:
     indices: Sequence[int] | None = (3, 50, 100)
     values: Sequence[float] | None = (0.5, -0.25, 2.0)  # f32
     values16: Sequence[int] | None = None  # raw 16-bit patterns
-    unknown_field: int | None = None  # a u32 in slot 7 (a field from a future minor version)
+    unknown_field: int | None = None  # a u32 in slot 15 (a field from a future minor version)
 
 
 @dataclass
@@ -230,7 +230,7 @@ class RawPacket:
     encoding: int | None = 0
     entries: list[RawEntry] | None = field(default_factory=lambda: [RawEntry()])
     heard: Sequence[int] | None = None  # slot 7 (1.1): raw u64 node ids
-    unknown_field: int | None = None  # a u32 in slot 8 (a field from a future minor version)
+    unknown_field: int | None = None  # a u32 in slot 15 (a field from a future minor version)
 
 
 def build_raw(p: RawPacket) -> bytes:
@@ -251,7 +251,7 @@ def build_raw(p: RawPacket) -> bytes:
             if e.values16 is not None
             else None
         )
-        b.StartObject(8 if e.unknown_field is not None else 7)
+        b.StartObject(16 if e.unknown_field is not None else 7)
         for slot, x in ((0, e.origin), (1, e.incarnation), (2, e.seq)):
             if x is not None:
                 b.PrependUint64Slot(slot, x, 0)
@@ -261,7 +261,7 @@ def build_raw(p: RawPacket) -> bytes:
             if off is not None:
                 b.PrependUOffsetTRelativeSlot(slot, off, 0)
         if e.unknown_field is not None:
-            b.PrependUint32Slot(7, e.unknown_field, 0)
+            b.PrependUint32Slot(15, e.unknown_field, 0)
         entry_offsets.append(b.EndObject())
     entries = None
     if p.entries is not None:
@@ -271,7 +271,7 @@ def build_raw(p: RawPacket) -> bytes:
         entries = b.EndVector()
     fp = b.CreateByteVector(p.fingerprint) if p.fingerprint is not None else None
     heard = b.CreateNumpyVector(np.asarray(p.heard, dtype="<u8")) if p.heard is not None else None
-    b.StartObject(9 if p.unknown_field is not None else 8 if heard is not None else 7)
+    b.StartObject(16 if p.unknown_field is not None else 8 if heard is not None else 7)
     if p.version_major is not None:
         b.PrependUint16Slot(0, p.version_major, 0)
     if p.version_minor is not None:
@@ -288,7 +288,7 @@ def build_raw(p: RawPacket) -> bytes:
     if heard is not None:
         b.PrependUOffsetTRelativeSlot(7, heard, 0)
     if p.unknown_field is not None:
-        b.PrependUint32Slot(8, p.unknown_field, 0)
+        b.PrependUint32Slot(15, p.unknown_field, 0)
     b.Finish(b.EndObject(), file_identifier=FILE_IDENTIFIER)
     return bytes(b.Output())
 
@@ -731,7 +731,7 @@ def valid_cases() -> list[ValidCase]:
         ValidCase(
             "unknown_fields",
             "Packet and Entry tables with an extra field "
-            "(Packet slot 8, Entry slot 7, from a future minor version): ignored.",
+            "(Packet slot 15, Entry slot 15, from a future minor version): ignored.",
             [fmt],
             raw=build_raw(
                 RawPacket(
@@ -1034,9 +1034,9 @@ def invalid_cases() -> list[InvalidCase]:
         ),
         InvalidCase(
             "encoding_unknown",
-            "encoding 3, no entries.",
+            "encoding 4 (none in 1.1), no entries.",
             U,
-            build_raw(RawPacket(encoding=3, entries=[])),
+            build_raw(RawPacket(encoding=4, entries=[])),
         ),
         InvalidCase(
             "encoding_255",
