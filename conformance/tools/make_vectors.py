@@ -43,6 +43,7 @@ from delta_fabric.wire import (
     DEFAULT_MAX_PACKET_SIZE,
     FILE_IDENTIFIER,
     Entry,
+    IndexEncoding,
     Packet,
     ValueEncoding,
     decode_packet,
@@ -58,7 +59,12 @@ DEFAULT_VECTORS_DIR = REPO_ROOT / "conformance" / "vectors"
 ENGINE_VECTORS = TOOLS_DIR / "engine_vectors.py"
 VERDICT_VECTORS = TOOLS_DIR / "verdict_vectors.py"
 #: Further generator modules, each with ``build(vectors_dir) -> index rows`` (added in 1.1).
-EXTRA_VECTORS = (TOOLS_DIR / "snapshot_vectors.py", TOOLS_DIR / "forward_vectors.py")
+COMPACT_VECTORS = TOOLS_DIR / "compact_vectors.py"  # 1.1 section 6.8: decode, generate, receive
+EXTRA_VECTORS = (
+    TOOLS_DIR / "snapshot_vectors.py",
+    TOOLS_DIR / "forward_vectors.py",
+    COMPACT_VECTORS,
+)
 INDEX_VERSION = 1
 
 # ------------------------------------------------------------------------------------------------
@@ -78,6 +84,7 @@ REQ_BY_ENCODING = {
     ValueEncoding.F32: "DF-PKT-12",
     ValueEncoding.F16: "DF-PKT-13",
     ValueEncoding.BF16: "DF-PKT-14",
+    ValueEncoding.Q8: "DF-PKT-111",  # 1.1, section 6.8
 }
 REQ_QUANTIZE = "DF-GEN-4"  # F16/BF16: round to nearest even, clamped to the finite range
 REQ_FINGERPRINT = "DF-MAN-5"
@@ -369,6 +376,7 @@ class InvalidCase:
     requirements: list[str] = field(default_factory=list)
     manifest: Manifest = VECTOR_MANIFEST
     max_packet_size: int = DEFAULT_MAX_PACKET_SIZE
+    features: list[str] = field(default_factory=list)  # OPTIONAL features it needs (DF-CNF-30)
 
 
 def f32(xs: Sequence[float]) -> np.ndarray[Any, np.dtype[np.float32]]:
@@ -1210,13 +1218,21 @@ def invalid_cases() -> list[InvalidCase]:
 # ------------------------------------------------------------------------------------------------
 # Writing
 # ------------------------------------------------------------------------------------------------
-def features_of(encodings: Sequence[ValueEncoding], fast: bool = False) -> dict[str, list[str]]:
+def features_of(
+    encodings: Sequence[ValueEncoding], fast: bool = False, packed: bool = False
+) -> dict[str, list[str]]:
     """The index row's ``features``: the OPTIONAL features (driver capabilities) a vector needs, so
     that a claimed target's test of a feature the implementation does not offer may stay unsupported
     (DF-CNF-30). Empty (no member) for a vector that needs none."""
-    names = {ValueEncoding.F16: "encoding.f16", ValueEncoding.BF16: "encoding.bf16"}
+    names = {
+        ValueEncoding.F16: "encoding.f16",
+        ValueEncoding.BF16: "encoding.bf16",
+        ValueEncoding.Q8: "encoding.q8",
+    }
     feats = sorted(
-        {names[e] for e in encodings if e in names} | ({"generate.fast"} if fast else set())
+        {names[e] for e in encodings if e in names}
+        | ({"generate.fast"} if fast else set())
+        | ({"index.packed"} if packed else set())
     )
     return {"features": feats} if feats else {}
 
@@ -1269,6 +1285,21 @@ def verdict_cases() -> tuple[list[ValidCase], list[InvalidCase]]:
     return valid, invalid
 
 
+def compact_cases() -> tuple[list[ValidCase], list[InvalidCase]]:
+    """The decode vectors of ``compact_vectors.py`` (spec 1.1 section 6.8: PACKED, Q8)."""
+    if str(TOOLS_DIR) not in sys.path:
+        sys.path.insert(0, str(TOOLS_DIR))
+    spec = importlib.util.spec_from_file_location("compact_vectors", COMPACT_VECTORS)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["compact_vectors"] = module
+    spec.loader.exec_module(module)
+    valid, invalid = module.decode_cases(sys.modules[__name__])
+    for c in invalid:
+        c.requirements = sorted({*invalid_requirements(c.name, c.error), *c.requirements})
+    return list(valid), list(invalid)
+
+
 def write_decode_vectors(vectors_dir: Path) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for sub in ("valid", "invalid"):
@@ -1278,7 +1309,8 @@ def write_decode_vectors(vectors_dir: Path) -> list[dict[str, Any]]:
         d.mkdir(parents=True)
     seen: set[str] = set()
     verdict_valid, verdict_invalid = verdict_cases()
-    for v in [*valid_cases(), *verdict_valid]:
+    compact_valid, compact_invalid = compact_cases()
+    for v in [*valid_cases(), *verdict_valid, *compact_valid]:
         assert v.name not in seen, v.name
         seen.add(v.name)
         if v.packet is not None:
@@ -1310,10 +1342,10 @@ def write_decode_vectors(vectors_dir: Path) -> list[dict[str, Any]]:
                 "path": rel,
                 "requirements": reqs,
                 "expect": "ok",
-                **features_of([got.encoding]),
+                **features_of([got.encoding], packed=got.index_encoding == IndexEncoding.PACKED),
             }
         )
-    for c in [*invalid_cases(), *verdict_invalid]:
+    for c in [*invalid_cases(), *verdict_invalid, *compact_invalid]:
         assert c.name not in seen, c.name
         seen.add(c.name)
         ctx = context(c.manifest, c.max_packet_size)
@@ -1339,6 +1371,7 @@ def write_decode_vectors(vectors_dir: Path) -> list[dict[str, Any]]:
                 "path": rel,
                 "requirements": c.requirements,
                 "expect": c.error.value,
+                **({"features": sorted(c.features)} if c.features else {}),
             }
         )
     return rows

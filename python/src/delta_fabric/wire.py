@@ -739,10 +739,11 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
             for s, c in zip(val_start.tolist(), counts, strict=True)
         ]
         bits_all = bits[0] if count == 1 else np.concatenate(bits)
-        if scales.size:  # fl32(q * scale), the scale of each value's entry
-            val_all = np.multiply(
-                bits_all.astype(np.float32), np.repeat(scales, idx_count), dtype=np.float32
-            )
+        if scales.size:  # fl32(q * scale), the scale of each value's entry (may overflow: NON_FINITE)
+            with np.errstate(over="ignore"):
+                val_all = np.multiply(
+                    bits_all.astype(np.float32), np.repeat(scales, idx_count), dtype=np.float32
+                )
         else:
             val_all = vc.decode(bits_all, np.float32(0.0))
         val_all = _readonly(val_all)

@@ -13,6 +13,7 @@ use std::time::Duration;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser};
 use df_core::ValueEncoding;
+use df_core::compact::IndexEncoding;
 use df_zenoh::Mode;
 
 use crate::error::NodeError;
@@ -136,6 +137,29 @@ pub struct Args {
     /// Seconds --join may look for and fetch a snapshot.
     #[arg(long, default_value = "30", value_parser = seconds)]
     pub join_timeout: Duration,
+    /// Value encoding sent: F32, F16, BF16 or Q8 (DF-PAR-10; Q8 added in 1.1, every node of the
+    /// cluster must support it) [env: DELTA_FABRIC_ENCODING].
+    #[arg(long, value_parser = parse_encoding)]
+    pub encoding: Option<ValueEncoding>,
+    /// Index encoding sent: PLAIN or PACKED (DF-PAR-110, added in 1.1; every node of the cluster
+    /// must support PACKED) [env: DELTA_FABRIC_INDEX_ENCODING].
+    #[arg(long, value_parser = parse_index_encoding)]
+    pub index_encoding: Option<IndexEncoding>,
+}
+
+/// A value encoding name (case-insensitive), as `delta_fabric.env` reads it.
+fn parse_encoding(v: &str) -> Result<ValueEncoding, String> {
+    ValueEncoding::from_name(&v.trim().to_uppercase()).ok_or_else(|| {
+        format!(
+            "must be one of {}",
+            df_core::encodings::names()
+        )
+    })
+}
+
+/// An index encoding name (case-insensitive).
+fn parse_index_encoding(v: &str) -> Result<IndexEncoding, String> {
+    IndexEncoding::from_name(v).ok_or_else(|| "must be one of PLAIN, PACKED".to_string())
 }
 
 /// A 64-bit node id from hex (`0x` prefix optional, at most 16 digits, non-zero).
@@ -162,7 +186,8 @@ command line wins, then the variable, then the default; an empty variable counts
   DELTA_FABRIC_MODE          --mode, peer or client
   DELTA_FABRIC_ZENOH_CONFIG  --zenoh-config, a Zenoh JSON5 file
   DELTA_FABRIC_RATIO, _ALPHA, _SYNC_INTERVAL, _INCLUDE_BUFFERS (1/0), _RELAY_THRESHOLD,
-  _HOP_LIMIT, _MAX_PACKET_SIZE, _REPLAY_WINDOW, _MAX_INCARNATIONS, _ENCODING (F32/F16/BF16)
+  _HOP_LIMIT, _MAX_PACKET_SIZE, _REPLAY_WINDOW, _MAX_INCARNATIONS, _ENCODING (F32/F16/BF16/Q8),
+  _INDEX_ENCODING (PLAIN/PACKED)
                              the sync parameter of the same name";
 
 /// A Zenoh endpoint `proto/address` (the check of `delta_fabric.env.endpoints`).
@@ -449,13 +474,16 @@ impl Args {
         if let Some(v) = env.uint("MAX_INCARNATIONS", 0, usize::MAX as u128)? {
             c.max_incarnations = v;
         }
-        if let Some((name, raw)) = env.get("ENCODING") {
-            c.encoding = match raw.to_uppercase().as_str() {
-                "F32" => ValueEncoding::F32,
-                "F16" => ValueEncoding::F16,
-                "BF16" => ValueEncoding::BF16,
-                _ => return Err(Env::bad(&name, &raw, "must be one of F32, F16, BF16")),
-            };
+        if let Some(v) = self.encoding {
+            c.encoding = v;
+        } else if let Some((name, raw)) = env.get("ENCODING") {
+            c.encoding = parse_encoding(&raw).map_err(|e| Env::bad(&name, &raw, &e))?;
+        }
+        if let Some(v) = self.index_encoding {
+            c.index_encoding = v;
+        } else if let Some((name, raw)) = env.get("INDEX_ENCODING") {
+            c.index_encoding =
+                parse_index_encoding(&raw).map_err(|e| Env::bad(&name, &raw, &e))?;
         }
         if let Some(p) = &o.zenoh_config {
             if !p.is_file() {
