@@ -14,7 +14,7 @@ Every vector that needs Q8 or PACKED lists the OPTIONAL feature in its index row
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -91,8 +91,12 @@ def build_raw(p: CP, fp: bytes) -> bytes:
     made: list[dict[str, int | None]] = []
     for e in p.entries:
         offs: dict[str, int | None] = {
-            "indices": None if e.indices is None else b.CreateNumpyVector(np.asarray(e.indices, "<u4")),
-            "values": None if e.values is None else b.CreateNumpyVector(np.asarray(e.values, "<f4")),
+            "indices": None
+            if e.indices is None
+            else b.CreateNumpyVector(np.asarray(e.indices, "<u4")),
+            "values": None
+            if e.values is None
+            else b.CreateNumpyVector(np.asarray(e.values, "<f4")),
             "values16": (
                 None if e.values16 is None else b.CreateNumpyVector(np.asarray(e.values16, "<u2"))
             ),
@@ -112,7 +116,13 @@ def build_raw(p: CP, fp: bytes) -> bytes:
         b.PrependUint64Slot(0, e.origin, 0)
         b.PrependUint64Slot(1, e.incarnation, 0)
         b.PrependUint64Slot(2, e.seq, 0)
-        for slot, name in ((4, "indices"), (5, "values"), (6, "values16"), (7, "packed"), (8, "values8")):
+        for slot, name in (
+            (4, "indices"),
+            (5, "values"),
+            (6, "values16"),
+            (7, "packed"),
+            (8, "values8"),
+        ):
             off = offs[name]
             if off is not None:
                 b.PrependUOffsetTRelativeSlot(slot, off, 0)
@@ -143,7 +153,12 @@ def build_raw(p: CP, fp: bytes) -> bytes:
 # ------------------------------------------------------------------------------------------------
 def _entry(origin: int, seq: int, indices: Sequence[int], values: Sequence[float]) -> Entry:
     return Entry(
-        origin, 1, seq, 0, np.asarray(indices, np.uint32), np.asarray(values, np.float64).astype(np.float32)
+        origin,
+        1,
+        seq,
+        0,
+        np.asarray(indices, np.uint32),
+        np.asarray(values, np.float64).astype(np.float32),
     )
 
 
@@ -159,7 +174,9 @@ def decode_cases(ns: ModuleType) -> tuple[list[Any], list[Any]]:
     M, E, D = ErrorCode.MALFORMED, ErrorCode.EMPTY_ENTRY, ErrorCode.DUPLICATE_INDEX
     L, N, U = ErrorCode.LENGTH_MISMATCH, ErrorCode.NON_FINITE, ErrorCode.UNSUPPORTED_ENCODING
 
-    def pk(*entries: Entry, enc: ValueEncoding = F32, packed: bool = True, manifest: Any = None) -> Packet:
+    def pk(
+        *entries: Entry, enc: ValueEncoding = F32, packed: bool = True, manifest: Any = None
+    ) -> Packet:
         m = manifest if manifest is not None else ns.VECTOR_MANIFEST
         return Packet(
             sender,
@@ -178,10 +195,14 @@ def decode_cases(ns: ModuleType) -> tuple[list[Any], list[Any]]:
     def ok_raw(name: str, desc: str, p: CP, expect: Packet, reqs: Sequence[str]) -> None:
         valid.append(ValidCase(name, desc, [*reqs], raw=build_raw(p, fp), expect=expect))
 
-    def bad(name: str, desc: str, p: CP | bytes, code: ErrorCode, reqs: Sequence[str], **kw: Any) -> None:
+    def bad(
+        name: str, desc: str, p: CP | bytes, code: ErrorCode, reqs: Sequence[str], **kw: Any
+    ) -> None:
         data = build_raw(p, fp) if isinstance(p, CP) else p
         feats = features(p.encoding, p.index_encoding) if isinstance(p, CP) else kw.pop("feats")
-        invalid.append(InvalidCase(name, desc, code, data, sorted({*reqs, REQ_CHECKS}), features=feats, **kw))
+        invalid.append(
+            InvalidCase(name, desc, code, data, sorted({*reqs, REQ_CHECKS}), features=feats, **kw)
+        )
 
     # --- valid: the packed forms and the encoder's choice ------------------------------------------
     idx = [3, 7, 100]
@@ -265,23 +286,47 @@ def decode_cases(ns: ModuleType) -> tuple[list[Any], list[Any]]:
     ok_raw(
         "q8_minus_128",
         "Q8: q = -128 (never written by an encoder) decodes: [-128, 127, 1] x 0.5 = [-64, 63.5, 0.5].",
-        CP([CE(indices=(3, 50, 100), values8=(-128, 127, 1), scale_bits=f32_bits(0.5))], index_encoding=None),
-        Packet(sender, sender_inc, fp, (_entry(0xB2, 1, [3, 50, 100], [-64.0, 63.5, 0.5]),), Q8, version_minor=1),
+        CP(
+            [CE(indices=(3, 50, 100), values8=(-128, 127, 1), scale_bits=f32_bits(0.5))],
+            index_encoding=None,
+        ),
+        Packet(
+            sender,
+            sender_inc,
+            fp,
+            (_entry(0xB2, 1, [3, 50, 100], [-64.0, 63.5, 0.5]),),
+            Q8,
+            version_minor=1,
+        ),
         [REQ_Q8],
     )
-    for name, bits, what in (("q8_scale_zero", 0, "present as 0"), ("q8_scale_absent", None, "absent")):
+    for name, bits, what in (
+        ("q8_scale_zero", 0, "present as 0"),
+        ("q8_scale_absent", None, "absent"),
+    ):
         ok_raw(
             name,
             f"Q8: scale {what} (0): every value decodes to fl32(q * 0): [0, 0, -0] for q = [0, 5, -3].",
-            CP([CE(indices=(3, 50, 100), values8=(0, 5, -3), scale_bits=bits)], index_encoding=None),
-            Packet(sender, sender_inc, fp, (_entry(0xB2, 1, [3, 50, 100], [0.0, 0.0, -0.0]),), Q8, version_minor=1),
+            CP(
+                [CE(indices=(3, 50, 100), values8=(0, 5, -3), scale_bits=bits)], index_encoding=None
+            ),
+            Packet(
+                sender,
+                sender_inc,
+                fp,
+                (_entry(0xB2, 1, [3, 50, 100], [0.0, 0.0, -0.0]),),
+                Q8,
+                version_minor=1,
+            ),
             [REQ_Q8],
         )
     ok_raw(
         "q8_scale_not_power_of_two",
         "Q8: a scale that is not a power of two (0.01, as f32) decodes as fl32(q * scale): a receiver "
         "accepts every finite non-negative scale.",
-        CP([CE(indices=(3, 50), values8=(100, -7), scale_bits=f32_bits(0.01))], index_encoding=None),
+        CP(
+            [CE(indices=(3, 50), values8=(100, -7), scale_bits=f32_bits(0.01))], index_encoding=None
+        ),
         Packet(
             sender,
             sender_inc,
@@ -307,7 +352,14 @@ def decode_cases(ns: ModuleType) -> tuple[list[Any], list[Any]]:
             sender,
             sender_inc,
             fp,
-            (_entry(0xB2, 1, [3, 50, 100], np.array([1, 0x80000001, 127], np.uint32).view(np.float32)),),
+            (
+                _entry(
+                    0xB2,
+                    1,
+                    [3, 50, 100],
+                    np.array([1, 0x80000001, 127], np.uint32).view(np.float32),
+                ),
+            ),
             Q8,
             version_minor=1,
         ),
@@ -332,8 +384,14 @@ def decode_cases(ns: ModuleType) -> tuple[list[Any], list[Any]]:
     ok_raw(
         "f32_scale_ignored",
         "F32 PLAIN with an Entry.scale field: only a Q8 packet reads the scale.",
-        CP([CE(indices=(3, 50), values=(1.0, 2.0), scale_bits=f32_bits(-1.0))], encoding=int(F32), index_encoding=None),
-        Packet(sender, sender_inc, fp, (_entry(0xB2, 1, [3, 50], [1.0, 2.0]),), F32, version_minor=1),
+        CP(
+            [CE(indices=(3, 50), values=(1.0, 2.0), scale_bits=f32_bits(-1.0))],
+            encoding=int(F32),
+            index_encoding=None,
+        ),
+        Packet(
+            sender, sender_inc, fp, (_entry(0xB2, 1, [3, 50], [1.0, 2.0]),), F32, version_minor=1
+        ),
         [REQ_Q8],
     )
 
@@ -347,9 +405,16 @@ def decode_cases(ns: ModuleType) -> tuple[list[Any], list[Any]]:
             [REQ_PACKED],
         )
 
-    packed_bad("packed_no_form_byte", "PACKED: an empty packed_indices vector (no form byte).", b"", M)
+    packed_bad(
+        "packed_no_form_byte", "PACKED: an empty packed_indices vector (no form byte).", b"", M
+    )
     packed_bad("packed_unknown_form", "PACKED: form byte 2 (only 0 and 1 exist).", bytes([2, 1]), M)
-    packed_bad("packed_delta_truncated", "PACKED delta: the last varint has its continuation bit set.", bytes([0, 0x83]), M)
+    packed_bad(
+        "packed_delta_truncated",
+        "PACKED delta: the last varint has its continuation bit set.",
+        bytes([0, 0x83]),
+        M,
+    )
     packed_bad(
         "packed_delta_overlong",
         "PACKED delta: the gap 5 written overlong (85 00: a last byte 0 after another byte).",
@@ -376,17 +441,42 @@ def decode_cases(ns: ModuleType) -> tuple[list[Any], list[Any]]:
         M,
         2,
     )
-    packed_bad("packed_gap_zero", "PACKED delta: indices 5 then a gap of 0.", bytes([0, 5, 0]), D, 2)
-    packed_bad("packed_delta_empty", "PACKED delta: the form byte alone (no index), no value.", bytes([0]), E, 0)
-    packed_bad("packed_bitmap_no_bytes", "PACKED bitmap: a base and no bitmap byte, no value.", bytes([1, 5]), E, 0)
-    packed_bad("packed_bitmap_all_zero", "PACKED bitmap: one bitmap byte 0 (no index), no value.", bytes([1, 5, 0]), E, 0)
+    packed_bad(
+        "packed_gap_zero", "PACKED delta: indices 5 then a gap of 0.", bytes([0, 5, 0]), D, 2
+    )
+    packed_bad(
+        "packed_delta_empty",
+        "PACKED delta: the form byte alone (no index), no value.",
+        bytes([0]),
+        E,
+        0,
+    )
+    packed_bad(
+        "packed_bitmap_no_bytes",
+        "PACKED bitmap: a base and no bitmap byte, no value.",
+        bytes([1, 5]),
+        E,
+        0,
+    )
+    packed_bad(
+        "packed_bitmap_all_zero",
+        "PACKED bitmap: one bitmap byte 0 (no index), no value.",
+        bytes([1, 5, 0]),
+        E,
+        0,
+    )
     packed_bad(
         "packed_bitmap_trailing_zero",
         "PACKED bitmap: 01 05 01 00 (index 5, then a trailing zero byte).",
         bytes([1, 5, 1, 0]),
         M,
     )
-    packed_bad("packed_bitmap_truncated_base", "PACKED bitmap: a truncated base varint (85).", bytes([1, 0x85]), M)
+    packed_bad(
+        "packed_bitmap_truncated_base",
+        "PACKED bitmap: a truncated base varint (85).",
+        bytes([1, 0x85]),
+        M,
+    )
     packed_bad(
         "packed_bitmap_2_32",
         "PACKED bitmap: base 2^32 - 1 and bit 1 set: index 2^32.",
@@ -403,7 +493,13 @@ def decode_cases(ns: ModuleType) -> tuple[list[Any], list[Any]]:
     bad(
         "packed_index_out_of_range",
         "PACKED delta: index 2^32 - 1 = N of the large manifest (checked like a PLAIN index).",
-        build_raw(CP([CE(packed=bytes([0, 0xFF, 0xFF, 0xFF, 0xFF, 0x0F]), values=[1.0])], encoding=int(F32)), large.fingerprint),
+        build_raw(
+            CP(
+                [CE(packed=bytes([0, 0xFF, 0xFF, 0xFF, 0xFF, 0x0F]), values=[1.0])],
+                encoding=int(F32),
+            ),
+            large.fingerprint,
+        ),
         ErrorCode.INDEX_OUT_OF_RANGE,
         [REQ_PACKED],
         feats=[FEAT_PACKED],
@@ -428,7 +524,11 @@ def decode_cases(ns: ModuleType) -> tuple[list[Any], list[Any]]:
         "plain_with_packed_indices",
         "PLAIN (index_encoding absent): an entry with empty indices and packed_indices 00 03 (a 1.0 "
         "receiver would see an empty entry).",
-        CP([CE(indices=(), packed=bytes([0, 3]), values=[1.0])], encoding=int(F32), index_encoding=None),
+        CP(
+            [CE(indices=(), packed=bytes([0, 3]), values=[1.0])],
+            encoding=int(F32),
+            index_encoding=None,
+        ),
         M,
         [REQ_PACKED],
     )
@@ -460,7 +560,11 @@ def decode_cases(ns: ModuleType) -> tuple[list[Any], list[Any]]:
     bad(
         "f32_with_values8",
         "F32: an entry with values and values8.",
-        CP([CE(indices=(3, 50), values=(1.0, 2.0), values8=(1, 2))], encoding=int(F32), index_encoding=None),
+        CP(
+            [CE(indices=(3, 50), values=(1.0, 2.0), values8=(1, 2))],
+            encoding=int(F32),
+            index_encoding=None,
+        ),
         M,
         [REQ_Q8],
     )
@@ -474,7 +578,10 @@ def decode_cases(ns: ModuleType) -> tuple[list[Any], list[Any]]:
     bad(
         "q8_length_mismatch",
         "Q8: 2 values8 for 3 indices.",
-        CP([CE(indices=(3, 50, 100), values8=(1, 2), scale_bits=f32_bits(1.0))], index_encoding=None),
+        CP(
+            [CE(indices=(3, 50, 100), values8=(1, 2), scale_bits=f32_bits(1.0))],
+            index_encoding=None,
+        ),
         L,
         [REQ_Q8],
     )
@@ -502,7 +609,10 @@ def decode_cases(ns: ModuleType) -> tuple[list[Any], list[Any]]:
     bad(
         "q8_value_overflow",
         "Q8: scale 2^127 and q = 2: the decoded value fl32(2 * 2^127) is infinite.",
-        CP([CE(indices=(3, 50), values8=(1, 2), scale_bits=f32_bits(2.0**127))], index_encoding=None),
+        CP(
+            [CE(indices=(3, 50), values8=(1, 2), scale_bits=f32_bits(2.0**127))],
+            index_encoding=None,
+        ),
         N,
         [REQ_Q8],
     )
@@ -655,7 +765,9 @@ def build(vectors_dir: Path) -> list[dict[str, Any]]:
         feats = [FEAT_Q8, *([FEAT_PACKED] if g.config.index_encoding is PACKED else [])]
         rows.append(_with_features(ev._write_generate(vectors_dir, g), feats))
 
-    def pkt(*entries: Entry, sender: int = ev.B, enc: ValueEncoding = F32, packed: bool = False) -> bytes:
+    def pkt(
+        *entries: Entry, sender: int = ev.B, enc: ValueEncoding = F32, packed: bool = False
+    ) -> bytes:
         return encode_packet(
             Packet(
                 sender,

@@ -33,8 +33,8 @@ from delta_fabric.errors import DecodeError, ErrorCode
 
 __all__ = [
     "FORM_BITMAP",
-    "IndexEncoding",
     "FORM_DELTA",
+    "IndexEncoding",
     "decode_indices",
     "encode_bitmap",
     "encode_delta",
@@ -45,7 +45,6 @@ __all__ = [
     "q8_scale",
     "unpack_indices",
 ]
-
 
 
 class IndexEncoding(IntEnum):
@@ -60,17 +59,20 @@ class IndexEncoding(IntEnum):
         try:
             if isinstance(value, str):
                 return cls[value.upper()]
-            if isinstance(value, bool):
+            if isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError
             return cls(value)
         except (KeyError, ValueError, TypeError):
-            raise ValueError(f"index_encoding must be one of PLAIN, PACKED, got {value!r}") from None
+            raise ValueError(
+                f"index_encoding must be one of PLAIN, PACKED, got {value!r}"
+            ) from None
 
 
 FORM_DELTA = 0
 FORM_BITMAP = 1
 _U32_LIMIT = 1 << 32
 _MAX_VARINT = 5
+_ZERO: np.float32 = np.float32(0.0)
 _MIN_SCALE_EXP = -149  # 2**-149: the smallest positive binary32
 
 
@@ -215,10 +217,11 @@ def q8_scale(values: NDArray[np.float32]) -> np.float32:
     v = np.asarray(values, dtype=np.float32)
     m = float(np.max(np.abs(v))) if v.size else 0.0
     if m == 0.0:
-        return np.float32(0.0)
+        return _ZERO
     _, e0 = math.frexp(m)  # m < 2**e0
     e = e0 - 7 if 127.0 * math.ldexp(1.0, e0 - 7) >= m else e0 - 6
-    return np.float32(math.ldexp(1.0, max(e, _MIN_SCALE_EXP)))
+    scale: np.float32 = np.float32(math.ldexp(1.0, max(e, _MIN_SCALE_EXP)))
+    return scale
 
 
 def q8_encode(values: NDArray[np.float32]) -> tuple[np.float32, NDArray[np.int8]]:

@@ -166,7 +166,9 @@ CODECS: Mapping[ValueEncoding, ValueCodec] = MappingProxyType(
         ValueEncoding.BF16: ValueCodec(
             ValueEncoding.BF16, "values16", "<u2", 2, _to_bf16_bits, _from_bf16_bits
         ),
-        ValueEncoding.Q8: ValueCodec(ValueEncoding.Q8, "values8", "i1", 1, _to_q8, _from_q8, q8_scale),
+        ValueEncoding.Q8: ValueCodec(
+            ValueEncoding.Q8, "values8", "i1", 1, _to_q8, _from_q8, q8_scale
+        ),
     }
 )
 

@@ -692,7 +692,9 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
         t.fail_where(np.isfinite(scales) & np.signbit(scales), "Q8 scale is negative")
     packed_views: list[NDArray[np.uint32]] = []
     if index_encoding is IndexEncoding.PACKED:  # section 6.8 (1.1)
-        t.fail_where(~pk_present | (idx_count != 0), "PACKED entry needs packed_indices, empty indices")
+        t.fail_where(
+            ~pk_present | (idx_count != 0), "PACKED entry needs packed_indices, empty indices"
+        )
         for j, (s0, c0) in enumerate(zip(pk_start.tolist(), pk_count.tolist(), strict=True)):
             try:
                 packed_views.append(_readonly(unpack_indices(a8[s0 : s0 + c0])))
@@ -739,7 +741,9 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
             for s, c in zip(val_start.tolist(), counts, strict=True)
         ]
         bits_all = bits[0] if count == 1 else np.concatenate(bits)
-        if scales.size:  # fl32(q * scale), the scale of each value's entry (may overflow: NON_FINITE)
+        if (
+            scales.size
+        ):  # fl32(q * scale), the scale of each value's entry (may overflow: NON_FINITE)
             with np.errstate(over="ignore"):
                 val_all = np.multiply(
                     bits_all.astype(np.float32), np.repeat(scales, idx_count), dtype=np.float32

@@ -415,12 +415,15 @@ impl SyncConfig {
             c.average_over = json_int("average_over", x, 1, MAX_AVERAGE_OVER)? as u32;
         }
         if let Some(x) = obj.get("index_encoding") {
-            c.index_encoding = x.as_str().and_then(IndexEncoding::from_name).ok_or_else(|| {
-                ConfigError::UnknownIndexEncoding(match x {
-                    Value::String(s) => format!("'{s}'"),
-                    other => other.to_string(),
-                })
-            })?;
+            c.index_encoding = x
+                .as_str()
+                .and_then(IndexEncoding::from_name)
+                .ok_or_else(|| {
+                    ConfigError::UnknownIndexEncoding(match x {
+                        Value::String(s) => format!("'{s}'"),
+                        other => other.to_string(),
+                    })
+                })?;
         }
         c.validated()
     }

@@ -25,10 +25,10 @@ use std::fmt;
 use flatbuffers::{FlatBufferBuilder, WIPOffset};
 use serde_json::{Value, json};
 
-/// The packet's value encoding (defined with its table in [`crate::encodings`]).
-pub use crate::encodings::ValueEncoding;
 pub use crate::compact::IndexEncoding;
 use crate::compact::{check_q8_scale, encode_indices, q8_encode, unpack_indices};
+/// The packet's value encoding (defined with its table in [`crate::encodings`]).
+pub use crate::encodings::ValueEncoding;
 use crate::encodings::{Carrier, MAX_VALUE_BYTES, by_wire, codec};
 use crate::error::{DecodeError, ErrorCode};
 use crate::generated::packet::deltafabric::v_1 as fb;
@@ -574,8 +574,9 @@ pub fn decode_packet(buf: &[u8], max_packet_size: usize) -> Result<Packet<'_>, D
     };
     // step 7
     for (j, e) in raw.iter().enumerate() {
-        let present =
-            usize::from(e.values.is_some()) + usize::from(e.values16.is_some()) + usize::from(e.values8.is_some());
+        let present = usize::from(e.values.is_some())
+            + usize::from(e.values16.is_some())
+            + usize::from(e.values8.is_some());
         if value_vec(e).is_none() || present != 1 {
             return Err(malformed(format!(
                 "entries[{j}]: {} packet needs {field} and no other values vector",
@@ -616,7 +617,11 @@ pub fn decode_packet(buf: &[u8], max_packet_size: usize) -> Result<Packet<'_>, D
         }
     }
     let index_count = |j: usize, e: &RawEntry| -> usize {
-        if packed { unpacked[j].len() } else { e.indices.1 }
+        if packed {
+            unpacked[j].len()
+        } else {
+            e.indices.1
+        }
     };
     // step 8
     for (j, e) in raw.iter().enumerate() {
@@ -811,7 +816,10 @@ pub fn encode_packet(packet: &OwnedPacket) -> Vec<u8> {
                 encode_indices(&e.indices)
                     .expect("PACKED encoding needs strictly increasing indices")
             };
-            (b.create_vector::<u32>(&[]), Some(b.create_vector(&bytes[..])))
+            (
+                b.create_vector::<u32>(&[]),
+                Some(b.create_vector(&bytes[..])),
+            )
         } else {
             (b.create_vector(&e.indices[..]), None)
         };

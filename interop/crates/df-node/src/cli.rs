@@ -149,12 +149,8 @@ pub struct Args {
 
 /// A value encoding name (case-insensitive), as `delta_fabric.env` reads it.
 fn parse_encoding(v: &str) -> Result<ValueEncoding, String> {
-    ValueEncoding::from_name(&v.trim().to_uppercase()).ok_or_else(|| {
-        format!(
-            "must be one of {}",
-            df_core::encodings::names()
-        )
-    })
+    ValueEncoding::from_name(&v.trim().to_uppercase())
+        .ok_or_else(|| format!("must be one of {}", df_core::encodings::names()))
 }
 
 /// An index encoding name (case-insensitive).
@@ -482,8 +478,7 @@ impl Args {
         if let Some(v) = self.index_encoding {
             c.index_encoding = v;
         } else if let Some((name, raw)) = env.get("INDEX_ENCODING") {
-            c.index_encoding =
-                parse_index_encoding(&raw).map_err(|e| Env::bad(&name, &raw, &e))?;
+            c.index_encoding = parse_index_encoding(&raw).map_err(|e| Env::bad(&name, &raw, &e))?;
         }
         if let Some(p) = &o.zenoh_config {
             if !p.is_file() {

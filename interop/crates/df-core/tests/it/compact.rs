@@ -123,7 +123,10 @@ fn q8_scale_is_the_smallest_power_of_two() {
         }
         let s = f64::from(q8_scale(&[m]));
         assert!(127.0 * s >= f64::from(m), "{m}");
-        assert!(127.0 * s / 2.0 < f64::from(m) || s == 2f64.powi(-149), "{m}");
+        assert!(
+            127.0 * s / 2.0 < f64::from(m) || s == 2f64.powi(-149),
+            "{m}"
+        );
         assert_eq!(s.log2().fract(), 0.0, "{m}");
     }
 }
