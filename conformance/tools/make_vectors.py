@@ -84,7 +84,7 @@ REQ_BY_ENCODING = {
     ValueEncoding.F32: "DF-PKT-12",
     ValueEncoding.F16: "DF-PKT-13",
     ValueEncoding.BF16: "DF-PKT-14",
-    ValueEncoding.Q8: "DF-PKT-111",  # 1.1, section 6.8
+    ValueEncoding.Q8: "DF-PKT-115",  # 1.1, section 6.4 / 6.8
 }
 REQ_QUANTIZE = "DF-GEN-4"  # F16/BF16: round to nearest even, clamped to the finite range
 REQ_FINGERPRINT = "DF-MAN-5"
@@ -365,6 +365,8 @@ class ValidCase:
     raw: bytes | None = None  # or given as bytes (then `expect` is the packet they must decode to)
     expect: Packet | None = None
     manifest: Manifest = VECTOR_MANIFEST
+    # False: the packet holds values no encoder writes (a raw Q8 vector): no encode test
+    encode: bool = True
 
 
 @dataclass
@@ -1342,6 +1344,7 @@ def write_decode_vectors(vectors_dir: Path) -> list[dict[str, Any]]:
                 "path": rel,
                 "requirements": reqs,
                 "expect": "ok",
+                **({} if v.encode else {"encode": False}),
                 **features_of([got.encoding], packed=got.index_encoding == IndexEncoding.PACKED),
             }
         )
