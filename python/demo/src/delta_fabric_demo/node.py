@@ -102,6 +102,20 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
         "full mesh only; see delta_fabric_demo.rounds); replaces --max-lead pacing",
     )
     p.add_argument(
+        "--encoding",
+        type=str.upper,
+        choices=("F32", "F16", "BF16", "Q8"),
+        default="F32",
+        help="SyncConfig.encoding (DF-PAR-10; Q8 added in 1.1, section 6.8)",
+    )
+    p.add_argument(
+        "--index-encoding",
+        type=str.upper,
+        choices=("PLAIN", "PACKED"),
+        default="PLAIN",
+        help="SyncConfig.index_encoding (DF-PAR-110, 1.1): PACKED = delta + varint or bitmap",
+    )
+    p.add_argument(
         "--average-over",
         type=int,
         default=1,
@@ -257,6 +271,8 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
         sync_interval=args.sync_interval,
         include_buffers=args.include_buffers,
         average_over=args.average_over,
+        encoding=args.encoding,
+        index_encoding=args.index_encoding,
     )
     manifest = module_manifest(model, args.include_buffers)
     fabric: Fabric | None = None
