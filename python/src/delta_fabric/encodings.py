@@ -179,7 +179,7 @@ MAX_VALUE_BYTES = max(c.value_bytes for c in CODECS.values())
 def codec(encoding: ValueEncoding | int | str) -> ValueCodec:
     """The row of an encoding given as the enum, its wire value or its name.
 
-    ``ValueError`` for anything else: ``encoding must be one of F32, F16, BF16, got ...``."""
+    ``ValueError`` for anything else: ``encoding must be one of F32, F16, BF16, Q8, got ...``."""
     try:
         if isinstance(encoding, str):
             return CODECS[ValueEncoding[encoding]]

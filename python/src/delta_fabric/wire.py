@@ -21,10 +21,13 @@ step is reported).
    non-zero sender, sender_incarnation, origin, incarnation, seq; ``heard`` (1.1), when present,
    non-zero and strictly ascending.
 6. ``UNSUPPORTED_ENCODING``: encoding not in the table :data:`delta_fabric.encodings.CODECS`
-   (F32, F16, BF16).
-7. ``MALFORMED``: an entry without the values vector of the encoding, or with the other one.
+   (F32, F16, BF16, Q8), then (1.1) an index encoding other than PLAIN and PACKED.
+7. ``MALFORMED``: an entry without the values vector of the encoding, or with another one; (1.1,
+   DF-RCV-113) index vectors not matching the index encoding, a Q8 scale with the sign bit set,
+   the faults of the packed index bytes (section 6.8).
 8. ``LENGTH_MISMATCH``, ``EMPTY_ENTRY``, ``UNSORTED_INDICES``, ``DUPLICATE_INDEX``,
-   ``NON_FINITE``, each over all entries before the next.
+   ``NON_FINITE`` (a non-finite Q8 scale, then a non-finite value), each over all entries before
+   the next.
 
 ``validate_packet`` (needs the local context): ``FINGERPRINT_MISMATCH``, ``HOP_LIMIT``,
 ``INDEX_OUT_OF_RANGE``.
