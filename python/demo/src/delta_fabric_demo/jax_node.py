@@ -46,6 +46,8 @@ def run_node(args: Any, channel: Channel) -> int:
         sync_interval=args.sync_interval,
         include_buffers=args.include_buffers,
         average_over=args.average_over,
+        encoding=args.encoding,
+        index_encoding=args.index_encoding,
     )
     fabric: Fabric | None = None
     transport: Any = None

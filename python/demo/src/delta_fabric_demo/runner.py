@@ -148,6 +148,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="C > 1: nodes average their progress over C (SyncConfig.average_over, DF-GEN-70); "
         "1: sum it as in protocol 1.0 (default: the cluster size)",
     )
+    p.add_argument(
+        "--encoding",
+        type=str.upper,
+        choices=("F32", "F16", "BF16", "Q8"),
+        default="F32",
+        help="value encoding every node sends (SyncConfig.encoding; Q8: spec section 6.8, 1.1)",
+    )
+    p.add_argument(
+        "--index-encoding",
+        type=str.upper,
+        choices=("PLAIN", "PACKED"),
+        default="PLAIN",
+        help="index encoding every node sends (SyncConfig.index_encoding, 1.1)",
+    )
     p.add_argument("--skip-nosync", action="store_true", help="skip the sync-off run")
     p.add_argument("--skip-baseline", action="store_true", help="skip the single-node baseline")
     p.add_argument("--no-plot", action="store_true", help="do not draw accuracy.png")
@@ -285,6 +299,11 @@ def _node_command(spec: NodeSpec, args: argparse.Namespace, common: dict[str, An
         argv.append("--lockstep")
     if common.get("average_over", 1) > 1:  # checked in _run: every node of the run supports it
         argv += ["--average-over", str(common["average_over"])]
+    # compact encodings (1.1, DF-VER-114): passed only when set; a node without them exits 2
+    if getattr(args, "encoding", "F32") != "F32":
+        argv += ["--encoding", args.encoding]
+    if getattr(args, "index_encoding", "PLAIN") != "PLAIN":
+        argv += ["--index-encoding", args.index_encoding]
     if spec.bn_momentum is not None and (
         binary is None or _native_supports(binary, "--bn-momentum")
     ):
