@@ -180,6 +180,8 @@ def test_faults_are_blamed_on_the_faulty_driver_only(
         "Required.decode.invalid.duplicate_index",
         "Required.decode.invalid.duplicate_index_zero",
         "Required.decode.invalid.order_duplicate_and_nan",
+        "Required.decode.invalid.packed_gap_zero",  # 1.1, section 6.8
+        "Required.decode.invalid.order_scale_nan_and_gap_zero",
     }
     # the model mistakes fail the forward check and nothing else: the vectors and the protocol tests
     # cannot see them (same manifest, same fingerprint); the snapshot fault fails the two duplicate cases
