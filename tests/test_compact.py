@@ -1,4 +1,4 @@
-"""Reference codecs of the compact-encodings proposal (spec/proposals/compact-encodings.md)."""
+"""The compact codecs (spec section 6.8, 1.1): packed indices and Q8 values (REQ: DF-PKT-110)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from delta_fabric.compact import (
     q8_decode,
     q8_encode,
     q8_quantize,
+    q8_scale,
 )
 from delta_fabric.errors import DecodeError, ErrorCode
 
@@ -75,33 +76,55 @@ def test_invalid_packed_indices(data: bytes, code: ErrorCode) -> None:
 
 
 def test_q8_rounding_scale_and_error_feedback() -> None:
-    v = np.array([0.5, -1.27, 0.005, 0.00499, 1e-3], dtype=np.float32)
+    v = np.array([0.5, -1.27, 0.005, 0.00499, 1e-3, 0.0078125 * 3.5], dtype=np.float32)
     scale, q = q8_encode(v)
-    assert scale == np.float32(np.float32(1.27) / np.float32(127.0))
-    assert q.tolist()[:2] == [50, -127]
-    # q = rint(fl32(v / scale)) with ties to even; decoded = fl32(q * scale), exactly
-    assert q.tolist() == np.rint(np.divide(v, scale, dtype=np.float32)).astype(int).tolist()
+    # the smallest power of two with 127 * scale >= max|v| = 1.27: 2**-6 (127/64 = 1.98 >= 1.27)
+    assert scale == np.float32(2.0**-6)
+    assert q.tolist()[:2] == [32, -81]
+    # q = rint(v / scale) (exact quotient) with ties to even: 0.02734375 / 2**-6 = 1.75 -> 2
+    assert q.tolist() == np.rint(v.astype(np.float64) / float(scale)).astype(int).tolist()
     dec = q8_decode(scale, q)
-    assert dec.tolist() == (q.astype(np.float32) * scale).tolist()
+    assert dec.tolist() == (q.astype(np.float64) * float(scale)).tolist()  # exact product
     assert q8_quantize(v).tolist() == dec.tolist()
+    # idempotent: re-encoding the decoded values gives the same scale and bytes
+    s2, q2 = q8_encode(dec)
+    assert s2 == scale and q2.tolist() == q.tolist()
     # error feedback with the value actually sent: the residual is what Q8 could not carry
-    anchor = np.zeros(5, dtype=np.float32)
+    anchor = np.zeros(v.size, dtype=np.float32)
     anchor += q8_quantize(v)
     residual = v - anchor
-    assert float(np.max(np.abs(residual))) <= float(scale) / 2 * (1 + 1e-6)
+    assert float(np.max(np.abs(residual))) <= float(scale) / 2
+
+
+def test_q8_scale_is_the_smallest_power_of_two() -> None:
+    rng = np.random.default_rng(3)
+    for m in np.abs(rng.normal(size=2000) * 10.0 ** rng.integers(-40, 38, 2000)).astype(np.float32):
+        if not np.isfinite(m) or m == 0:
+            continue
+        s = float(q8_scale(np.array([m], dtype=np.float32)))
+        assert 127 * s >= float(m) and (127 * s / 2 < float(m) or s == 2.0**-149)
+        assert s == 2.0 ** round(np.log2(s))
 
 
 def test_q8_edge_cases() -> None:
-    scale, q = q8_encode(np.array([1e-45, -1e-45], dtype=np.float32))  # subnormal max: scale 0
-    assert scale == 0 and q.tolist() == [0, 0]
+    scale, q = q8_encode(np.array([1e-45, -1e-45], dtype=np.float32))  # smallest subnormal
+    assert scale == np.float32(2.0**-149) and q.tolist() == [1, -1]
+    scale, q = q8_encode(np.zeros(3, dtype=np.float32))
+    assert scale == 0 and q.tolist() == [0, 0, 0]
+    # the largest finite values: q clamped so that q * scale stays finite
+    big = np.array([np.finfo(np.float32).max, -np.finfo(np.float32).max], dtype=np.float32)
+    assert bool(np.isfinite(q8_quantize(big)).all())
     with pytest.raises(ValueError):
         q8_encode(np.array([np.inf], dtype=np.float32))
-    for bad, code in ((np.nan, ErrorCode.NON_FINITE), (np.inf, ErrorCode.NON_FINITE)):
+    for bad, code in (
+        (np.nan, ErrorCode.NON_FINITE),
+        (np.inf, ErrorCode.NON_FINITE),
+        (-np.inf, ErrorCode.NON_FINITE),
+        (-1.0, ErrorCode.MALFORMED),
+        (-0.0, ErrorCode.MALFORMED),
+    ):
         with pytest.raises(DecodeError) as ei:
             q8_decode(bad, np.array([1], dtype=np.int8))
         assert ei.value.code is code
-    with pytest.raises(DecodeError) as ei:
-        q8_decode(-1.0, np.array([1], dtype=np.int8))
-    assert ei.value.code is ErrorCode.MALFORMED
     # -128 is decodable (never produced by the encoder)
     assert q8_decode(0.5, np.array([-128], dtype=np.int8)).tolist() == [-64.0]

@@ -45,7 +45,9 @@ def test_defaults_are_the_specs() -> None:
         {"max_packet_size": MIN_MAX_PACKET_SIZE - 1},
         {"replay_window": 0},
         {"max_incarnations": 0},
-        {"encoding": 3},
+        {"encoding": 4},
+        {"index_encoding": 2},
+        {"index_encoding": "ZIP"},
     ],
 )
 def test_bad_values_raise_value_error(kw: dict[str, Any]) -> None:

@@ -12,7 +12,7 @@ from delta_fabric.wire import Entry, Packet, decode_packet, encode_packet, encod
 
 
 def test_table_has_one_consistent_row_per_encoding() -> None:
-    """REQ: DF-PAR-10 (F32, F16, BF16)"""
+    """REQ: DF-PAR-10 (F32, F16, BF16, Q8)"""
     assert list(CODECS) == list(ValueEncoding)
     for enc, vc in CODECS.items():
         assert vc.encoding is enc and vc.name == enc.name
@@ -20,8 +20,9 @@ def test_table_has_one_consistent_row_per_encoding() -> None:
         assert vc.wide == (vc.field == "values") == (vc.value_bytes == 4)
         assert np.dtype(vc.wire_dtype).itemsize == vc.value_bytes <= MAX_VALUE_BYTES
     assert encoded_size_bound(3) == 128 + (4 + MAX_VALUE_BYTES) * 3
-    for bad in (3, -1, "F8", "f16", True, None):
-        with pytest.raises(ValueError, match="encoding must be one of F32, F16, BF16"):
+    assert [vc.scale_of is not None for vc in CODECS.values()] == [False, False, False, True]
+    for bad in (4, -1, "F8", "f16", True, None):
+        with pytest.raises(ValueError, match="encoding must be one of F32, F16, BF16, Q8"):
             codec(bad)  # type: ignore[arg-type]
 
 
@@ -41,7 +42,8 @@ def test_quantize_is_what_a_receiver_decodes(enc: ValueEncoding) -> None:
     assert np.isfinite(q).all(), "a finite input never becomes infinite"
     assert q.tobytes() == quantize(values, enc).tobytes()
     assert vc.quantize(q).tobytes() == q.tobytes(), "quantize is idempotent"
-    assert vc.decode(vc.encode(values)).tobytes() == q.tobytes()
+    scale = np.float32(0.0) if vc.scale_of is None else vc.scale_of(values)
+    assert vc.decode(vc.encode(values), scale).tobytes() == q.tobytes()
     pkt = Packet(
         sender=1,
         sender_incarnation=1,
@@ -68,6 +70,7 @@ def test_generation_quantizes_each_entry_after_the_split(enc: ValueEncoding) -> 
     idx = np.concatenate([e.indices for e in entries])
     vals = np.concatenate([e.values for e in entries])
     assert np.array_equal(np.sort(idx), np.arange(n))
-    want = quantize(active[idx], enc)  # anchor was 0: d = active
+    # anchor was 0: d = active; quantized per entry (Q8: one scale per entry, DF-PKT-110)
+    want = np.concatenate([quantize(active[e.indices], enc) for e in entries])
     assert vals.tobytes() == want.tobytes()
     assert eng.anchor[idx].tobytes() == want.tobytes()

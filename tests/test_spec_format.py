@@ -310,7 +310,7 @@ def bits(x: Any) -> str:
     return format(int(np.float32(x).view(np.uint32)), "08x")
 
 
-NON_NUMERIC_PARAMETERS = {"encoding", "include_buffers", "relay_policy"}
+NON_NUMERIC_PARAMETERS = {"encoding", "include_buffers", "relay_policy", "index_encoding"}
 
 
 def test_parameter_defaults_match_the_reference_configuration() -> None:
@@ -331,6 +331,8 @@ def test_parameter_defaults_match_the_reference_configuration() -> None:
             assert actual.name == default.group(1)
         elif name == "relay_policy":  # REQ: DF-PAR-60
             assert actual.value == default.group(1)
+        elif name == "index_encoding":  # REQ: DF-PAR-110
+            assert actual.name == default.group(1)
         elif isinstance(actual, bool):
             assert str(actual).lower() == default.group(1)
         else:

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from delta_fabric.compact import decode_indices
 from delta_fabric.errors import DecodeError, ErrorCode
 from delta_fabric.wire import (
     Packet,
@@ -20,6 +21,7 @@ from delta_fabric.wire import (
     encode_packet,
     packet_from_json,
     packet_to_json,
+    quantize_packet,
     validate_packet,
 )
 
@@ -122,8 +124,11 @@ def test_vector(row: dict[str, Any]) -> None:
         assert "error" not in meta
         p = _decode_with_context(data, ctx)
         assert packet_to_json(p) == meta["packet"]
-        # the JSON is exact: parsed back and encoded, it decodes to the same packet
-        assert decode_packet(encode_packet(packet_from_json(meta["packet"]))) == p
+        # the JSON is exact: parsed back and encoded, it decodes to its quantized form, the same packet
+        # (a raw Q8 vector, e.g. q = -128, holds values no encoder writes: REQ: DF-PKT-111)
+        again = packet_from_json(meta["packet"])
+        assert decode_packet(encode_packet(again)) == quantize_packet(again)
+        assert ValueEncoding(p.encoding) is ValueEncoding.Q8 or quantize_packet(again) == p
     else:
         assert "packet" not in meta and meta["error"] == row["expect"]
         with pytest.raises(DecodeError) as info:
@@ -182,9 +187,21 @@ def test_valid_vectors_read_by_flatc(tmp_path: Path) -> None:
                 we["incarnation"], 16
             )
             assert ge["seq"] == we["seq"] and ge.get("hops", 0) == we["hops"]
-            assert ge["indices"] == we["indices"]
+            if want.get("index_encoding") == "PACKED":  # 1.1, REQ: DF-PKT-110
+                assert ge.get("indices", []) == []
+                assert decode_indices(bytes(ge["packed_indices"])).tolist() == we["indices"]
+            else:
+                assert ge["indices"] == we["indices"]
             values = np.asarray(we["values"], dtype=np.float32)
-            if want["encoding"] == "F32":
+            if want["encoding"] == "Q8":  # 1.1: fl32(q * scale), flatc prints the scale rounded
+                q = np.asarray(ge.get("values8", []), dtype=np.float64)
+                nz = q != 0
+                assert not values[~nz].any()
+                # flatc prints the scale with 6 decimals: each value / q is the scale, to 5e-7
+                np.testing.assert_allclose(
+                    values[nz] / q[nz], float(ge.get("scale", 0.0)), rtol=1e-6, atol=5e-7
+                )
+            elif want["encoding"] == "F32":
                 assert "values16" not in ge
                 np.testing.assert_allclose(
                     ge["values"], values, rtol=1e-6, atol=1e-6

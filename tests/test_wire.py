@@ -392,12 +392,12 @@ def test_codes_follow_table_order_across_entries() -> None:
 def test_unknown_encoding() -> None:
     # REQ: DF-ERR-5
     buf = bytearray(encode_packet(Packet(1, 1, FP, (), ValueEncoding.BF16)))
-    # find the encoding byte: the only byte equal to 2 that, set to 3, changes the decoded encoding
+    # find the encoding byte: the only byte equal to 2 that, set to 4, changes the decoded encoding
     hits = []
     for i, b in enumerate(buf):
         if b == 2:
             trial = bytearray(buf)
-            trial[i] = 3
+            trial[i] = 4
             if code_of(bytes(trial)) is ErrorCode.UNSUPPORTED_ENCODING:
                 hits.append(i)
     assert len(hits) == 1

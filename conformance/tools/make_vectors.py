@@ -43,6 +43,7 @@ from delta_fabric.wire import (
     DEFAULT_MAX_PACKET_SIZE,
     FILE_IDENTIFIER,
     Entry,
+    IndexEncoding,
     Packet,
     ValueEncoding,
     decode_packet,
@@ -58,9 +59,11 @@ DEFAULT_VECTORS_DIR = REPO_ROOT / "conformance" / "vectors"
 ENGINE_VECTORS = TOOLS_DIR / "engine_vectors.py"
 VERDICT_VECTORS = TOOLS_DIR / "verdict_vectors.py"
 #: Further generator modules, each with ``build(vectors_dir) -> index rows`` (added in 1.1).
+COMPACT_VECTORS = TOOLS_DIR / "compact_vectors.py"  # 1.1 section 6.8: decode, generate, receive
 EXTRA_VECTORS = (
     TOOLS_DIR / "snapshot_vectors.py",
     TOOLS_DIR / "forward_vectors.py",
+    COMPACT_VECTORS,
     TOOLS_DIR / "repair_vectors.py",
     TOOLS_DIR / "rust_pinning_vectors.py",  # after snapshot_vectors.py: adds to snapshot/
     TOOLS_DIR / "signed_vectors.py",  # signed entries (1.1, spec section 13.1)
@@ -85,6 +88,7 @@ REQ_BY_ENCODING = {
     ValueEncoding.F32: "DF-PKT-12",
     ValueEncoding.F16: "DF-PKT-13",
     ValueEncoding.BF16: "DF-PKT-14",
+    ValueEncoding.Q8: "DF-PKT-115",  # 1.1, section 6.4 / 6.8
 }
 REQ_QUANTIZE = "DF-GEN-4"  # F16/BF16: round to nearest even, clamped to the finite range
 REQ_FINGERPRINT = "DF-MAN-5"
@@ -224,7 +228,7 @@ class RawEntry:
     indices: Sequence[int] | None = (3, 50, 100)
     values: Sequence[float] | None = (0.5, -0.25, 2.0)  # f32
     values16: Sequence[int] | None = None  # raw 16-bit patterns
-    unknown_field: int | None = None  # a u32 in slot 7 (a field from a future minor version)
+    unknown_field: int | None = None  # a u32 in slot 15 (a field from a future minor version)
 
 
 @dataclass
@@ -237,7 +241,7 @@ class RawPacket:
     encoding: int | None = 0
     entries: list[RawEntry] | None = field(default_factory=lambda: [RawEntry()])
     heard: Sequence[int] | None = None  # slot 7 (1.1): raw u64 node ids
-    unknown_field: int | None = None  # a u32 in slot 8 (a field from a future minor version)
+    unknown_field: int | None = None  # a u32 in slot 15 (a field from a future minor version)
 
 
 def build_raw(p: RawPacket) -> bytes:
@@ -258,7 +262,7 @@ def build_raw(p: RawPacket) -> bytes:
             if e.values16 is not None
             else None
         )
-        b.StartObject(8 if e.unknown_field is not None else 7)
+        b.StartObject(16 if e.unknown_field is not None else 7)
         for slot, x in ((0, e.origin), (1, e.incarnation), (2, e.seq)):
             if x is not None:
                 b.PrependUint64Slot(slot, x, 0)
@@ -268,7 +272,7 @@ def build_raw(p: RawPacket) -> bytes:
             if off is not None:
                 b.PrependUOffsetTRelativeSlot(slot, off, 0)
         if e.unknown_field is not None:
-            b.PrependUint32Slot(7, e.unknown_field, 0)
+            b.PrependUint32Slot(15, e.unknown_field, 0)
         entry_offsets.append(b.EndObject())
     entries = None
     if p.entries is not None:
@@ -278,7 +282,7 @@ def build_raw(p: RawPacket) -> bytes:
         entries = b.EndVector()
     fp = b.CreateByteVector(p.fingerprint) if p.fingerprint is not None else None
     heard = b.CreateNumpyVector(np.asarray(p.heard, dtype="<u8")) if p.heard is not None else None
-    b.StartObject(9 if p.unknown_field is not None else 8 if heard is not None else 7)
+    b.StartObject(16 if p.unknown_field is not None else 8 if heard is not None else 7)
     if p.version_major is not None:
         b.PrependUint16Slot(0, p.version_major, 0)
     if p.version_minor is not None:
@@ -295,7 +299,7 @@ def build_raw(p: RawPacket) -> bytes:
     if heard is not None:
         b.PrependUOffsetTRelativeSlot(7, heard, 0)
     if p.unknown_field is not None:
-        b.PrependUint32Slot(8, p.unknown_field, 0)
+        b.PrependUint32Slot(15, p.unknown_field, 0)
     b.Finish(b.EndObject(), file_identifier=FILE_IDENTIFIER)
     return bytes(b.Output())
 
@@ -365,6 +369,8 @@ class ValidCase:
     raw: bytes | None = None  # or given as bytes (then `expect` is the packet they must decode to)
     expect: Packet | None = None
     manifest: Manifest = VECTOR_MANIFEST
+    # False: the packet holds values no encoder writes (a raw Q8 vector): no encode test
+    encode: bool = True
 
 
 @dataclass
@@ -376,6 +382,7 @@ class InvalidCase:
     requirements: list[str] = field(default_factory=list)
     manifest: Manifest = VECTOR_MANIFEST
     max_packet_size: int = DEFAULT_MAX_PACKET_SIZE
+    features: list[str] = field(default_factory=list)  # OPTIONAL features it needs (DF-CNF-30)
 
 
 def f32(xs: Sequence[float]) -> np.ndarray[Any, np.dtype[np.float32]]:
@@ -738,7 +745,7 @@ def valid_cases() -> list[ValidCase]:
         ValidCase(
             "unknown_fields",
             "Packet and Entry tables with an extra field "
-            "(Packet slot 8, Entry slot 7, from a future minor version): ignored.",
+            "(Packet slot 15, Entry slot 15, from a future minor version): ignored.",
             [fmt],
             raw=build_raw(
                 RawPacket(
@@ -1041,9 +1048,9 @@ def invalid_cases() -> list[InvalidCase]:
         ),
         InvalidCase(
             "encoding_unknown",
-            "encoding 3, no entries.",
+            "encoding 4 (none in 1.1), no entries.",
             U,
-            build_raw(RawPacket(encoding=3, entries=[])),
+            build_raw(RawPacket(encoding=4, entries=[])),
         ),
         InvalidCase(
             "encoding_255",
@@ -1217,13 +1224,21 @@ def invalid_cases() -> list[InvalidCase]:
 # ------------------------------------------------------------------------------------------------
 # Writing
 # ------------------------------------------------------------------------------------------------
-def features_of(encodings: Sequence[ValueEncoding], fast: bool = False) -> dict[str, list[str]]:
+def features_of(
+    encodings: Sequence[ValueEncoding], fast: bool = False, packed: bool = False
+) -> dict[str, list[str]]:
     """The index row's ``features``: the OPTIONAL features (driver capabilities) a vector needs, so
     that a claimed target's test of a feature the implementation does not offer may stay unsupported
     (DF-CNF-30). Empty (no member) for a vector that needs none."""
-    names = {ValueEncoding.F16: "encoding.f16", ValueEncoding.BF16: "encoding.bf16"}
+    names = {
+        ValueEncoding.F16: "encoding.f16",
+        ValueEncoding.BF16: "encoding.bf16",
+        ValueEncoding.Q8: "encoding.q8",
+    }
     feats = sorted(
-        {names[e] for e in encodings if e in names} | ({"generate.fast"} if fast else set())
+        {names[e] for e in encodings if e in names}
+        | ({"generate.fast"} if fast else set())
+        | ({"index.packed"} if packed else set())
     )
     return {"features": feats} if feats else {}
 
@@ -1276,6 +1291,21 @@ def verdict_cases() -> tuple[list[ValidCase], list[InvalidCase]]:
     return valid, invalid
 
 
+def compact_cases() -> tuple[list[ValidCase], list[InvalidCase]]:
+    """The decode vectors of ``compact_vectors.py`` (spec 1.1 section 6.8: PACKED, Q8)."""
+    if str(TOOLS_DIR) not in sys.path:
+        sys.path.insert(0, str(TOOLS_DIR))
+    spec = importlib.util.spec_from_file_location("compact_vectors", COMPACT_VECTORS)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["compact_vectors"] = module
+    spec.loader.exec_module(module)
+    valid, invalid = module.decode_cases(sys.modules[__name__])
+    for c in invalid:
+        c.requirements = sorted({*invalid_requirements(c.name, c.error), *c.requirements})
+    return list(valid), list(invalid)
+
+
 def write_decode_vectors(vectors_dir: Path) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for sub in ("valid", "invalid"):
@@ -1285,7 +1315,8 @@ def write_decode_vectors(vectors_dir: Path) -> list[dict[str, Any]]:
         d.mkdir(parents=True)
     seen: set[str] = set()
     verdict_valid, verdict_invalid = verdict_cases()
-    for v in [*valid_cases(), *verdict_valid]:
+    compact_valid, compact_invalid = compact_cases()
+    for v in [*valid_cases(), *verdict_valid, *compact_valid]:
         assert v.name not in seen, v.name
         seen.add(v.name)
         if v.packet is not None:
@@ -1317,10 +1348,11 @@ def write_decode_vectors(vectors_dir: Path) -> list[dict[str, Any]]:
                 "path": rel,
                 "requirements": reqs,
                 "expect": "ok",
-                **features_of([got.encoding]),
+                **({} if v.encode else {"encode": False}),
+                **features_of([got.encoding], packed=got.index_encoding == IndexEncoding.PACKED),
             }
         )
-    for c in [*invalid_cases(), *verdict_invalid]:
+    for c in [*invalid_cases(), *verdict_invalid, *compact_invalid]:
         assert c.name not in seen, c.name
         seen.add(c.name)
         ctx = context(c.manifest, c.max_packet_size)
@@ -1346,6 +1378,7 @@ def write_decode_vectors(vectors_dir: Path) -> list[dict[str, Any]]:
                 "path": rel,
                 "requirements": c.requirements,
                 "expect": c.error.value,
+                **({"features": sorted(c.features)} if c.features else {}),
             }
         )
     return rows

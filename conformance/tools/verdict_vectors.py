@@ -27,7 +27,7 @@ REQ_SHARING = "DF-SEC-20"
 REQ_ORDER = "DF-RCV-20"
 
 # Root table layout (offsets from the table; the table is 8-aligned): soffset 0, version_major 4,
-# version_minor 6, sender 8, sender_incarnation 16, fingerprint 24, entries 28, encoding 32.
+# version_minor 6, sender 8, sender_incarnation 16, fingerprint 24, entries 28, encoding 42.
 ROOT_FIELDS: dict[str, tuple[int, int, int]] = {  # name: (slot, offset, size)
     "version_major": (0, 4, 2),
     "version_minor": (1, 6, 2),
@@ -51,6 +51,7 @@ ENTRY_FIELDS: dict[str, tuple[int, int, int]] = {
 }
 ENTRY_SIZE = 64  # [4, 8) and [45, 64) free
 SCALAR_FMT = {1: "<B", 2: "<H", 8: "<Q"}
+UNKNOWN_SLOT = 15
 
 
 @dataclass
@@ -70,7 +71,7 @@ class E:
     vec_shift: dict[str, int] = field(default_factory=dict)
     table_shift: int = 0
     vtable_shift: int = 0
-    unknown_voffset: int | None = None  # slot 8 (a field of a later minor version), any voffset
+    unknown_voffset: int | None = None  # slot 15 (a field of a later minor version), any voffset
 
 
 @dataclass
@@ -123,9 +124,8 @@ def _vtable(
     shift: int,
     unknown: int | None,
 ) -> int:
-    slots = (
-        9 if unknown is not None else 7
-    )  # the unknown field is slot 8 (slot 7 is Packet.heard, 1.1)
+    # the unknown field is slot 15, past every field of 1.1 (Packet 7..11, Entry 7..10)
+    slots = UNKNOWN_SLOT + 1 if unknown is not None else 7
     vsize = 4 + 2 * slots
     vt = buf.alloc(vsize, 2, shift)
     buf.put(vt, "<H", vsize)
@@ -134,7 +134,7 @@ def _vtable(
         slot, off, _ = fields[name]
         buf.put(vt + 4 + 2 * slot, "<H", at.get(name, off))
     if unknown is not None:
-        buf.put(vt + 4 + 16, "<H", unknown)
+        buf.put(vt + 4 + 2 * UNKNOWN_SLOT, "<H", unknown)
     return vt
 
 
@@ -581,8 +581,8 @@ def build(ns: ModuleType) -> list[Case]:
     )
     bad(
         "order_version_and_unknown_encoding",
-        "version_major 2 and encoding 3: UNSUPPORTED_VERSION (step 4 before 6).",
-        pk(version_major=2, encoding=3),
+        "version_major 2 and encoding 4: UNSUPPORTED_VERSION (step 4 before 6).",
+        pk(version_major=2, encoding=4),
         V,
         o,
     )
@@ -609,22 +609,22 @@ def build(ns: ModuleType) -> list[Case]:
     )
     bad(
         "order_unknown_encoding_and_seq_zero",
-        "encoding 3 and seq 0: MALFORMED (step 5 before 6).",
-        pk([E(seq=0)], encoding=3),
+        "encoding 4 and seq 0: MALFORMED (step 5 before 6).",
+        pk([E(seq=0)], encoding=4),
         M,
         o,
     )
     bad(
         "order_unknown_encoding_and_shared_vector",
-        "encoding 3 and two entries sharing one values vector: MALFORMED (step 5 before 6).",
-        pk(two, encoding=3, borrow={(1, "values"): (0, "values", 0)}),
+        "encoding 4 and two entries sharing one values vector: MALFORMED (step 5 before 6).",
+        pk(two, encoding=4, borrow={(1, "values"): (0, "values", 0)}),
         M,
         [*o, REQ_SHARING],
     )
     bad(
         "order_unknown_encoding_and_both_values",
-        "encoding 3 and an entry with values and values16: UNSUPPORTED_ENCODING (step 6 before 7).",
-        pk([E(values16=(1, 2, 3))], encoding=3),
+        "encoding 4 and an entry with values and values16: UNSUPPORTED_ENCODING (step 6 before 7).",
+        pk([E(values16=(1, 2, 3))], encoding=4),
         U,
         o,
     )
@@ -637,8 +637,8 @@ def build(ns: ModuleType) -> list[Case]:
     )
     bad(
         "order_unknown_encoding_and_length_mismatch",
-        "encoding 3 and an entry of 3 indices and 2 values: UNSUPPORTED_ENCODING (step 6 before 8).",
-        pk([E(values=(1.0, 2.0))], encoding=3),
+        "encoding 4 and an entry of 3 indices and 2 values: UNSUPPORTED_ENCODING (step 6 before 8).",
+        pk([E(values=(1.0, 2.0))], encoding=4),
         U,
         o,
     )

@@ -1,5 +1,5 @@
-"""Compact index and value encodings: the reference codecs of the proposal
-``spec/proposals/compact-encodings.md`` (not yet part of the protocol: no packet carries them).
+"""Compact index and value encodings (spec section 6.8, added in 1.1, OPTIONAL): ``PACKED`` indices
+and ``Q8`` values, used by :mod:`delta_fabric.wire` and the encodings table.
 
 Indices (an ascending, duplicate-free list of u32) travel as one byte string whose first byte names its
 form:
@@ -13,7 +13,8 @@ form:
 
 :func:`encode_indices` picks the shorter form (delta on a tie). Values: ``Q8`` is one signed byte per
 value with one f32 ``scale`` per entry, decoded as ``fl32(q * scale)``; :func:`q8_encode` rounds
-``fl32(v / scale)`` to nearest even with ``scale = fl32(max|v| / 127)``. Error feedback uses
+``v / scale`` to nearest even with ``scale`` the smallest power of two with ``127 * scale >= max|v|``.
+Error feedback uses
 :func:`q8_quantize`, the decoded value (as for F16/BF16, DF-GEN-5).
 
 Every decoder raises :class:`~delta_fabric.errors.DecodeError` with the code a receiver would report,
@@ -21,6 +22,9 @@ and nothing else, whatever the bytes.
 """
 
 from __future__ import annotations
+
+import math
+from enum import IntEnum
 
 import numpy as np
 from numpy.typing import NDArray
@@ -30,6 +34,7 @@ from delta_fabric.errors import DecodeError, ErrorCode
 __all__ = [
     "FORM_BITMAP",
     "FORM_DELTA",
+    "IndexEncoding",
     "decode_indices",
     "encode_bitmap",
     "encode_delta",
@@ -37,12 +42,38 @@ __all__ = [
     "q8_decode",
     "q8_encode",
     "q8_quantize",
+    "q8_scale",
+    "unpack_indices",
 ]
+
+
+class IndexEncoding(IntEnum):
+    """Encoding of the indices of every entry of one packet (schema enum ``IndexEncoding``, 1.1)."""
+
+    PLAIN = 0  # uint32 in Entry.indices (1.0)
+    PACKED = 1  # Entry.packed_indices: delta + varint or bitmap; Entry.indices empty (OPTIONAL)
+
+    @classmethod
+    def parse(cls, value: object) -> IndexEncoding:
+        """The member given as itself, its wire value or its name; ``ValueError`` otherwise."""
+        try:
+            if isinstance(value, str):
+                return cls[value.upper()]
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError
+            return cls(value)
+        except (KeyError, ValueError, TypeError):
+            raise ValueError(
+                f"index_encoding must be one of PLAIN, PACKED, got {value!r}"
+            ) from None
+
 
 FORM_DELTA = 0
 FORM_BITMAP = 1
 _U32_LIMIT = 1 << 32
 _MAX_VARINT = 5
+_ZERO: np.float32 = np.float32(0.0)
+_MIN_SCALE_EXP = -149  # 2**-149: the smallest positive binary32
 
 
 def _varints(values: NDArray[np.uint64]) -> bytes:
@@ -129,9 +160,12 @@ def encode_indices(indices: NDArray[np.uint32]) -> bytes:
     return delta
 
 
-def decode_indices(packed: bytes | memoryview | NDArray[np.uint8]) -> NDArray[np.uint32]:
-    """The indices of a packed byte string. ``DecodeError``: ``EMPTY_ENTRY`` (no index),
-    ``DUPLICATE_INDEX`` (a gap of 0), ``MALFORMED`` (anything else that is not one of the forms)."""
+def unpack_indices(packed: bytes | memoryview | NDArray[np.uint8]) -> NDArray[np.uint32]:
+    """The indices of a packed byte string as written, with only its ``MALFORMED`` faults raised (no
+    form byte, unknown form, truncated, overlong or too long varint, an index >= 2**32, a bitmap
+    ending with a 0 byte after a set bit). The result may be empty (a delta form without varint, a
+    bitmap without a set bit) or hold equal neighbours (a gap of 0): the packet decoder reports those
+    as ``EMPTY_ENTRY`` and ``DUPLICATE_INDEX`` at their place in the check order (DF-RCV-20)."""
     data = np.frombuffer(packed, dtype=np.uint8) if not isinstance(packed, np.ndarray) else packed
     if data.size == 0:
         raise DecodeError(ErrorCode.MALFORMED, "packed indices: no form byte")
@@ -140,9 +174,7 @@ def decode_indices(packed: bytes | memoryview | NDArray[np.uint8]) -> NDArray[np
     if form == FORM_DELTA:
         gaps = _read_varints(body)
         if gaps.size == 0:
-            raise DecodeError(ErrorCode.EMPTY_ENTRY, "packed indices: no index")
-        if bool((gaps[1:] == 0).any()):
-            raise DecodeError(ErrorCode.DUPLICATE_INDEX, "packed indices: a gap of 0")
+            return np.empty(0, dtype=np.uint32)
         idx = np.cumsum(gaps, dtype=np.uint64)
         if int(idx[-1]) >= _U32_LIMIT:
             raise DecodeError(ErrorCode.MALFORMED, "packed indices: an index >= 2**32")
@@ -153,9 +185,9 @@ def decode_indices(packed: bytes | memoryview | NDArray[np.uint8]) -> NDArray[np
             raise DecodeError(ErrorCode.MALFORMED, "packed indices: truncated base")
         base = int(_read_varints(body[: last[0] + 1])[0])
         bitmap = body[last[0] + 1 :]
-        if bitmap.size == 0 or int(bitmap[-1]) == 0:
-            if not bool(bitmap.any()):
-                raise DecodeError(ErrorCode.EMPTY_ENTRY, "packed indices: empty bitmap")
+        if not bool(bitmap.any()):
+            return np.empty(0, dtype=np.uint32)
+        if int(bitmap[-1]) == 0:
             raise DecodeError(ErrorCode.MALFORMED, "packed indices: bitmap ends with a 0 byte")
         rel = np.flatnonzero(np.unpackbits(bitmap, bitorder="little")).astype(np.uint64)
         top = int(rel[-1]) + base
@@ -166,29 +198,57 @@ def decode_indices(packed: bytes | memoryview | NDArray[np.uint8]) -> NDArray[np
     raise DecodeError(ErrorCode.MALFORMED, f"packed indices: unknown form {form}")
 
 
+def decode_indices(packed: bytes | memoryview | NDArray[np.uint8]) -> NDArray[np.uint32]:
+    """The indices of a packed byte string. ``DecodeError``: ``MALFORMED`` (see
+    :func:`unpack_indices`), then ``EMPTY_ENTRY`` (no index), then ``DUPLICATE_INDEX`` (a gap of 0)."""
+    idx = unpack_indices(packed)
+    if idx.size == 0:
+        raise DecodeError(ErrorCode.EMPTY_ENTRY, "packed indices: no index")
+    if bool((idx[1:] == idx[:-1]).any()):
+        raise DecodeError(ErrorCode.DUPLICATE_INDEX, "packed indices: a gap of 0")
+    return idx
+
+
+def q8_scale(values: NDArray[np.float32]) -> np.float32:
+    """The Q8 scale of an entry: 0 when every value is 0, else the smallest power of two ``2**e``
+    (``e >= -149``) with ``127 * 2**e >= max|v|``. A power of two makes ``q * scale`` exact and
+    the encoding idempotent (re-encoding decoded values gives the same bytes): what error feedback
+    and relays rely on."""
+    v = np.asarray(values, dtype=np.float32)
+    m = float(np.max(np.abs(v))) if v.size else 0.0
+    if m == 0.0:
+        return _ZERO
+    _, e0 = math.frexp(m)  # m < 2**e0
+    e = e0 - 7 if 127.0 * math.ldexp(1.0, e0 - 7) >= m else e0 - 6
+    scale: np.float32 = np.float32(math.ldexp(1.0, max(e, _MIN_SCALE_EXP)))
+    return scale
+
+
 def q8_encode(values: NDArray[np.float32]) -> tuple[np.float32, NDArray[np.int8]]:
-    """``(scale, q)`` of finite f32 values: ``scale = fl32(max|v| / 127)``; ``q[i]`` is
-    ``fl32(v[i] / scale)`` rounded to nearest even and clamped to [-127, 127] (0 when scale is 0)."""
+    """``(scale, q)`` of finite f32 values: ``scale`` from :func:`q8_scale`; ``q[i] = v[i] / scale``
+    (exact) rounded to nearest even, clamped to [-127, 127] and to ``|q * scale| <= FLT_MAX`` (0 when
+    scale is 0)."""
     v = np.asarray(values, dtype=np.float32)
     if v.size == 0:
         return np.float32(0.0), np.empty(0, dtype=np.int8)
     if not bool(np.isfinite(v).all()):
         raise ValueError("Q8 encodes finite values only")
-    scale = np.float32(np.max(np.abs(v)) / np.float32(127.0))
+    scale = q8_scale(v)
     if scale == 0:
         return scale, np.zeros(v.size, dtype=np.int8)
-    q = np.rint(np.divide(v, scale, dtype=np.float32))  # f32 division, ties to even
-    return scale, np.clip(q, -127, 127).astype(np.int8)
+    top = min(127.0, math.floor(float(np.finfo(np.float32).max) / float(scale)))
+    q = np.rint(v.astype(np.float64) / float(scale))  # exact quotient (power of two), ties to even
+    return scale, np.clip(q, -top, top).astype(np.int8)
 
 
 def q8_decode(scale: float | np.float32, q: NDArray[np.int8]) -> NDArray[np.float32]:
-    """``fl32(q * scale)``. ``NON_FINITE`` for a scale that is NaN or infinite, ``MALFORMED`` for a
-    negative one."""
+    """``fl32(q * scale)``. ``MALFORMED`` for a finite scale with the sign bit set (-0.0 included),
+    ``NON_FINITE`` for a scale that is NaN or infinite."""
     s = np.float32(scale)
+    if bool(np.isfinite(s)) and bool(np.signbit(s)):
+        raise DecodeError(ErrorCode.MALFORMED, "Q8 scale is negative")
     if not bool(np.isfinite(s)):
         raise DecodeError(ErrorCode.NON_FINITE, "Q8 scale is not finite")
-    if s < 0:
-        raise DecodeError(ErrorCode.MALFORMED, "Q8 scale is negative")
     out: NDArray[np.float32] = np.multiply(np.asarray(q, dtype=np.float32), s, dtype=np.float32)
     return out
 

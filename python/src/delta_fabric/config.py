@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any
 
+from delta_fabric.compact import IndexEncoding
 from delta_fabric.encodings import ValueEncoding, codec
 from delta_fabric.replay import DEFAULT_MAX_ORIGINS
 from delta_fabric.wire import PACKET_OVERHEAD_BOUND, encoded_size_bound
@@ -80,7 +81,8 @@ class SyncConfig:
     ``max_packet_size`` >= `MIN_MAX_PACKET_SIZE`; ``replay_window`` in [1, 2**20]; ``max_incarnations`` >= 1;
     ``max_origins`` in [1, 2**20] (DF-PAR-30: the origin bound of DF-SEC-2).
     ``max_seq_jump`` in [0, 2**32] (0: no bound, DF-PAR-50, 1.1).
-    ``encoding`` is the send encoding (own and relayed entries); ``include_buffers`` selects floating
+    ``encoding`` is the send encoding (own and relayed entries; ``Q8`` added in 1.1) and
+    ``index_encoding`` the send index encoding (``PACKED`` added in 1.1, DF-PAR-110); ``include_buffers`` selects floating
     buffers into the manifest (DF-MAN-4). ``average_over`` in [1, 2**16] (added in 1.1, DF-GEN-70):
     ``C > 1`` sends ``1/C`` of each selected delta and moves the node's own weights by the sent
     amount only, so that C nodes move by the mean of their progress (local SGD); 1 keeps 1.0's sums.
@@ -101,6 +103,8 @@ class SyncConfig:
     average_over: int = 1
     #: DF-PAR-50 (1.1): largest accepted step of a tracked incarnation's highest seq (0: no bound).
     max_seq_jump: int = 0
+    #: DF-PAR-110 (1.1): the send index encoding (PACKED: section 6.8, OPTIONAL, DF-VER-3).
+    index_encoding: IndexEncoding = IndexEncoding.PLAIN
 
     def __post_init__(self) -> None:
         alpha = _check_float("alpha", self.alpha)
@@ -129,6 +133,7 @@ class SyncConfig:
         object.__setattr__(self, "relay_threshold", threshold)
         object.__setattr__(self, "encoding", encoding)
         object.__setattr__(self, "relay_policy", RelayPolicy.parse(self.relay_policy))
+        object.__setattr__(self, "index_encoding", IndexEncoding.parse(self.index_encoding))
 
     @property
     def alpha_f32(self) -> float:
@@ -160,6 +165,10 @@ class SyncConfig:
         d["relay_policy"] = self.relay_policy.value
         if self.average_over == 1:  # a 1.1 key (DF-PAR-70): absent at its default, for 1.0 readers
             del d["average_over"]
+        if self.index_encoding is IndexEncoding.PLAIN:  # 1.1 key, written only when set
+            del d["index_encoding"]
+        else:
+            d["index_encoding"] = self.index_encoding.name
         if not self.max_seq_jump:
             del d[
                 "max_seq_jump"

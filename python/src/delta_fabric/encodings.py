@@ -9,7 +9,7 @@ Every other module goes through this table (:data:`CODECS`, :func:`codec`): the 
 (:mod:`delta_fabric.wire`), the configuration (:mod:`delta_fabric.config`) and the engine's quantization
 (:mod:`delta_fabric.engine`). **Adding an encoding** therefore means: one member of :class:`ValueEncoding`
 (and of the schema enum), one row of :data:`CODECS` here and in the Rust table, its conformance vectors,
-and its spec text (section 6.4). The packet size bound covers every row (:data:`MAX_VALUE_BYTES`).
+and its spec text (section 6.4). ``Q8`` (1.1) is the one row with a per-entry scale (``scale_of``). The packet size bound covers every row (:data:`MAX_VALUE_BYTES`).
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
+
+from delta_fabric.compact import q8_decode, q8_encode, q8_scale
 
 __all__ = [
     "CODECS",
@@ -39,27 +41,33 @@ class ValueEncoding(IntEnum):
     F32 = 0
     F16 = 1
     BF16 = 2
+    Q8 = 3  # added in 1.1 (OPTIONAL): one signed byte per value times a per-entry scale
 
 
 @dataclass(frozen=True)
 class ValueCodec:
     """One row of the table: everything the protocol needs to know about one value encoding.
 
-    ``encode`` maps f32 values to the wire elements of ``field`` (dtype ``wire_dtype``); ``decode`` maps
-    wire elements back to the f32 values a receiver sees (exact). Both round and clamp as DF-GEN-4 says:
-    round to nearest even, clamped to the finite range of the encoding, NaN stays NaN.
+    ``encode`` maps the f32 values of one entry to the wire elements of ``field`` (dtype
+    ``wire_dtype``); ``decode`` maps wire elements (and the entry's scale, for a scaled row) back to the
+    f32 values a receiver sees (exact). Both round and clamp as DF-GEN-4 says: round to nearest even,
+    clamped to the finite range of the encoding, NaN stays NaN. ``quantize`` is idempotent for every
+    row: re-encoding decoded values gives the same wire elements (error feedback and relays need it).
     """
 
     encoding: ValueEncoding
-    field: Literal["values", "values16"]
+    field: Literal["values", "values16", "values8"]
     wire_dtype: str
     value_bytes: int
     encode: Callable[[NDArray[np.float32]], NDArray[Any]]
-    decode: Callable[[NDArray[Any]], NDArray[np.float32]]
+    decode: Callable[[NDArray[Any], np.float32], NDArray[np.float32]]
+    #: the per-entry ``Entry.scale`` of the values (Q8, added in 1.1); ``None``: no scale (the
+    #: ``decode`` of such a row ignores its scale argument)
+    scale_of: Callable[[NDArray[np.float32]], np.float32] | None = None
 
     @property
     def name(self) -> str:
-        """``"F32"``, ``"F16"``, ``"BF16"`` (the JSON and config spelling)."""
+        """``"F32"``, ``"F16"``, ``"BF16"``, ``"Q8"`` (the JSON and config spelling)."""
         return self.encoding.name
 
     @property
@@ -70,11 +78,13 @@ class ValueCodec:
     def quantize(self, values: NDArray[np.float32]) -> NDArray[np.float32]:
         """The f32 values a receiver decodes after ``values`` are sent with this encoding (DF-GEN-4).
 
-        F32: identity (no copy when the input already is a float32 array)."""
+        F32: identity (no copy when the input already is a float32 array). Q8: per call, so call it
+        once per entry."""
         v = np.asarray(values, dtype=np.float32)
         if self.wide:
             return v
-        return self.decode(self.encode(v))
+        scale = np.float32(0.0) if self.scale_of is None else self.scale_of(v)
+        return self.decode(self.encode(v), scale)
 
 
 # Largest finite magnitudes of the 16-bit encodings.
@@ -82,8 +92,23 @@ _F16_MAX = 65504.0
 _BF16_MAX_BITS = 0x7F7F
 
 
+_NO_SCALE = np.float32(0.0)
+
+
 def _f32_identity(values: NDArray[np.float32]) -> NDArray[np.float32]:
     return np.asarray(values, dtype=np.float32)
+
+
+def _f32_decode(values: NDArray[Any], _scale: np.float32 = _NO_SCALE) -> NDArray[np.float32]:
+    return np.asarray(values, dtype=np.float32)
+
+
+def _to_q8(values: NDArray[np.float32]) -> NDArray[np.int8]:
+    return q8_encode(values)[1]
+
+
+def _from_q8(q: NDArray[Any], scale: np.float32) -> NDArray[np.float32]:
+    return q8_decode(scale, q)
 
 
 def _to_f16_bits(values: NDArray[np.float32]) -> NDArray[np.uint16]:
@@ -115,7 +140,7 @@ def _to_bf16_bits(values: NDArray[np.float32]) -> NDArray[np.uint16]:
 _F16_TABLE: NDArray[np.float32] | None = None
 
 
-def _from_f16_bits(bits: NDArray[Any]) -> NDArray[np.float32]:
+def _from_f16_bits(bits: NDArray[Any], _scale: np.float32 = _NO_SCALE) -> NDArray[np.float32]:
     # A 65536-entry table (256 KiB, built once) is about twice as fast as NumPy's f16 -> f32 cast.
     global _F16_TABLE
     if _F16_TABLE is None:
@@ -124,7 +149,7 @@ def _from_f16_bits(bits: NDArray[Any]) -> NDArray[np.float32]:
     return out
 
 
-def _from_bf16_bits(bits: NDArray[Any]) -> NDArray[np.float32]:
+def _from_bf16_bits(bits: NDArray[Any], _scale: np.float32 = _NO_SCALE) -> NDArray[np.float32]:
     wide: NDArray[np.uint32] = np.asarray(bits).astype(np.uint32) << np.uint32(16)
     return wide.view(np.float32)
 
@@ -133,13 +158,16 @@ def _from_bf16_bits(bits: NDArray[Any]) -> NDArray[np.float32]:
 CODECS: Mapping[ValueEncoding, ValueCodec] = MappingProxyType(
     {
         ValueEncoding.F32: ValueCodec(
-            ValueEncoding.F32, "values", "<f4", 4, _f32_identity, _f32_identity
+            ValueEncoding.F32, "values", "<f4", 4, _f32_identity, _f32_decode
         ),
         ValueEncoding.F16: ValueCodec(
             ValueEncoding.F16, "values16", "<u2", 2, _to_f16_bits, _from_f16_bits
         ),
         ValueEncoding.BF16: ValueCodec(
             ValueEncoding.BF16, "values16", "<u2", 2, _to_bf16_bits, _from_bf16_bits
+        ),
+        ValueEncoding.Q8: ValueCodec(
+            ValueEncoding.Q8, "values8", "i1", 1, _to_q8, _from_q8, q8_scale
         ),
     }
 )
@@ -151,7 +179,7 @@ MAX_VALUE_BYTES = max(c.value_bytes for c in CODECS.values())
 def codec(encoding: ValueEncoding | int | str) -> ValueCodec:
     """The row of an encoding given as the enum, its wire value or its name.
 
-    ``ValueError`` for anything else: ``encoding must be one of F32, F16, BF16, got ...``."""
+    ``ValueError`` for anything else: ``encoding must be one of F32, F16, BF16, Q8, got ...``."""
     try:
         if isinstance(encoding, str):
             return CODECS[ValueEncoding[encoding]]

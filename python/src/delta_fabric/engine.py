@@ -720,6 +720,7 @@ class Engine:
             fingerprint=self._fingerprint,
             entries=tuple(entries),
             encoding=self.config.encoding,
+            index_encoding=self.config.index_encoding,
         )
         if self.config.relay_policy is RelayPolicy.NEEDED:
             # DF-RLY-61: the advertisement rides on every packet whose estimate leaves room for it.

@@ -300,6 +300,7 @@ def rate_limit(env: Env | None = None) -> tuple[float | None, float | None]:
 def sync_config_kwargs(env: Env | None = None) -> dict[str, Any]:
     """The `SyncConfig` fields set through ``DELTA_FABRIC_<FIELD>``, parsed to their types (the
     ranges are checked by `SyncConfig`; `SyncConfig.from_env` turns its errors into `EnvError`)."""
+    from delta_fabric.compact import IndexEncoding
     from delta_fabric.config import RelayPolicy, SyncConfig
     from delta_fabric.wire import ValueEncoding
 
@@ -319,6 +320,11 @@ def sync_config_kwargs(env: Env | None = None) -> dict[str, Any]:
             except KeyError:
                 names = ", ".join(e.name for e in ValueEncoding)
                 raise EnvError(name, raw, f"must be one of {names}") from None
+        elif isinstance(default, IndexEncoding):
+            try:
+                value = IndexEncoding.parse(raw.strip())
+            except ValueError as exc:
+                raise EnvError(name, raw, str(exc)) from None
         elif isinstance(default, RelayPolicy):
             try:
                 value = RelayPolicy.parse(raw.strip())

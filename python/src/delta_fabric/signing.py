@@ -57,6 +57,9 @@ def signed_message(fingerprint: bytes, encoding: ValueEncoding, entry: Entry) ->
         raise ValueError("fingerprint must be 32 bytes")
     vc = codec(encoding)
     values = np.ascontiguousarray(vc.encode(entry.values), dtype=vc.wire_dtype)
+    # Q8 (section 6.8): the entry's scale (binary32) before the n signed bytes, so that neither can be
+    # changed alone
+    scale = b"" if vc.scale_of is None else np.float32(vc.scale_of(entry.values)).tobytes()
     return b"".join(
         (
             SIGNATURE_DOMAIN,
@@ -65,6 +68,7 @@ def signed_message(fingerprint: bytes, encoding: ValueEncoding, entry: Entry) ->
                 entry.origin, entry.incarnation, entry.seq, int(encoding), int(entry.indices.size)
             ),
             np.ascontiguousarray(entry.indices, dtype="<u4").tobytes(),
+            scale,
             values.tobytes(),
         )
     )

@@ -22,10 +22,13 @@ step is reported).
    non-zero sender, sender_incarnation, origin, incarnation, seq; ``heard`` (1.1), when present,
    non-zero and strictly ascending; ``Entry.signature`` (1.1), when present, exactly 64 bytes.
 6. ``UNSUPPORTED_ENCODING``: encoding not in the table :data:`delta_fabric.encodings.CODECS`
-   (F32, F16, BF16).
-7. ``MALFORMED``: an entry without the values vector of the encoding, or with the other one.
+   (F32, F16, BF16, Q8), then (1.1) an index encoding other than PLAIN and PACKED.
+7. ``MALFORMED``: an entry without the values vector of the encoding, or with another one; (1.1,
+   DF-RCV-113) index vectors not matching the index encoding, a Q8 scale with the sign bit set,
+   the faults of the packed index bytes (section 6.8).
 8. ``LENGTH_MISMATCH``, ``EMPTY_ENTRY``, ``UNSORTED_INDICES``, ``DUPLICATE_INDEX``,
-   ``NON_FINITE``, each over all entries before the next.
+   ``NON_FINITE`` (a non-finite Q8 scale, then a non-finite value), each over all entries before
+   the next.
 
 ``validate_packet`` (needs the local context): ``FINGERPRINT_MISMATCH``, ``HOP_LIMIT``,
 ``INDEX_OUT_OF_RANGE``.
@@ -53,6 +56,7 @@ from numpy.typing import NDArray
 from delta_fabric._fastbuild import FastBuilder
 from delta_fabric._generated.deltafabric.v1 import Entry as _gen_entry
 from delta_fabric._generated.deltafabric.v1 import Packet as _gen_packet
+from delta_fabric.compact import IndexEncoding, encode_indices, unpack_indices
 from delta_fabric.encodings import CODECS, MAX_VALUE_BYTES, ValueEncoding, codec, quantize
 from delta_fabric.errors import DecodeError, ErrorCode
 
@@ -65,6 +69,7 @@ __all__ = [
     "VERSION_MAJOR",
     "VERSION_MINOR",
     "Entry",
+    "IndexEncoding",
     "Packet",
     "ValueEncoding",
     "decode_packet",
@@ -178,6 +183,8 @@ class Packet:
     #: (1.1, DF-RLY-61) the node ids the sender advertises as heard directly, ascending; ``None``
     #: when the packet carries no advertisement (field absent).
     heard: tuple[int, ...] | None = None
+    #: (1.1, section 6.8) how the indices travel: PLAIN (``Entry.indices``) or PACKED
+    index_encoding: IndexEncoding = IndexEncoding.PLAIN
 
     def __post_init__(self) -> None:
         if not isinstance(self.entries, tuple):
@@ -188,6 +195,8 @@ class Packet:
             object.__setattr__(self, "fingerprint", bytes(self.fingerprint))
         if not isinstance(self.encoding, ValueEncoding):
             object.__setattr__(self, "encoding", ValueEncoding(self.encoding))
+        if not isinstance(self.index_encoding, IndexEncoding):
+            object.__setattr__(self, "index_encoding", IndexEncoding(self.index_encoding))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Packet):
@@ -201,6 +210,7 @@ class Packet:
             and self.version_minor == other.version_minor
             and self.entries == other.entries
             and self.heard == other.heard
+            and self.index_encoding == other.index_encoding
         )
 
     __hash__ = None  # type: ignore[assignment]
@@ -285,15 +295,31 @@ def _encode_packet(packet: Packet, builder: Callable[[int], Any]) -> bytes:
         origin = _check_u64("origin", e.origin)
         incarnation = _check_u64("incarnation", e.incarnation)
         seq = _check_u64("seq", e.seq)
-        idx = np.ascontiguousarray(e.indices, dtype="<u4")
-        vals = np.ascontiguousarray(vc.encode(e.values), dtype=vc.wire_dtype)
-        if fast and e.signature is None:  # the same bytes as the generated helpers below
+        if fast and e.signature is None and packet.index_encoding is not IndexEncoding.PACKED:
+            # the same bytes as the generated helpers below, in one call (fields 0..6 only)
+            idx = np.ascontiguousarray(e.indices, dtype="<u4")
+            vals = np.ascontiguousarray(vc.encode(e.values), dtype=vc.wire_dtype)
             entry_offsets.append(
                 b.entry_v1(origin, incarnation, seq, int(e.hops), idx, vals, 5 if vc.wide else 6)
             )
             continue
-        idx_off = b.CreateNumpyVector(idx)
-        val_off = b.CreateNumpyVector(vals)
+        packed_off = None
+        if packet.index_encoding is IndexEncoding.PACKED:
+            # an entry without index has no packed form: written as the empty delta form, which
+            # a receiver rejects as EMPTY_ENTRY (the encoder serialises what it is given)
+            packed = encode_indices(e.indices) if e.indices.size else bytes([0])
+            packed_off = b.CreateByteVector(packed)
+            idx_off = b.CreateNumpyVector(np.zeros(0, dtype="<u4"))
+        else:
+            idx_off = b.CreateNumpyVector(np.ascontiguousarray(e.indices, dtype="<u4"))
+        scale = np.float32(0.0)
+        if vc.scale_of is not None:
+            if not bool(np.isfinite(e.values).all()):
+                raise ValueError(f"{vc.name} encodes finite values only")
+            scale = vc.scale_of(e.values)
+        val_off = b.CreateNumpyVector(
+            np.ascontiguousarray(vc.encode(e.values), dtype=vc.wire_dtype)
+        )
         sig_off = None if e.signature is None else b.CreateByteVector(bytes(e.signature))
         _gen_entry.EntryStart(b)
         _gen_entry.EntryAddOrigin(b, origin)
@@ -301,10 +327,15 @@ def _encode_packet(packet: Packet, builder: Callable[[int], Any]) -> bytes:
         _gen_entry.EntryAddSeq(b, seq)
         _gen_entry.EntryAddHops(b, int(e.hops))
         _gen_entry.EntryAddIndices(b, idx_off)
-        if vc.wide:
+        if vc.field == "values":
             _gen_entry.EntryAddValues(b, val_off)
-        else:
+        elif vc.field == "values16":
             _gen_entry.EntryAddValues16(b, val_off)
+        else:
+            _gen_entry.EntryAddValues8(b, val_off)
+            _gen_entry.EntryAddScale(b, float(scale))
+        if packed_off is not None:
+            _gen_entry.EntryAddPackedIndices(b, packed_off)
         if sig_off is not None:
             _gen_entry.EntryAddSignature(b, sig_off)
         entry_offsets.append(_gen_entry.EntryEnd(b))
@@ -333,6 +364,7 @@ def _encode_packet(packet: Packet, builder: Callable[[int], Any]) -> bytes:
     _gen_packet.PacketAddEntries(b, entries_off)
     if heard_off is not None:
         _gen_packet.PacketAddHeard(b, heard_off)
+    _gen_packet.PacketAddIndexEncoding(b, int(IndexEncoding(packet.index_encoding)))
     root = _gen_packet.PacketEnd(b)
     b.Finish(root, file_identifier=FILE_IDENTIFIER)
     return bytes(b.Output())
@@ -351,9 +383,12 @@ _U64 = struct.Struct("<Q")
 # Field slots (schema order).
 _P_VERSION_MAJOR, _P_VERSION_MINOR, _P_SENDER, _P_SENDER_INC = 0, 1, 2, 3
 _P_FINGERPRINT, _P_ENCODING, _P_ENTRIES, _P_HEARD = 4, 5, 6, 7
+_P_INDEX_ENCODING = 8
 _E_ORIGIN, _E_INCARNATION, _E_SEQ, _E_HOPS = 0, 1, 2, 3
 _E_INDICES, _E_VALUES, _E_VALUES16 = 4, 5, 6
-_E_SIGNATURE = 10  # 1.1 (spec section 13.1); slots 7..9 belong to the compact encodings
+_E_PACKED_INDICES, _E_VALUES8, _E_SCALE = 7, 8, 9
+_INDEX_ENCODINGS = frozenset(int(x) for x in IndexEncoding)
+_E_SIGNATURE = 10  # 1.1 (spec section 13.1)
 #: Length of an Ed25519 signature (``Entry.signature``, DF-PKT-140).
 SIGNATURE_SIZE = 64
 
@@ -515,6 +550,8 @@ class _EntryTables:
         at = pos[present]
         if size == 1:
             out[present] = self.a8[at]
+        elif size == 4:
+            out[present] = self.w4[at].view("<u4")[:, 0]
         elif size == 8:
             out[present] = self.w8[at].view("<u8")[:, 0]
         else:
@@ -711,6 +748,7 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
     encoding_raw = r.u8(root, _P_ENCODING, "Packet.encoding")
     entries_vec = r.vector(root, _P_ENTRIES, 4, "Packet.entries")
     heard_vec = r.vector(root, _P_HEARD, 8, "Packet.heard")
+    index_encoding_raw = r.u8(root, _P_INDEX_ENCODING, "Packet.index_encoding")
     if fp is None:
         _malformed("Packet.fingerprint (required) missing")
     if fp[1] != FINGERPRINT_SIZE:
@@ -730,8 +768,7 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
             np.array([a for a, _ in r.spans], dtype=np.int64),
             np.array([b for _, b in r.spans], dtype=np.int64),
         )
-        if encoding_raw not in CODECS:
-            raise DecodeError(ErrorCode.UNSUPPORTED_ENCODING, f"encoding {encoding_raw}")
+        _check_encodings(encoding_raw, index_encoding_raw)
         return Packet(
             sender,
             sender_incarnation,
@@ -741,6 +778,7 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
             version_major,
             version_minor,
             heard,
+            IndexEncoding(index_encoding_raw),
         )
 
     a8: NDArray[np.uint8] = np.frombuffer(mv, dtype=np.uint8)
@@ -749,9 +787,14 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
     if few is not None:  # the same checks, entry by entry (no NumPy call per field)
         (origin, incarnation, seq, hops, idx_present, idx_start, idx_count) = few[:7]
         (v32_present, v32_start, v32_count, v16_present, v16_start, v16_count) = few[7:]
-        # the entry-by-entry path reads vtables of Entry fields 0..6 only: no signature (field 10)
-        sig_present = np.zeros(count, dtype=np.bool_)
-        sig_start = sig_count = np.zeros(count, dtype=np.int64)
+        # the entry-by-entry path reads vtables of Entry fields 0..6 only: none of the 1.1 fields
+        # 7..10 (packed_indices, values8, scale, signature) is present
+        absent = np.zeros(count, dtype=np.bool_)
+        zeros = np.zeros(count, dtype=np.int64)
+        pk_present, pk_start, pk_count = absent, zeros, zeros
+        v8_present, v8_start, v8_count = absent, zeros, zeros
+        sig_present, sig_start, sig_count = absent, zeros, zeros
+        scale_bits = np.zeros(count, dtype=np.uint64)
         _check_disjoint_few(r.spans)
     else:
         # Every Entry table at once (MALFORMED checks).
@@ -763,6 +806,9 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
         idx_present, idx_start, idx_count = t.vector(_E_INDICES, 4, "indices")
         v32_present, v32_start, v32_count = t.vector(_E_VALUES, 4, "values")
         v16_present, v16_start, v16_count = t.vector(_E_VALUES16, 2, "values16")
+        pk_present, pk_start, pk_count = t.vector(_E_PACKED_INDICES, 1, "packed_indices")
+        v8_present, v8_start, v8_count = t.vector(_E_VALUES8, 1, "values8")
+        scale_bits = t.scalar(_E_SCALE, 4, "scale")
         sig_present, sig_start, sig_count = t.vector(_E_SIGNATURE, 1, "signature")
         t.fail_where(~idx_present, "indices (required) missing")
         t.fail_where(origin == 0, "origin is 0")
@@ -776,21 +822,37 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
             np.concatenate([np.array([b for _, b in r.spans], dtype=np.int64), *t.ends]),
         )
 
-    if encoding_raw not in CODECS:
-        raise DecodeError(ErrorCode.UNSUPPORTED_ENCODING, f"encoding {encoding_raw}")
+    _check_encodings(encoding_raw, index_encoding_raw)
     vc = CODECS[ValueEncoding(encoding_raw)]
     encoding = vc.encoding
-    wide = vc.wide
-    if wide:
+    index_encoding = IndexEncoding(index_encoding_raw)
+    present = {"values": v32_present, "values16": v16_present, "values8": v8_present}
+    wrong = np.zeros(count, dtype=np.bool_)
+    for name, has in present.items():
+        wrong |= ~has if name == vc.field else has
+    _EntryTables.fail_where(wrong, f"{vc.name} packet needs {vc.field} and no other values vector")
+    val_start, val_count = {
+        "values": (v32_start, v32_count),
+        "values16": (v16_start, v16_count),
+        "values8": (v8_start, v8_count),
+    }[vc.field]
+    scales = np.zeros(0, dtype=np.float32)
+    if vc.scale_of is not None:  # Q8 (1.1): a finite scale with the sign bit set is MALFORMED
+        scales = scale_bits.astype(np.uint32).view(np.float32)
+        _EntryTables.fail_where(np.isfinite(scales) & np.signbit(scales), "Q8 scale is negative")
+    packed_views: list[NDArray[np.uint32]] = []
+    if index_encoding is IndexEncoding.PACKED:  # section 6.8 (1.1)
         _EntryTables.fail_where(
-            ~v32_present | v16_present, f"{vc.name} packet needs values and no values16"
+            ~pk_present | (idx_count != 0), "PACKED entry needs packed_indices, empty indices"
         )
-        val_start, val_count = v32_start, v32_count
+        for j, (s0, c0) in enumerate(zip(pk_start.tolist(), pk_count.tolist(), strict=True)):
+            try:
+                packed_views.append(_readonly(unpack_indices(a8[s0 : s0 + c0])))
+            except DecodeError as exc:
+                raise DecodeError(exc.code, f"entries[{j}]: {exc.detail}") from None
+        idx_count = np.array([v.size for v in packed_views], dtype=np.int64)
     else:
-        _EntryTables.fail_where(
-            ~v16_present | v32_present, f"{vc.name} packet needs values16 and no values"
-        )
-        val_start, val_count = v16_start, v16_count
+        _EntryTables.fail_where(pk_present, "PLAIN entry with packed_indices")
 
     bad = val_count != idx_count
     if bool(bad.any()):
@@ -805,23 +867,40 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
 
     # Per-entry views: zero-copy for indices and F32 values (read-only, since a8 is).
     counts = idx_count.tolist()
-    idx_views = [
-        a8[s : s + 4 * c].view("<u4") for s, c in zip(idx_start.tolist(), counts, strict=True)
-    ]
+    if packed_views:
+        idx_views = packed_views
+    else:
+        idx_views = [
+            a8[s : s + 4 * c].view("<u4") for s, c in zip(idx_start.tolist(), counts, strict=True)
+        ]
     idx_all = idx_views[0] if count == 1 else np.concatenate(idx_views)
     _check_order(idx_all, idx_count)
     val_views: list[NDArray[np.float32]]
-    if wide:
+    if vc.field == "values":
         val_views = [
             a8[s : s + 4 * c].view("<f4") for s, c in zip(val_start.tolist(), counts, strict=True)
         ]
         val_all = val_views[0] if count == 1 else np.concatenate(val_views)
     else:
+        if scales.size and not _all_finite(scales):
+            j = int(np.argmax(~np.isfinite(scales)))
+            raise DecodeError(ErrorCode.NON_FINITE, f"entries[{j}]: Q8 scale is not finite")
+        size = vc.value_bytes
         bits = [
-            a8[s : s + 2 * c].view("<u2") for s, c in zip(val_start.tolist(), counts, strict=True)
+            a8[s : s + size * c].view(vc.wire_dtype)
+            for s, c in zip(val_start.tolist(), counts, strict=True)
         ]
         bits_all = bits[0] if count == 1 else np.concatenate(bits)
-        val_all = _readonly(vc.decode(bits_all))
+        if (
+            scales.size
+        ):  # fl32(q * scale), the scale of each value's entry (may overflow: NON_FINITE)
+            with np.errstate(over="ignore"):
+                val_all = np.multiply(
+                    bits_all.astype(np.float32), np.repeat(scales, idx_count), dtype=np.float32
+                )
+        else:
+            val_all = vc.decode(bits_all, np.float32(0.0))
+        val_all = _readonly(val_all)
         val_views = [val_all] if count == 1 else np.split(val_all, np.cumsum(idx_count)[:-1])
     if not _all_finite(val_all):
         pos = int(np.argmax(~np.isfinite(val_all)))
@@ -855,7 +934,17 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
         version_major,
         version_minor,
         heard,
+        index_encoding,
     )
+
+
+def _check_encodings(encoding_raw: int, index_encoding_raw: int) -> None:
+    """Step 6 of DF-RCV-20: UNSUPPORTED_ENCODING for a value encoding not in the table, then for an
+    index encoding other than PLAIN and PACKED (1.1)."""
+    if encoding_raw not in CODECS:
+        raise DecodeError(ErrorCode.UNSUPPORTED_ENCODING, f"encoding {encoding_raw}")
+    if index_encoding_raw not in _INDEX_ENCODINGS:
+        raise DecodeError(ErrorCode.UNSUPPORTED_ENCODING, f"index_encoding {index_encoding_raw}")
 
 
 def _heard(mv: memoryview, vec: tuple[int, int] | None) -> tuple[int, ...] | None:
@@ -952,6 +1041,11 @@ def packet_to_json(packet: Packet) -> dict[str, Any]:
         "sender_incarnation": _hex16(packet.sender_incarnation),
         "fingerprint": bytes(packet.fingerprint).hex(),
         "encoding": ValueEncoding(packet.encoding).name,
+        **(
+            {}
+            if packet.index_encoding is IndexEncoding.PLAIN
+            else {"index_encoding": IndexEncoding(packet.index_encoding).name}
+        ),
         **({} if packet.heard is None else {"heard": [_hex16(x) for x in packet.heard]}),
         "entries": [
             {
@@ -1074,6 +1168,7 @@ def packet_from_json(d: Mapping[str, Any]) -> Packet:
                 if d.get("heard") is None
                 else tuple(_parse_hex_u64(x, "heard") for x in d["heard"])
             ),
+            index_encoding=IndexEncoding.parse(d.get("index_encoding", "PLAIN")),
         )
     except KeyError as exc:
         raise ValueError(f"missing or unknown key {exc}") from None

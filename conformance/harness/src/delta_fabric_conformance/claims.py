@@ -35,7 +35,9 @@ TARGET_CAPABILITIES: dict[str, frozenset[str]] = {
 }
 #: The OPTIONAL features of spec DF-CNF-2 as capabilities: a test that needs one an implementation
 #: does not declare stays *unsupported* whatever it claims.
-OPTIONAL_FEATURES = frozenset({"encoding.f16", "encoding.bf16", "generate.fast", "signing"})
+OPTIONAL_FEATURES = frozenset(
+    {"encoding.f16", "encoding.bf16", "encoding.q8", "index.packed", "generate.fast", "signing"}
+)
 #: The target whose tests a command's test ids belong to (``<Level>.<command>.<area>.<case>``).
 COMMAND_TARGET = {
     "decode": "codec",

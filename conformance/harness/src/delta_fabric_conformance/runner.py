@@ -148,7 +148,7 @@ class Runner:
             valid = row["kind"] == "decode-valid" or (
                 row["kind"] == "decode" and row.get("expect", "ok") == "ok"
             )
-            if valid:
+            if valid and row.get("encode", True):  # "encode": false: decoder-only (1.1, Q8)
                 self.run_encode(row, live)
         if self.opts.live:
             run_scenarios(self, live)

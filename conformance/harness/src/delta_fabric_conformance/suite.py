@@ -125,7 +125,8 @@ PARAMETER_RANGES: dict[str, tuple[float, float, bool]] = {
     "max_origins": (1, 2**20, False),
     "num_params": (1, 2**32 - 1, False),
 }
-ENCODINGS = ("F32", "F16", "BF16")
+ENCODINGS = ("F32", "F16", "BF16", "Q8")  # Q8: added in 1.1 (spec section 6.8)
+INDEX_ENCODINGS = ("PLAIN", "PACKED")  # DF-PAR-110 (1.1)
 
 
 def parameter_problems(values: object, where: str) -> list[str]:
@@ -147,4 +148,7 @@ def parameter_problems(values: object, where: str) -> list[str]:
     enc = values.get("encoding", "F32")
     if enc not in ENCODINGS:
         out.append(f"{where}.encoding {enc!r} not one of {list(ENCODINGS)}")
+    ienc = values.get("index_encoding", "PLAIN")
+    if ienc not in INDEX_ENCODINGS:
+        out.append(f"{where}.index_encoding {ienc!r} not one of {list(INDEX_ENCODINGS)}")
     return out

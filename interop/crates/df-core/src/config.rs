@@ -9,6 +9,7 @@ use std::fmt;
 
 use serde_json::{Map, Value, json};
 
+use crate::compact::IndexEncoding;
 use crate::encodings::ValueEncoding;
 use crate::replay::DEFAULT_MAX_ORIGINS;
 use crate::wire::{PACKET_OVERHEAD_BOUND, entry_size_bound};
@@ -30,8 +31,8 @@ pub const MAX_SEQ_JUMP: u64 = 1 << 32;
 
 /// The JSON keys [`SyncConfig::from_json`] accepts: the spec's parameters (section 3), the origin
 /// bound `max_origins` (DF-PAR-30), `max_seq_jump` (DF-PAR-50), the relay policy (DF-PAR-60) and
-/// `average_over` (DF-PAR-70), all added in 1.1.
-pub const CONFIG_KEYS: [&str; 14] = [
+/// `average_over` (DF-PAR-70) and `index_encoding` (DF-PAR-110), all added in 1.1.
+pub const CONFIG_KEYS: [&str; 15] = [
     "alpha",
     "ratio",
     "sync_interval",
@@ -46,6 +47,7 @@ pub const CONFIG_KEYS: [&str; 14] = [
     "relay_policy",
     "average_over",
     "max_seq_jump",
+    "index_encoding",
 ];
 
 /// Which accepted entries a node relays (DF-PAR-60, spec section 8.6; added in 1.1).
@@ -100,8 +102,10 @@ pub enum ConfigError {
         /// The JSON type that was given.
         got: &'static str,
     },
-    /// An encoding that is not `F32`, `F16` or `BF16` (DF-PAR-10).
+    /// An encoding that is not `F32`, `F16`, `BF16` or `Q8` (DF-PAR-10).
     UnknownEncoding(String),
+    /// An index encoding that is not `PLAIN` or `PACKED` (DF-PAR-110).
+    UnknownIndexEncoding(String),
     /// A relay policy that is not `ALL` or `NEEDED` (DF-PAR-60).
     UnknownRelayPolicy(String),
     /// Keys that are not configuration parameters (sorted).
@@ -126,6 +130,9 @@ impl fmt::Display for ConfigError {
                 article(expected)
             ),
             ConfigError::UnknownEncoding(s) => write!(f, "unknown encoding {s}"),
+            ConfigError::UnknownIndexEncoding(s) => {
+                write!(f, "index_encoding must be one of PLAIN, PACKED, got {s}")
+            }
             ConfigError::UnknownRelayPolicy(s) => {
                 write!(f, "relay_policy must be one of ALL, NEEDED, got {s}")
             }
@@ -208,6 +215,9 @@ pub struct SyncConfig {
     /// DF-PAR-50 (1.1): largest accepted step of a tracked incarnation's highest seq, in
     /// `0..=`[`MAX_SEQ_JUMP`] (0: no bound).
     pub max_seq_jump: u64,
+    /// DF-PAR-110 (1.1): send index encoding of own and relayed entries (`Packed`: section 6.8,
+    /// OPTIONAL; set only when every node of the cluster supports it, DF-VER-3).
+    pub index_encoding: IndexEncoding,
 }
 
 impl Default for SyncConfig {
@@ -228,6 +238,7 @@ impl Default for SyncConfig {
             relay_policy: RelayPolicy::All,
             average_over: 1,
             max_seq_jump: 0,
+            index_encoding: IndexEncoding::Plain,
         }
     }
 }
@@ -264,6 +275,7 @@ impl SyncConfig {
             relay_policy: RelayPolicy::All,
             average_over: 1,
             max_seq_jump: 0,
+            index_encoding: IndexEncoding::Plain,
         }
         .validated()
     }
@@ -402,6 +414,17 @@ impl SyncConfig {
         if let Some(x) = obj.get("average_over") {
             c.average_over = json_int("average_over", x, 1, MAX_AVERAGE_OVER)? as u32;
         }
+        if let Some(x) = obj.get("index_encoding") {
+            c.index_encoding = x
+                .as_str()
+                .and_then(IndexEncoding::from_name)
+                .ok_or_else(|| {
+                    ConfigError::UnknownIndexEncoding(match x {
+                        Value::String(s) => format!("'{s}'"),
+                        other => other.to_string(),
+                    })
+                })?;
+        }
         c.validated()
     }
 
@@ -423,6 +446,9 @@ impl SyncConfig {
         m.insert("relay_policy".into(), json!(self.relay_policy.name()));
         if self.max_seq_jump != 0 {
             m.insert("max_seq_jump".into(), json!(self.max_seq_jump));
+        }
+        if self.index_encoding != IndexEncoding::Plain {
+            m.insert("index_encoding".into(), json!(self.index_encoding.name()));
         }
         if self.max_origins != DEFAULT_MAX_ORIGINS {
             m.insert("max_origins".into(), json!(self.max_origins));

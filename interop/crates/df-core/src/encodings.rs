@@ -22,6 +22,9 @@ pub enum ValueEncoding {
     F16,
     /// bfloat16 bit patterns in `Entry.values16`.
     BF16,
+    /// (1.1, OPTIONAL) one signed byte per value in `Entry.values8`, times the per-entry
+    /// `Entry.scale` (spec section 6.8).
+    Q8,
 }
 
 /// The `Entry` vector that carries the values, with the conversions of 16-bit encodings.
@@ -36,6 +39,9 @@ pub enum Carrier {
         /// bits -> the f32 a receiver decodes (exact).
         decode: fn(u16) -> f32,
     },
+    /// `Entry.values8: [byte]` with `Entry.scale` (1.1): see [`crate::compact::q8_encode`]. The
+    /// scale is per entry, so quantization is per entry ([`ValueCodec::quantize_slice`]).
+    Values8,
 }
 
 /// One row of the table: everything the protocol needs to know about one value encoding.
@@ -55,19 +61,29 @@ pub struct ValueCodec {
 
 impl ValueCodec {
     /// The f32 a receiver decodes after `v` is sent with this encoding (DF-GEN-4: round to
-    /// nearest even, clamped to the finite range; NaN stays NaN).
+    /// nearest even, clamped to the finite range; NaN stays NaN). Q8: `v` as the only value of
+    /// its entry (the scale is per entry: use [`ValueCodec::quantize_slice`] for an entry).
     pub fn quantize(&self, v: f32) -> f32 {
-        match self.carrier {
-            Carrier::Values32 => v,
-            Carrier::Values16 { encode, decode } => decode(encode(v)),
-        }
+        let mut one = [v];
+        self.quantize_slice(&mut one);
+        one[0]
     }
 
-    /// [`ValueCodec::quantize`] of every value, in place.
+    /// The values a receiver decodes after the values of one entry are sent with this encoding,
+    /// in place. Idempotent for every row. Q8 leaves an entry with a non-finite value unchanged
+    /// (the encoder refuses it; generation never sends one, DF-GEN-9).
     pub fn quantize_slice(&self, values: &mut [f32]) {
-        if let Carrier::Values16 { encode, decode } = self.carrier {
-            for v in values {
-                *v = decode(encode(*v));
+        match self.carrier {
+            Carrier::Values32 => {}
+            Carrier::Values16 { encode, decode } => {
+                for v in values {
+                    *v = decode(encode(*v));
+                }
+            }
+            Carrier::Values8 => {
+                if let Some(q) = crate::compact::q8_quantize(values) {
+                    values.copy_from_slice(&q);
+                }
             }
         }
     }
@@ -79,9 +95,9 @@ impl ValueCodec {
 }
 
 /// The table, in wire-value order.
-pub static CODECS: [ValueCodec; 3] = ROWS;
+pub static CODECS: [ValueCodec; 4] = ROWS;
 
-const ROWS: [ValueCodec; 3] = [
+const ROWS: [ValueCodec; 4] = [
     ValueCodec {
         encoding: ValueEncoding::F32,
         wire: 0,
@@ -108,6 +124,13 @@ const ROWS: [ValueCodec; 3] = [
             decode: bf16_bits_to_f32,
         },
         value_bytes: 2,
+    },
+    ValueCodec {
+        encoding: ValueEncoding::Q8,
+        wire: 3,
+        name: "Q8",
+        carrier: Carrier::Values8,
+        value_bytes: 1,
     },
 ];
 
@@ -147,8 +170,12 @@ pub fn names() -> String {
 
 impl ValueEncoding {
     /// Every encoding, in wire-value order.
-    pub const ALL: [ValueEncoding; 3] =
-        [ValueEncoding::F32, ValueEncoding::F16, ValueEncoding::BF16];
+    pub const ALL: [ValueEncoding; 4] = [
+        ValueEncoding::F32,
+        ValueEncoding::F16,
+        ValueEncoding::BF16,
+        ValueEncoding::Q8,
+    ];
 
     /// The row of the table.
     pub fn codec(self) -> &'static ValueCodec {
@@ -162,7 +189,7 @@ impl ValueEncoding {
     pub fn from_u8(v: u8) -> Option<ValueEncoding> {
         by_wire(v).map(|c| c.encoding)
     }
-    /// `"F32"`, `"F16"` or `"BF16"` (the JSON spelling).
+    /// `"F32"`, `"F16"`, `"BF16"` or `"Q8"` (the JSON spelling).
     pub fn name(self) -> &'static str {
         codec(self).name
     }
@@ -230,9 +257,9 @@ mod tests {
             assert!(c.value_bytes <= MAX_VALUE_BYTES);
             assert_eq!(c.is_wide(), c.value_bytes == 4);
         }
-        assert!(by_wire(3).is_none());
+        assert!(by_wire(4).is_none());
         assert!(by_name("f32").is_none());
-        assert_eq!(names(), "F32, F16, BF16");
+        assert_eq!(names(), "F32, F16, BF16, Q8");
         assert_eq!(MAX_VALUE_BYTES, 4);
     }
 }

@@ -782,6 +782,7 @@ impl Engine {
             self.manifest.fingerprint(),
             self.config.encoding,
         );
+        p.index_encoding = self.config.index_encoding;
         self.add_advert(&mut p, PACKET_OVERHEAD_BOUND);
         Some(encode_packet(&p))
     }
@@ -849,12 +850,14 @@ impl Engine {
         let limit = self.config.max_packet_size;
         let mut out = Vec::new();
         let new_packet = || {
-            OwnedPacket::new(
+            let mut p = OwnedPacket::new(
                 self.node_id,
                 self.incarnation,
                 self.manifest.fingerprint(),
                 self.config.encoding,
-            )
+            );
+            p.index_encoding = self.config.index_encoding; // section 6.8 (1.1)
+            p
         };
         let mut cur = new_packet();
         let mut size = PACKET_OVERHEAD_BOUND;

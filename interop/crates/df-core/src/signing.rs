@@ -63,6 +63,14 @@ pub fn signed_message(
         Carrier::Values16 { encode, .. } => values
             .iter()
             .for_each(|&v| m.extend_from_slice(&encode(v).to_le_bytes())),
+        // Q8 (section 6.8): the entry's scale (binary32) before the n signed bytes, so that
+        // neither can be changed alone
+        Carrier::Values8 => {
+            let (scale, q) =
+                crate::compact::q8_encode(values).unwrap_or((0.0, vec![0; values.len()]));
+            m.extend_from_slice(&scale.to_bits().to_le_bytes());
+            m.extend(q.iter().map(|&x| x.to_le_bytes()[0]));
+        }
     }
     m
 }

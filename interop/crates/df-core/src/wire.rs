@@ -9,9 +9,12 @@
 //!    packet's first byte, uoffsets not 0, vtables, required fields, disjoint objects: DF-PKT-20,
 //!    DF-PKT-21, DF-SEC-20), fingerprint length, non-zero sender / sender_incarnation / origin /
 //!    incarnation / seq, (1.1) a present `Entry.signature` of exactly 64 bytes,
-//! 6. `UNSUPPORTED_ENCODING`, 7. `MALFORMED` for a values vector not matching the encoding,
+//! 6. `UNSUPPORTED_ENCODING` (value encoding, then index encoding),
+//! 7. `MALFORMED`: values vectors not matching the encoding, index vectors not matching the index
+//!    encoding, a Q8 scale with the sign bit set, then the faults of the packed index bytes
+//!    (section 6.8, 1.1),
 //! 8. `LENGTH_MISMATCH`, `EMPTY_ENTRY`, `UNSORTED_INDICES`, `DUPLICATE_INDEX`, `NON_FINITE`
-//!    (each over all entries before the next).
+//!    (a non-finite Q8 scale, then a non-finite value) (each over all entries before the next).
 //!
 //! [`validate_packet`] then checks `FINGERPRINT_MISMATCH`, `HOP_LIMIT`, `INDEX_OUT_OF_RANGE`.
 //! This is the same order as the Python reference (`delta_fabric.wire`).
@@ -22,6 +25,8 @@ use std::fmt;
 use flatbuffers::{FlatBufferBuilder, WIPOffset};
 use serde_json::{Value, json};
 
+pub use crate::compact::IndexEncoding;
+use crate::compact::{check_q8_scale, encode_indices, q8_encode, unpack_indices};
 /// The packet's value encoding (defined with its table in [`crate::encodings`]).
 pub use crate::encodings::ValueEncoding;
 use crate::encodings::{Carrier, MAX_VALUE_BYTES, by_wire, codec};
@@ -107,6 +112,8 @@ pub struct Packet<'a> {
     /// (1.1, DF-PKT-60) the node ids the sender advertises as heard directly, ascending; `None`
     /// when the packet carries no advertisement.
     pub heard: Option<Vec<u64>>,
+    /// (1.1, section 6.8) how the indices travel: `Plain` or `Packed`.
+    pub index_encoding: IndexEncoding,
 }
 
 /// An entry owned by the caller, for encoding.
@@ -147,6 +154,8 @@ pub struct OwnedPacket {
     pub entries: Vec<OwnedEntry>,
     /// (1.1, DF-PKT-60) advertised heard node ids (written as given), `None`: field absent.
     pub heard: Option<Vec<u64>>,
+    /// (1.1, section 6.8) how the indices are written.
+    pub index_encoding: IndexEncoding,
 }
 
 impl OwnedPacket {
@@ -166,6 +175,7 @@ impl OwnedPacket {
             encoding,
             entries: Vec::new(),
             heard: None,
+            index_encoding: IndexEncoding::Plain,
         }
     }
 }
@@ -197,6 +207,7 @@ impl Packet<'_> {
             encoding: self.encoding,
             entries: self.entries.iter().map(Entry::to_owned_entry).collect(),
             heard: self.heard.clone(),
+            index_encoding: self.index_encoding,
         }
     }
 }
@@ -430,6 +441,9 @@ struct RawEntry {
     values: Option<(usize, usize)>,
     values16: Option<(usize, usize)>,
     signature: Option<usize>,
+    packed: Option<(usize, usize)>,
+    values8: Option<(usize, usize)>,
+    scale: f32,
 }
 
 // Field slots (schema order).
@@ -441,6 +455,7 @@ const P_FINGERPRINT: usize = 4;
 const P_ENCODING: usize = 5;
 const P_ENTRIES: usize = 6;
 const P_HEARD: usize = 7;
+const P_INDEX_ENCODING: usize = 8;
 const E_ORIGIN: usize = 0;
 const E_INCARNATION: usize = 1;
 const E_SEQ: usize = 2;
@@ -462,6 +477,9 @@ pub fn screen(buf: &[u8], max_packet_size: usize) -> Option<ErrorCode> {
         None
     }
 }
+const E_PACKED_INDICES: usize = 7;
+const E_VALUES8: usize = 8;
+const E_SCALE: usize = 9;
 
 /// Decodes and checks a packet without context (check order in the module doc, spec DF-RCV-20).
 /// Never panics, whatever `buf` holds; the buffer's address need not be aligned (DF-PKT-6).
@@ -496,6 +514,7 @@ pub fn decode_packet(buf: &[u8], max_packet_size: usize) -> Result<Packet<'_>, D
     let fp = r.vector(root, P_FINGERPRINT, 1, "Packet.fingerprint")?;
     let enc_raw = r.u8(root, P_ENCODING, "Packet.encoding")?;
     let entries_vec = r.vector(root, P_ENTRIES, 4, "Packet.entries")?;
+    let ienc_raw = r.u8(root, P_INDEX_ENCODING, "Packet.index_encoding")?;
     let Some((fp_start, fp_len)) = fp else {
         return Err(malformed("Packet.fingerprint (required) missing"));
     };
@@ -540,6 +559,12 @@ pub fn decode_packet(buf: &[u8], max_packet_size: usize) -> Result<Packet<'_>, D
         let values = r.vector(t, E_VALUES, 4, &what("values"))?;
         let values16 = r.vector(t, E_VALUES16, 2, &what("values16"))?;
         let signature = r.vector(t, E_SIGNATURE, 1, &what("signature"))?;
+        let packed = r.vector(t, E_PACKED_INDICES, 1, &what("packed_indices"))?;
+        let values8 = r.vector(t, E_VALUES8, 1, &what("values8"))?;
+        let scale = f32::from_bits(
+            r.field(t, E_SCALE, 4, &what("scale"))?
+                .map_or(0, |p| rd_u32(buf, p)),
+        );
         let Some(indices) = indices else {
             return Err(malformed(what("indices (required) missing")));
         };
@@ -571,6 +596,9 @@ pub fn decode_packet(buf: &[u8], max_packet_size: usize) -> Result<Packet<'_>, D
             values,
             values16,
             signature,
+            packed,
+            values8,
+            scale,
         });
     }
     r.check_disjoint()?;
@@ -581,42 +609,89 @@ pub fn decode_packet(buf: &[u8], max_packet_size: usize) -> Result<Packet<'_>, D
             format!("encoding {enc_raw}"),
         )
     })?;
+    let index_encoding = IndexEncoding::from_u8(ienc_raw).ok_or_else(|| {
+        DecodeError::new(
+            ErrorCode::UnsupportedEncoding,
+            format!("index_encoding {ienc_raw}"),
+        )
+    })?;
     let encoding = vc.encoding;
-    let wide = vc.is_wide();
+    let field = match vc.carrier {
+        Carrier::Values32 => "values",
+        Carrier::Values16 { .. } => "values16",
+        Carrier::Values8 => "values8",
+    };
+    let value_vec = |e: &RawEntry| -> Option<(usize, usize)> {
+        match vc.carrier {
+            Carrier::Values32 => e.values,
+            Carrier::Values16 { .. } => e.values16,
+            Carrier::Values8 => e.values8,
+        }
+    };
     // step 7
     for (j, e) in raw.iter().enumerate() {
-        let ok = if wide {
-            e.values.is_some() && e.values16.is_none()
-        } else {
-            e.values16.is_some() && e.values.is_none()
-        };
-        if !ok {
-            let (want, other) = if wide {
-                ("values", "values16")
-            } else {
-                ("values16", "values")
-            };
+        let present = usize::from(e.values.is_some())
+            + usize::from(e.values16.is_some())
+            + usize::from(e.values8.is_some());
+        if value_vec(e).is_none() || present != 1 {
             return Err(malformed(format!(
-                "entries[{j}]: {} packet needs {want} and no {other}",
+                "entries[{j}]: {} packet needs {field} and no other values vector",
                 vc.name
             )));
         }
     }
-    let value_vec = |e: &RawEntry| -> (usize, usize) {
-        let v = if wide { e.values } else { e.values16 };
-        v.unwrap_or((0, 0))
-    };
+    let packed = index_encoding == IndexEncoding::Packed;
     for (j, e) in raw.iter().enumerate() {
-        let n = value_vec(e).1;
-        if n != e.indices.1 {
+        if packed && (e.packed.is_none() || e.indices.1 != 0) {
+            return Err(malformed(format!(
+                "entries[{j}]: PACKED entry needs packed_indices, empty indices"
+            )));
+        }
+        if !packed && e.packed.is_some() {
+            return Err(malformed(format!(
+                "entries[{j}]: PLAIN entry with packed_indices"
+            )));
+        }
+    }
+    let q8 = matches!(vc.carrier, Carrier::Values8);
+    if q8 {
+        for (j, e) in raw.iter().enumerate() {
+            if e.scale.is_finite() && e.scale.is_sign_negative() {
+                return Err(malformed(format!("entries[{j}]: Q8 scale is negative")));
+            }
+        }
+    }
+    let mut unpacked: Vec<Vec<u32>> = Vec::new();
+    if packed {
+        for (j, e) in raw.iter().enumerate() {
+            let (ps, pn) = e.packed.unwrap_or((0, 0));
+            let mut out = Vec::new();
+            unpack_indices(&buf[ps..ps + pn], &mut out).map_err(|err| {
+                DecodeError::new(err.code, format!("entries[{j}]: {}", err.detail))
+            })?;
+            unpacked.push(out);
+        }
+    }
+    let index_count = |j: usize, e: &RawEntry| -> usize {
+        if packed {
+            unpacked[j].len()
+        } else {
+            e.indices.1
+        }
+    };
+    // step 8
+    for (j, e) in raw.iter().enumerate() {
+        let n = value_vec(e).map_or(0, |v| v.1);
+        let k = index_count(j, e);
+        if n != k {
             return Err(DecodeError::new(
                 ErrorCode::LengthMismatch,
-                format!("entries[{j}]: {n} values for {} indices", e.indices.1),
+                format!("entries[{j}]: {n} values for {k} indices"),
             ));
         }
     }
     for (j, e) in raw.iter().enumerate() {
-        if e.indices.1 == 0 {
+        if index_count(j, e) == 0 {
             return Err(DecodeError::new(
                 ErrorCode::EmptyEntry,
                 format!("entries[{j}] has no index"),
@@ -624,8 +699,9 @@ pub fn decode_packet(buf: &[u8], max_packet_size: usize) -> Result<Packet<'_>, D
         }
     }
     let mut entries = Vec::with_capacity(raw.len());
+    let mut unpacked = unpacked.into_iter();
     for e in &raw {
-        let (vs, vn) = value_vec(e);
+        let (vs, vn) = value_vec(e).unwrap_or((0, 0));
         let values: Cow<'_, [f32]> = match vc.carrier {
             Carrier::Values32 => f32s(&buf[vs..vs + 4 * vn]),
             Carrier::Values16 { decode, .. } => Cow::Owned(
@@ -634,14 +710,25 @@ pub fn decode_packet(buf: &[u8], max_packet_size: usize) -> Result<Packet<'_>, D
                     .map(|c| decode(u16::from_le_bytes([c[0], c[1]])))
                     .collect(),
             ),
+            Carrier::Values8 => Cow::Owned(
+                buf[vs..vs + vn]
+                    .iter()
+                    .map(|&q| f32::from(q as i8) * e.scale)
+                    .collect(),
+            ),
         };
-        let (is, inn) = e.indices;
+        let indices: Cow<'_, [u32]> = if packed {
+            Cow::Owned(unpacked.next().unwrap_or_default())
+        } else {
+            let (is, inn) = e.indices;
+            u32s(&buf[is..is + 4 * inn])
+        };
         entries.push(Entry {
             origin: e.origin,
             incarnation: e.incarnation,
             seq: e.seq,
             hops: e.hops,
-            indices: u32s(&buf[is..is + 4 * inn]),
+            indices,
             values,
             signature: e.signature.map(|s| {
                 let mut sig = [0u8; SIGNATURE_SIZE];
@@ -682,6 +769,13 @@ pub fn decode_packet(buf: &[u8], max_packet_size: usize) -> Result<Packet<'_>, D
             format!("entries[{j}]: duplicate index"),
         ));
     }
+    if q8 {
+        for (j, e) in raw.iter().enumerate() {
+            check_q8_scale(e.scale).map_err(|err| {
+                DecodeError::new(err.code, format!("entries[{j}]: {}", err.detail))
+            })?;
+        }
+    }
     for (j, e) in entries.iter().enumerate() {
         if !e.values.iter().all(|v| v.is_finite()) {
             return Err(DecodeError::new(
@@ -701,6 +795,7 @@ pub fn decode_packet(buf: &[u8], max_packet_size: usize) -> Result<Packet<'_>, D
         encoding,
         entries,
         heard,
+        index_encoding,
     })
 }
 
@@ -749,8 +844,13 @@ pub fn validate_packet(
 // ------------------------------------------------------------------------------------------------
 
 /// Serialises `packet` with the generated builder. Values are encoded per `packet.encoding`
-/// (F16/BF16: round to nearest even, clamped to the finite range). The encoder writes what it is
-/// given (no protocol checks), so tests can build faulty packets; [`decode_packet`] checks.
+/// (F16/BF16: round to nearest even, clamped to the finite range; Q8: one scale per entry) and
+/// indices per `packet.index_encoding`. The encoder writes what it is given (no protocol checks),
+/// so tests can build faulty packets; [`decode_packet`] checks.
+///
+/// # Panics
+/// When a form of 1.1 cannot represent an entry: `PACKED` with indices that are not strictly
+/// increasing, `Q8` with a non-finite value (a node never sends either: DF-GEN-3, DF-GEN-9).
 pub fn encode_packet(packet: &OwnedPacket) -> Vec<u8> {
     let bound = PACKET_OVERHEAD_BOUND
         + packet.fingerprint.len()
@@ -771,16 +871,39 @@ pub fn encode_packet(packet: &OwnedPacket) -> Vec<u8> {
     let mut b = FlatBufferBuilder::with_capacity(bound.min(1 << 31));
     let mut offs: Vec<WIPOffset<fb::Entry<'_>>> = Vec::with_capacity(packet.entries.len());
     let mut bits16: Vec<u16> = Vec::new();
+    let packed = packet.index_encoding == IndexEncoding::Packed;
     for e in &packet.entries {
-        let idx = b.create_vector(&e.indices[..]);
-        let (vals, vals16) = match codec(packet.encoding).carrier {
-            Carrier::Values32 => (Some(b.create_vector(&e.values[..])), None),
+        let (idx, packed_indices) = if packed {
+            // an entry without index has no packed form: written as the empty delta form, which
+            // a receiver rejects as EMPTY_ENTRY (the encoder writes what it is given)
+            let bytes = if e.indices.is_empty() {
+                vec![crate::compact::FORM_DELTA]
+            } else {
+                encode_indices(&e.indices)
+                    .expect("PACKED encoding needs strictly increasing indices")
+            };
+            (
+                b.create_vector::<u32>(&[]),
+                Some(b.create_vector(&bytes[..])),
+            )
+        } else {
+            (b.create_vector(&e.indices[..]), None)
+        };
+        let (mut vals, mut vals16, mut vals8, mut scale) = (None, None, None, 0.0f32);
+        match codec(packet.encoding).carrier {
+            Carrier::Values32 => vals = Some(b.create_vector(&e.values[..])),
             Carrier::Values16 { encode, .. } => {
                 bits16.clear();
                 bits16.extend(e.values.iter().map(|&v| encode(v)));
-                (None, Some(b.create_vector(&bits16[..])))
+                vals16 = Some(b.create_vector(&bits16[..]));
             }
-        };
+            Carrier::Values8 => {
+                let (s, q) =
+                    q8_encode(&e.values).expect("Q8 encoding needs finite values (DF-GEN-9)");
+                scale = s;
+                vals8 = Some(b.create_vector(&q[..]));
+            }
+        }
         let signature = e.signature.as_ref().map(|s| b.create_vector(&s[..]));
         offs.push(fb::Entry::create(
             &mut b,
@@ -793,6 +916,9 @@ pub fn encode_packet(packet: &OwnedPacket) -> Vec<u8> {
                 values: vals,
                 values16: vals16,
                 signature,
+                packed_indices,
+                values8: vals8,
+                scale,
             },
         ));
     }
@@ -810,6 +936,7 @@ pub fn encode_packet(packet: &OwnedPacket) -> Vec<u8> {
             encoding: fb::ValueEncoding(packet.encoding.to_u8()),
             entries: Some(entries),
             heard,
+            index_encoding: fb::IndexEncoding(packet.index_encoding.to_u8()),
         },
     );
     fb::finish_packet_buffer(&mut b, root);
@@ -919,7 +1046,15 @@ pub fn packet_to_json(p: &Packet<'_>) -> Value {
         "entries": p.entries.iter().map(|e| entry_json(e.origin, e.incarnation, e.seq, e.hops, &e.indices, &e.values, e.signature.as_ref().map(|s| &s[..]))).collect::<Vec<_>>(),
     });
     add_heard_json(&mut v, p.heard.as_deref());
+    add_index_encoding_json(&mut v, p.index_encoding);
     v
+}
+
+/// The optional `index_encoding` member (1.1): present only when not `PLAIN`.
+fn add_index_encoding_json(v: &mut Value, ie: IndexEncoding) {
+    if let (IndexEncoding::Packed, Some(obj)) = (ie, v.as_object_mut()) {
+        obj.insert("index_encoding".into(), Value::from(ie.name()));
+    }
 }
 
 /// The optional `heard` member (1.1): present only when the packet carries the field.
@@ -942,11 +1077,13 @@ pub fn owned_packet_to_json(p: &OwnedPacket) -> Value {
         "fingerprint": hex::encode(&p.fingerprint),
         "encoding": p.encoding.name(),
         "entries": p.entries.iter().map(|e| {
-            let q: Vec<f32> = e.values.iter().map(|&v| p.encoding.quantize(v)).collect();
+            let mut q = e.values.clone();
+            p.encoding.codec().quantize_slice(&mut q); // per entry (Q8: one scale per entry)
             entry_json(e.origin, e.incarnation, e.seq, e.hops, &e.indices, &q, e.signature.as_deref())
         }).collect::<Vec<_>>(),
     });
     add_heard_json(&mut v, p.heard.as_deref());
+    add_index_encoding_json(&mut v, p.index_encoding);
     v
 }
 
@@ -1040,6 +1177,13 @@ pub fn packet_from_json(v: &Value) -> Result<OwnedPacket, JsonError> {
         .map_err(|e| format!("fingerprint: {e}"))?,
         encoding: enc,
         entries,
+        index_encoding: match v.get("index_encoding") {
+            None => IndexEncoding::Plain,
+            Some(e) => e
+                .as_str()
+                .and_then(IndexEncoding::from_name)
+                .ok_or("bad index_encoding")?,
+        },
         heard: match v.get("heard") {
             None | Some(Value::Null) => None,
             Some(h) => Some(

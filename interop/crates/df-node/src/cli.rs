@@ -13,6 +13,7 @@ use std::time::Duration;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser};
 use df_core::ValueEncoding;
+use df_core::compact::IndexEncoding;
 use df_core::config::RelayPolicy;
 use df_zenoh::Mode;
 
@@ -133,8 +134,8 @@ pub struct Args {
     /// lack it; NEEDED requires symmetric links (DF-RLY-64) [env: DELTA_FABRIC_RELAY_POLICY].
     #[arg(long, value_parser = parse_relay_policy)]
     pub relay_policy: Option<RelayPolicy>,
-    /// Value encoding of the packets this node sends: F32, F16 or BF16 (DF-PAR)
-    /// [env: DELTA_FABRIC_ENCODING].
+    /// Value encoding of the packets this node sends: F32, F16, BF16 or Q8 (DF-PAR-10; Q8 added
+    /// in 1.1, every node of the cluster must support it) [env: DELTA_FABRIC_ENCODING].
     #[arg(long, value_parser = parse_encoding)]
     pub encoding: Option<ValueEncoding>,
     /// Start from a live peer's verified anchor snapshot (DF-ZEN-5) instead of --init/--seed.
@@ -183,6 +184,21 @@ pub struct Args {
     /// Seconds without progress after which a live peer no longer holds pacing back (DF-ZEN-156).
     #[arg(long, default_value = "5", value_parser = seconds)]
     pub peer_deadline: Duration,
+    /// Index encoding sent: PLAIN or PACKED (DF-PAR-110, added in 1.1; every node of the cluster
+    /// must support PACKED) [env: DELTA_FABRIC_INDEX_ENCODING].
+    #[arg(long, value_parser = parse_index_encoding)]
+    pub index_encoding: Option<IndexEncoding>,
+}
+
+/// A value encoding name (case-insensitive), as `delta_fabric.env` reads it.
+fn parse_encoding(v: &str) -> Result<ValueEncoding, String> {
+    ValueEncoding::from_name(&v.trim().to_uppercase())
+        .ok_or_else(|| format!("must be one of {}", df_core::encodings::names()))
+}
+
+/// An index encoding name (case-insensitive).
+fn parse_index_encoding(v: &str) -> Result<IndexEncoding, String> {
+    IndexEncoding::from_name(v).ok_or_else(|| "must be one of PLAIN, PACKED".to_string())
 }
 
 /// A 64-bit node id from hex (`0x` prefix optional, at most 16 digits, non-zero).
@@ -209,8 +225,8 @@ command line wins, then the variable, then the default; an empty variable counts
   DELTA_FABRIC_MODE          --mode, peer or client
   DELTA_FABRIC_ZENOH_CONFIG  --zenoh-config, a Zenoh JSON5 file
   DELTA_FABRIC_RATIO, _ALPHA, _SYNC_INTERVAL, _INCLUDE_BUFFERS (1/0), _RELAY_THRESHOLD,
-  _HOP_LIMIT, _MAX_PACKET_SIZE, _REPLAY_WINDOW, _MAX_INCARNATIONS, _ENCODING (F32/F16/BF16),
-  _AVERAGE_OVER, _RELAY_POLICY (ALL/NEEDED)
+  _HOP_LIMIT, _MAX_PACKET_SIZE, _REPLAY_WINDOW, _MAX_INCARNATIONS, _ENCODING (F32/F16/BF16/Q8),
+  _INDEX_ENCODING (PLAIN/PACKED), _AVERAGE_OVER, _RELAY_POLICY (ALL/NEEDED)
                              the sync parameter of the same name
   DELTA_FABRIC_REPAIR        --repair (1/0)
   DELTA_FABRIC_MAX_SEQ_JUMP  --max-seq-jump
@@ -230,15 +246,6 @@ fn endpoint(v: &str) -> Result<String, String> {
         _ => Err(format!(
             "'{e}' is not a Zenoh endpoint such as tcp/127.0.0.1:7447"
         )),
-    }
-}
-
-fn parse_encoding(v: &str) -> Result<ValueEncoding, String> {
-    match v.to_uppercase().as_str() {
-        "F32" => Ok(ValueEncoding::F32),
-        "F16" => Ok(ValueEncoding::F16),
-        "BF16" => Ok(ValueEncoding::BF16),
-        _ => Err(format!("{v:?}: one of F32, F16, BF16")),
     }
 }
 
@@ -619,8 +626,12 @@ impl Args {
         if let Some(v) = self.encoding {
             c.encoding = v;
         } else if let Some((name, raw)) = env.get("ENCODING") {
-            c.encoding = parse_encoding(&raw)
-                .map_err(|_| Env::bad(&name, &raw, "must be one of F32, F16, BF16"))?;
+            c.encoding = parse_encoding(&raw).map_err(|e| Env::bad(&name, &raw, &e))?;
+        }
+        if let Some(v) = self.index_encoding {
+            c.index_encoding = v;
+        } else if let Some((name, raw)) = env.get("INDEX_ENCODING") {
+            c.index_encoding = parse_index_encoding(&raw).map_err(|e| Env::bad(&name, &raw, &e))?;
         }
         if let Some(p) = &o.zenoh_config {
             if !p.is_file() {

@@ -49,6 +49,7 @@ def run_node(args: Any, channel: Channel) -> int:
         average_over=args.average_over,
         relay_policy=args.relay_policy,
         encoding=codec(args.encoding).encoding,
+        index_encoding=args.index_encoding,
     )
     fabric: Fabric | None = None
     transport: Any = None

@@ -102,6 +102,20 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
         "full mesh only; see delta_fabric_demo.rounds); replaces --max-lead pacing",
     )
     p.add_argument(
+        "--encoding",
+        type=str.upper,
+        choices=("F32", "F16", "BF16", "Q8"),
+        default="F32",
+        help="SyncConfig.encoding (DF-PAR-10; Q8 added in 1.1, section 6.8)",
+    )
+    p.add_argument(
+        "--index-encoding",
+        type=str.upper,
+        choices=("PLAIN", "PACKED"),
+        default="PLAIN",
+        help="SyncConfig.index_encoding (DF-PAR-110, 1.1): PACKED = delta + varint or bitmap",
+    )
+    p.add_argument(
         "--average-over",
         type=int,
         default=1,
@@ -113,12 +127,6 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
         choices=("ALL", "NEEDED"),
         default="ALL",
         help="SyncConfig.relay_policy (DF-PAR-60); NEEDED only on symmetric links (DF-RLY-64)",
-    )
-    p.add_argument(
-        "--encoding",
-        choices=("F32", "F16", "BF16"),
-        default="F32",
-        help="SyncConfig.encoding: the value encoding of the packets this node sends",
     )
     p.add_argument(
         "--weights-dir",
@@ -272,6 +280,7 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
         average_over=args.average_over,
         relay_policy=args.relay_policy,
         encoding=codec(args.encoding).encoding,
+        index_encoding=args.index_encoding,
     )
     manifest = module_manifest(model, args.include_buffers)
     fabric: Fabric | None = None

@@ -114,7 +114,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--encoding",
-        choices=("F32", "F16", "BF16"),
+        type=str.upper,
+        choices=("F32", "F16", "BF16", "Q8"),
         default=None,
         help=f"value encoding of the packets (SyncConfig.encoding; default: "
         f"{DEMO_DEFAULTS['encoding']}, F32 with a native node that lacks the option)",
@@ -169,6 +170,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="C > 1: nodes average their progress over C (SyncConfig.average_over, DF-GEN-70); "
         "1: sum it as in protocol 1.0 (default: the cluster size)",
+    )
+    p.add_argument(
+        "--index-encoding",
+        type=str.upper,
+        choices=("PLAIN", "PACKED"),
+        default="PLAIN",
+        help="index encoding every node sends (SyncConfig.index_encoding, 1.1)",
     )
     p.add_argument("--skip-nosync", action="store_true", help="skip the sync-off run")
     p.add_argument("--skip-baseline", action="store_true", help="skip the single-node baseline")
@@ -310,6 +318,7 @@ def _node_command(spec: NodeSpec, args: argparse.Namespace, common: dict[str, An
     for opt, value, default in (
         ("--relay-policy", args.relay_policy, "ALL"),
         ("--encoding", args.encoding, "F32"),
+        ("--index-encoding", getattr(args, "index_encoding", None), "PLAIN"),
     ):  # resolved in _run: every node of the run supports a value other than 1.0's
         if value is not None and value != default:
             argv += [opt, str(value)]

@@ -133,6 +133,8 @@ class Driver:
             "receive",
             "encoding.f16",
             "encoding.bf16",
+            "encoding.q8",
+            "index.packed",
             "snapshot",
             "signing",
         ]

@@ -13,13 +13,14 @@ pub mod v_1 {
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 pub const ENUM_MIN_VALUE_ENCODING: u8 = 0;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
-pub const ENUM_MAX_VALUE_ENCODING: u8 = 2;
+pub const ENUM_MAX_VALUE_ENCODING: u8 = 3;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 #[allow(non_camel_case_types)]
-pub const ENUM_VALUES_VALUE_ENCODING: [ValueEncoding; 3] = [
+pub const ENUM_VALUES_VALUE_ENCODING: [ValueEncoding; 4] = [
   ValueEncoding::F32,
   ValueEncoding::F16,
   ValueEncoding::BF16,
+  ValueEncoding::Q8,
 ];
 
 /// How the values of every entry in one packet are encoded.
@@ -34,13 +35,17 @@ impl ValueEncoding {
   pub const F16: Self = Self(1);
   /// bfloat16 (upper 16 bits of binary32), little-endian bit patterns, in Entry.values16 (OPTIONAL).
   pub const BF16: Self = Self(2);
+  /// (1.1) One signed byte per value in Entry.values8, times the per-entry Entry.scale (OPTIONAL; spec
+  /// section 6.8).
+  pub const Q8: Self = Self(3);
 
   pub const ENUM_MIN: u8 = 0;
-  pub const ENUM_MAX: u8 = 2;
+  pub const ENUM_MAX: u8 = 3;
   pub const ENUM_VALUES: &'static [Self] = &[
     Self::F32,
     Self::F16,
     Self::BF16,
+    Self::Q8,
   ];
   /// Returns the variant's name or "" if unknown.
   pub fn variant_name(self) -> Option<&'static str> {
@@ -48,6 +53,7 @@ impl ValueEncoding {
       Self::F32 => Some("F32"),
       Self::F16 => Some("F16"),
       Self::BF16 => Some("BF16"),
+      Self::Q8 => Some("Q8"),
       _ => None,
     }
   }
@@ -102,6 +108,93 @@ impl<'a> ::flatbuffers::Verifiable for ValueEncoding {
 }
 
 impl ::flatbuffers::SimpleToVerifyInSlice for ValueEncoding {}
+#[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
+pub const ENUM_MIN_INDEX_ENCODING: u8 = 0;
+#[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
+pub const ENUM_MAX_INDEX_ENCODING: u8 = 1;
+#[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
+#[allow(non_camel_case_types)]
+pub const ENUM_VALUES_INDEX_ENCODING: [IndexEncoding; 2] = [
+  IndexEncoding::PLAIN,
+  IndexEncoding::PACKED,
+];
+
+/// (1.1) How the indices of every entry in one packet are encoded (spec section 6.8).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[repr(transparent)]
+pub struct IndexEncoding(pub u8);
+#[allow(non_upper_case_globals)]
+impl IndexEncoding {
+  /// uint32 little-endian in Entry.indices (REQUIRED to support).
+  pub const PLAIN: Self = Self(0);
+  /// Delta + varint or bitmap bytes in Entry.packed_indices; Entry.indices is empty (OPTIONAL).
+  pub const PACKED: Self = Self(1);
+
+  pub const ENUM_MIN: u8 = 0;
+  pub const ENUM_MAX: u8 = 1;
+  pub const ENUM_VALUES: &'static [Self] = &[
+    Self::PLAIN,
+    Self::PACKED,
+  ];
+  /// Returns the variant's name or "" if unknown.
+  pub fn variant_name(self) -> Option<&'static str> {
+    match self {
+      Self::PLAIN => Some("PLAIN"),
+      Self::PACKED => Some("PACKED"),
+      _ => None,
+    }
+  }
+}
+impl ::core::fmt::Debug for IndexEncoding {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter) -> ::core::fmt::Result {
+    if let Some(name) = self.variant_name() {
+      f.write_str(name)
+    } else {
+      f.write_fmt(format_args!("<UNKNOWN {:?}>", self.0))
+    }
+  }
+}
+impl<'a> ::flatbuffers::Follow<'a> for IndexEncoding {
+  type Inner = Self;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    let b = unsafe { ::flatbuffers::read_scalar_at::<u8>(buf, loc) };
+    Self(b)
+  }
+}
+
+impl ::flatbuffers::Push for IndexEncoding {
+    type Output = IndexEncoding;
+    #[inline]
+    unsafe fn push(&self, dst: &mut [u8], _written_len: usize) {
+        unsafe { ::flatbuffers::emplace_scalar::<u8>(dst, self.0) };
+    }
+}
+
+impl ::flatbuffers::EndianScalar for IndexEncoding {
+  type Scalar = u8;
+  #[inline]
+  fn to_little_endian(self) -> u8 {
+    self.0.to_le()
+  }
+  #[inline]
+  #[allow(clippy::wrong_self_convention)]
+  fn from_little_endian(v: u8) -> Self {
+    let b = u8::from_le(v);
+    Self(b)
+  }
+}
+
+impl<'a> ::flatbuffers::Verifiable for IndexEncoding {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    u8::run_verifier(v, pos)
+  }
+}
+
+impl ::flatbuffers::SimpleToVerifyInSlice for IndexEncoding {}
 pub enum EntryOffset {}
 #[derive(Copy, Clone, PartialEq)]
 
@@ -126,6 +219,9 @@ impl<'a> Entry<'a> {
   pub const VT_INDICES: ::flatbuffers::VOffsetT = 12;
   pub const VT_VALUES: ::flatbuffers::VOffsetT = 14;
   pub const VT_VALUES16: ::flatbuffers::VOffsetT = 16;
+  pub const VT_PACKED_INDICES: ::flatbuffers::VOffsetT = 18;
+  pub const VT_VALUES8: ::flatbuffers::VOffsetT = 20;
+  pub const VT_SCALE: ::flatbuffers::VOffsetT = 22;
   pub const VT_SIGNATURE: ::flatbuffers::VOffsetT = 24;
 
   #[inline]
@@ -142,6 +238,9 @@ impl<'a> Entry<'a> {
     builder.add_incarnation(args.incarnation);
     builder.add_origin(args.origin);
     if let Some(x) = args.signature { builder.add_signature(x); }
+    builder.add_scale(args.scale);
+    if let Some(x) = args.values8 { builder.add_values8(x); }
+    if let Some(x) = args.packed_indices { builder.add_packed_indices(x); }
     if let Some(x) = args.values16 { builder.add_values16(x); }
     if let Some(x) = args.values { builder.add_values(x); }
     if let Some(x) = args.indices { builder.add_indices(x); }
@@ -206,6 +305,30 @@ impl<'a> Entry<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u16>>>(Entry::VT_VALUES16, None)}
   }
+  /// (1.1) Indices when Packet.index_encoding == PACKED: form byte, then varints or bitmap; absent otherwise.
+  #[inline]
+  pub fn packed_indices(&self) -> Option<::flatbuffers::Vector<'a, u8>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u8>>>(Entry::VT_PACKED_INDICES, None)}
+  }
+  /// (1.1) Values when Packet.encoding == Q8: one signed byte each; absent otherwise.
+  #[inline]
+  pub fn values8(&self) -> Option<::flatbuffers::Vector<'a, i8>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, i8>>>(Entry::VT_VALUES8, None)}
+  }
+  /// (1.1) Scale of values8 when Packet.encoding == Q8: finite, >= 0; value = fl32(q * scale).
+  #[inline]
+  pub fn scale(&self) -> f32 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<f32>(Entry::VT_SCALE, Some(0.0)).unwrap()}
+  }
   /// (1.1) Ed25519 signature of the origin over the entry's signed message (spec section 13.1):
   /// exactly 64 bytes when present. Relays forward it unchanged.
   #[inline]
@@ -230,6 +353,9 @@ impl ::flatbuffers::Verifiable for Entry<'_> {
      .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u32>>>("indices", Self::VT_INDICES, true)?
      .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, f32>>>("values", Self::VT_VALUES, false)?
      .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u16>>>("values16", Self::VT_VALUES16, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u8>>>("packed_indices", Self::VT_PACKED_INDICES, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, i8>>>("values8", Self::VT_VALUES8, false)?
+     .visit_field::<f32>("scale", Self::VT_SCALE, false)?
      .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u8>>>("signature", Self::VT_SIGNATURE, false)?
      .finish();
     Ok(())
@@ -243,6 +369,9 @@ pub struct EntryArgs<'a> {
     pub indices: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u32>>>,
     pub values: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, f32>>>,
     pub values16: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u16>>>,
+    pub packed_indices: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u8>>>,
+    pub values8: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, i8>>>,
+    pub scale: f32,
     pub signature: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u8>>>,
 }
 impl<'a> Default for EntryArgs<'a> {
@@ -256,6 +385,9 @@ impl<'a> Default for EntryArgs<'a> {
       indices: None, // required field
       values: None,
       values16: None,
+      packed_indices: None,
+      values8: None,
+      scale: 0.0,
       signature: None,
     }
   }
@@ -295,6 +427,18 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> EntryBuilder<'a, 'b, A> {
     self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Entry::VT_VALUES16, values16);
   }
   #[inline]
+  pub fn add_packed_indices(&mut self, packed_indices: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , u8>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Entry::VT_PACKED_INDICES, packed_indices);
+  }
+  #[inline]
+  pub fn add_values8(&mut self, values8: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , i8>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Entry::VT_VALUES8, values8);
+  }
+  #[inline]
+  pub fn add_scale(&mut self, scale: f32) {
+    self.fbb_.push_slot::<f32>(Entry::VT_SCALE, scale, 0.0);
+  }
+  #[inline]
   pub fn add_signature(&mut self, signature: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , u8>>) {
     self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Entry::VT_SIGNATURE, signature);
   }
@@ -324,6 +468,9 @@ impl ::core::fmt::Debug for Entry<'_> {
       ds.field("indices", &self.indices());
       ds.field("values", &self.values());
       ds.field("values16", &self.values16());
+      ds.field("packed_indices", &self.packed_indices());
+      ds.field("values8", &self.values8());
+      ds.field("scale", &self.scale());
       ds.field("signature", &self.signature());
       ds.finish()
   }
@@ -353,6 +500,7 @@ impl<'a> Packet<'a> {
   pub const VT_ENCODING: ::flatbuffers::VOffsetT = 14;
   pub const VT_ENTRIES: ::flatbuffers::VOffsetT = 16;
   pub const VT_HEARD: ::flatbuffers::VOffsetT = 18;
+  pub const VT_INDEX_ENCODING: ::flatbuffers::VOffsetT = 20;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -371,6 +519,7 @@ impl<'a> Packet<'a> {
     if let Some(x) = args.fingerprint { builder.add_fingerprint(x); }
     builder.add_version_minor(args.version_minor);
     builder.add_version_major(args.version_major);
+    builder.add_index_encoding(args.index_encoding);
     builder.add_encoding(args.encoding);
     builder.finish()
   }
@@ -441,6 +590,14 @@ impl<'a> Packet<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u64>>>(Packet::VT_HEARD, None)}
   }
+  /// (1.1) Encoding of every entry's indices; PLAIN (the 1.0 form) when absent.
+  #[inline]
+  pub fn index_encoding(&self) -> IndexEncoding {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<IndexEncoding>(Packet::VT_INDEX_ENCODING, Some(IndexEncoding::PLAIN)).unwrap()}
+  }
 }
 
 impl ::flatbuffers::Verifiable for Packet<'_> {
@@ -457,6 +614,7 @@ impl ::flatbuffers::Verifiable for Packet<'_> {
      .visit_field::<ValueEncoding>("encoding", Self::VT_ENCODING, false)?
      .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<Entry>>>>("entries", Self::VT_ENTRIES, true)?
      .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u64>>>("heard", Self::VT_HEARD, false)?
+     .visit_field::<IndexEncoding>("index_encoding", Self::VT_INDEX_ENCODING, false)?
      .finish();
     Ok(())
   }
@@ -470,6 +628,7 @@ pub struct PacketArgs<'a> {
     pub encoding: ValueEncoding,
     pub entries: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<Entry<'a>>>>>,
     pub heard: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u64>>>,
+    pub index_encoding: IndexEncoding,
 }
 impl<'a> Default for PacketArgs<'a> {
   #[inline]
@@ -483,6 +642,7 @@ impl<'a> Default for PacketArgs<'a> {
       encoding: ValueEncoding::F32,
       entries: None, // required field
       heard: None,
+      index_encoding: IndexEncoding::PLAIN,
     }
   }
 }
@@ -525,6 +685,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> PacketBuilder<'a, 'b, A> {
     self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Packet::VT_HEARD, heard);
   }
   #[inline]
+  pub fn add_index_encoding(&mut self, index_encoding: IndexEncoding) {
+    self.fbb_.push_slot::<IndexEncoding>(Packet::VT_INDEX_ENCODING, index_encoding, IndexEncoding::PLAIN);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> PacketBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     PacketBuilder {
@@ -552,6 +716,7 @@ impl ::core::fmt::Debug for Packet<'_> {
       ds.field("encoding", &self.encoding());
       ds.field("entries", &self.entries());
       ds.field("heard", &self.heard());
+      ds.field("index_encoding", &self.index_encoding());
       ds.finish()
   }
 }

@@ -1,10 +1,10 @@
-//! The compact-encodings proposal's reference codecs (spec/proposals/compact-encodings.md): the
-//! same bytes, values and error codes as the Python `delta_fabric.compact` (tests/test_compact.py).
+//! The compact codecs (spec section 6.8, 1.1; REQ: DF-PKT-110, DF-PKT-111): the same bytes, values
+//! and error codes as the Python `delta_fabric.compact` (tests/test_compact.py).
 
 use df_core::ErrorCode;
 use df_core::compact::{
     FORM_BITMAP, FORM_DELTA, decode_indices, encode_bitmap, encode_delta, encode_indices,
-    q8_decode, q8_encode, q8_quantize,
+    q8_decode, q8_encode, q8_quantize, q8_scale,
 };
 
 use crate::Rng;
@@ -23,21 +23,19 @@ fn examples_match_the_python_reference() {
     let b = encode_delta(&big).unwrap();
     assert_eq!(b.len(), 10);
     assert_eq!(decode_indices(&b).unwrap(), big);
-    // Q8: scale = fl32(fl32(1.27) / 127), q rounded to even, decoded fl32(q * scale)
+    // Q8: scale = the smallest power of two with 127 * scale >= 1.27 (2^-6), q = v / scale
+    // rounded to even, decoded fl32(q * scale) (exact)
     let (scale, q) = q8_encode(&[0.5, -1.27, 0.005]).unwrap();
-    assert_eq!(scale.to_bits(), 0x3c23_d70a); // 0.009999999776482582
-
-    assert_eq!(q, [50, -127, 0]);
-    let dec: Vec<u32> = q8_decode(scale, &q)
-        .unwrap()
-        .iter()
-        .map(|x| x.to_bits())
-        .collect();
-    assert_eq!(dec, [0x3f00_0000, 0xbfa2_8f5c, 0]); // 0.5, -1.2699999809265137, +0
+    assert_eq!(scale, 2f32.powi(-6));
+    assert_eq!(q, [32, -81, 0]);
+    assert_eq!(q8_decode(scale, &q).unwrap(), [0.5, -1.265625, 0.0]);
     assert_eq!(
         q8_quantize(&[0.5, -1.27, 0.005]).unwrap(),
         q8_decode(scale, &q).unwrap()
     );
+    // idempotent: the decoded values encode to the same scale and bytes
+    let again = q8_encode(&q8_decode(scale, &q).unwrap()).unwrap();
+    assert_eq!(again, (scale, q));
 }
 
 #[test]
@@ -90,22 +88,45 @@ fn invalid_packed_indices() {
 
 #[test]
 fn q8_edge_cases() {
-    let (scale, q) = q8_encode(&[1e-45, -1e-45]).unwrap();
-    assert_eq!((scale, q), (0.0, vec![0, 0]));
+    let (scale, q) = q8_encode(&[1e-45, -1e-45]).unwrap(); // the smallest subnormal
+    assert_eq!((scale.to_bits(), q), (1, vec![1, -1]));
+    assert_eq!(q8_encode(&[0.0, -0.0]).unwrap(), (0.0, vec![0, 0]));
+    // the largest finite values: q clamped so that q * scale stays finite
+    let big = q8_quantize(&[f32::MAX, -f32::MAX]).unwrap();
+    assert!(big.iter().all(|v| v.is_finite()));
     assert!(q8_encode(&[f32::INFINITY]).is_none());
-    assert_eq!(
-        q8_decode(f32::NAN, &[1]).map_err(|e| e.code),
-        Err(ErrorCode::NonFinite)
-    );
-    assert_eq!(
-        q8_decode(-1.0, &[1]).map_err(|e| e.code),
-        Err(ErrorCode::Malformed)
-    );
+    for (s, code) in [
+        (f32::NAN, ErrorCode::NonFinite),
+        (f32::INFINITY, ErrorCode::NonFinite),
+        (f32::NEG_INFINITY, ErrorCode::NonFinite),
+        (-1.0, ErrorCode::Malformed),
+        (-0.0, ErrorCode::Malformed),
+    ] {
+        assert_eq!(q8_decode(s, &[1]).map_err(|e| e.code), Err(code), "{s}");
+    }
     assert_eq!(q8_decode(0.5, &[-128]).unwrap(), [-64.0]);
     // error feedback with the decoded value: the residual is at most half a step
     let v = [0.5f32, -1.27, 0.005, 0.00499, 1e-3];
     let (scale, _) = q8_encode(&v).unwrap();
     for (x, y) in v.iter().zip(q8_quantize(&v).unwrap()) {
-        assert!((x - y).abs() <= scale / 2.0 * (1.0 + 1e-6));
+        assert!((x - y).abs() <= scale / 2.0);
+    }
+}
+
+#[test]
+fn q8_scale_is_the_smallest_power_of_two() {
+    let mut rng = Rng(11);
+    for _ in 0..2000 {
+        let m = f32::from_bits(rng.below(0x7F80_0000) as u32); // every finite positive pattern
+        if m == 0.0 {
+            continue;
+        }
+        let s = f64::from(q8_scale(&[m]));
+        assert!(127.0 * s >= f64::from(m), "{m}");
+        assert!(
+            127.0 * s / 2.0 < f64::from(m) || s == 2f64.powi(-149),
+            "{m}"
+        );
+        assert_eq!(s.log2().fract(), 0.0, "{m}");
     }
 }

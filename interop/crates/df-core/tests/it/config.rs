@@ -29,6 +29,7 @@ fn name_of(e: &ConfigError) -> &'static str {
         ConfigError::OutOfRange { name, .. } | ConfigError::WrongType { name, .. } => name,
         ConfigError::UnknownEncoding(_) => "encoding",
         ConfigError::UnknownRelayPolicy(_) => "relay_policy",
+        ConfigError::UnknownIndexEncoding(_) => "index_encoding",
         ConfigError::UnknownKeys(_) => "keys",
         ConfigError::NotAnObject => "config",
     }
@@ -300,7 +301,11 @@ fn from_json_refuses_unknown_keys_types_and_values() {
             "include_buffers must be a bool, got int",
         ),
         (json!({"encoding": "F8"}), "unknown encoding 'F8'"),
-        (json!({"encoding": 3}), "unknown encoding 3"),
+        (json!({"encoding": 4}), "unknown encoding 4"),
+        (
+            json!({"index_encoding": "ZIP"}),
+            "index_encoding must be one of PLAIN, PACKED, got 'ZIP'",
+        ),
         (json!({"alpha": 0.0}), "alpha must be in (0, 1], got 0.0"),
         (json!([1, 2]), "config must be a JSON object"),
     ];

@@ -70,7 +70,9 @@ type Bits16 = (fn(f32) -> u16, fn(u16) -> f32);
 fn bits16(enc: ValueEncoding) -> Bits16 {
     match enc.codec().carrier {
         Carrier::Values16 { encode, decode } => (encode, decode),
-        Carrier::Values32 => panic!("{} is not a 16-bit encoding", enc.name()),
+        Carrier::Values32 | Carrier::Values8 => {
+            panic!("{} is not a 16-bit encoding", enc.name())
+        }
     }
 }
 
@@ -229,6 +231,7 @@ fn unknown_encoding_and_mismatched_vectors() {
             encoding: fb::ValueEncoding(9),
             entries: Some(entries),
             heard: None,
+            ..Default::default()
         },
     );
     fb::finish_packet_buffer(&mut b, root);
@@ -251,7 +254,7 @@ fn unknown_encoding_and_mismatched_vectors() {
             indices: Some(idx),
             values: None,
             values16: Some(v16),
-            signature: None,
+            ..Default::default()
         },
     );
     let entries = b.create_vector(&[e][..]);
@@ -267,6 +270,7 @@ fn unknown_encoding_and_mismatched_vectors() {
             encoding: fb::ValueEncoding::F32,
             entries: Some(entries),
             heard: None,
+            ..Default::default()
         },
     );
     fb::finish_packet_buffer(&mut b, root);

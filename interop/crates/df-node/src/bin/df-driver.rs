@@ -225,7 +225,8 @@ fn hello(req: &Value) -> Answer {
         "spec_version": SPEC_VERSION,
         "protocol_versions": [PROTOCOL_VERSION],
         "capabilities": ["decode", "decode.batch", "encode", "generate", "generate.fast", "receive",
-                         "encoding.f16", "encoding.bf16", "peer", "peer.snapshot", "peer.train",
+                         "encoding.f16", "encoding.bf16", "encoding.q8", "index.packed", "peer",
+                         "peer.snapshot", "peer.train",
                          "snapshot", "forward", "signing"],
         // DF-CNF-30 (driver protocol 5.1): the conformance targets claimed; node implies the others
         "claims": ["codec", "engine", "node"],

@@ -146,6 +146,70 @@ class Entry(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
         return o == 0
 
+    # (1.1) Indices when Packet.index_encoding == PACKED: form byte, then varints or bitmap; absent otherwise.
+    # Entry
+    def PackedIndices(self, j: int):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint8Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 1))
+        return 0
+
+    # Entry
+    def PackedIndicesAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint8Flags, o)
+        return 0
+
+    # Entry
+    def PackedIndicesLength(self) -> int:
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Entry
+    def PackedIndicesIsNone(self) -> bool:
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        return o == 0
+
+    # (1.1) Values when Packet.encoding == Q8: one signed byte each; absent otherwise.
+    # Entry
+    def Values8(self, j: int):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Int8Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 1))
+        return 0
+
+    # Entry
+    def Values8AsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int8Flags, o)
+        return 0
+
+    # Entry
+    def Values8Length(self) -> int:
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Entry
+    def Values8IsNone(self) -> bool:
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        return o == 0
+
+    # (1.1) Scale of values8 when Packet.encoding == Q8: finite, >= 0; value = fl32(q * scale).
+    # Entry
+    def Scale(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Float32Flags, o + self._tab.Pos)
+        return 0.0
+
     # (1.1) Ed25519 signature of the origin over the entry's signed message (spec section 13.1):
     # exactly 64 bytes when present. Relays forward it unchanged.
     # Entry
@@ -240,6 +304,36 @@ def EntryStartValues16Vector(builder, numElems: int) -> int:
 
 def StartValues16Vector(builder, numElems: int) -> int:
     return EntryStartValues16Vector(builder, numElems)
+
+def EntryAddPackedIndices(builder: flatbuffers.Builder, packedIndices: int):
+    builder.PrependUOffsetTRelativeSlot(7, flatbuffers.number_types.UOffsetTFlags.py_type(packedIndices), 0)
+
+def AddPackedIndices(builder: flatbuffers.Builder, packedIndices: int):
+    EntryAddPackedIndices(builder, packedIndices)
+
+def EntryStartPackedIndicesVector(builder, numElems: int) -> int:
+    return builder.StartVector(1, numElems, 1)
+
+def StartPackedIndicesVector(builder, numElems: int) -> int:
+    return EntryStartPackedIndicesVector(builder, numElems)
+
+def EntryAddValues8(builder: flatbuffers.Builder, values8: int):
+    builder.PrependUOffsetTRelativeSlot(8, flatbuffers.number_types.UOffsetTFlags.py_type(values8), 0)
+
+def AddValues8(builder: flatbuffers.Builder, values8: int):
+    EntryAddValues8(builder, values8)
+
+def EntryStartValues8Vector(builder, numElems: int) -> int:
+    return builder.StartVector(1, numElems, 1)
+
+def StartValues8Vector(builder, numElems: int) -> int:
+    return EntryStartValues8Vector(builder, numElems)
+
+def EntryAddScale(builder: flatbuffers.Builder, scale: float):
+    builder.PrependFloat32Slot(9, scale, 0.0)
+
+def AddScale(builder: flatbuffers.Builder, scale: float):
+    EntryAddScale(builder, scale)
 
 def EntryAddSignature(builder: flatbuffers.Builder, signature: int):
     builder.PrependUOffsetTRelativeSlot(10, flatbuffers.number_types.UOffsetTFlags.py_type(signature), 0)

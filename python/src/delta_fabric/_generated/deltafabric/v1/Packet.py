@@ -154,8 +154,16 @@ class Packet(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
         return o == 0
 
+    # (1.1) Encoding of every entry's indices; PLAIN (the 1.0 form) when absent.
+    # Packet
+    def IndexEncoding(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint8Flags, o + self._tab.Pos)
+        return 0
+
 def PacketStart(builder: flatbuffers.Builder):
-    builder.StartObject(8)
+    builder.StartObject(9)
 
 def Start(builder: flatbuffers.Builder):
     PacketStart(builder)
@@ -225,6 +233,12 @@ def PacketStartHeardVector(builder, numElems: int) -> int:
 
 def StartHeardVector(builder, numElems: int) -> int:
     return PacketStartHeardVector(builder, numElems)
+
+def PacketAddIndexEncoding(builder: flatbuffers.Builder, indexEncoding: int):
+    builder.PrependUint8Slot(8, indexEncoding, 0)
+
+def AddIndexEncoding(builder: flatbuffers.Builder, indexEncoding: int):
+    PacketAddIndexEncoding(builder, indexEncoding)
 
 def PacketEnd(builder: flatbuffers.Builder) -> int:
     return builder.EndObject()

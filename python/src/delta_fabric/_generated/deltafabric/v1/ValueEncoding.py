@@ -10,3 +10,6 @@ class ValueEncoding(object):
     F16 = 1
     # bfloat16 (upper 16 bits of binary32), little-endian bit patterns, in Entry.values16 (OPTIONAL).
     BF16 = 2
+    # (1.1) One signed byte per value in Entry.values8, times the per-entry Entry.scale (OPTIONAL; spec
+    # section 6.8).
+    Q8 = 3

@@ -12,4 +12,5 @@ class ValueEncoding(object):
   F32 = cast(int, ...)
   F16 = cast(int, ...)
   BF16 = cast(int, ...)
+  Q8 = cast(int, ...)
 
