@@ -93,7 +93,8 @@ def run_child(
             peers = t.wait_for_peers(1, timeout, expected=[other])
         except TimeoutError as exc:
             return NodeResult(node, False, sorted(t.peers()), [], time.monotonic() - t0, str(exc))
-        hello = f"hello from {node:016x}".encode()
+        # the transport's screen (DF-ZEN-154) queues only payloads whose bytes 4 to 7 are DFP1
+        hello = b"\0\0\0\0DFP1" + f"hello from {node:016x}".encode()
         want = f"hello from {other:016x}"
         deadline = time.monotonic() + timeout
         got_at: float | None = None
@@ -102,7 +103,7 @@ def run_child(
             t.publish(hello)
             t.wait_for_packets(0.05)
             for p in t.drain():
-                s = p.decode(errors="replace")
+                s = bytes(p[8:]).decode(errors="replace")
                 if s not in received:
                     received.append(s)
                 if s == want and got_at is None:

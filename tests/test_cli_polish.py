@@ -80,7 +80,9 @@ def test_every_option_has_help_with_its_default(name: str) -> None:
         shown = f"(default: {d})" in text or "default" in action.help
         assert shown, f"{name} {action.option_strings[0]}: default {d!r} not in the help"
     if name == "demo":
-        assert "(default: 1200)" in text and "(default: 0.05)" in text
+        from delta_fabric_demo.lockstep import DEMO_DEFAULTS
+
+        assert "(default: 1200)" in text and f"(default: {DEMO_DEFAULTS['ratio']})" in text
 
 
 def test_top_level_help_is_for_users() -> None:

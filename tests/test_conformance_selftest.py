@@ -38,6 +38,8 @@ FAULTS: dict[str, list[str]] = {
     "split_actual_size": [
         "Required.generate.exact.split_one_past_estimate_limit",
         "Required.generate.exact.split_f16_pieces_fit_as_f32",
+        # a pinning vector of the mutation campaign (h22): max_packet_size 296 splits by the estimate
+        "Required.generate.exact.smallest_max_packet_size",
     ],
     # REQ: DF-RCV-30
     "relayed_excludes_dropped": ["Required.receive.step.relay_dropped_oversize"],
@@ -182,6 +184,9 @@ def test_faults_are_blamed_on_the_faulty_driver_only(
         "Required.decode.invalid.order_duplicate_and_nan",
         "Required.decode.invalid.packed_gap_zero",  # 1.1, section 6.8
         "Required.decode.invalid.order_scale_nan_and_gap_zero",
+        # pinning vectors of the mutation campaign (h22): a duplicate in a later entry
+        "Required.decode.invalid.duplicate_index_after_lower_entry",
+        "Required.decode.invalid.duplicate_index_after_lower_third_entry",
     }
     # the model mistakes fail the forward check and nothing else: the vectors and the protocol tests
     # cannot see them (same manifest, same fingerprint); the snapshot fault fails the two duplicate cases

@@ -55,7 +55,15 @@ def check(buf: bytes) -> Packet | None:
         assert e.indices.size == e.values.size > 0
         assert np.all(e.indices[1:] > e.indices[:-1])
         assert np.all(np.isfinite(e.values))
-    assert decode_packet(encode_packet(p)) == p
+    if p.encoding is ValueEncoding.Q8:
+        # a Q8 entry's scale is any finite one >= 0 on receipt, but an encoder writes the canonical
+        # power of two (DF-PKT-111), so the first round trip may requantize; after it, the content is
+        # a fixed point
+        p2 = decode_packet(encode_packet(p))
+        assert [e.indices.tolist() for e in p2.entries] == [e.indices.tolist() for e in p.entries]
+        assert decode_packet(encode_packet(p2)) == p2
+    else:
+        assert decode_packet(encode_packet(p)) == p
     return p
 
 

@@ -50,7 +50,7 @@ __all__ = [
 DEMO_DEFAULTS: dict[str, Any] = {
     "ratio": 0.10,
     "interval": 40,
-    "encoding": "F16",
+    "encoding": "F32",
     "relay_policy": "NEEDED",
     "topology": "all",
 }
