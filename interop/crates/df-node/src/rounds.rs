@@ -154,6 +154,14 @@ impl Transport for RoundGate {
         self.inner.node_id()
     }
 
+    fn take_screened(&self) -> Vec<(df_core::ErrorCode, u64)> {
+        self.inner.take_screened() // DF-ZEN-154: counted by the node as the engine counts them
+    }
+
+    fn set_members(&self, members: Option<std::collections::HashSet<u64>>, live: bool) {
+        self.inner.set_members(members, live)
+    }
+
     fn publish(&self, packet: &[u8]) -> Result<(), TransportError> {
         self.inner.publish(packet)
     }

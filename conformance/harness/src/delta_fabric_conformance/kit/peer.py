@@ -208,6 +208,12 @@ class _RecordingTransport:
         out: list[bytes] = self.inner.drain(max_packets)
         return out
 
+    def take_screened(self) -> dict[Any, int]:
+        """The inner transport's payloads refused before its queue (DF-ZEN-154), for the node to
+        count as the engine counts them."""
+        take = getattr(self.inner, "take_screened", None)
+        return dict(take()) if callable(take) else {}
+
     def wait_for_packets(self, timeout: float) -> bool:
         return bool(self.inner.wait_for_packets(timeout))
 
