@@ -16,6 +16,7 @@ from delta_fabric_demo.data import (
     read_partition,
     write_partition,
 )
+from delta_fabric_demo.lockstep import DEMO_DEFAULTS
 from delta_fabric_demo.runner import topology
 
 
@@ -107,8 +108,15 @@ def test_demo_smoke_json(tmp_path: Path) -> None:
     cfg = summary["config"]
     assert cfg["lockstep"] is True and cfg["average_over"] == 2  # the defaults of a 2-node mesh
     # issue 11's demo defaults: a full mesh relays nothing under NEEDED (its links are symmetric)
-    assert (cfg["relay_policy"], cfg["encoding"]) == ("NEEDED", "F16")
-    assert (cfg["ratio"], cfg["sync_interval"]) == (0.1, 40)
+    assert (cfg["relay_policy"], cfg["encoding"]) == (
+        DEMO_DEFAULTS["relay_policy"],
+        DEMO_DEFAULTS["encoding"],
+    )
+    assert cfg["relay_policy"] == "NEEDED"
+    assert (cfg["ratio"], cfg["sync_interval"]) == (
+        DEMO_DEFAULTS["ratio"],
+        DEMO_DEFAULTS["interval"],
+    )
     assert all(n["stats"]["relay_entries_sent"] == 0 for n in sync)
     assert all(0.0 <= n["shared_accuracy"] <= 1.0 for n in sync)
     assert all([r[0] for r in n["shared_curve"]] == [0, 30, 60, 60] for n in sync)
