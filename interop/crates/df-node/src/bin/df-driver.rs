@@ -785,6 +785,11 @@ impl PeerNode {
             .transport()?
             .drain(usize::MAX)
             .map_err(|e| err(e.to_string()))?;
+        // DF-ZEN-154: packets the transport refused before its queue are counted as the engine
+        // counts a packet it rejects
+        for (code, n) in self.transport()?.take_screened() {
+            self.engine.count_rejected(code, n);
+        }
         let mut relay = Vec::new();
         if !packets.is_empty() {
             let refs: Vec<&[u8]> = packets.iter().map(Vec::as_slice).collect();
