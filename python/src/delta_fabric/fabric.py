@@ -38,7 +38,7 @@ from numpy.typing import NDArray
 
 from delta_fabric.config import RelayPolicy, SyncConfig
 from delta_fabric.engine import AcceptedEntry, Engine, ReceiveResult, Snapshot
-from delta_fabric.errors import DeltaFabricError, ErrorCode
+from delta_fabric.errors import DeltaFabricError
 from delta_fabric.influence import InfluenceBound
 from delta_fabric.manifest import Manifest
 from delta_fabric.metrics import MetricsWriter
@@ -221,9 +221,8 @@ class Fabric:
                 MetricsWriter(metrics, metrics_interval) if metrics is not None else None
             )
             self.engine = self._start(bootstrap, bootstrap_timeout, incarnation)
-            set_members = getattr(self.transport, "set_members", None)
-            if callable(set_members) and (members is not None or live_members):
-                set_members(self._configured, live=live_members)  # DF-ZEN-151, DF-ZEN-155
+            if members is not None or live_members:  # DF-ZEN-151, DF-ZEN-155
+                self.transport.set_members(self._configured, live=live_members)
             self._refresh_members()  # DF-RCV-51: only members are tracked as origins
             if signing is not None:  # DF-SEC-140, DF-SEC-142
                 if not signing.can_sign:
@@ -240,9 +239,7 @@ class Fabric:
                     self.node_id, self.engine.incarnation, self.manifest.fingerprint
                 )
             self.transport.serve_snapshot(self._snapshot_source)
-            serve_info = getattr(self.transport, "serve_info", None)
-            if callable(serve_info):  # the Zenoh transport's info replies, with the counters
-                serve_info(self._info)
+            self.transport.serve_info(self._info)  # info replies, with the counters
         except BaseException:
             if own_transport:
                 self.transport.close()
@@ -604,8 +601,7 @@ class Fabric:
             requests = [p for p in packets if is_repair_request(p)]
             packets = [p for p in packets if not is_repair_request(p)]
             self._repair_requests(requests)
-        take_screened = getattr(self.transport, "take_screened", None)
-        screened: dict[ErrorCode, int] = take_screened() if callable(take_screened) else {}
+        screened = self.transport.take_screened()
         with self._lock:
             self._refresh_members()
             for code, n in screened.items():  # DF-ZEN-154: rejected before the queue

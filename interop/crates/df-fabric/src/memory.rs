@@ -153,6 +153,14 @@ impl Transport for MemoryTransport {
         Ok(out)
     }
 
+    /// The hub queues everything it delivers (no pre-queue screen): always none.
+    fn take_screened(&self) -> Vec<(df_core::ErrorCode, u64)> {
+        Vec::new()
+    }
+
+    /// Ignored: the hub has no pre-queue checks; the engine still applies DF-RCV-51.
+    fn set_members(&self, _members: Option<std::collections::HashSet<u64>>, _live: bool) {}
+
     fn wait_for_packets(&self, timeout: Duration) -> Result<bool, TransportError> {
         let s = self.state()?;
         let me = self.id;

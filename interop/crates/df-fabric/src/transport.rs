@@ -88,18 +88,17 @@ pub trait Transport {
     fn drain(&self, max: usize) -> Result<Vec<Vec<u8>>, TransportError>;
 
     /// Payloads rejected before the receive queue since the last call, per code (DF-ZEN-154); the
-    /// node adds them to its rejection counters ([`df_core::Engine::count_rejected`]). Default:
-    /// none (a transport that queues everything).
-    fn take_screened(&self) -> Vec<(df_core::ErrorCode, u64)> {
-        Vec::new()
-    }
+    /// node adds them to its rejection counters ([`df_core::Engine::count_rejected`]). A transport
+    /// that queues everything returns none; a wrapper must pass its inner transport's counts
+    /// through (no default body, so that a wrapper cannot lose them silently).
+    fn take_screened(&self) -> Vec<(df_core::ErrorCode, u64)>;
 
     /// The node's configured membership (DF-RCV-51) as the transport applies it: samples on the
     /// delta key of a non-member are refused before the queue (DF-ZEN-151) and a snapshot query
     /// is answered only when its `from` names a member (DF-ZEN-155) that, with `live`, also holds
-    /// a live token (DF-ZEN-150). `None` and `live` false: every sender, as 1.0. Default: ignored
-    /// (a transport without pre-queue checks).
-    fn set_members(&self, _members: Option<std::collections::HashSet<u64>>, _live: bool) {}
+    /// a live token (DF-ZEN-150). `None` and `live` false: every sender, as 1.0. A transport without
+    /// pre-queue checks ignores it; a wrapper must pass it through (no default body).
+    fn set_members(&self, members: Option<std::collections::HashSet<u64>>, live: bool);
 
     /// Waits up to `timeout` until a packet is queued; true when one is.
     fn wait_for_packets(&self, timeout: Duration) -> Result<bool, TransportError>;

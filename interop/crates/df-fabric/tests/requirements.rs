@@ -77,6 +77,12 @@ impl Transport for LoggedTransport {
         }
         Ok(out)
     }
+    fn take_screened(&self) -> Vec<(df_core::ErrorCode, u64)> {
+        self.inner.take_screened()
+    }
+    fn set_members(&self, members: Option<std::collections::HashSet<u64>>, live: bool) {
+        self.inner.set_members(members, live)
+    }
     fn wait_for_packets(&self, timeout: Duration) -> Result<bool, TransportError> {
         self.inner.wait_for_packets(timeout)
     }

@@ -20,10 +20,11 @@ relayed-only origins are not waited for.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
 
 import numpy as np
-from delta_fabric.errors import DecodeError
+from delta_fabric.errors import DecodeError, ErrorCode
 from delta_fabric.transports.base import SnapshotProvider, Transport, TransportStats
 from delta_fabric.wire import decode_packet
 from numpy.typing import NDArray
@@ -115,6 +116,15 @@ class RoundGate:
         self, peer: int | None, fingerprint: bytes, timeout: float = 30.0
     ) -> tuple[NDArray[np.float32], int]:
         return self.inner.fetch_snapshot(peer, fingerprint, timeout)
+
+    def take_screened(self) -> dict[ErrorCode, int]:
+        return self.inner.take_screened()  # DF-ZEN-154: counted by the node
+
+    def set_members(self, members: Collection[int] | None, *, live: bool = False) -> None:
+        self.inner.set_members(members, live=live)
+
+    def serve_info(self, provider: Callable[[], Mapping[str, Any]] | None) -> None:
+        self.inner.serve_info(provider)
 
     @property
     def stats(self) -> TransportStats:

@@ -23,14 +23,14 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from numpy.typing import NDArray
 
-from delta_fabric.errors import DeltaFabricError
+from delta_fabric.errors import DeltaFabricError, ErrorCode
 from delta_fabric.snapshot import SnapshotSource
 
 __all__ = [
@@ -384,6 +384,24 @@ class Transport(Protocol):
         """Fetch a verified anchor snapshot from ``peer`` (None: any live peer serving one) as
         ``(anchor, incarnation of the server)``. Raises
         :class:`~delta_fabric.snapshot.SnapshotError` (typed) on any fault or timeout."""
+        ...
+
+    def take_screened(self) -> dict[ErrorCode, int]:
+        """Payloads refused before the receive queue since the last call, per code (DF-ZEN-154); the
+        node adds them to its rejection counters (`Engine.count_rejected`). A transport that queues
+        everything returns ``{}``; a wrapper MUST pass its inner transport's counts through."""
+        ...
+
+    def set_members(self, members: Collection[int] | None, *, live: bool = False) -> None:
+        """The node's configured membership (DF-RCV-51) as the transport applies it before its queue
+        (DF-ZEN-151) and to snapshot answers (DF-ZEN-155); ``live``: members must also hold a live
+        token (DF-ZEN-150). A transport without pre-queue checks ignores it; a wrapper MUST pass it
+        through."""
+        ...
+
+    def serve_info(self, provider: Callable[[], Mapping[str, Any]] | None) -> None:
+        """Answer info queries (``delta-fabric status``) with ``provider()``; a transport without
+        info queries ignores it; a wrapper MUST pass it through."""
         ...
 
     @property

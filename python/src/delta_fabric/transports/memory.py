@@ -22,11 +22,13 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from delta_fabric.errors import ErrorCode
 from delta_fabric.snapshot import (
     DEFAULT_CHUNK_SIZE,
     ChunkRequest,
@@ -284,6 +286,16 @@ class MemoryTransport:
             attempts=attempts,
         )
         return anchor, first.incarnation
+
+    def take_screened(self) -> dict[ErrorCode, int]:
+        """The hub queues everything it delivers (no pre-queue screen): always ``{}``."""
+        return {}
+
+    def set_members(self, members: Collection[int] | None, *, live: bool = False) -> None:
+        """Ignored: the hub has no pre-queue checks; the engine still applies DF-RCV-51."""
+
+    def serve_info(self, provider: Callable[[], Mapping[str, Any]] | None) -> None:
+        """Ignored: the hub answers no info queries."""
 
     @property
     def stats(self) -> TransportStats:

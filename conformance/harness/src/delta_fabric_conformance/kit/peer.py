@@ -211,8 +211,13 @@ class _RecordingTransport:
     def take_screened(self) -> dict[Any, int]:
         """The inner transport's payloads refused before its queue (DF-ZEN-154), for the node to
         count as the engine counts them."""
-        take = getattr(self.inner, "take_screened", None)
-        return dict(take()) if callable(take) else {}
+        return dict(self.inner.take_screened())
+
+    def set_members(self, members: Collection[int] | None, *, live: bool = False) -> None:
+        self.inner.set_members(members, live=live)  # DF-ZEN-151, DF-ZEN-155
+
+    def serve_info(self, provider: Any) -> None:
+        self.inner.serve_info(provider)
 
     def wait_for_packets(self, timeout: float) -> bool:
         return bool(self.inner.wait_for_packets(timeout))
