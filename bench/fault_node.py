@@ -11,11 +11,12 @@ ran out), and prints ``{"final": ...}``: test accuracy, whether every weight is 
 ``VmHWM``, and writes its anchor to ``<ctl>/anchor-<id>.npy``. Every loop is bounded.
 
 ``die_on_chunk=K``: the node serves snapshot chunks ``0..K-1`` and SIGKILLs itself when asked for
-chunk ``K``: a source killed mid-transfer.
+chunk ``K``: a source killed mid-transfer. ``chunk_size``: the values per chunk a joiner asks for.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -111,6 +112,12 @@ def main(argv: list[str]) -> int:
             queue_capacity=int(c["queue_capacity"]),
         )
     )
+    if c.get("chunk_size"):  # the joiner asks for smaller chunks (its choice, DF-ZEN-5)
+        setattr(  # noqa: B010 (mypy refuses assigning to a method)
+            transport,
+            "fetch_snapshot",
+            functools.partial(transport.fetch_snapshot, chunk_size=int(c["chunk_size"])),
+        )
     signing = None
     if c["signed"]:
         keys = {int(m): public_key_of(signing_seed(int(m))) for m in c["all_members"]}
@@ -147,6 +154,7 @@ def main(argv: list[str]) -> int:
         "ready": time.monotonic() - t_start,
         "bootstrapped": fabric.bootstrapped,
         "anchor_max_abs": float(np.abs(fabric.engine.anchor).max()),
+        "incarnation": fabric.engine.incarnation,
     }
     print(json.dumps(ready), flush=True)
     rng = np.random.default_rng(int(c["seed"]) * 1000 + nid)
