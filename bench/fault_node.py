@@ -10,6 +10,7 @@ names every other node's last ``[incarnation, seq]`` and it has accepted them al
 ran out), and prints ``{"final": ...}``: test accuracy, whether every weight is finite, counters,
 ``VmHWM``, and writes its anchor to ``<ctl>/anchor-<id>.npy``. Every loop is bounded.
 
+The file ``<ctl>/stop-<id>`` ends the steps early (a fault bounded in time).
 ``die_on_chunk=K``: the node serves snapshot chunks ``0..K-1`` and SIGKILLs itself when asked for
 chunk ``K``: a source killed mid-transfer. ``chunk_size``: the values per chunk a joiner asks for.
 """
@@ -159,7 +160,10 @@ def main(argv: list[str]) -> int:
     print(json.dumps(ready), flush=True)
     rng = np.random.default_rng(int(c["seed"]) * 1000 + nid)
     batch, lr, step_s = int(c["batch"]), float(c["lr"]), float(c["step_s"])
+    stop = ctl / f"stop-{nid:x}"
     for step in range(1, int(c["steps"]) + 1):
+        if stop.exists():  # the orchestrator ends a time-bound fault early
+            break
         sel = rng.integers(0, y.size, batch)
         sgd_step(params, x[sel], y[sel], lr)
         if step_s:
