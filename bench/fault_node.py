@@ -4,7 +4,8 @@ its label-skewed part of scikit-learn's digits, syncs every step and paces on it
 
 usage: fault_node.py CONFIG.json
 
-It prints one JSON line per step ``{"t": monotonic s, "step": n}``, then ``{"done": ...}`` with its
+It prints one JSON line per step ``{"t": monotonic s, "step": n}`` (with ``"acc"``, its test
+accuracy, every 10 steps), then ``{"done": ...}`` with its
 incarnation and last seq. It then polls (receives, relays, repairs) until the file ``<ctl>/final.json``
 names every other node's last ``[incarnation, seq]`` and it has accepted them all (or ``drain_s``
 ran out), and prints ``{"final": ...}``: test accuracy, whether every weight is finite, counters,
@@ -170,7 +171,10 @@ def main(argv: list[str]) -> int:
             time.sleep(step_s)  # the emulated compute of one step
         fabric.step()
         fabric.pace(2, peer_deadline=float(c["peer_deadline"]), timeout=10.0)
-        print(json.dumps({"t": time.monotonic(), "step": step}), flush=True)
+        line: dict[str, Any] = {"t": time.monotonic(), "step": step}
+        if step % 10 == 0:
+            line["acc"] = accuracy(params, xt, yt)
+        print(json.dumps(line), flush=True)
     mine = [fabric.engine.incarnation, fabric.engine.next_seq - 1]
     print(json.dumps({"done": mine, "t": time.monotonic()}), flush=True)
     deadline = time.monotonic() + float(c["drain_s"])

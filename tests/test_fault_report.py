@@ -57,7 +57,9 @@ def test_bad_options_give_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]
 
 def test_quick_report_of_the_lighter_faults(tmp_path: Path) -> None:
     # REQ: DF-RCV-50, DF-ERR-50, DF-SEC-142, DF-ZEN-151, DF-ZEN-152, DF-ZEN-154, DF-RCV-160, DF-RCV-162
-    report = FR.run_report(tmp_path, FR.LIGHT, quick=True, seed=0, command="test")
+    report = FR.run_report(
+        tmp_path, FR.LIGHT, quick=True, seed=0, command="test", keep_going=False
+    )
     on_disk = json.loads((tmp_path / "report.json").read_text())
     assert on_disk == json.loads(json.dumps(report))
     md = (tmp_path / "report.md").read_text()
