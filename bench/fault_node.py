@@ -125,8 +125,9 @@ def main(argv: list[str]) -> int:
         keys = {int(m): public_key_of(signing_seed(int(m))) for m in c["all_members"]}
         signing = Signing(keys, signing_seed(nid), node_id=nid)
     cfg = SyncConfig(ratio=float(c["ratio"]), sync_interval=1, max_seq_jump=int(c["max_seq_jump"]))
-    if not c["bootstrap"]:  # the first nodes start together: nothing is published before all listen
-        transport.wait_for_peers(len(c["peers"]), 60.0, expected=list(c["peers"]))
+    # the first nodes start together: nothing is published before all listen; a joiner sees every
+    # source (members and a stranger) before it chooses among them
+    transport.wait_for_peers(len(c["peers"]), 60.0, expected=list(c["peers"]))
     fabric = Fabric(
         store,
         transport,
