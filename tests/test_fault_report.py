@@ -10,8 +10,9 @@ wall-time figure: accuracy against the clean run and stalls are reported, not as
 pacing has its own CI test (tests/test_fault_pacing.py); delay with stalls is judged by accuracy, a
 figure of the full run.
 
-CI cost: about 6 x 20 s (six clusters of three Python node processes, 60 steps each) on a quiet
-machine, about 4 min at load 10.
+CI cost: six clusters of three or four Python node processes, 60 steps each (plus a 2 s cut): 117 s
+and 121 s measured at load 10-11 on 2 cores (`pytest -q tests/test_fault_report.py`); less on a quiet
+machine.
 """
 
 from __future__ import annotations
