@@ -54,13 +54,21 @@ def main(argv: list[str] | None = None) -> int:
     for seed in a.seeds:  # interleaved: every row of one seed, then the next seed
         for name, kw in rows.items():
             cfg = SimConfig(**base, seed=seed, **kw)
-            out = subprocess.run(
+            proc = subprocess.run(
                 [sys.executable, str(HERE / "fault_repair.py"), "--one", json.dumps(asdict(cfg))],
-                check=True,
                 capture_output=True,
                 text=True,
-            ).stdout
-            r = json.loads(out.strip().splitlines()[-1])
+            )
+            if proc.returncode != 0:
+                # a node raised (e.g. `NonFiniteDelta`: its own model went infinite, DF-GEN-9):
+                # the run ends there; its nodes count as chance accuracy (0.10, 10 classes)
+                why = (proc.stderr.strip().splitlines() or ["?"])[-1]
+                r = {"final": [0.1] * cfg.nodes, "crashed": why, "nonfinite": True}
+                r.update(min_running_var=float("nan"), peak_rss_mib=0.0, wall_s=None)
+            else:
+                r = json.loads(proc.stdout.strip().splitlines()[-1])
+            if name == "clean" and "crashed" in r:
+                raise SystemExit(f"the clean run of seed {seed} failed: {r['crashed']}")
             clean = report[f"{seed}/clean"]["final"] if name != "clean" else r["final"]
             # the others' cost: node 0 is the misbehaving member
             r["others_points_vs_clean"] = [
@@ -72,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"others vs clean {r['others_points_vs_clean']} points, "
                 f"min running_var {r['min_running_var']:.3g} nonfinite {r['nonfinite']} "
                 f"clipped {r.get('influence_clipped')} rss {r['peak_rss_mib']:.0f} MiB "
-                f"{r['wall_s']} s",
+                f"{r['wall_s']} s {r.get('crashed', '')}",
                 flush=True,
             )
     with open(a.out, "w", encoding="utf-8") as f:
