@@ -47,6 +47,8 @@ def one(cfg_json: str) -> dict[str, Any]:
                 "nodes",
                 "attack_scale",
                 "influence",
+                "seed",
+                "include_buffers",
             )
         },
         "final": res.final,
@@ -57,6 +59,8 @@ def one(cfg_json: str) -> dict[str, Any]:
         "spread_max": max(v for _, v in res.spread_curve),
         "repair_counters": res.repair_counters,
         "influence_clipped": res.influence_clipped,
+        "min_running_var": res.min_running_var,
+        "nonfinite": res.nonfinite,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "wall_s": round(time.perf_counter() - t0, 1),
     }
