@@ -611,6 +611,8 @@ class Fabric:
             for code, n in screened.items():  # DF-ZEN-154: rejected before the queue
                 self.engine.count_rejected(code, n)
             if packets:
+                # DF-RCV-175: the node's clock, once per step, for the engine's incarnation bound
+                self.engine.set_now_us(time.time_ns() // 1000)
                 res = self.engine.receive(packets, active=self.store.gather)
                 if res.indices.size:
                     self.store.apply(res.indices, res.values)

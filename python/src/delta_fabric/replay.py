@@ -34,6 +34,9 @@ class Admission(str, Enum):
     ORIGIN_LIMIT = "origin_limit"  # receiver bound on tracked origins (not fixed by the spec's table; spec DF-SEC-2)
     NOT_MEMBER = "not_member"  # DF-RCV-51 (1.1): origin outside the receiver's membership
     SEQ_JUMP = "seq_jump"  # DF-RCV-52 (1.1): seq too far above a tracked incarnation's highest
+    #: DF-RCV-175 (1.1): an incarnation not tracked yet lies more than ``max_incarnation_ahead`` ahead
+    #: of the receiver's clock ``now_us``
+    FUTURE_INCARNATION = "future_incarnation"
 
     def __str__(self) -> str:
         return self.value
@@ -165,11 +168,20 @@ class ReceiverState:
         max_origins: int = DEFAULT_MAX_ORIGINS,
         members: Iterable[int] | None = None,
         max_seq_jump: int = 0,
+        max_incarnation_ahead: int = 0,
     ) -> None:
         if window < 1 or max_incarnations < 1 or max_origins < 1:
             raise ValueError("window, max_incarnations and max_origins must be >= 1")
         if max_seq_jump < 0:
             raise ValueError("max_seq_jump must be >= 0")
+        if max_incarnation_ahead < 0:
+            raise ValueError("max_incarnation_ahead must be >= 0")
+        #: DF-RCV-175: how far (microseconds) a new incarnation may lie ahead of ``now_us`` (0: any).
+        self.max_incarnation_ahead = max_incarnation_ahead
+        #: DF-RCV-175: the receiver's clock (microseconds since the Unix epoch) for this step, given
+        #: by the node layer (`delta_fabric.engine.Engine.set_now_us`); ``None``: no reading yet, and
+        #: the bound is not applied.
+        self.now_us: int | None = None
         #: DF-RCV-52: largest accepted ``seq - H`` of a tracked incarnation with H >= 1 (0: none).
         self.max_seq_jump = max_seq_jump
         #: DF-RCV-51: the node ids accepted as origins (``None``: every origin, as in 1.0).
@@ -187,6 +199,14 @@ class ReceiverState:
         if self.members is not None and origin not in self.members:
             return Admission.NOT_MEMBER, None  # DF-RCV-51: never tracked
         table = self._origins.get(origin)
+        ahead = self.max_incarnation_ahead
+        if (
+            ahead
+            and self.now_us is not None
+            and (table is None or incarnation not in table)
+            and incarnation - self.now_us > ahead
+        ):
+            return Admission.FUTURE_INCARNATION, None  # DF-RCV-175: creates no state
         if table is None:
             if len(self._origins) >= self.max_origins:
                 return Admission.ORIGIN_LIMIT, None
