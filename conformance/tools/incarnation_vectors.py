@@ -10,19 +10,16 @@ behaviour: the member is silenced), and the edges of the rule. Written through
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from delta_fabric.config import SyncConfig  # noqa: E402
-from engine_vectors import (  # noqa: E402
-    B,
+from delta_fabric.config import SyncConfig
+from engine_vectors import (
     B_INC,
-    C,
     NODE,
     NODE_INC,
+    B,
+    C,
     RecvCase,
     _write_receive,
     ent,
