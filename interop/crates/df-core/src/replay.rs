@@ -21,11 +21,14 @@ pub enum Admission {
     NotMember,
     /// DF-RCV-52 (1.1): seq more than `max_seq_jump` above a tracked incarnation's highest seq.
     SeqJump,
+    /// DF-RCV-175 (1.1): an incarnation not yet tracked lies more than `max_incarnation_ahead`
+    /// ahead of the receiver's clock `now_us`.
+    FutureIncarnation,
 }
 
 impl Admission {
     /// Drop reasons in counter order.
-    pub const DROPS: [Admission; 7] = [
+    pub const DROPS: [Admission; 8] = [
         Admission::OwnOrigin,
         Admission::Duplicate,
         Admission::TooOld,
@@ -33,6 +36,7 @@ impl Admission {
         Admission::OriginLimit,
         Admission::NotMember,
         Admission::SeqJump,
+        Admission::FutureIncarnation,
     ];
     /// Counter name, e.g. `"own_origin"`.
     pub fn as_str(self) -> &'static str {
@@ -45,6 +49,7 @@ impl Admission {
             Admission::OriginLimit => "origin_limit",
             Admission::NotMember => "not_member",
             Admission::SeqJump => "seq_jump",
+            Admission::FutureIncarnation => "future_incarnation",
         }
     }
 }
@@ -138,6 +143,8 @@ pub struct ReceiverState {
     max_origins: usize,
     members: Option<HashSet<u64>>,
     max_seq_jump: u64,
+    max_incarnation_ahead: u64,
+    now_us: Option<u64>,
     origins: HashMap<u64, Vec<(u64, ReplayWindow)>>,
 }
 
@@ -154,6 +161,8 @@ impl ReceiverState {
             max_origins: max_origins.max(1),
             members: None,
             max_seq_jump: 0,
+            max_incarnation_ahead: 0,
+            now_us: None,
             origins: HashMap::new(),
         }
     }
@@ -162,6 +171,23 @@ impl ReceiverState {
     /// (0: no bound, as in 1.0).
     pub fn set_max_seq_jump(&mut self, jump: u64) {
         self.max_seq_jump = jump;
+    }
+
+    /// DF-RCV-175 (1.1): how far (microseconds) an incarnation not yet tracked may lie ahead of
+    /// the clock given by [`ReceiverState::set_now_us`] (0: no bound).
+    pub fn set_max_incarnation_ahead(&mut self, ahead: u64) {
+        self.max_incarnation_ahead = ahead;
+    }
+
+    /// DF-RCV-175 (1.1): the receiver's clock (microseconds since the Unix epoch) for the next
+    /// entries, given by the node layer. Until a reading is given the bound is not applied.
+    pub fn set_now_us(&mut self, now_us: u64) {
+        self.now_us = Some(now_us);
+    }
+
+    /// The clock reading given by [`ReceiverState::set_now_us`], if any.
+    pub fn now_us(&self) -> Option<u64> {
+        self.now_us
     }
 
     /// DF-RCV-51 (1.1): the node ids accepted as origins (`None`: every origin, as in 1.0). Windows
@@ -182,7 +208,16 @@ impl ReceiverState {
         if self.members.as_ref().is_some_and(|m| !m.contains(&origin)) {
             return (Admission::NotMember, None);
         }
-        let Some(table) = self.origins.get(&origin) else {
+        let table = self.origins.get(&origin);
+        if self.max_incarnation_ahead > 0
+            && self.now_us.is_some_and(|now| {
+                inc > now && inc - now > self.max_incarnation_ahead
+            })
+            && !table.is_some_and(|t| t.iter().any(|(i, _)| *i == inc))
+        {
+            return (Admission::FutureIncarnation, None); // DF-RCV-175: creates no state
+        }
+        let Some(table) = table else {
             if self.origins.len() >= self.max_origins {
                 return (Admission::OriginLimit, None);
             }
