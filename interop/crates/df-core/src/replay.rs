@@ -210,9 +210,9 @@ impl ReceiverState {
         }
         let table = self.origins.get(&origin);
         if self.max_incarnation_ahead > 0
-            && self.now_us.is_some_and(|now| {
-                inc > now && inc - now > self.max_incarnation_ahead
-            })
+            && self
+                .now_us
+                .is_some_and(|now| inc > now && inc - now > self.max_incarnation_ahead)
             && !table.is_some_and(|t| t.iter().any(|(i, _)| *i == inc))
         {
             return (Admission::FutureIncarnation, None); // DF-RCV-175: creates no state
