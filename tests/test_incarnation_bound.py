@@ -233,3 +233,90 @@ def _other_keys(tmp_path: Path) -> Path:
         json.dumps({"version": 1, "keys": {"0000000000000001": public_key_of(bytes(32)).hex()}})
     )
     return p
+
+
+# live incarnations (DF-RCV-178) ---------------------------------------------------------------------
+def test_live_incarnation_is_not_evicted() -> None:
+    # REQ: DF-RCV-178, DF-PAR-178
+    from delta_fabric.replay import ReceiverState
+
+    now = 1_795_953_600_000_000
+    st = ReceiverState(1, max_incarnations=2, max_incarnation_ahead=MINUTE, incarnation_grace=10)
+    assert st.admit(2, 5, 1) is Admission.ACCEPTED  # no clock: no acceptance time, not live
+    assert st.admit(2, 6, 1) is Admission.ACCEPTED
+    st.now_us = now
+    assert st.admit(2, 7, 1) is Admission.ACCEPTED  # evicts 5 (never accepted with a clock)
+    assert st.incarnations(2) == [6, 7]
+    assert st.admit(2, 6, 2) is Admission.ACCEPTED  # 6 accepts at now: live for 10 us
+    assert st.check(2, 8, 1) is Admission.LIVE_INCARNATION
+    assert st.admit(2, 8, 1) is Admission.LIVE_INCARNATION and st.incarnations(2) == [6, 7]
+    st.now_us = now + 9
+    assert st.check(2, 8, 1) is Admission.LIVE_INCARNATION
+    st.now_us = now - 1  # the clock went back: still live
+    assert st.check(2, 8, 1) is Admission.LIVE_INCARNATION
+    st.now_us = now + 10
+    assert st.admit(2, 8, 1) is Admission.ACCEPTED and st.incarnations(2) == [7, 8]
+    saved = st.save(2)
+    assert saved is not None and saved[8].last_us == now + 10  # the undo of DF-RCV-50 keeps it
+    with pytest.raises(ValueError):
+        SyncConfig(incarnation_grace=(1 << 40) + 1)
+    assert (
+        SyncConfig.from_env({"DELTA_FABRIC_INCARNATION_GRACE": "5000000"}).incarnation_grace
+        == 5_000_000
+    )
+
+
+def _run_live(grace: int) -> tuple[list[int], dict[str, int], int]:
+    """Like `_run`, but the forgeries lie inside the clock bound: from round 2 on, member 3 forges
+    four fresh incarnations of node 1, 1 to 4 s ahead of the clock, every round (a bound of one
+    minute admits them)."""
+    from delta_fabric.fabric import Fabric
+    from delta_fabric.stores.numpy import NumpyStore
+    from delta_fabric.transports.memory import MemoryHub
+
+    hub = MemoryHub(seed=5)
+    rng = np.random.default_rng(11)
+    weights = {n: np.zeros(64, np.float32) for n in (1, 2, 3)}
+    cfg = SyncConfig(
+        ratio=0.25, sync_interval=1, max_incarnation_ahead=MINUTE, incarnation_grace=grace
+    )
+
+    def fabric(n: int) -> Fabric:
+        store = NumpyStore({"w": weights[n]})
+        t = hub.transport(n)
+        return Fabric(store, t, cfg, node_id=n, members=[1, 2, 3], own_transport=True)
+
+    fabs = {n: fabric(n) for n in (1, 2, 3)}
+    for r in range(12):
+        if r >= 2:
+            now = time.time_ns() // 1000
+            forged = tuple(_entry(1, now + k * 1_000_000, 1, 1e-3) for k in (1, 2, 3, 4))
+            fabs[3].transport.publish(encode_packet(Packet(3, 3, FP, forged)))
+        for n, f in fabs.items():
+            weights[n] += rng.normal(size=64).astype(np.float32)
+            f.step()
+    for f in fabs.values():
+        f.poll()
+    inc = fabs[1].engine.incarnation
+    highest = []
+    for n in (2, 3):
+        w = fabs[n].engine.state.window_of(1, inc)
+        highest.append(0 if w is None else w.highest)
+    drops = fabs[2].engine.counters.to_json()["drops"]
+    last = fabs[1].engine.next_seq - 1
+    for f in fabs.values():
+        f.close()
+    return highest, drops, last
+
+
+def test_fabric_forgeries_inside_the_bound_do_not_evict_a_live_member() -> None:
+    # REQ: DF-RCV-178
+    # one minute: far above the test's round time, so node 1's incarnation stays live; a restart
+    # under such forgeries is a race for the freed place, which DF-RCV-178 does not win (see there)
+    highest, drops, last = _run_live(MINUTE)
+    assert last >= 6 and highest == [last, last]
+    assert drops["stale_incarnation"] == 0 and drops["live_incarnation"] >= 10 * 4 - 3
+    # the clock bound alone admits these forgeries, and they silence node 1
+    highest, drops, last = _run_live(0)
+    assert last >= 6 and highest[0] < last
+    assert drops["stale_incarnation"] > 0 and drops["live_incarnation"] == 0

@@ -143,6 +143,7 @@ def test_counters_json() -> None:
         "not_member": 0,
         "seq_jump": 0,
         "future_incarnation": 0,
+        "live_incarnation": 0,
     }
     d = c.copy()
     d.count_error(ErrorCode.MALFORMED)

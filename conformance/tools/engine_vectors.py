@@ -1336,6 +1336,11 @@ def _counters_json(eng: Engine) -> dict[str, Any]:
             {"future_incarnation": c["drops"]["future_incarnation"]}
             if c["drops"]["future_incarnation"]
             else {}
+        )
+        | (
+            {"live_incarnation": c["drops"]["live_incarnation"]}
+            if c["drops"]["live_incarnation"]
+            else {}
         ),
     }
 
@@ -1351,6 +1356,7 @@ def _write_receive(vectors_dir: Path, case: RecvCase) -> dict[str, Any]:
     )
     eng.state.max_seq_jump = case.config.max_seq_jump  # DF-RCV-52 (from_history has no jump bound)
     eng.state.max_incarnation_ahead = case.config.max_incarnation_ahead  # DF-RCV-175 (nor this one)
+    eng.state.incarnation_grace = case.config.incarnation_grace  # DF-RCV-178
     if case.members is not None:
         eng.set_members(case.members)
     if case.now_us is not None:

@@ -1,4 +1,4 @@
-"""Receive vectors of the incarnation bound (spec 1.1, DF-PAR-175, DF-RCV-175..177; h31-incarn).
+"""Receive vectors of the incarnation bound (spec 1.1, DF-PAR-175, DF-RCV-175..178; h31-incarn).
 
 An incarnation not yet tracked that lies more than ``max_incarnation_ahead`` microseconds ahead of the
 receiver's clock ``now_us`` (a field of the vector's ``node``, hex16) is dropped as
@@ -16,6 +16,7 @@ from typing import Any
 from delta_fabric.config import SyncConfig
 from engine_vectors import (
     B_INC,
+    C_INC,
     NODE,
     NODE_INC,
     B,
@@ -34,6 +35,8 @@ AHEAD = 60_000_000
 #: (a node whose clock runs fast, accepted before this receiver had a bound): tracked ones are not checked.
 C_FAST = NOW_US + 2 * AHEAD
 REQ = ["DF-PAR-175", "DF-RCV-175", "DF-RCV-176", "DF-RCV-4", "DF-RCV-10"]
+#: Ten seconds: how long an incarnation that accepted an entry cannot be evicted (DF-PAR-178).
+GRACE = 10_000_000
 
 
 def _forged() -> list[bytes]:
@@ -103,6 +106,47 @@ def cases() -> list[RecvCase]:
             ],
             config=SyncConfig(max_incarnation_ahead=AHEAD, max_incarnations=2),
             history=[(B, B_INC, 1), (B, NOW_US - 90_000_000 + 30_000_000, 1)],
+            now_us=NOW_US,
+        ),
+        *live_cases(),
+    ]
+
+
+def live_cases() -> list[RecvCase]:
+    """DF-RCV-178: forged incarnations inside the clock bound (1 to 4 s ahead) against a member B
+    that is sending (its seq 4 is accepted in the same step, at now_us)."""
+    history = [(B, B_INC, s) for s in (1, 2, 3)] + [(C, C_INC + k, 1) for k in range(4)]
+    packets = [
+        pkt(ent(B, B_INC, 4, 0, [4], [0.5])),
+        *[pkt(ent(B, NOW_US + k * 1_000_000, 1, 0, [k], [1000.0])) for k in (1, 2, 3, 4)],
+        pkt(*[ent(B, B_INC, s, 0, [s + 4], [0.5]) for s in range(5, 9)]),
+        pkt(ent(C, C_INC + 4, 1, 0, [20], [0.25])),
+    ]
+    config = SyncConfig(max_incarnation_ahead=AHEAD)
+    return [
+        RecvCase(
+            "live_incarnation_without_grace",
+            "Forgeries inside the clock bound without incarnation_grace: B's real entry (seq 4) is "
+            "accepted, three forged incarnations 1..3 s ahead fill B's table, the fourth (4 s ahead) "
+            "evicts B's real incarnation, and B's next four real entries are stale_incarnation. C's "
+            "new incarnation evicts C's lowest tracked one.",
+            ["DF-RCV-4", "DF-RCV-175", "DF-RCV-178"],
+            packets,
+            config=config,
+            history=history,
+            now_us=NOW_US,
+        ),
+        RecvCase(
+            "live_incarnation_with_grace",
+            "The same packets with incarnation_grace = 10 s: B's real incarnation accepted an entry "
+            "at now_us, so the fourth forged incarnation, which would evict it, is dropped as "
+            "live_incarnation and changes nothing; B's next four real entries are accepted. C's "
+            "incarnations were tracked from the history, without an acceptance time, so they are "
+            "not live: C's new incarnation evicts the lowest as in 1.0.",
+            ["DF-PAR-178", "DF-RCV-178", "DF-RCV-4", "DF-RCV-10"],
+            packets,
+            config=SyncConfig(max_incarnation_ahead=AHEAD, incarnation_grace=GRACE),
+            history=history,
             now_us=NOW_US,
         ),
     ]

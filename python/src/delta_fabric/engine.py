@@ -215,6 +215,7 @@ class Engine:
             members=members,
             max_seq_jump=config.max_seq_jump,
             max_incarnation_ahead=config.max_incarnation_ahead,
+            incarnation_grace=config.incarnation_grace,
         )
         self.counters = Counters()
         self.entries_generated = 0

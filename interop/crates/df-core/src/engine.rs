@@ -268,6 +268,7 @@ impl Engine {
         );
         state.set_max_seq_jump(config.max_seq_jump);
         state.set_max_incarnation_ahead(config.max_incarnation_ahead);
+        state.set_incarnation_grace(config.incarnation_grace);
         Ok(Engine {
             manifest,
             config,

@@ -179,6 +179,10 @@ pub struct Args {
     /// [env: DELTA_FABRIC_MAX_INCARNATION_AHEAD].
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_099_511_627_776))]
     pub max_incarnation_ahead: u64,
+    /// Microseconds an incarnation that accepted an entry cannot be evicted by a new one
+    /// (DF-PAR-178; 0: off) [env: DELTA_FABRIC_INCARNATION_GRACE].
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_099_511_627_776))]
+    pub incarnation_grace: u64,
     /// Keys file of a signed cluster (spec section 13.1, DF-SEC-145): JSON
     /// `{"version": 1, "keys": {"<node id, hex16>": "<Ed25519 public key, 64 hex>"}}`; needs
     /// --secret-key [env: DELTA_FABRIC_KEYS].
@@ -246,6 +250,8 @@ command line wins, then the variable, then the default; an empty variable counts
   DELTA_FABRIC_MAX_SEQ_JUMP  --max-seq-jump
   DELTA_FABRIC_MAX_INCARNATION_AHEAD
                              --max-incarnation-ahead
+  DELTA_FABRIC_INCARNATION_GRACE
+                             --incarnation-grace
   DELTA_FABRIC_KEYS          --keys, the keys file of a signed cluster
   DELTA_FABRIC_SECRET_KEY    --secret-key, the file of this node's secret seed
   DELTA_FABRIC_MEMBERS       --members, comma list of node ids (decimal or 0x hex)
@@ -485,6 +491,7 @@ impl Args {
         o.member_grace = self.member_grace;
         o.sync_config.max_seq_jump = self.max_seq_jump;
         o.sync_config.max_incarnation_ahead = self.max_incarnation_ahead;
+        o.sync_config.incarnation_grace = self.incarnation_grace;
         o.rate_limit = self.rate_limit;
         o.rate_burst = self.rate_burst;
         o.peer_deadline = self.peer_deadline;
@@ -536,6 +543,11 @@ impl Args {
             && let Some(v) = env.uint("MAX_INCARNATION_AHEAD", 0, 1_099_511_627_776)?
         {
             o.sync_config.max_incarnation_ahead = v;
+        }
+        if !given(m, "incarnation_grace")
+            && let Some(v) = env.uint("INCARNATION_GRACE", 0, 1_099_511_627_776)?
+        {
+            o.sync_config.incarnation_grace = v;
         }
         // signed entries (spec section 13.1): the keys file and this node's secret seed
         let keys = self
