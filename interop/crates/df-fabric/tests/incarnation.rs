@@ -20,10 +20,15 @@ fn manifest() -> Manifest {
 
 /// A member of {1, 2, 3}; its incarnation is the default, microseconds since the epoch (DF-RCV-11).
 fn node(hub: &MemoryHub, id: u64, ahead: u64) -> Node {
+    node_with(hub, id, ahead, 0)
+}
+
+fn node_with(hub: &MemoryHub, id: u64, ahead: u64, grace: u64) -> Node {
     let cfg = SyncConfig {
         ratio: 0.25,
         sync_interval: 1,
         max_incarnation_ahead: ahead,
+        incarnation_grace: grace,
         ..SyncConfig::default()
     };
     let options = FabricOptions {
@@ -118,4 +123,80 @@ fn forged_max_incarnations_no_longer_silence_a_member() {
         assert!(stale >= last);
         assert_eq!(future, 0);
     }
+}
+
+/// Four fresh forged incarnations of node 1, 1 to 4 s ahead of the clock (inside a one-minute bound).
+fn forged_inside_bound() -> Vec<u8> {
+    let now = df_fabric::fabric::now_us();
+    let mut p = OwnedPacket::new(3, 3, manifest().fingerprint(), ValueEncoding::F32);
+    p.entries = (1..=4u32)
+        .map(|k| OwnedEntry {
+            origin: 1,
+            incarnation: now + u64::from(k) * 1_000_000,
+            seq: 1,
+            hops: 0,
+            indices: vec![k],
+            values: vec![1e-3],
+            signature: None,
+        })
+        .collect();
+    encode_packet(&p)
+}
+
+/// From round 2 on, member 3 forges four fresh incarnations of node 1 inside the clock bound every
+/// round; returns what `run` returns, with node 2's `live_incarnation` drops instead of `future`.
+fn run_live(grace: u64) -> ([u64; 2], u64, u64, u64) {
+    let hub = MemoryHub::new();
+    let mut nodes: Vec<Node> = (1..=3)
+        .map(|id| node_with(&hub, id, MINUTE, grace))
+        .collect();
+    for r in 0..12 {
+        if r >= 2 {
+            nodes[2]
+                .transport()
+                .publish(&forged_inside_bound())
+                .unwrap();
+        }
+        for n in nodes.iter_mut() {
+            train(n, r);
+        }
+    }
+    for n in nodes.iter_mut() {
+        n.poll().unwrap();
+    }
+    let inc = nodes[0].engine().unwrap().incarnation();
+    let highest = [1, 2].map(|i| {
+        nodes[i]
+            .engine()
+            .unwrap()
+            .receiver_state()
+            .window_of(1, inc)
+            .map_or(0, |w| w.highest())
+    });
+    let e2 = nodes[1].engine().unwrap();
+    let stale = e2
+        .counters()
+        .drop_count(df_core::Admission::StaleIncarnation);
+    let live = e2
+        .counters()
+        .drop_count(df_core::Admission::LiveIncarnation);
+    drop(e2);
+    let last = nodes[0].engine().unwrap().next_seq() - 1;
+    (highest, stale, live, last)
+}
+
+#[test]
+fn forgeries_inside_the_bound_do_not_evict_a_live_member() {
+    // REQ: DF-RCV-178
+    // a grace of one minute, far above the round time: node 1's incarnation stays live
+    let (highest, stale, live, last) = run_live(MINUTE);
+    assert!(last >= 6);
+    assert_eq!(highest, [last, last]);
+    assert_eq!(stale, 0);
+    assert!(live >= 10 * 4 - 3, "{live}");
+    // the clock bound alone admits these forgeries, and they silence node 1
+    let (highest, stale, live, last) = run_live(0);
+    assert!(highest[0] < last);
+    assert!(stale > 0);
+    assert_eq!(live, 0);
 }

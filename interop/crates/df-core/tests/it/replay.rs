@@ -108,3 +108,34 @@ fn incarnations_ahead_of_the_clock_are_dropped_when_untracked() {
         None
     );
 }
+
+#[test]
+fn a_live_incarnation_is_not_evicted() {
+    // REQ: DF-RCV-178, DF-PAR-178
+    let now = 1_795_953_600_000_000u64;
+    let mut st = ReceiverState::new(1, 64, 2, 16);
+    st.set_max_incarnation_ahead(60_000_000);
+    st.set_incarnation_grace(10);
+    assert_eq!(st.admit(2, 5, 1), Admission::Accepted); // no clock: no acceptance time
+    assert_eq!(st.admit(2, 6, 1), Admission::Accepted);
+    st.set_now_us(now);
+    assert_eq!(st.admit(2, 7, 1), Admission::Accepted); // evicts 5: not live
+    assert_eq!(st.incarnations(2), vec![6, 7]);
+    assert_eq!(st.admit(2, 6, 2), Admission::Accepted); // 6 accepts at now
+    assert_eq!(st.admit(2, 8, 1), Admission::LiveIncarnation);
+    assert_eq!(st.incarnations(2), vec![6, 7]);
+    st.set_now_us(now + 9);
+    assert_eq!(st.check(2, 8, 1), Admission::LiveIncarnation);
+    st.set_now_us(now - 1); // the clock went back: still live
+    assert_eq!(st.check(2, 8, 1), Admission::LiveIncarnation);
+    st.set_now_us(now + 10);
+    assert_eq!(st.admit(2, 8, 1), Admission::Accepted);
+    assert_eq!(st.incarnations(2), vec![7, 8]);
+    assert_eq!(Admission::LiveIncarnation.as_str(), "live_incarnation");
+    let c = df_core::SyncConfig::from_json(&serde_json::json!({"incarnation_grace": 5})).unwrap();
+    assert_eq!(c.incarnation_grace, 5);
+    assert!(
+        df_core::SyncConfig::from_json(&serde_json::json!({"incarnation_grace": (1u64 << 40) + 1}))
+            .is_err()
+    );
+}

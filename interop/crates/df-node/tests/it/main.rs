@@ -1584,7 +1584,7 @@ fn membership_seq_jump_and_rate_options() {
 
 #[test]
 fn incarnation_bound_and_keys_options() {
-    // REQ: DF-PAR-175, DF-SEC-145
+    // REQ: DF-PAR-175, DF-PAR-178, DF-SEC-145
     let env = env_of(&[
         ("DELTA_FABRIC_NODE_ID", "1"),
         ("DELTA_FABRIC_MAX_INCARNATION_AHEAD", "60000000"),
@@ -1598,6 +1598,21 @@ fn incarnation_bound_and_keys_options() {
         .chain(["--max-incarnation-ahead", "7"]);
     let o = df_node::cli::parse_args_env(args, &env).unwrap();
     assert_eq!(o.sync_config.max_incarnation_ahead, 7);
+    let o = df_node::cli::parse_args_env(
+        NODE_BASE,
+        &env_of(&[
+            ("DELTA_FABRIC_NODE_ID", "1"),
+            ("DELTA_FABRIC_INCARNATION_GRACE", "30000000"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(o.sync_config.incarnation_grace, 30_000_000);
+    let args = NODE_BASE
+        .iter()
+        .copied()
+        .chain(["--incarnation-grace", "5"]);
+    let o = df_node::cli::parse_args_env(args, &env).unwrap();
+    assert_eq!(o.sync_config.incarnation_grace, 5);
     for bad in ["-1", "x", "1099511627777"] {
         let e = df_node::cli::parse_args_env(
             NODE_BASE,
