@@ -21,7 +21,8 @@ variable                                  meaning
                                           ``MAX_INCARNATIONS``, ``ENCODING``, ``INCLUDE_BUFFERS``,
                                           ``MAX_ORIGINS``, ``RELAY_POLICY`` (``ALL`` or ``NEEDED``),
                                           ``AVERAGE_OVER``, ``MAX_SEQ_JUMP`` (DF-PAR-50),
-                                          ``MAX_INCARNATION_AHEAD`` (microseconds, DF-PAR-175)
+                                          ``MAX_INCARNATION_AHEAD`` (microseconds, DF-PAR-175),
+                                          ``INCARNATION_GRACE`` (microseconds, DF-PAR-178)
 ``DELTA_FABRIC_BOOTSTRAP``                ``auto``, ``1`` (required) or ``0`` (default)
 ``DELTA_FABRIC_LOCAL_RANK``               this process's index among the launcher's local nodes
 ``DELTA_FABRIC_LOCAL_NODES``              how many nodes the launcher started on this machine
