@@ -150,8 +150,12 @@ def test_receive_vector(row: dict[str, Any]) -> None:
         max_origins=cfg.max_origins,  # REQ: DF-PAR-30
     )
     eng.state.max_seq_jump = cfg.max_seq_jump  # REQ: DF-RCV-52
+    eng.state.max_incarnation_ahead = cfg.max_incarnation_ahead  # REQ: DF-RCV-175
+    eng.state.incarnation_grace = cfg.incarnation_grace  # REQ: DF-RCV-178
     if "members" in node:  # REQ: DF-RCV-51
         eng.set_members(int(m, 16) for m in node["members"])
+    if "now_us" in node:  # REQ: DF-RCV-175
+        eng.set_now_us(int(node["now_us"], 16))
     active = _from_bits(node["active_bits"])
     packets = [(base / name).read_bytes() for name in case["packets"]]
     res = eng.receive(packets, active=active)  # REQ: DF-RCV-50

@@ -142,6 +142,8 @@ def test_counters_json() -> None:
         "origin_limit": 0,
         "not_member": 0,
         "seq_jump": 0,
+        "future_incarnation": 0,
+        "live_incarnation": 0,
     }
     d = c.copy()
     d.count_error(ErrorCode.MALFORMED)

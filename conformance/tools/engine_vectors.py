@@ -614,6 +614,7 @@ class RecvCase:
     # how many relay packets the case publishes (the packing vectors of DF-RLY-3/-6 publish several)
     relay_packets: int = 1
     members: list[int] | None = None  # DF-RCV-51 (1.1); None: no membership (every origin)
+    now_us: int | None = None  # DF-RCV-175 (1.1): the receiver's clock; None: no reading
 
 
 def ent(
@@ -1329,7 +1330,18 @@ def _counters_json(eng: Engine) -> dict[str, Any]:
             )
         }
         # DF-PAR-30 (1.1): written only where a vector reaches the origin bound
-        | ({"origin_limit": c["drops"]["origin_limit"]} if c["drops"]["origin_limit"] else {}),
+        | ({"origin_limit": c["drops"]["origin_limit"]} if c["drops"]["origin_limit"] else {})
+        # DF-RCV-175 (1.1): written only where a vector sets a clock
+        | (
+            {"future_incarnation": c["drops"]["future_incarnation"]}
+            if c["drops"]["future_incarnation"]
+            else {}
+        )
+        | (
+            {"live_incarnation": c["drops"]["live_incarnation"]}
+            if c["drops"]["live_incarnation"]
+            else {}
+        ),
     }
 
 
@@ -1343,8 +1355,12 @@ def _write_receive(vectors_dir: Path, case: RecvCase) -> dict[str, Any]:
         max_origins=case.config.max_origins,  # DF-PAR-30 (1.1)
     )
     eng.state.max_seq_jump = case.config.max_seq_jump  # DF-RCV-52 (from_history has no jump bound)
+    eng.state.max_incarnation_ahead = case.config.max_incarnation_ahead  # DF-RCV-175 (nor this one)
+    eng.state.incarnation_grace = case.config.incarnation_grace  # DF-RCV-178
     if case.members is not None:
         eng.set_members(case.members)
+    if case.now_us is not None:
+        eng.set_now_us(case.now_us)  # DF-RCV-175 (1.1)
     active = case.active.copy()
     res = eng.receive(case.packets, active=active)
     res.apply_to(active)
@@ -1404,6 +1420,7 @@ def _write_receive(vectors_dir: Path, case: RecvCase) -> dict[str, Any]:
                 "anchor_bits": f32_bits(case.anchor),
                 "accepted": [[hex16(o), hex16(i), s] for o, i, s in case.history],
                 **({} if case.members is None else {"members": [hex16(m) for m in case.members]}),
+                **({} if case.now_us is None else {"now_us": hex16(case.now_us)}),
             },
             "packets": names,
             "expected": {

@@ -54,6 +54,10 @@ _MAX_REPLAY_WINDOW = 1 << 20
 MAX_MAX_ORIGINS = 1 << 20
 #: Largest accepted ``max_seq_jump`` (DF-PAR-50): 2^32, exact in every JSON parser.
 MAX_SEQ_JUMP = 1 << 32
+#: Largest accepted ``max_incarnation_ahead`` (DF-PAR-175): 2^40 microseconds (about 12.7 days).
+MAX_INCARNATION_AHEAD = 1 << 40
+#: Largest accepted ``incarnation_grace`` (DF-PAR-178): 2^40 microseconds.
+MAX_INCARNATION_GRACE = 1 << 40
 
 
 def _check_int(name: str, value: object, lo: int, hi: int | None = None) -> None:
@@ -81,6 +85,8 @@ class SyncConfig:
     ``max_packet_size`` >= `MIN_MAX_PACKET_SIZE`; ``replay_window`` in [1, 2**20]; ``max_incarnations`` >= 1;
     ``max_origins`` in [1, 2**20] (DF-PAR-30: the origin bound of DF-SEC-2).
     ``max_seq_jump`` in [0, 2**32] (0: no bound, DF-PAR-50, 1.1).
+    ``max_incarnation_ahead`` in [0, 2**40] microseconds (0: no bound, DF-PAR-175, 1.1).
+    ``incarnation_grace`` in [0, 2**40] microseconds (0: off, DF-PAR-178, 1.1).
     ``encoding`` is the send encoding (own and relayed entries; ``Q8`` added in 1.1) and
     ``index_encoding`` the send index encoding (``PACKED`` added in 1.1, DF-PAR-110); ``include_buffers`` selects floating
     buffers into the manifest (DF-MAN-4). ``average_over`` in [1, 2**16] (added in 1.1, DF-GEN-70):
@@ -105,6 +111,12 @@ class SyncConfig:
     max_seq_jump: int = 0
     #: DF-PAR-110 (1.1): the send index encoding (PACKED: section 6.8, OPTIONAL, DF-VER-3).
     index_encoding: IndexEncoding = IndexEncoding.PLAIN
+    #: DF-PAR-175 (1.1): how far (microseconds) a new incarnation may lie ahead of the receiver's
+    #: clock (0: no bound).
+    max_incarnation_ahead: int = 0
+    #: DF-PAR-178 (1.1): how long (microseconds) an incarnation that accepted an entry cannot be
+    #: evicted by a new one (0: off).
+    incarnation_grace: int = 0
 
     def __post_init__(self) -> None:
         alpha = _check_float("alpha", self.alpha)
@@ -124,6 +136,8 @@ class SyncConfig:
         _check_int("max_origins", self.max_origins, 1, MAX_MAX_ORIGINS)
         _check_int("average_over", self.average_over, 1, 1 << 16)
         _check_int("max_seq_jump", self.max_seq_jump, 0, MAX_SEQ_JUMP)
+        _check_int("max_incarnation_ahead", self.max_incarnation_ahead, 0, MAX_INCARNATION_AHEAD)
+        _check_int("incarnation_grace", self.incarnation_grace, 0, MAX_INCARNATION_GRACE)
         encoding = codec(self.encoding).encoding  # ValueError naming the table's encodings
         if not isinstance(self.include_buffers, bool):
             raise TypeError("include_buffers must be a bool")
@@ -173,6 +187,10 @@ class SyncConfig:
             del d[
                 "max_seq_jump"
             ]  # 1.1 parameter, written only when set: a 1.0 reader reads the rest
+        if not self.max_incarnation_ahead:
+            del d["max_incarnation_ahead"]  # 1.1 parameter (DF-PAR-175), written only when set
+        if not self.incarnation_grace:
+            del d["incarnation_grace"]  # 1.1 parameter (DF-PAR-178), written only when set
         return d
 
     @classmethod

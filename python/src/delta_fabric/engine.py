@@ -214,6 +214,8 @@ class Engine:
             max_origins=config.max_origins if max_origins is None else max_origins,
             members=members,
             max_seq_jump=config.max_seq_jump,
+            max_incarnation_ahead=config.max_incarnation_ahead,
+            incarnation_grace=config.incarnation_grace,
         )
         self.counters = Counters()
         self.entries_generated = 0
@@ -258,6 +260,21 @@ class Engine:
         """Replace the membership (DF-RCV-51; ``None``: every origin). Windows of origins that left
         are kept: a member that returns continues where it was, its old entries still duplicates."""
         self.state.members = None if members is None else frozenset(members)
+
+    def set_now_us(self, now_us: int) -> None:
+        """The node's clock for the next receive steps (DF-RCV-175): microseconds since the Unix
+        epoch, read by the node layer (the engine does no I/O). Only ``max_incarnation_ahead``
+        (DF-PAR-175) uses it; until a reading is given, that bound is not applied."""
+        if isinstance(now_us, bool) or not isinstance(now_us, (int, np.integer)):
+            raise TypeError(f"now_us must be an int, got {type(now_us).__name__}")
+        if not 0 <= int(now_us) <= _U64_MAX:
+            raise ValueError(f"now_us must be in [0, 2**64), got {now_us}")
+        self.state.now_us = int(now_us)
+
+    @property
+    def now_us(self) -> int | None:
+        """The clock reading given by `set_now_us` (``None`` before the first)."""
+        return self.state.now_us
 
     def set_signing(self, signing: Signing | None) -> None:
         """Put the node in a signed cluster (spec section 13.1), or take it out (``None``); own entries

@@ -20,7 +20,9 @@ variable                                  meaning
                                           ``MAX_PACKET_SIZE``, ``REPLAY_WINDOW``,
                                           ``MAX_INCARNATIONS``, ``ENCODING``, ``INCLUDE_BUFFERS``,
                                           ``MAX_ORIGINS``, ``RELAY_POLICY`` (``ALL`` or ``NEEDED``),
-                                          ``AVERAGE_OVER``, ``MAX_SEQ_JUMP`` (DF-PAR-50)
+                                          ``AVERAGE_OVER``, ``MAX_SEQ_JUMP`` (DF-PAR-50),
+                                          ``MAX_INCARNATION_AHEAD`` (microseconds, DF-PAR-175),
+                                          ``INCARNATION_GRACE`` (microseconds, DF-PAR-178)
 ``DELTA_FABRIC_BOOTSTRAP``                ``auto``, ``1`` (required) or ``0`` (default)
 ``DELTA_FABRIC_LOCAL_RANK``               this process's index among the launcher's local nodes
 ``DELTA_FABRIC_LOCAL_NODES``              how many nodes the launcher started on this machine
@@ -37,6 +39,11 @@ variable                                  meaning
 ``DELTA_FABRIC_RATE_LIMIT``               packets per second each sender may queue (0: no limit,
                                           default; DF-ZEN-153)
 ``DELTA_FABRIC_RATE_BURST``               packets a sender may queue at once (default: the rate)
+``DELTA_FABRIC_KEYS``                     the keys file of a signed cluster (spec section 13.1):
+                                          ``{"version": 1, "keys": {"<hex16>": "<64 hex>"}}``;
+                                          needs ``SECRET_KEY``
+``DELTA_FABRIC_SECRET_KEY``               a file holding this node's Ed25519 secret seed (64 hex
+                                          digits); needs ``KEYS``
 ========================================  =========================================================
 """
 
@@ -48,13 +55,17 @@ import os
 import secrets
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from delta_fabric.errors import DeltaFabricError
+
+if TYPE_CHECKING:  # the `signing` extra (cryptography)
+    from delta_fabric.signing import Signing
 
 __all__ = [
     "BOOTSTRAP",
     "CONNECT",
+    "KEYS",
     "LISTEN",
     "LIVE_MEMBERS",
     "LOCAL_NODES",
@@ -71,6 +82,7 @@ __all__ = [
     "RATE_BURST",
     "RATE_LIMIT",
     "REPAIR",
+    "SECRET_KEY",
     "ZENOH_CONFIG",
     "EnvError",
     "bootstrap",
@@ -84,6 +96,7 @@ __all__ = [
     "random_node_id",
     "rate_limit",
     "repair",
+    "signing",
     "sync_config_kwargs",
 ]
 
@@ -106,6 +119,8 @@ LIVE_MEMBERS = PREFIX + "LIVE_MEMBERS"
 MEMBER_GRACE = PREFIX + "MEMBER_GRACE"
 RATE_LIMIT = PREFIX + "RATE_LIMIT"
 RATE_BURST = PREFIX + "RATE_BURST"
+KEYS = PREFIX + "KEYS"
+SECRET_KEY = PREFIX + "SECRET_KEY"
 
 _U64_MAX = (1 << 64) - 1
 _TRUE = {"1", "true", "yes", "on"}
@@ -295,6 +310,37 @@ def rate_limit(env: Env | None = None) -> tuple[float | None, float | None]:
             raise EnvError(name, _get(env, name) or "", "must be a number >= 0")
         out.append(value)
     return out[0], out[1]
+
+
+def signing(env: Env | None, node_id: int) -> Signing | None:
+    """The signed-cluster keys (spec section 13.1) from ``DELTA_FABRIC_KEYS`` (the keys file) and
+    ``DELTA_FABRIC_SECRET_KEY`` (the file of this node's 32-byte secret seed, hex); ``None`` when
+    neither is set. `EnvError` names the variable for: one without the other, a missing or
+    unreadable file, a file that is not a keys file, a bad key, or a pinned own key that is not
+    the secret's. Needs the ``signing`` extra (``cryptography``)."""
+    keys_path, secret_path = _get(env, KEYS), _get(env, SECRET_KEY)
+    if keys_path is None and secret_path is None:
+        return None
+    if secret_path is None:
+        raise EnvError(
+            KEYS, keys_path or "", f"needs {SECRET_KEY}: a node of a signed cluster signs"
+        )
+    if keys_path is None:
+        raise EnvError(SECRET_KEY, secret_path, f"needs {KEYS}")
+    try:
+        from delta_fabric.signing import Signing, load_keys, load_secret
+    except ImportError:  # pragma: no cover (the extra is installed in CI)
+        raise EnvError(KEYS, keys_path, "needs the signing extra (cryptography)") from None
+    try:
+        keys = load_keys(keys_path)
+    except ValueError as exc:
+        raise EnvError(KEYS, keys_path, str(exc)) from None
+    try:
+        secret = load_secret(secret_path)
+        return Signing.from_json(keys, secret, node_id=node_id)
+    except ValueError as exc:
+        var = SECRET_KEY if "secret" in str(exc) else KEYS
+        raise EnvError(var, secret_path if var == SECRET_KEY else keys_path, str(exc)) from None
 
 
 def sync_config_kwargs(env: Env | None = None) -> dict[str, Any]:

@@ -273,7 +273,8 @@ class Fabric:
         Node id, endpoints, Zenoh config file and namespace come from `ZenohOptions.from_env`; the
         sync parameters from `SyncConfig.from_env`, with ``config`` (when given) as the program's
         defaults for the variables that are unset; ``DELTA_FABRIC_MEMBERS`` / ``_LIVE_MEMBERS`` /
-        ``_MEMBER_GRACE`` (DF-ZEN-150), ``DELTA_FABRIC_BOOTSTRAP``, ``DELTA_FABRIC_REPAIR`` and
+        ``_MEMBER_GRACE`` (DF-ZEN-150), ``DELTA_FABRIC_KEYS`` / ``_SECRET_KEY`` (a signed
+        cluster, spec section 13.1), ``DELTA_FABRIC_BOOTSTRAP``, ``DELTA_FABRIC_REPAIR`` and
         ``DELTA_FABRIC_METRICS`` / ``_METRICS_INTERVAL`` unless given in ``kw``. The fabric owns the
         transport (closed with it). A bad variable raises `delta_fabric.env.EnvError`; an id already
         live in the namespace `delta_fabric.transports.DuplicateNodeError`. Does not wait for peers
@@ -299,6 +300,10 @@ class Fabric:
         if live:
             kw.setdefault("live_members", live)
         kw.setdefault("member_grace", grace)
+        if "signing" not in kw:  # DELTA_FABRIC_KEYS / _SECRET_KEY (spec section 13.1)
+            signing = _env.signing(env, options.node_id)
+            if signing is not None:
+                kw["signing"] = signing
         if "metrics" not in kw:
             path, interval = _env.metrics(env)
             kw["metrics"] = path
@@ -607,6 +612,8 @@ class Fabric:
             for code, n in screened.items():  # DF-ZEN-154: rejected before the queue
                 self.engine.count_rejected(code, n)
             if packets:
+                # DF-RCV-175: the node's clock, once per step, for the engine's incarnation bound
+                self.engine.set_now_us(time.time_ns() // 1000)
                 res = self.engine.receive(packets, active=self.store.gather)
                 if res.indices.size:
                     self.store.apply(res.indices, res.values)

@@ -34,6 +34,12 @@ class Admission(str, Enum):
     ORIGIN_LIMIT = "origin_limit"  # receiver bound on tracked origins (not fixed by the spec's table; spec DF-SEC-2)
     NOT_MEMBER = "not_member"  # DF-RCV-51 (1.1): origin outside the receiver's membership
     SEQ_JUMP = "seq_jump"  # DF-RCV-52 (1.1): seq too far above a tracked incarnation's highest
+    #: DF-RCV-175 (1.1): an incarnation not tracked yet lies more than ``max_incarnation_ahead`` ahead
+    #: of the receiver's clock ``now_us``
+    FUTURE_INCARNATION = "future_incarnation"
+    #: DF-RCV-178 (1.1): a new incarnation would evict one that accepted an entry less than
+    #: ``incarnation_grace`` ago
+    LIVE_INCARNATION = "live_incarnation"
 
     def __str__(self) -> str:
         return self.value
@@ -46,7 +52,7 @@ class ReplayWindow:
     A seq is accepted when it is above H (the window slides) or inside ``(H - W, H]`` with its bit clear.
     """
 
-    __slots__ = ("_bits", "highest", "width")
+    __slots__ = ("_bits", "highest", "last_us", "width")
 
     def __init__(self, width: int) -> None:
         if width < 1:
@@ -54,6 +60,8 @@ class ReplayWindow:
         self.width = width
         self.highest = 0
         self._bits = 0
+        #: DF-RCV-178: the receiver's ``now_us`` at the last acceptance (``None``: unknown)
+        self.last_us: int | None = None
 
     def check(self, seq: int) -> Admission:
         """The verdict for ``seq`` without changing the window."""
@@ -83,7 +91,7 @@ class ReplayWindow:
     def copy(self) -> ReplayWindow:
         """An independent copy (O(W) bits)."""
         w = ReplayWindow(self.width)
-        w.highest, w._bits = self.highest, self._bits
+        w.highest, w._bits, w.last_us = self.highest, self._bits, self.last_us
         return w
 
     def seen(self) -> list[int]:
@@ -165,11 +173,23 @@ class ReceiverState:
         max_origins: int = DEFAULT_MAX_ORIGINS,
         members: Iterable[int] | None = None,
         max_seq_jump: int = 0,
+        max_incarnation_ahead: int = 0,
+        incarnation_grace: int = 0,
     ) -> None:
         if window < 1 or max_incarnations < 1 or max_origins < 1:
             raise ValueError("window, max_incarnations and max_origins must be >= 1")
         if max_seq_jump < 0:
             raise ValueError("max_seq_jump must be >= 0")
+        if max_incarnation_ahead < 0 or incarnation_grace < 0:
+            raise ValueError("max_incarnation_ahead and incarnation_grace must be >= 0")
+        #: DF-RCV-178: how long (microseconds) an incarnation that accepted an entry is not evicted.
+        self.incarnation_grace = incarnation_grace
+        #: DF-RCV-175: how far (microseconds) a new incarnation may lie ahead of ``now_us`` (0: any).
+        self.max_incarnation_ahead = max_incarnation_ahead
+        #: DF-RCV-175: the receiver's clock (microseconds since the Unix epoch) for this step, given
+        #: by the node layer (`delta_fabric.engine.Engine.set_now_us`); ``None``: no reading yet, and
+        #: the bound is not applied.
+        self.now_us: int | None = None
         #: DF-RCV-52: largest accepted ``seq - H`` of a tracked incarnation with H >= 1 (0: none).
         self.max_seq_jump = max_seq_jump
         #: DF-RCV-51: the node ids accepted as origins (``None``: every origin, as in 1.0).
@@ -187,6 +207,14 @@ class ReceiverState:
         if self.members is not None and origin not in self.members:
             return Admission.NOT_MEMBER, None  # DF-RCV-51: never tracked
         table = self._origins.get(origin)
+        ahead = self.max_incarnation_ahead
+        if (
+            ahead
+            and self.now_us is not None
+            and (table is None or incarnation not in table)
+            and incarnation - self.now_us > ahead
+        ):
+            return Admission.FUTURE_INCARNATION, None  # DF-RCV-175: creates no state
         if table is None:
             if len(self._origins) >= self.max_origins:
                 return Admission.ORIGIN_LIMIT, None
@@ -201,6 +229,11 @@ class ReceiverState:
             return Admission.ACCEPTED, None
         lowest = min(table)
         if incarnation > lowest:
+            last = table[lowest].last_us
+            now = self.now_us
+            if self.incarnation_grace and now is not None and last is not None:
+                if now < last or now - last < self.incarnation_grace:
+                    return Admission.LIVE_INCARNATION, None  # DF-RCV-178: no state change
             return Admission.ACCEPTED, lowest
         return Admission.STALE_INCARNATION, None
 
@@ -219,6 +252,8 @@ class ReceiverState:
             if win is None:
                 win = table[incarnation] = ReplayWindow(self.window)
             win.admit(seq)
+            if self.now_us is not None:
+                win.last_us = self.now_us  # DF-RCV-178
         return verdict
 
     def save(self, origin: int) -> dict[int, ReplayWindow] | None:

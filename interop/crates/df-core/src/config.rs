@@ -28,11 +28,16 @@ pub const MAX_MAX_ORIGINS: usize = 1 << 20;
 pub const MAX_AVERAGE_OVER: u64 = 1 << 16;
 /// Largest accepted `max_seq_jump` (DF-PAR-50): 2^32, exact in every JSON parser.
 pub const MAX_SEQ_JUMP: u64 = 1 << 32;
+/// Largest accepted `max_incarnation_ahead` (DF-PAR-175): 2^40 microseconds (about 12.7 days).
+pub const MAX_INCARNATION_AHEAD: u64 = 1 << 40;
+/// Largest accepted `incarnation_grace` (DF-PAR-178): 2^40 microseconds.
+pub const MAX_INCARNATION_GRACE: u64 = 1 << 40;
 
 /// The JSON keys [`SyncConfig::from_json`] accepts: the spec's parameters (section 3), the origin
 /// bound `max_origins` (DF-PAR-30), `max_seq_jump` (DF-PAR-50), the relay policy (DF-PAR-60) and
-/// `average_over` (DF-PAR-70) and `index_encoding` (DF-PAR-110), all added in 1.1.
-pub const CONFIG_KEYS: [&str; 15] = [
+/// `average_over` (DF-PAR-70), `index_encoding` (DF-PAR-110) and `max_incarnation_ahead`
+/// (DF-PAR-175) and `incarnation_grace` (DF-PAR-178), all added in 1.1.
+pub const CONFIG_KEYS: [&str; 17] = [
     "alpha",
     "ratio",
     "sync_interval",
@@ -48,6 +53,8 @@ pub const CONFIG_KEYS: [&str; 15] = [
     "average_over",
     "max_seq_jump",
     "index_encoding",
+    "max_incarnation_ahead",
+    "incarnation_grace",
 ];
 
 /// Which accepted entries a node relays (DF-PAR-60, spec section 8.6; added in 1.1).
@@ -218,6 +225,12 @@ pub struct SyncConfig {
     /// DF-PAR-110 (1.1): send index encoding of own and relayed entries (`Packed`: section 6.8,
     /// OPTIONAL; set only when every node of the cluster supports it, DF-VER-3).
     pub index_encoding: IndexEncoding,
+    /// DF-PAR-175 (1.1): how far (microseconds) an incarnation not yet tracked may lie ahead of
+    /// the receiver's clock `now_us` (DF-RCV-175), in `0..=`[`MAX_INCARNATION_AHEAD`] (0: no bound).
+    pub max_incarnation_ahead: u64,
+    /// DF-PAR-178 (1.1): how long (microseconds) an incarnation that accepted an entry cannot be
+    /// evicted by a new one (DF-RCV-178), in `0..=`[`MAX_INCARNATION_GRACE`] (0: off).
+    pub incarnation_grace: u64,
 }
 
 impl Default for SyncConfig {
@@ -239,6 +252,8 @@ impl Default for SyncConfig {
             average_over: 1,
             max_seq_jump: 0,
             index_encoding: IndexEncoding::Plain,
+            max_incarnation_ahead: 0,
+            incarnation_grace: 0,
         }
     }
 }
@@ -276,6 +291,8 @@ impl SyncConfig {
             average_over: 1,
             max_seq_jump: 0,
             index_encoding: IndexEncoding::Plain,
+            max_incarnation_ahead: 0,
+            incarnation_grace: 0,
         }
         .validated()
     }
@@ -335,6 +352,18 @@ impl SyncConfig {
             MAX_AVERAGE_OVER,
         )?;
         check_range("max_seq_jump", self.max_seq_jump, 0, MAX_SEQ_JUMP)?;
+        check_range(
+            "max_incarnation_ahead",
+            self.max_incarnation_ahead,
+            0,
+            MAX_INCARNATION_AHEAD,
+        )?;
+        check_range(
+            "incarnation_grace",
+            self.incarnation_grace,
+            0,
+            MAX_INCARNATION_GRACE,
+        )?;
         Ok(())
     }
 
@@ -389,6 +418,13 @@ impl SyncConfig {
         }
         if let Some(x) = obj.get("max_seq_jump") {
             c.max_seq_jump = json_int("max_seq_jump", x, 0, MAX_SEQ_JUMP)?;
+        }
+        if let Some(x) = obj.get("max_incarnation_ahead") {
+            c.max_incarnation_ahead =
+                json_int("max_incarnation_ahead", x, 0, MAX_INCARNATION_AHEAD)?;
+        }
+        if let Some(x) = obj.get("incarnation_grace") {
+            c.incarnation_grace = json_int("incarnation_grace", x, 0, MAX_INCARNATION_GRACE)?;
         }
         if let Some(x) = obj.get("max_origins") {
             c.max_origins = json_int("max_origins", x, 1, MAX_MAX_ORIGINS as u64)? as usize;
@@ -446,6 +482,15 @@ impl SyncConfig {
         m.insert("relay_policy".into(), json!(self.relay_policy.name()));
         if self.max_seq_jump != 0 {
             m.insert("max_seq_jump".into(), json!(self.max_seq_jump));
+        }
+        if self.max_incarnation_ahead != 0 {
+            m.insert(
+                "max_incarnation_ahead".into(),
+                json!(self.max_incarnation_ahead),
+            );
+        }
+        if self.incarnation_grace != 0 {
+            m.insert("incarnation_grace".into(), json!(self.incarnation_grace));
         }
         if self.index_encoding != IndexEncoding::Plain {
             m.insert("index_encoding".into(), json!(self.index_encoding.name()));

@@ -267,6 +267,8 @@ impl Engine {
             config.max_origins,
         );
         state.set_max_seq_jump(config.max_seq_jump);
+        state.set_max_incarnation_ahead(config.max_incarnation_ahead);
+        state.set_incarnation_grace(config.incarnation_grace);
         Ok(Engine {
             manifest,
             config,
@@ -290,6 +292,18 @@ impl Engine {
             correction_values: Vec::new(),
             signing: None,
         })
+    }
+
+    /// The node's clock for the next receive steps (DF-RCV-175, 1.1): microseconds since the Unix
+    /// epoch, read by the node layer (the engine does no I/O). Only `max_incarnation_ahead`
+    /// (DF-PAR-175) uses it; until a reading is given, that bound is not applied.
+    pub fn set_now_us(&mut self, now_us: u64) {
+        self.state.set_now_us(now_us);
+    }
+
+    /// The clock reading given by [`Engine::set_now_us`], if any.
+    pub fn now_us(&self) -> Option<u64> {
+        self.state.now_us()
     }
 
     /// Puts the node in a signed cluster (spec section 13.1; `None`: not signed): it signs its own

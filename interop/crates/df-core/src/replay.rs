@@ -21,11 +21,17 @@ pub enum Admission {
     NotMember,
     /// DF-RCV-52 (1.1): seq more than `max_seq_jump` above a tracked incarnation's highest seq.
     SeqJump,
+    /// DF-RCV-175 (1.1): an incarnation not yet tracked lies more than `max_incarnation_ahead`
+    /// ahead of the receiver's clock `now_us`.
+    FutureIncarnation,
+    /// DF-RCV-178 (1.1): a new incarnation would evict one that accepted an entry less than
+    /// `incarnation_grace` ago.
+    LiveIncarnation,
 }
 
 impl Admission {
     /// Drop reasons in counter order.
-    pub const DROPS: [Admission; 7] = [
+    pub const DROPS: [Admission; 9] = [
         Admission::OwnOrigin,
         Admission::Duplicate,
         Admission::TooOld,
@@ -33,6 +39,8 @@ impl Admission {
         Admission::OriginLimit,
         Admission::NotMember,
         Admission::SeqJump,
+        Admission::FutureIncarnation,
+        Admission::LiveIncarnation,
     ];
     /// Counter name, e.g. `"own_origin"`.
     pub fn as_str(self) -> &'static str {
@@ -45,6 +53,8 @@ impl Admission {
             Admission::OriginLimit => "origin_limit",
             Admission::NotMember => "not_member",
             Admission::SeqJump => "seq_jump",
+            Admission::FutureIncarnation => "future_incarnation",
+            Admission::LiveIncarnation => "live_incarnation",
         }
     }
 }
@@ -56,6 +66,8 @@ pub struct ReplayWindow {
     width: u64,
     highest: u64,
     bits: Vec<u64>,
+    /// DF-RCV-178: the receiver's `now_us` at the last acceptance (`None`: unknown).
+    last_us: Option<u64>,
 }
 
 impl ReplayWindow {
@@ -66,6 +78,7 @@ impl ReplayWindow {
             width,
             highest: 0,
             bits: vec![0; width.div_ceil(64) as usize],
+            last_us: None,
         }
     }
     /// H (0 before the first seq).
@@ -138,6 +151,9 @@ pub struct ReceiverState {
     max_origins: usize,
     members: Option<HashSet<u64>>,
     max_seq_jump: u64,
+    max_incarnation_ahead: u64,
+    incarnation_grace: u64,
+    now_us: Option<u64>,
     origins: HashMap<u64, Vec<(u64, ReplayWindow)>>,
 }
 
@@ -154,6 +170,9 @@ impl ReceiverState {
             max_origins: max_origins.max(1),
             members: None,
             max_seq_jump: 0,
+            max_incarnation_ahead: 0,
+            incarnation_grace: 0,
+            now_us: None,
             origins: HashMap::new(),
         }
     }
@@ -162,6 +181,29 @@ impl ReceiverState {
     /// (0: no bound, as in 1.0).
     pub fn set_max_seq_jump(&mut self, jump: u64) {
         self.max_seq_jump = jump;
+    }
+
+    /// DF-RCV-175 (1.1): how far (microseconds) an incarnation not yet tracked may lie ahead of
+    /// the clock given by [`ReceiverState::set_now_us`] (0: no bound).
+    pub fn set_max_incarnation_ahead(&mut self, ahead: u64) {
+        self.max_incarnation_ahead = ahead;
+    }
+
+    /// DF-RCV-178 (1.1): how long (microseconds) an incarnation that accepted an entry cannot be
+    /// evicted by a new one (0: off).
+    pub fn set_incarnation_grace(&mut self, grace: u64) {
+        self.incarnation_grace = grace;
+    }
+
+    /// DF-RCV-175 (1.1): the receiver's clock (microseconds since the Unix epoch) for the next
+    /// entries, given by the node layer. Until a reading is given the bound is not applied.
+    pub fn set_now_us(&mut self, now_us: u64) {
+        self.now_us = Some(now_us);
+    }
+
+    /// The clock reading given by [`ReceiverState::set_now_us`], if any.
+    pub fn now_us(&self) -> Option<u64> {
+        self.now_us
     }
 
     /// DF-RCV-51 (1.1): the node ids accepted as origins (`None`: every origin, as in 1.0). Windows
@@ -182,7 +224,16 @@ impl ReceiverState {
         if self.members.as_ref().is_some_and(|m| !m.contains(&origin)) {
             return (Admission::NotMember, None);
         }
-        let Some(table) = self.origins.get(&origin) else {
+        let table = self.origins.get(&origin);
+        if self.max_incarnation_ahead > 0
+            && self
+                .now_us
+                .is_some_and(|now| inc > now && inc - now > self.max_incarnation_ahead)
+            && !table.is_some_and(|t| t.iter().any(|(i, _)| *i == inc))
+        {
+            return (Admission::FutureIncarnation, None); // DF-RCV-175: creates no state
+        }
+        let Some(table) = table else {
             if self.origins.len() >= self.max_origins {
                 return (Admission::OriginLimit, None);
             }
@@ -198,9 +249,20 @@ impl ReceiverState {
         if table.len() < self.max_incarnations {
             return (Admission::Accepted, None);
         }
-        let lowest = table.iter().map(|(i, _)| *i).min().unwrap_or(0);
-        if inc > lowest {
-            (Admission::Accepted, Some(lowest))
+        let Some((lowest, w)) = table.iter().min_by_key(|(i, _)| *i) else {
+            return (Admission::Accepted, None);
+        };
+        if inc > *lowest {
+            let live = match (self.now_us, w.last_us) {
+                (Some(now), Some(last)) if self.incarnation_grace > 0 => {
+                    now < last || now - last < self.incarnation_grace
+                }
+                _ => false,
+            };
+            if live {
+                return (Admission::LiveIncarnation, None); // DF-RCV-178: no state change
+            }
+            (Admission::Accepted, Some(*lowest))
         } else {
             (Admission::StaleIncarnation, None)
         }
@@ -228,6 +290,9 @@ impl ReceiverState {
                 }
             };
             table[pos].1.admit(seq);
+            if self.now_us.is_some() {
+                table[pos].1.last_us = self.now_us; // DF-RCV-178
+            }
         }
         v
     }

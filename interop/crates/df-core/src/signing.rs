@@ -82,6 +82,7 @@ pub fn public_key_of(secret: &[u8; KEY_SIZE]) -> [u8; KEY_SIZE] {
 
 /// A node's part in a signed cluster: the pinned public key of every node id (DF-SEC-145; the
 /// node's own included, derived from the secret when absent) and, to generate, its secret seed.
+#[derive(Clone)]
 pub struct Signing {
     keys: HashMap<u64, VerifyingKey>,
     secret: Option<SigningKey>,

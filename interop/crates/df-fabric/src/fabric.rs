@@ -151,6 +151,15 @@ pub fn default_incarnation() -> u64 {
     u64::try_from(us).unwrap_or(u64::MAX).max(1)
 }
 
+/// The node's clock for the engine (DF-RCV-175): microseconds since the Unix epoch.
+pub fn now_us() -> u64 {
+    let us = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros())
+        .unwrap_or(0);
+    u64::try_from(us).unwrap_or(u64::MAX)
+}
+
 /// Send counters of a fabric (Python `Fabric.stats()` keys).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SendCounters {
@@ -514,6 +523,8 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
                     .gather_indices(idx)
                     .unwrap_or_else(|_| vec![f32::NAN; idx.len()])
             };
+            // DF-RCV-175: the node's clock, once per step, for the engine's incarnation bound
+            e.set_now_us(now_us());
             let res = e.receive_with(&refs, Some(&view));
             self.track_accepted(&res);
             if let Some(g) = self.gaps.as_mut() {

@@ -174,6 +174,24 @@ pub struct Args {
     /// 0: no bound) [env: DELTA_FABRIC_MAX_SEQ_JUMP].
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=4_294_967_296))]
     pub max_seq_jump: u64,
+    /// Microseconds an incarnation not yet tracked may lie ahead of this node's clock (DF-PAR-175;
+    /// 0: no bound; only when every node uses time-derived incarnations, DF-RCV-176)
+    /// [env: DELTA_FABRIC_MAX_INCARNATION_AHEAD].
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_099_511_627_776))]
+    pub max_incarnation_ahead: u64,
+    /// Microseconds an incarnation that accepted an entry cannot be evicted by a new one
+    /// (DF-PAR-178; 0: off) [env: DELTA_FABRIC_INCARNATION_GRACE].
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_099_511_627_776))]
+    pub incarnation_grace: u64,
+    /// Keys file of a signed cluster (spec section 13.1, DF-SEC-145): JSON
+    /// `{"version": 1, "keys": {"<node id, hex16>": "<Ed25519 public key, 64 hex>"}}`; needs
+    /// --secret-key [env: DELTA_FABRIC_KEYS].
+    #[arg(long, value_name = "FILE")]
+    pub keys: Option<PathBuf>,
+    /// File holding this node's Ed25519 secret seed, 64 hex digits (signed cluster; needs --keys)
+    /// [env: DELTA_FABRIC_SECRET_KEY].
+    #[arg(long, value_name = "FILE")]
+    pub secret_key: Option<PathBuf>,
     /// Packets per second each sender may queue (DF-ZEN-153; 0: no limit)
     /// [env: DELTA_FABRIC_RATE_LIMIT].
     #[arg(long, default_value_t = 0.0, value_parser = non_negative)]
@@ -230,6 +248,12 @@ command line wins, then the variable, then the default; an empty variable counts
                              the sync parameter of the same name
   DELTA_FABRIC_REPAIR        --repair (1/0)
   DELTA_FABRIC_MAX_SEQ_JUMP  --max-seq-jump
+  DELTA_FABRIC_MAX_INCARNATION_AHEAD
+                             --max-incarnation-ahead
+  DELTA_FABRIC_INCARNATION_GRACE
+                             --incarnation-grace
+  DELTA_FABRIC_KEYS          --keys, the keys file of a signed cluster
+  DELTA_FABRIC_SECRET_KEY    --secret-key, the file of this node's secret seed
   DELTA_FABRIC_MEMBERS       --members, comma list of node ids (decimal or 0x hex)
   DELTA_FABRIC_LIVE_MEMBERS  --live-members (1/0)
   DELTA_FABRIC_MEMBER_GRACE  --member-grace
@@ -466,6 +490,8 @@ impl Args {
         o.live_members = self.live_members;
         o.member_grace = self.member_grace;
         o.sync_config.max_seq_jump = self.max_seq_jump;
+        o.sync_config.max_incarnation_ahead = self.max_incarnation_ahead;
+        o.sync_config.incarnation_grace = self.incarnation_grace;
         o.rate_limit = self.rate_limit;
         o.rate_burst = self.rate_burst;
         o.peer_deadline = self.peer_deadline;
@@ -513,6 +539,45 @@ impl Args {
         {
             o.sync_config.max_seq_jump = v;
         }
+        if !given(m, "max_incarnation_ahead")
+            && let Some(v) = env.uint("MAX_INCARNATION_AHEAD", 0, 1_099_511_627_776)?
+        {
+            o.sync_config.max_incarnation_ahead = v;
+        }
+        if !given(m, "incarnation_grace")
+            && let Some(v) = env.uint("INCARNATION_GRACE", 0, 1_099_511_627_776)?
+        {
+            o.sync_config.incarnation_grace = v;
+        }
+        // signed entries (spec section 13.1): the keys file and this node's secret seed
+        let keys = self
+            .keys
+            .clone()
+            .map(|p| ("--keys".to_string(), p))
+            .or_else(|| env.get("KEYS").map(|(n, v)| (n, PathBuf::from(v))));
+        let secret = self
+            .secret_key
+            .clone()
+            .map(|p| ("--secret-key".to_string(), p))
+            .or_else(|| env.get("SECRET_KEY").map(|(n, v)| (n, PathBuf::from(v))));
+        o.signing = match (keys, secret) {
+            (None, None) => None,
+            (Some((k, _)), None) => {
+                return Err(NodeError::Usage(format!(
+                    "{k} needs --secret-key (or DELTA_FABRIC_SECRET_KEY): a node of a signed \
+                     cluster signs its entries"
+                )));
+            }
+            (None, Some((s, _))) => {
+                return Err(NodeError::Usage(format!(
+                    "{s} needs --keys (or DELTA_FABRIC_KEYS)"
+                )));
+            }
+            (Some((k, kp)), Some((_, sp))) => Some(
+                df_core::signing::Signing::load(&kp, Some(&sp), Some(node_id))
+                    .map_err(|e| NodeError::Usage(format!("{k}: {e}")))?,
+            ),
+        };
         for (field, id) in [("RATE_LIMIT", "rate_limit"), ("RATE_BURST", "rate_burst")] {
             if !given(m, id)
                 && let Some(v) = env.float(field)?

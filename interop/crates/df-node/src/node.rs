@@ -119,6 +119,9 @@ pub struct NodeOptions {
     pub rate_burst: f64,
     /// DF-ZEN-156: a live peer without progress for this long no longer holds pacing back.
     pub peer_deadline: Duration,
+    /// Signed entries (spec section 13.1): the pinned keys and this node's secret seed
+    /// (`--keys`, `--secret-key`); `None`: not a signed cluster.
+    pub signing: Option<df_core::signing::Signing>,
 }
 
 impl NodeOptions {
@@ -164,6 +167,7 @@ impl NodeOptions {
             rate_limit: 0.0,
             rate_burst: 0.0,
             peer_deadline: df_fabric::fabric::DEFAULT_PEER_DEADLINE,
+            signing: None,
         }
     }
 
@@ -545,6 +549,7 @@ pub fn run_node(
                 ..FabricOptions::default()
             };
             let f = Fabric::with_options(store, t, opts.sync_config.clone(), options)?;
+            f.set_signing(opts.signing.clone())?; // DF-SEC-140, DF-SEC-142
             if let Some(from) = f.joined_from() {
                 let anchor = f.engine()?.anchor().to_vec();
                 channel.emit(json!({

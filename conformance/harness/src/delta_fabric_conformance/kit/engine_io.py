@@ -180,6 +180,11 @@ def run_receive(
             max_origins=cfg.max_origins,  # DF-PAR-30 (1.1)
         )
     eng.state.max_seq_jump = cfg.max_seq_jump  # DF-RCV-52 (1.1)
+    eng.state.max_incarnation_ahead = cfg.max_incarnation_ahead  # DF-RCV-175 (1.1)
+    eng.state.incarnation_grace = cfg.incarnation_grace  # DF-RCV-178 (1.1)
+    now_us = node.get("now_us")
+    if now_us is not None:  # DF-RCV-175 (1.1): the receiver's clock, hex16
+        eng.set_now_us(_hex_or_int(now_us))
     members = node.get("members")
     if members is not None:  # DF-RCV-51 (1.1)
         eng.set_members(_hex_or_int(m) for m in members)

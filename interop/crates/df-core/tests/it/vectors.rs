@@ -307,6 +307,10 @@ fn run_receive(dir: &Path, rel: &str) -> Result<(), String> {
             .collect::<Result<std::collections::HashSet<u64>, _>>()?;
         e.receiver_state_mut().set_members(Some(set));
     }
+    if let Some(now) = node.get("now_us") {
+        // REQ: DF-RCV-175 (the receiver's clock, after the history)
+        e.set_now_us(hex_u64(now)?);
+    }
     let mut bufs = Vec::new();
     for p in s(&j, "packets")?.as_array().ok_or("packets")? {
         let name = p.as_str().ok_or("packet name")?;

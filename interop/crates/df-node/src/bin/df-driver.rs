@@ -400,6 +400,10 @@ fn receive(req: &Value) -> Answer {
             .collect::<Result<std::collections::HashSet<u64>, _>>()?;
         eng.receiver_state_mut().set_members(Some(set));
     }
+    if let Some(now) = node.get("now_us") {
+        // DF-RCV-175 (1.1): the receiver's clock, after the history (which it does not judge)
+        eng.set_now_us(id_of(now, "now_us")?);
+    }
     let packets: Vec<Vec<u8>> = get(req, "packets")?
         .as_array()
         .ok_or_else(|| err("packets: not a list"))?

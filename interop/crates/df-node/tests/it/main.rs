@@ -1581,3 +1581,139 @@ fn membership_seq_jump_and_rate_options() {
         assert!(e.to_string().contains("DELTA_FABRIC_MEMBERS"), "{e}");
     }
 }
+
+#[test]
+fn incarnation_bound_and_keys_options() {
+    // REQ: DF-PAR-175, DF-PAR-178, DF-SEC-145
+    let env = env_of(&[
+        ("DELTA_FABRIC_NODE_ID", "1"),
+        ("DELTA_FABRIC_MAX_INCARNATION_AHEAD", "60000000"),
+    ]);
+    let o = df_node::cli::parse_args_env(NODE_BASE, &env).unwrap();
+    assert_eq!(o.sync_config.max_incarnation_ahead, 60_000_000);
+    assert!(o.signing.is_none());
+    let args = NODE_BASE
+        .iter()
+        .copied()
+        .chain(["--max-incarnation-ahead", "7"]);
+    let o = df_node::cli::parse_args_env(args, &env).unwrap();
+    assert_eq!(o.sync_config.max_incarnation_ahead, 7);
+    let o = df_node::cli::parse_args_env(
+        NODE_BASE,
+        &env_of(&[
+            ("DELTA_FABRIC_NODE_ID", "1"),
+            ("DELTA_FABRIC_INCARNATION_GRACE", "30000000"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(o.sync_config.incarnation_grace, 30_000_000);
+    let args = NODE_BASE
+        .iter()
+        .copied()
+        .chain(["--incarnation-grace", "5"]);
+    let o = df_node::cli::parse_args_env(args, &env).unwrap();
+    assert_eq!(o.sync_config.incarnation_grace, 5);
+    for bad in ["-1", "x", "1099511627777"] {
+        let e = df_node::cli::parse_args_env(
+            NODE_BASE,
+            &env_of(&[
+                ("DELTA_FABRIC_NODE_ID", "1"),
+                ("DELTA_FABRIC_MAX_INCARNATION_AHEAD", bad),
+            ]),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("MAX_INCARNATION_AHEAD"), "{e}");
+    }
+
+    // keys file and secret seed (spec section 13.1)
+    let dir = std::env::temp_dir().join(format!("df-node-keys-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let secret = [7u8; 32];
+    let public = df_core::signing::public_key_of(&secret);
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let keys = dir.join("keys.json");
+    std::fs::write(
+        &keys,
+        format!(
+            "{{\"version\": 1, \"keys\": {{\"0000000000000001\": \"{}\"}}}}",
+            hex(&public)
+        ),
+    )
+    .unwrap();
+    let sec = dir.join("secret.hex");
+    std::fs::write(&sec, format!("{}\n", hex(&secret))).unwrap();
+    let bad_json = dir.join("bad.json");
+    std::fs::write(&bad_json, "{").unwrap();
+    let short = dir.join("short.hex");
+    std::fs::write(&short, "abcd").unwrap();
+    let (k, s) = (keys.to_str().unwrap(), sec.to_str().unwrap());
+    let ok = NODE_BASE
+        .iter()
+        .copied()
+        .chain(["--node-id", "1", "--keys", k, "--secret-key", s]);
+    let o = df_node::cli::parse_args_env(ok, &env_of(&[])).unwrap();
+    assert!(o.signing.as_ref().is_some_and(|x| x.can_sign()));
+    // the variables do the same
+    let o = df_node::cli::parse_args_env(
+        NODE_BASE,
+        &env_of(&[
+            ("DELTA_FABRIC_NODE_ID", "1"),
+            ("DELTA_FABRIC_KEYS", k),
+            ("DELTA_FABRIC_SECRET_KEY", s),
+        ]),
+    )
+    .unwrap();
+    assert!(o.signing.is_some());
+    let missing = dir.join("none.json");
+    let cases: [(&[&str], &str); 5] = [
+        (&["--keys", k], "needs --secret-key"),
+        (&["--secret-key", s], "needs --keys"),
+        (
+            &["--keys", missing.to_str().unwrap(), "--secret-key", s],
+            "keys file",
+        ),
+        (
+            &["--keys", bad_json.to_str().unwrap(), "--secret-key", s],
+            "keys file",
+        ),
+        (
+            &["--keys", k, "--secret-key", short.to_str().unwrap()],
+            "secret key",
+        ),
+    ];
+    for (extra, what) in cases {
+        let args = NODE_BASE
+            .iter()
+            .copied()
+            .chain(["--node-id", "1"])
+            .chain(extra.iter().copied());
+        let e = df_node::cli::parse_args_env(args, &env_of(&[])).unwrap_err();
+        assert!(matches!(e, NodeError::Usage(_)), "{e}");
+        assert!(e.to_string().contains(what), "{what}: {e}");
+    }
+    // another secret than the one whose key the file pins for this node
+    let other = dir.join("other.hex");
+    std::fs::write(&other, hex(&[9u8; 32])).unwrap();
+    let e = df_node::cli::parse_args_env(
+        NODE_BASE
+            .iter()
+            .copied()
+            .chain(["--node-id", "1", "--keys", k, "--secret-key"])
+            .chain([other.to_str().unwrap()]),
+        &env_of(&[]),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("not the secret's"), "{e}");
+    // the binary: one line on stderr, exit 2, before any data is read
+    let out = Command::new(env!("CARGO_BIN_EXE_df-node"))
+        .args(["--node-id", "1", "--data", "/nonexistent", "--steps", "1"])
+        .args(["--keys", bad_json.to_str().unwrap(), "--secret-key", s])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--keys: keys file"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
