@@ -124,7 +124,13 @@ def main(argv: list[str]) -> int:
     if c["signed"]:
         keys = {int(m): public_key_of(signing_seed(int(m))) for m in c["all_members"]}
         signing = Signing(keys, signing_seed(nid), node_id=nid)
-    cfg = SyncConfig(ratio=float(c["ratio"]), sync_interval=1, max_seq_jump=int(c["max_seq_jump"]))
+    cfg = SyncConfig(
+        ratio=float(c["ratio"]),
+        sync_interval=1,
+        max_seq_jump=int(c["max_seq_jump"]),
+        max_incarnation_ahead=int(c.get("max_incarnation_ahead", 0)),
+        incarnation_grace=int(c.get("incarnation_grace", 0)),
+    )
     # the first nodes start together: nothing is published before all listen; a joiner sees every
     # source (members and a stranger) before it chooses among them
     transport.wait_for_peers(len(c["peers"]), 60.0, expected=list(c["peers"]))

@@ -17,8 +17,10 @@ packets from a stranger, bounded), ``packet248`` (the 248-byte packet: two finit
 index, every round, to a cluster with no member list and no signatures, so the check that stops it
 is the aggregate check DF-RCV-50), ``forged`` (forged seq 2^64-1, forged incarnations and a
 4,096-origin packet, on the victim's own key and a stranger's), ``forged_unsigned`` (the same
-against the member list and DF-PAR-50's seq bound alone, no signatures: it shows the open gap of an
-incarnation bound for unsigned clusters, and fails).
+without signatures, against the member list, DF-PAR-50's seq bound and the 1.1 incarnation bounds,
+DF-RCV-175's clock bound and DF-RCV-178's grace for a live incarnation; it still fails: a writer on a
+member's key gets entries under fresh incarnations just above the real one applied while the origin's
+incarnation table has free slots, which only signatures or a Zenoh ACL stop).
 
 Per fault: final accuracy against the clean run (points), the peak memory of every node process
 (``VmHWM``, sampled while it runs and read by the node at its end), the node counters, the longest
@@ -665,11 +667,11 @@ def f_packet248(cl: Cluster) -> dict[str, Any]:
     return {"packet_bytes": size, "packets_sent": att.puts}
 
 
-def f_forged(cl: Cluster, signed: bool = True) -> dict[str, Any]:
+def f_forged(cl: Cluster, signed: bool = True, **over: Any) -> dict[str, Any]:
     p = cl.p
     for i, nid in enumerate(MEMBERS):
         connect = [cl.endpoint(to) for to in MEMBERS[:i]]
-        cl.start(nid, connect=connect, signed=signed)
+        cl.start(nid, connect=connect, signed=signed, **over)
     fp = fingerprint(p.hidden)
     victim = MEMBERS[1]
     origins = packet(fp, *[(0x7000_0000 + i, 1, 1, [3], [1e-30]) for i in range(4096)])
@@ -704,9 +706,18 @@ def f_forged(cl: Cluster, signed: bool = True) -> dict[str, Any]:
     }
 
 
+#: DF-PAR-175 and DF-PAR-178 of the unsigned cluster: incarnations more than 60 s ahead of the
+#: receiver's clock are refused, and a member's incarnation that accepted an entry in the last 10 s
+#: is not evicted by a new one
+UNSIGNED_BOUNDS = {"max_incarnation_ahead": 60_000_000, "incarnation_grace": 10_000_000}
+
+
 def f_forged_unsigned(cl: Cluster) -> dict[str, Any]:
-    """The same forgeries against a member list and DF-PAR-50's seq bound, without signatures."""
-    return f_forged(cl, signed=False)
+    """The same forgeries against a member list, DF-PAR-50's seq bound and the incarnation bounds
+    (DF-RCV-175, DF-RCV-178), without signatures."""
+    out = f_forged(cl, signed=False, **UNSIGNED_BOUNDS)
+    out.update(UNSIGNED_BOUNDS)
+    return out
 
 
 FAULT_FNS: dict[str, Fault] = {
