@@ -17,7 +17,7 @@ Three parts (issue 11), each written as a table (Markdown on stdout, rows as JSO
            and working weights), runs >= 0.95, lowest accuracy after step 300.
 
 Protocol options pass through: ``--sync KEY=JSON`` sets any `delta_fabric.config.SyncConfig` field
-(an encoding, a relay policy), ``--encoding F16``, ``--frame-overhead BYTES`` the transport framing
+(an encoding, a relay policy), ``--encoding F16``, ``--index-encoding PLAIN``, ``--frame-overhead BYTES`` the transport framing
 counted per packet and link, ``--summed`` runs protocol 1.0's summing semantics (``average_over``
 1) instead of the averaging default. Every figure is an accuracy over seeds or a ratio measured in
 the same run; the simulator does not depend on machine load.
@@ -71,6 +71,7 @@ def _parse_sync(items: Iterable[str]) -> tuple[tuple[str, Any], ...]:
 def _base(args: argparse.Namespace) -> dict[str, Any]:
     extra = dict(_parse_sync(args.sync))
     extra.setdefault("relay_policy", args.relay_policy)
+    extra.setdefault("index_encoding", args.index_encoding)
     return {
         "steps": args.steps,
         "encoding": args.encoding,
@@ -264,9 +265,9 @@ def cmd_ci(args: argparse.Namespace, sink: Any) -> int:
     ]
     if demo and _is_default(args):
         r = demo[0]
-        # >= 0.95 on the shared model at a wire floor of 90x (95.1x measured with the F32 defaults;
-        # issue 11's 100x is met by F16 only, which collapses at 10 % every 80 steps)
-        met = r["shared_final_min"] >= 0.95 and r["wire_compression"] >= 90.0
+        # >= 0.95 on the shared model at a wire floor of 145x (150.0x measured with the defaults,
+        # F32 values and PACKED indices; issue 11's bar is 100x)
+        met = r["shared_final_min"] >= 0.95 and r["wire_compression"] >= 145.0
         print(
             f"demo defaults, 3 nodes, seed 0: shared model {r['shared_final_min']:.3f} at "
             f"{r['wire_compression']:.1f}x on the wire: {'bar met' if met else 'BAR NOT MET'}"
@@ -329,6 +330,7 @@ def _is_default(args: argparse.Namespace) -> bool:
     return bool(
         args.encoding == DEFAULTS["encoding"]
         and args.relay_policy == DEFAULTS["relay_policy"]
+        and args.index_encoding == DEFAULTS["index_encoding"]
         and args.topology == DEFAULTS["topology"]
         and not args.summed
         and not args.sync
@@ -371,6 +373,13 @@ def main(argv: list[str] | None = None) -> int:
         "--encoding",
         default=DEFAULTS["encoding"],
         help="value encoding (F32, F16, BF16, Q8)",
+    )
+    p.add_argument(
+        "--index-encoding",
+        type=str.upper,
+        choices=("PLAIN", "PACKED"),
+        default=DEFAULTS["index_encoding"],
+        help="index encoding (PACKED: delta varints or a bitmap, section 6.8; lossless)",
     )
     p.add_argument(
         "--relay-policy",
