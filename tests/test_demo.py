@@ -108,9 +108,10 @@ def test_demo_smoke_json(tmp_path: Path) -> None:
     cfg = summary["config"]
     assert cfg["lockstep"] is True and cfg["average_over"] == 2  # the defaults of a 2-node mesh
     # issue 11's demo defaults: a full mesh relays nothing under NEEDED (its links are symmetric)
-    assert (cfg["relay_policy"], cfg["encoding"]) == (
+    assert (cfg["relay_policy"], cfg["encoding"], cfg["index_encoding"]) == (
         DEMO_DEFAULTS["relay_policy"],
         DEMO_DEFAULTS["encoding"],
+        DEMO_DEFAULTS["index_encoding"],
     )
     assert cfg["relay_policy"] == "NEEDED"
     assert (cfg["ratio"], cfg["sync_interval"]) == (

@@ -48,6 +48,17 @@ BAD = {
         ["--frameworks", "torch,torch,burn", "--burn-bin", "{old_bin}", "--encoding", "F16"],
         "--encoding",
     ),
+    "index-encoding PACKED, native node lacks it": (
+        [
+            "--frameworks",
+            "torch,torch,burn",
+            "--burn-bin",
+            "{old_bin}",
+            "--index-encoding",
+            "PACKED",
+        ],
+        "--index-encoding",
+    ),
 }
 
 
@@ -76,6 +87,35 @@ def test_bad_option_is_one_line_and_exit_2(case: str, tmp_path: Path) -> None:
     assert lines[0].startswith("demo: ") and names in lines[0]
     assert r.stdout == ""
     assert not (tmp_path / "out").exists()  # checked before anything was written
+
+
+def test_native_node_without_a_1_1_option_falls_back_to_1_0_values(tmp_path: Path) -> None:
+    """The demo's defaults (relay NEEDED, PACKED indices) go to every node that knows them; with a
+    df-node build that lacks an option the whole run uses protocol 1.0's value, and an option given
+    explicitly keeps its value (an unsupported one is refused: the cases above)."""
+    import argparse
+
+    from delta_fabric_demo.lockstep import DEMO_DEFAULTS
+    from delta_fabric_demo.runner import _native_option, add_arguments
+
+    old_bin = tmp_path / "df-node-old"
+    old_bin.write_text("#!/bin/sh\necho 'usage: df-node --ratio R --average-over C'\n")
+    old_bin.chmod(0o755)
+    new_bin = tmp_path / "df-node-new"
+    new_bin.write_text("#!/bin/sh\necho 'usage: df-node --index-encoding E --relay-policy P'\n")
+    new_bin.chmod(0o755)
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    args = p.parse_args([])
+    assert args.index_encoding is None  # resolved per run, against its nodes
+    for name, v10 in (("index-encoding", "PLAIN"), ("relay-policy", "ALL")):
+        default = DEMO_DEFAULTS[name.replace("-", "_")]
+        assert default != v10
+        assert _native_option(args, {}, name, default, v10) == default  # PyTorch only
+        assert _native_option(args, {"burn": str(new_bin)}, name, default, v10) == default
+        assert _native_option(args, {"burn": str(old_bin)}, name, default, v10) == v10
+    given = p.parse_args(["--index-encoding", "plain"])
+    assert _native_option(given, {}, "index-encoding", "PACKED", "PLAIN") == "PLAIN"
 
 
 def test_sync_parameter_messages_are_the_librarys() -> None:

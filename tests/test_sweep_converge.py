@@ -1,11 +1,12 @@
 """The reduced convergence sweep of issue 11 (``bench/sweep_converge.py ci``): the grid cells where
 protocol 1.0's sums collapsed or dipped, run in the deterministic lockstep simulator with the demo's
-defaults (averaging over the cluster, relay policy NEEDED, F32). A collapse fails CI, and so does the
-demo's default cell (3 nodes, 10 % every 40) falling below its regression floor on seed 0 (shared
-model >= 0.95 at >= 90x fewer wire bytes than dense fp32; 95.1x measured. Issue 11's 100x bar is not
-met by the F32 defaults and stays open there). The simulator does not depend on machine load, so
-neither does this test. Cost: 4 runs of 1,200 steps; measured 69-412 s per run (797 s in
-all, the 5-node run the longest) on the 2-core development machine at a load average of 15-20."""
+defaults (averaging over the cluster, relay policy NEEDED, Q8 values, PACKED indices). A collapse
+fails CI, and so does the demo's default cell (3 nodes, 10 % every 20) falling below its regression
+floor on seed 0 (shared model >= 0.95 at >= 178x fewer wire bytes than dense fp32; 181.6x measured,
+issue 11's bar is 100x). The simulator does not depend on machine load, so
+neither does this test. Cost: 5 runs of 1,200 steps (the first 4 measured 69-412 s per run, 797 s
+in all, the 5-node run the longest, on the 2-core development machine at a load average of 15-20;
+135 s for the 4 at a load average of 10)."""
 
 from __future__ import annotations
 

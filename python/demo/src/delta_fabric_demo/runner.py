@@ -175,8 +175,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--index-encoding",
         type=str.upper,
         choices=("PLAIN", "PACKED"),
-        default="PLAIN",
-        help="index encoding every node sends (SyncConfig.index_encoding, 1.1)",
+        default=None,
+        help=f"index encoding every node sends (SyncConfig.index_encoding, 1.1; PACKED: delta "
+        f"varints or a bitmap, lossless; default: {DEMO_DEFAULTS['index_encoding']}, PLAIN with a "
+        f"native node that lacks the option)",
     )
     p.add_argument("--skip-nosync", action="store_true", help="skip the sync-off run")
     p.add_argument("--skip-baseline", action="store_true", help="skip the single-node baseline")
@@ -1038,6 +1040,9 @@ def _run(args: argparse.Namespace) -> int:
         args, bins, "relay-policy", DEMO_DEFAULTS["relay_policy"], "ALL"
     )
     args.encoding = _native_option(args, bins, "encoding", DEMO_DEFAULTS["encoding"], "F32")
+    args.index_encoding = _native_option(
+        args, bins, "index-encoding", DEMO_DEFAULTS["index_encoding"], "PLAIN"
+    )
     try:
         try:
             import delta_fabric_demo.model  # noqa: F401 (torch, checked before any work)
@@ -1168,6 +1173,7 @@ def _run(args: argparse.Namespace) -> int:
             "average_over": average_over,
             "relay_policy": args.relay_policy,
             "encoding": args.encoding,
+            "index_encoding": args.index_encoding,
             "bn_momentum": bn_momentum if bn_momentum is not None else 0.1,
         },
         "runs": results,
