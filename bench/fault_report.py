@@ -120,7 +120,9 @@ QUICK = Params(
     step_s=0.0,
     hidden=256,
     cut_seconds=2.0,
-    partition_steps=400,
+    # a bound only: the partition ends on stop files once the links are back (about 90 steps/s
+    # quiet, so a 2 s cut and Zenoh's reconnect take a few hundred)
+    partition_steps=5000,
     flood_puts=3000,
     attack_rounds=10,
     window_s=2.0,
@@ -212,6 +214,8 @@ class Run:
     done: list[int] | None = None
     final: dict[str, Any] | None = None
     hwm_kib: int = 0
+    seq: int = 0  # the node's last own seq, from its latest step line
+    heard: dict[int, int] = field(default_factory=dict)  # origin -> highest seq it accepted
     killed: bool = False
     may_die: bool = False
     total: int = 0
@@ -231,6 +235,8 @@ class Run:
             d = json.loads(line)
             if "step" in d:
                 self.steps.append((int(d["step"]), float(d["t"])))
+                self.seq = int(d.get("seq", self.seq))
+                self.heard = {int(o, 16): int(s) for o, s in d.get("heard", {}).items()}
                 if "acc" in d:
                     self.accs.append((float(d["t"]), float(d["acc"])))
             elif "ready" in d:
@@ -611,10 +617,24 @@ def f_partition(cl: Cluster) -> dict[str, Any]:
     )
     cut_s = time.monotonic() - t_cut
     at_heal = max(r.step for r in cl.runs)
+    seq_at_heal = {r.node_id: r.seq for r in cl.runs}
     for px in cl.proxies:
         px.restore()
-    # rounds after the heal, then stop (the steps bound only the time of the cut)
-    cl.wait_steps(at_heal + p.rounds_after_heal, p.cut_seconds + 600)
+    # the links are back when every node accepted an entry that every other node sent after the
+    # heal (Zenoh reconnects on its own schedule: judged by state, not by time) ...
+    cl.wait(
+        lambda: all(
+            r.heard.get(o.node_id, 0) > seq_at_heal[o.node_id]
+            for r in cl.runs
+            for o in cl.runs
+            if o is not r
+        ),
+        "every link back after the heal",
+        p.cut_seconds + 600,
+    )
+    at_links = max(r.step for r in cl.runs)
+    # ... then rounds for the repair, then stop (the steps bound only the time of the cut)
+    cl.wait_steps(at_links + p.rounds_after_heal, p.cut_seconds + 600)
     for r in cl.runs:
         (cl.dir / f"stop-{r.node_id:x}").touch()
     cl.finish()
@@ -622,6 +642,7 @@ def f_partition(cl: Cluster) -> dict[str, Any]:
         "cut_seconds": round(cut_s, 2),
         "cut_from_step": at_cut,
         "healed_at_step": at_heal,
+        "links_back_at_step": at_links,
         "steps": steps,
         "proxy_refused_connections": sum(px.refused for px in cl.proxies),
     }
