@@ -335,6 +335,12 @@ def test_a_flood_does_not_evict_members_and_memory_stays_bounded(membership: str
     attacker = zenoh.open(raw)
     try:
         victim_t.wait_for_peers(2, 15.0)
+        # each member sees the victim's liveliness token, which the victim declares after its
+        # delta subscriber: declarations arrive in order, so the member's first put is routed to
+        # the victim (without this wait, a fast first round was put before Zenoh knew the
+        # subscriber and was lost: 37 of 40 accepted in a CI run on a quiet machine)
+        for t in members:
+            t.wait_for_peers(1, 15.0, expected=[1])
         pubs = [attacker.declare_publisher(delta_key(ns, k)) for k in (0x5EED, 0x5EEE)]
         rng = np.random.default_rng(11)
         hostile = [_forged(0x7000 + i, 1) for i in range(64)]  # valid packets, stranger origins
