@@ -193,10 +193,37 @@ class DelayProxy(CutProxy):
 # ---------------------------------------------------------------------------------------------------------
 
 
+_HANDED_OUT: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free port BELOW the kernel's ephemeral range. The ports of nodes that start later (the
+    joiner, a restarted node) are chosen at the start of a fault; a port from the ephemeral range
+    (``bind(0)``) can meanwhile become the source port of one of Zenoh's outgoing connections, and
+    the late node's listen then fails with EADDRINUSE (seen in CI). Ports below the range are never
+    given out as source ports."""
+    hi = min(_ephemeral_low(), 65536) - 1
+    lo = max(1024, hi - 12000)
+    rng = random.Random()
+    for _ in range(2000):
+        port = rng.randint(lo, hi)
+        if port in _HANDED_OUT:
+            continue
+        with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    raise RuntimeError(f"no free port in [{lo}, {hi}]")
 
 
 @dataclass
