@@ -185,7 +185,11 @@ def main(argv: list[str]) -> int:
             # orchestrator judges a healed link by these, not by time
             "seq": fabric.engine.next_seq - 1,
             "heard": {f"{o:x}": int(v[1]) for o, v in fabric.origin_progress().items()},
+            "live": sorted(f"{p:x}" for p in transport.peers()),
         }
+        if fabric.gaps is not None:  # repair on: the seqs missing now, and those given up
+            line["missing"] = sum(len(fabric.gaps.missing(o)) for o in fabric.origin_progress())
+            line["given_up"] = fabric.gaps.counters.seqs_given_up
         if step % 10 == 0:
             line["acc"] = accuracy(params, xt, yt)
         print(json.dumps(line), flush=True)

@@ -243,6 +243,9 @@ class Run:
     hwm_kib: int = 0
     seq: int = 0  # the node's last own seq, from its latest step line
     heard: dict[int, int] = field(default_factory=dict)  # origin -> highest seq it accepted
+    live: frozenset[int] = frozenset()  # the peers its transport sees live (direct links)
+    missing: int = 0  # seqs its gap tracker misses now (repair on)
+    given_up: int = 0  # seqs its gap tracker gave up so far
     killed: bool = False
     may_die: bool = False
     total: int = 0
@@ -264,6 +267,9 @@ class Run:
                 self.steps.append((int(d["step"]), float(d["t"])))
                 self.seq = int(d.get("seq", self.seq))
                 self.heard = {int(o, 16): int(s) for o, s in d.get("heard", {}).items()}
+                self.live = frozenset(int(o, 16) for o in d.get("live", ()))
+                self.missing = int(d.get("missing", 0))
+                self.given_up = int(d.get("given_up", 0))
                 if "acc" in d:
                     self.accs.append((float(d["t"]), float(d["acc"])))
             elif "ready" in d:
@@ -647,11 +653,13 @@ def f_partition(cl: Cluster) -> dict[str, Any]:
     seq_at_heal = {r.node_id: r.seq for r in cl.runs}
     for px in cl.proxies:
         px.restore()
-    # the links are back when every node accepted an entry that every other node sent after the
-    # heal (Zenoh reconnects on its own schedule: judged by state, not by time) ...
+    # the links are back when every node sees every other live (Zenoh reconnects each link on
+    # its own schedule) and accepted an entry that every other node sent after the heal: judged
+    # by state, not by time. Entries relayed over the first link back reveal gaps whose origin
+    # is still out of reach; no request goes to it before it is live (DF-RCV-230) ...
     cl.wait(
         lambda: all(
-            r.heard.get(o.node_id, 0) > seq_at_heal[o.node_id]
+            o.node_id in r.live and r.heard.get(o.node_id, 0) > seq_at_heal[o.node_id]
             for r in cl.runs
             for o in cl.runs
             if o is not r
@@ -660,8 +668,14 @@ def f_partition(cl: Cluster) -> dict[str, Any]:
         p.cut_seconds + 600,
     )
     at_links = max(r.step for r in cl.runs)
-    # ... then rounds for the repair, then stop (the steps bound only the time of the cut)
+    # ... then at least rounds_after_heal rounds, and until no node misses a seq (repaired) or
+    # one gave a seq up (the verdict then fails): the steps bound only the time of the cut
     cl.wait_steps(at_links + p.rounds_after_heal, p.cut_seconds + 600)
+    cl.wait(
+        lambda: all(r.missing == 0 for r in cl.runs) or any(r.given_up for r in cl.runs),
+        "every gap repaired after the heal",
+        p.cut_seconds + 600,
+    )
     for r in cl.runs:
         (cl.dir / f"stop-{r.node_id:x}").touch()
     cl.finish()

@@ -5,6 +5,7 @@ transport, judged in sync rounds and exact state (no clock)."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,8 @@ from delta_fabric.repair import (
 from delta_fabric.stores.numpy import NumpyStore
 from delta_fabric.transports.memory import MemoryHub
 from delta_fabric.wire import Entry
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 VECTORS = Path(__file__).resolve().parents[1] / "conformance" / "vectors" / "repair"
 FP = hashlib.sha256(b"repair-vectors").digest()
@@ -59,15 +62,65 @@ def test_request_vectors() -> None:
 
 
 def test_gap_vectors() -> None:
-    """REQ: DF-RCV-162, DF-RCV-163"""
+    """REQ: DF-RCV-162, DF-RCV-163, DF-RCV-230"""
     for case in _load("gaps.json")["cases"]:
         g = GapTracker(**case["params"])
         for i, rnd in enumerate(case["rounds"]):
             for o, inc, s in rnd["accepted"]:
                 g.observe(o, inc, s)
-            got = [[o, inc, list(s)] for o, inc, s in g.round()]
+            live = set(rnd["reachable"]) if "reachable" in rnd else None
+            got = [[o, inc, list(s)] for o, inc, s in g.round(live)]
             assert got == rnd["requests"], (case["id"], i)
         assert g.counters.seqs_given_up == case["seqs_given_up"], case["id"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lost=st.lists(st.integers(2, 700), max_size=600, unique=True),
+    origins=st.integers(1, 4),
+    max_requests=st.integers(1, 3),
+    delay=st.integers(1, 3),
+    retry=st.integers(1, 4),
+    attempts=st.integers(1, 3),
+)
+def test_gap_schedule_asks_every_seq_before_giving_it_up(
+    lost: list[int], origins: int, max_requests: int, delay: int, retry: int, attempts: int
+) -> None:
+    """REQ: DF-RCV-163
+
+    Whatever the bounds leave out of a round (256 seqs per request, ``max_requests`` per round), a
+    seq that is never repaired is carried by exactly ``attempts`` requests, at least ``retry``
+    rounds apart and the first at least ``delay`` rounds after it went missing, and is given up
+    once, after its last request; with the bounds not reached, the rounds are exactly
+    ``m + delay + j * retry``."""
+    g = GapTracker(1024, delay=delay, retry=retry, attempts=attempts, max_requests=max_requests)
+    lost_set = set(lost)
+    for o in range(origins):
+        for s in range(1, 702):
+            if s not in lost_set:
+                g.observe(0x10 + o, 1, s)
+    want = {(0x10 + o, s) for o in range(origins) for s in lost_set}
+    asked: dict[tuple[int, int], list[int]] = {}
+    for r in range(1, 200):  # a bound: every seq is given up long before
+        if g.counters.seqs_given_up == len(want):  # nothing is asked after the last give-up
+            break
+        reqs = g.round()
+        assert len(reqs) <= max_requests
+        for o, inc, seqs in reqs:
+            assert inc == 1 and len(seqs) <= 256 and list(seqs) == sorted(seqs)
+            for s in seqs:
+                asked.setdefault((o, s), []).append(r)
+    for _ in range(retry + 1):
+        assert g.round() == []
+    assert set(asked) == want
+    assert g.counters.seqs_given_up == len(want)
+    bounded = len(lost_set) > 256 or origins > max_requests
+    for rounds in asked.values():
+        assert len(rounds) == attempts
+        assert rounds[0] >= 1 + delay
+        assert all(b - a >= retry for a, b in itertools.pairwise(rounds))
+        if not bounded:
+            assert rounds == [1 + delay + j * retry for j in range(attempts)]
 
 
 def test_resend_vectors() -> None:
@@ -186,6 +239,89 @@ def test_partition_heals_with_repair() -> None:
     assert sum(x.seqs_unavailable + x.seqs_given_up + x.requests_refused for x in c) == 0
     for f in fabrics:
         f.close()
+
+
+def test_burst_loss_over_256_seqs_is_repaired() -> None:
+    """REQ: DF-RCV-163, DF-RCV-164
+
+    Two nodes syncing every step lose 300 rounds of each other's entries, more seqs than one request
+    carries: after the heal every entry of each is accepted by the other, exactly once, and no seq
+    is given up (before the 1.1 draft's erratum the 44 seqs above the lowest 256 were given up
+    without ever being asked for)."""
+    cut_now = [False]
+    hub = MemoryHub(intercept=lambda src, dst, packet: [] if cut_now[0] else [packet])
+    cfg = SyncConfig(ratio=0.05, sync_interval=1)
+    init = np.zeros(200, np.float32)
+    ids = (0x201, 0x202)
+    fabrics = [
+        Fabric(NumpyStore({"w": init.copy()}), hub.transport(i), cfg, node_id=i, repair=True)
+        for i in ids
+    ]
+    rngs = [np.random.default_rng(i) for i in range(2)]
+    for step in range(1, 361):
+        cut_now[0] = 10 <= step < 310
+        for f, rng in zip(fabrics, rngs, strict=True):
+            w = f.store.gather()
+            f.store.load(w + 0.01 * rng.standard_normal(200).astype(np.float32))
+            f.step()
+        for _ in range(3):
+            if sum(f.poll() for f in fabrics) == 0:
+                break
+    for f, other in ((fabrics[0], fabrics[1]), (fabrics[1], fabrics[0])):
+        last = other.engine.next_seq - 1
+        assert f.origin_progress()[other.node_id] == (other.engine.incarnation, last)
+        assert f.accepted_by_origin()[other.node_id] == last
+        c = f.repair_counters()
+        assert c.seqs_given_up == 0 and c.seqs_unavailable == 0
+        assert c.seqs_requested >= 300
+    for f in fabrics:
+        f.close()
+
+
+def test_no_request_to_an_origin_that_is_not_live() -> None:
+    """REQ: DF-RCV-230
+
+    Node A loses 5 of B's entries, then B is not live for A for 40 rounds (its liveliness gone, its
+    entries still arriving, as over a relay): A sends no request and gives nothing up; once B is
+    live again A asks, and every entry of B is accepted exactly once."""
+    cut_now = [False]
+    a_id, b_id = 0x301, 0x302
+    hub = MemoryHub(
+        intercept=lambda src, dst, packet: [] if cut_now[0] and src == b_id else [packet]
+    )
+    cfg = SyncConfig(ratio=0.05, sync_interval=1)
+    fa, fb = (
+        Fabric(
+            NumpyStore({"w": np.zeros(100, np.float32)}),
+            hub.transport(i),
+            cfg,
+            node_id=i,
+            repair=True,
+        )
+        for i in (a_id, b_id)
+    )
+    live_b = [True]
+    real_peers = fa.transport.peers
+    fa.transport.peers = lambda: real_peers() if live_b[0] else frozenset()  # type: ignore[method-assign]
+    rng = np.random.default_rng(3)
+    for step in range(1, 81):
+        cut_now[0] = 5 <= step < 10
+        live_b[0] = not 10 <= step < 50
+        for f in (fa, fb):
+            f.store.load(f.store.gather() + 0.01 * rng.standard_normal(100).astype(np.float32))
+            f.step()
+        for _ in range(3):
+            if fa.poll() + fb.poll() == 0:
+                break
+        if step == 49:  # B not live: nothing asked, nothing given up, the gap still there
+            c = fa.repair_counters()
+            assert c.requests_sent == 0 and c.seqs_given_up == 0
+            assert fa.accepted_by_origin()[b_id] == fb.engine.next_seq - 1 - 5
+    c = fa.repair_counters()
+    assert c.requests_sent > 0 and c.seqs_given_up == 0
+    assert fa.accepted_by_origin()[b_id] == fb.engine.next_seq - 1
+    fa.close()
+    fb.close()
 
 
 def test_env_switch() -> None:

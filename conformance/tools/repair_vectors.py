@@ -121,20 +121,28 @@ def requests() -> dict[str, Any]:
 
 
 def _gap_case(
-    name: str, params: dict[str, int], rounds: list[list[tuple[int, int, int]]], what: str
+    name: str,
+    params: dict[str, int],
+    rounds: list[list[tuple[int, int, int]]],
+    what: str,
+    reachable: list[list[int] | None] | None = None,
 ) -> dict[str, Any]:
+    """``reachable``: per round, the origins a request can reach (DF-RCV-230), or None (all);
+    a round's ``reachable`` key is written only when it is not None."""
     g = GapTracker(**params)
     out_rounds = []
-    for accepted in rounds:
+    for n, accepted in enumerate(rounds):
         for o, i, s in accepted:
             g.observe(o, i, s)
-        reqs = g.round()
-        out_rounds.append(
-            {
-                "accepted": [list(a) for a in accepted],
-                "requests": [[o, i, list(s)] for o, i, s in reqs],
-            }
-        )
+        live = None if reachable is None else reachable[n]
+        reqs = g.round(None if live is None else set(live))
+        rnd: dict[str, Any] = {
+            "accepted": [list(a) for a in accepted],
+            "requests": [[o, i, list(s)] for o, i, s in reqs],
+        }
+        if live is not None:
+            rnd["reachable"] = sorted(live)
+        out_rounds.append(rnd)
     return {
         "id": name,
         "description": what,
@@ -184,8 +192,48 @@ def gaps() -> dict[str, Any]:
             [[(b, 2, 1), (b, 2, 3), (a, 5, 1), (a, 5, 3)], [], []],
             "two origins with a gap, one request per round: the lowest origin id only",
         ),
+        _gap_case(
+            "max_requests_left_out_asked_next_round",
+            {**p, "max_requests": 1},
+            [[(b, 2, 1), (b, 2, 3), (a, 5, 1), (a, 5, 3)], [], [], [], [], [], []],
+            "two origins, one request per round: origin 0x0C, left out in round 3, is asked in "
+            "round 4 (erratum, 1.1 draft: a seq counts as asked only when a request carries it); "
+            "each origin's seq then waits retry rounds from its own last request",
+        ),
+        _gap_case(
+            "burst_over_256_seqs_asked_in_two_rounds",
+            {**p, "window": 512},
+            [
+                [(a, 5, 1), (a, 5, 300)],
+                [],
+                [],
+                [(a, 5, s) for s in range(2, 258)],
+                [(a, 5, s) for s in range(258, 300)],
+                [],
+                [],
+            ],
+            "298 seqs lost in a row: round 3 asks the lowest 256, round 4 the other 42 (due since "
+            "round 3, left out by the 256-seq bound); repaired, none given up",
+        ),
+        _gap_case(
+            "burst_over_256_seqs_given_up_once_each",
+            {**p, "window": 512},
+            [[(a, 5, 1), (a, 5, 300)]] + [[] for _ in range(9)],
+            "298 seqs lost and never repaired: each is asked attempts = 2 times (2..257 at rounds "
+            "3 and 6, 258..299 at rounds 4 and 7) and given up once, retry rounds after its own "
+            "last request (256 at round 9, 42 at round 10)",
+        ),
+        _gap_case(
+            "unreachable_origin_held",
+            p,
+            [[(a, 5, 1), (a, 5, 3), (b, 2, 1), (b, 2, 3)], [], [], [], [], [], [], []],
+            "origin 0x0A is not reachable (not live) until round 5: its seq 2, due from round 3, "
+            "is first asked in round 5, then retry rounds later; 0x0C's seq 2 is asked on schedule "
+            "(DF-RCV-230)",
+            reachable=[[b], [b], [b], [b], [a, b], [a, b], [a, b], [a, b]],
+        ),
     ]
-    return {"requirements": ["DF-RCV-162", "DF-RCV-163"], "cases": cases}
+    return {"requirements": ["DF-RCV-162", "DF-RCV-163", "DF-RCV-230"], "cases": cases}
 
 
 def _entry(node: int, inc: int, seq: int, n: int) -> Entry:

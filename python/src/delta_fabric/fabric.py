@@ -679,7 +679,8 @@ class Fabric:
                     self.node_id, self.engine.incarnation, self.manifest.fingerprint, o, inc, seqs
                 )
             )
-            for o, inc, seqs in self.gaps.round()
+            # DF-RCV-230: no request to an origin the transport does not see live (lost for sure)
+            for o, inc, seqs in self.gaps.round(self.transport.peers())
         ]
 
     def repair_counters(self) -> RepairCounters:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import struct
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, NoReturn
@@ -279,7 +279,8 @@ class _Track:
     base: int  # lowest accepted seq of this incarnation
     highest: int
     seen: set[int] = field(default_factory=set)  # accepted seqs in (highest - window, highest]
-    since: dict[int, int] = field(default_factory=dict)  # missing seq -> round first seen missing
+    # missing seq -> [round first seen missing, requests that carried it, round of the last one]
+    since: dict[int, list[int]] = field(default_factory=dict)
 
 
 class GapTracker:
@@ -290,7 +291,8 @@ class GapTracker:
     (>= 1; a seq still in flight on a relay path arrives within ``max_hops`` rounds). ``retry``: rounds
     between requests for one seq; ``attempts``: requests per seq before it is given up.
     ``max_requests``: requests per round (one per (origin, incarnation), at most `MAX_REQUEST_SEQS`
-    seqs each, lowest seqs first). Memory: O(W) per tracked origin; only the newest incarnation of
+    seqs each, lowest seqs first); a seq counts as asked only when a request carries it, so a due seq
+    left out by either bound goes out in a later round. Memory: O(W) per tracked origin; only the newest incarnation of
     an origin is tracked.
     """
 
@@ -351,28 +353,37 @@ class GapTracker:
         lo = max(t.base, t.highest - self.window + 1, 1)
         return [s for s in range(lo, t.highest + 1) if s not in t.seen]
 
-    def round(self) -> list[tuple[int, int, tuple[int, ...]]]:
-        """End of a sync round: ``(origin, incarnation, seqs)`` to request, by ascending origin."""
+    def round(
+        self, reachable: Container[int] | None = None
+    ) -> list[tuple[int, int, tuple[int, ...]]]:
+        """End of a sync round: ``(origin, incarnation, seqs)`` to request, by ascending origin.
+
+        ``reachable``: the origins a request can reach now (the transport's live peers); the due
+        seqs of any other origin are not asked this round and stay due (DF-RCV-230). None: all."""
         self.rounds += 1
         r = self.rounds
         out: list[tuple[int, int, tuple[int, ...]]] = []
         for origin in sorted(self._tracks):
             t = self._tracks[origin]
             now = self.missing(origin)
-            since = {s: t.since.get(s, r) for s in now}
+            since = {s: t.since.get(s) or [r, 0, 0] for s in now}
             t.since = since
-            ask: list[int] = []
+            due: list[int] = []
             for s in now:
-                age = r - since[s]
-                if age < self.delay:
-                    continue
-                k, rem = divmod(age - self.delay, self.retry)
-                if k == self.attempts and rem == 0:
-                    self.counters.seqs_given_up += 1
-                if rem == 0 and k < self.attempts:
-                    ask.append(s)
-            if ask and len(out) < self.max_requests:
-                seqs = tuple(ask[:MAX_REQUEST_SEQS])
+                first, asked, last = since[s]
+                if asked >= self.attempts:
+                    if r - last == self.retry:  # the last request's wait is over: once
+                        self.counters.seqs_given_up += 1
+                elif (r - first >= self.delay) if asked == 0 else (r - last >= self.retry):
+                    due.append(s)
+            # only what a request carries counts as asked: a due seq left out by either bound
+            # stays due for a later round (a burst loss of more than MAX_REQUEST_SEQS seqs)
+            held = reachable is not None and origin not in reachable
+            if due and not held and len(out) < self.max_requests:
+                seqs = tuple(due[:MAX_REQUEST_SEQS])
+                for s in seqs:
+                    since[s][1] += 1
+                    since[s][2] = r
                 out.append((origin, t.incarnation, seqs))
                 self.counters.requests_sent += 1
                 self.counters.seqs_requested += len(seqs)

@@ -252,13 +252,21 @@ impl RepairCounters {
     }
 }
 
+#[derive(Debug, Clone, Copy)]
+struct Miss {
+    first: u64,
+    asked: u64,
+    last: u64,
+}
+
 #[derive(Debug)]
 struct Track {
     incarnation: u64,
     base: u64,
     highest: u64,
     seen: HashSet<u64>,
-    since: HashMap<u64, u64>,
+    /// missing seq -> (round first seen missing, requests that carried it, round of the last one)
+    since: HashMap<u64, Miss>,
 }
 
 /// Parameters of a [`GapTracker`] (each >= 1).
@@ -363,6 +371,16 @@ impl GapTracker {
 
     /// End of a sync round: `(origin, incarnation, seqs)` to request, by ascending origin.
     pub fn round(&mut self) -> Vec<(u64, u64, Vec<u64>)> {
+        self.round_reachable(None)
+    }
+
+    /// [`GapTracker::round`] with the origins a request can reach now (the transport's live
+    /// peers): the due seqs of any other origin are not asked this round and stay due
+    /// (DF-RCV-230). `None`: all.
+    pub fn round_reachable(
+        &mut self,
+        reachable: Option<&BTreeSet<u64>>,
+    ) -> Vec<(u64, u64, Vec<u64>)> {
         self.rounds += 1;
         let r = self.rounds;
         let p = self.p;
@@ -371,31 +389,46 @@ impl GapTracker {
         for origin in origins {
             let now = self.missing(origin);
             let t = self.tracks.get_mut(&origin).expect("tracked");
-            let since: HashMap<u64, u64> = now
+            let mut since: HashMap<u64, Miss> = now
                 .iter()
-                .map(|&s| (s, t.since.get(&s).copied().unwrap_or(r)))
+                .map(|&s| {
+                    let fresh = Miss {
+                        first: r,
+                        asked: 0,
+                        last: 0,
+                    };
+                    (s, t.since.get(&s).copied().unwrap_or(fresh))
+                })
                 .collect();
-            let mut ask = Vec::new();
+            let mut due = Vec::new();
             for &s in &now {
-                let age = r - since[&s];
-                if age < p.delay {
-                    continue;
+                let m = since[&s];
+                if m.asked >= p.attempts {
+                    if r - m.last == p.retry {
+                        // the last request's wait is over: given up once
+                        self.counters.seqs_given_up += 1;
+                    }
+                } else if (m.asked == 0 && r - m.first >= p.delay)
+                    || (m.asked > 0 && r - m.last >= p.retry)
+                {
+                    due.push(s);
                 }
-                let (k, rem) = ((age - p.delay) / p.retry, (age - p.delay) % p.retry);
-                if k == p.attempts && rem == 0 {
-                    self.counters.seqs_given_up += 1;
+            }
+            // only what a request carries counts as asked: a due seq left out by either bound
+            // stays due for a later round (a burst loss of more than MAX_REQUEST_SEQS seqs)
+            let held = reachable.is_some_and(|live| !live.contains(&origin));
+            if !due.is_empty() && !held && out.len() < p.max_requests {
+                due.truncate(MAX_REQUEST_SEQS);
+                for s in &due {
+                    let m = since.get_mut(s).expect("due seqs are missing");
+                    m.asked += 1;
+                    m.last = r;
                 }
-                if rem == 0 && k < p.attempts {
-                    ask.push(s);
-                }
+                self.counters.requests_sent += 1;
+                self.counters.seqs_requested += due.len() as u64;
+                out.push((origin, t.incarnation, due));
             }
             t.since = since;
-            if !ask.is_empty() && out.len() < p.max_requests {
-                ask.truncate(MAX_REQUEST_SEQS);
-                self.counters.requests_sent += 1;
-                self.counters.seqs_requested += ask.len() as u64;
-                out.push((origin, t.incarnation, ask));
-            }
         }
         out
     }

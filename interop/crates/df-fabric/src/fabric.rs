@@ -558,7 +558,9 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
             }
             if let Some(g) = self.gaps.as_mut() {
                 let fingerprint = e.manifest().fingerprint();
-                for (origin, incarnation, seqs) in g.round() {
+                // DF-RCV-230: no request to an origin the transport does not see live
+                let live = self.transport.peers().ok();
+                for (origin, incarnation, seqs) in g.round_reachable(live.as_ref()) {
                     let req = RepairRequest {
                         sender: e.node_id(),
                         sender_incarnation: e.incarnation(),
