@@ -47,25 +47,18 @@ import hashlib
 import json
 import multiprocessing as mp
 import os
-import socket
 import statistics
 import sys
 import threading
 import time
 from collections.abc import Callable
-from contextlib import closing
 from typing import Any
 
 import numpy as np
+from delta_fabric.ports import free_port
 
 NS = "bench/transport"
 FP = hashlib.sha256(b"bench-transport").digest()
-
-
-def free_port() -> int:
-    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 #: Zenoh's shared-memory transport, for every session of the run (raw and df, sender and receivers):

@@ -4,8 +4,8 @@ report (``report.md`` + ``report.json`` in ``--out``).
 Real node processes (``bench/fault_node.py``: a `Fabric` training a 64-256-10 MLP on its
 label-skewed part of the digits, 19,210 parameters: a snapshot of 3 chunks of 8,192 values) over
 real Zenoh on loopback: scouting off, ``tcp/127.0.0.1`` endpoints, a namespace per run. Delay, stalls and the
-partition go through a user-space TCP proxy (`delta_fabric_demo.faults.CutProxy`; `DelayProxy`
-below adds latency and stalls). The default setup is the hardened one: a configured member list,
+partition go through a user-space TCP proxy (`delta_fabric_demo.faults.CutProxy`; its `DelayProxy`
+adds latency and stalls). The default setup is the hardened one: a configured member list,
 signed entries (DF-SEC-140), gap repair (DF-RCV-160), pacing on live members (DF-ZEN-156).
 
 Faults (``--only``): ``clean`` (always run: the baseline), ``kill9`` (kill -9 of one of 3 paced nodes,
@@ -45,13 +45,9 @@ import contextlib
 import itertools
 import json
 import os
-import queue
-import random
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -65,7 +61,8 @@ HERE = Path(__file__).resolve().parent
 NODE = HERE / "fault_node.py"
 sys.path.insert(0, str(HERE))
 
-from delta_fabric_demo.faults import CutProxy  # noqa: E402
+from delta_fabric.ports import free_port  # noqa: E402
+from delta_fabric_demo.faults import CutProxy, DelayProxy  # noqa: E402
 from fault_node import init_params, vm_hwm_kib  # noqa: E402
 
 MEMBERS = (0x10, 0x11, 0x12)
@@ -146,84 +143,9 @@ FULL = Params(
 # ---------------------------------------------------------------------------------------------------------
 
 
-class DelayProxy(CutProxy):
-    """`CutProxy` that delivers every forwarded chunk ``delay_s`` after it was read and, with
-    probability ``stall_rate`` per chunk (a seeded RNG), holds the stream for ``stall_s`` more (the
-    stall blocks everything behind it, as a stalled TCP stream does)."""
-
-    def __init__(self, target: int, delay_s: float, stall_rate: float, stall_s: float, seed: int):
-        self.delay_s, self.stall_rate, self.stall_s = delay_s, stall_rate, stall_s
-        self._rng = random.Random(seed)
-        self._rng_lock = threading.Lock()
-        self.stalls = 0
-        super().__init__(target)
-
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:  # type: ignore[override]
-        q: queue.Queue[tuple[float, bytes] | None] = queue.Queue()
-
-        def writer() -> None:
-            try:
-                while (item := q.get()) is not None:
-                    due, data = item
-                    with self._rng_lock:
-                        stall = self._rng.random() < self.stall_rate
-                        self.stalls += stall
-                    wait = due - time.monotonic() + (self.stall_s if stall else 0.0)
-                    if wait > 0:
-                        time.sleep(wait)
-                    dst.sendall(data)
-            except OSError:
-                pass
-            for s in (src, dst):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-
-        w = threading.Thread(target=writer, daemon=True)
-        w.start()
-        try:
-            while data := src.recv(65536):
-                q.put((time.monotonic() + self.delay_s, data))
-        except OSError:
-            pass
-        q.put(None)
-
-
 # ---------------------------------------------------------------------------------------------------------
 # A cluster of node processes
 # ---------------------------------------------------------------------------------------------------------
-
-
-_HANDED_OUT: set[int] = set()
-
-
-def _ephemeral_low() -> int:
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
-def free_port() -> int:
-    """A free port BELOW the kernel's ephemeral range. The ports of nodes that start later (the
-    joiner, a restarted node) are chosen at the start of a fault; a port from the ephemeral range
-    (``bind(0)``) can meanwhile become the source port of one of Zenoh's outgoing connections, and
-    the late node's listen then fails with EADDRINUSE (seen in CI). Ports below the range are never
-    given out as source ports."""
-    hi = min(_ephemeral_low(), 65536) - 1
-    lo = max(1024, hi - 12000)
-    rng = random.Random()
-    for _ in range(2000):
-        port = rng.randint(lo, hi)
-        if port in _HANDED_OUT:
-            continue
-        with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        _HANDED_OUT.add(port)
-        return port
-    raise RuntimeError(f"no free port in [{lo}, {hi}]")
 
 
 @dataclass

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import uuid
@@ -20,6 +19,7 @@ from typing import IO, Any
 
 import numpy as np
 import pytest
+from delta_fabric.ports import free_ports
 
 pytest.importorskip("zenoh")
 pytest.importorskip("torch")
@@ -36,18 +36,6 @@ pytestmark = pytest.mark.skipif(
     not EXAMPLE.is_file(),
     reason=f"{EXAMPLE} not built (cd interop && cargo build -p df-burn --example own_model)",
 )
-
-
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct free TCP ports on 127.0.0.1 (bound together, then released)."""
-    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def _read_event(out: IO[str], want: str) -> dict[str, Any]:

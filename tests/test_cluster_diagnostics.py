@@ -12,13 +12,13 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from delta_fabric.ports import free_port as _free_port
 
 pytest.importorskip("zenoh")
 
@@ -35,12 +35,6 @@ def _env() -> dict[str, str]:
     env.pop("DELTA_FABRIC_LOG", None)
     env.pop("RUST_LOG", None)
     return env
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _probe(config: Path, seconds: float = 2.0) -> subprocess.CompletedProcess[str]:

@@ -23,11 +23,11 @@ from delta_fabric.config import SyncConfig  # noqa: E402
 from delta_fabric.errors import ErrorCode  # noqa: E402
 from delta_fabric.fabric import Fabric  # noqa: E402
 from delta_fabric.manifest import Manifest  # noqa: E402
+from delta_fabric.ports import free_ports  # noqa: E402
 from delta_fabric.replay import Admission  # noqa: E402
 from delta_fabric.stores.numpy import NumpyStore  # noqa: E402
 from delta_fabric.transports.zenoh import ZenohOptions, ZenohTransport  # noqa: E402
 from delta_fabric.wire import Entry, Packet, encode_packet  # noqa: E402
-from delta_fabric_demo.runner import free_ports  # noqa: E402
 
 WAIT = 10.0  # bound for anything that should take milliseconds
 CFG = SyncConfig(ratio=0.25, sync_interval=5)

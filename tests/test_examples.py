@@ -12,11 +12,11 @@ import re
 import socket
 import subprocess
 import sys
-from contextlib import closing
 from pathlib import Path
 
 import numpy as np
 import pytest
+from delta_fabric.ports import ephemeral_low, free_port
 
 pytest.importorskip("torch")
 pytest.importorskip("zenoh")
@@ -27,12 +27,11 @@ NODES = 3
 
 
 def free_base_port(n: int) -> int:
-    """A base port with ``n`` consecutive free ports (checked by binding them)."""
+    """A base port with ``n`` consecutive free ports (checked by binding them), all below the
+    kernel's ephemeral range (`delta_fabric.ports`: never a source port of another connection)."""
     for _ in range(50):
-        with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
-            s.bind(("127.0.0.1", 0))
-            base = int(s.getsockname()[1])
-        if base + n >= 65535:
+        base = free_port()
+        if base + n >= ephemeral_low():
             continue
         socks = []
         try:

@@ -13,26 +13,19 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-from contextlib import closing
 from pathlib import Path
 
 import pytest
+from delta_fabric.ports import free_port as _free_port
 
 pytest.importorskip("zenoh")
 
 HERE = Path(__file__).parent
 NODE = HERE / "fault_pacing_node.py"
 WINDOW = 5.0
-
-
-def _free_port() -> int:
-    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _start(

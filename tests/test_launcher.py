@@ -14,12 +14,11 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, closing
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
@@ -46,12 +45,6 @@ def cli(
         env=env,
         **kw,  # type: ignore[call-overload]
     )
-
-
-def free_port() -> int:
-    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # -- environment variables -------------------------------------------------------------------------
@@ -120,6 +113,7 @@ def test_node_id_endpoints_and_launcher_variables() -> None:
 
 zenoh = pytest.importorskip("zenoh")
 
+from delta_fabric.ports import free_port  # noqa: E402
 from delta_fabric.transports import DuplicateNodeError  # noqa: E402
 from delta_fabric.transports.zenoh import ZenohOptions, ZenohTransport  # noqa: E402
 

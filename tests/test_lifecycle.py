@@ -12,15 +12,14 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
 import time
-from contextlib import closing
 from pathlib import Path
 
 import pytest
+from delta_fabric.ports import free_port
 
 pytest.importorskip("zenoh")
 
@@ -53,12 +52,6 @@ BODIES = {
         'print("last", time.time(), flush=True)'
     ),
 }
-
-
-def free_port() -> int:
-    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def record(case: str, seconds: float) -> None:

@@ -4,23 +4,16 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import subprocess
 import sys
 import textwrap
-from contextlib import closing
 
 import numpy as np
 import pytest
 from delta_fabric import Fabric, NumpyStore, SyncConfig
 from delta_fabric.log import LOG_ENV, enable_logging, env_level
+from delta_fabric.ports import free_port
 from delta_fabric.transports.memory import MemoryHub
-
-
-def free_port() -> int:
-    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def run(code: str, **env: str) -> subprocess.CompletedProcess[str]:

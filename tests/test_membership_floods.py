@@ -10,9 +10,7 @@ entry (exact) and bounds the queue's memory.
 from __future__ import annotations
 
 import os
-import socket
 import time
-from contextlib import closing
 
 import numpy as np
 import pytest
@@ -21,6 +19,7 @@ from delta_fabric.config import SyncConfig
 from delta_fabric.errors import DecodeError, ErrorCode
 from delta_fabric.fabric import Fabric
 from delta_fabric.manifest import Manifest
+from delta_fabric.ports import free_port as _free_port
 from delta_fabric.replay import Admission
 from delta_fabric.stores.numpy import NumpyStore
 from delta_fabric.transports.base import PacketQueue, TokenBuckets
@@ -278,12 +277,6 @@ def test_a_restarted_peer_does_not_hold_the_others_back() -> None:
 # ---------------------------------------------------------------------------------------------------------
 # The flood over Zenoh
 # ---------------------------------------------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _rss_kb() -> int:

@@ -28,6 +28,7 @@ from delta_fabric.config import SyncConfig  # noqa: E402
 from delta_fabric.engine import Engine  # noqa: E402
 from delta_fabric.errors import ErrorCode  # noqa: E402
 from delta_fabric.manifest import Manifest  # noqa: E402
+from delta_fabric.ports import free_port  # noqa: E402
 from delta_fabric.snapshot import (  # noqa: E402
     SnapshotError,
     SnapshotErrorKind,
@@ -59,12 +60,6 @@ WAIT = 10.0  # generous bound for anything that should take milliseconds
 #: Payloads through the transport carry the packet identifier at bytes 4..8, else the pre-queue
 #: screen (DF-ZEN-154) refuses them before the queue.
 P = b"\0\0\0\0DFP1"
-
-
-def free_port() -> int:
-    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def ep(port: int) -> str:

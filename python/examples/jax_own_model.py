@@ -17,7 +17,6 @@ that every two agree within the spec's tolerance (DF-NUM-1); it exits 1 if they 
 from __future__ import annotations
 
 import argparse
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from delta_fabric.ports import free_ports
 
 
 def init_variables(seed: int) -> dict[str, Any]:
@@ -92,16 +92,6 @@ def run_node(node: int, n: int, ports: list[int], steps: int, out: Path) -> None
     print(
         f"node {node}: mse on [-1, 1] = {float(loss(variables['params'], xs, np.sin(3 * xs))):.4f}"
     )
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [int(s.getsockname()[1]) for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def main() -> int:

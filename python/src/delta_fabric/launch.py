@@ -37,12 +37,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from contextlib import closing
 from dataclasses import dataclass, field
 from typing import IO
 
 from delta_fabric import env as dfenv
 from delta_fabric.cli_support import one_line_errors
+from delta_fabric.ports import free_port
 
 __all__ = ["NodePlan", "add_arguments", "one_line_errors", "plan_nodes", "run"]
 
@@ -225,17 +225,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
 
 
-def _free_port(host: str = "127.0.0.1") -> int:
-    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
 def _with_port(endpoint: str, offset: int, free: bool) -> str:
     proto, host, port = _split_endpoint(endpoint)
     if port == 0 or free:
         bind = host.strip("[]")
-        port = _free_port("" if bind in ("0.0.0.0", "::") else bind)
+        port = free_port("" if bind in ("0.0.0.0", "::") else bind)  # below the ephemeral range
     else:
         port += offset
         if port > 65535:
@@ -298,7 +292,7 @@ def plan_nodes(args: argparse.Namespace) -> list[NodePlan]:
         elif with_file:  # the file's own endpoints (e.g. client mode through a router)
             listens.append([])
         else:
-            listens.append([f"tcp/127.0.0.1:{_free_port()}"])
+            listens.append([f"tcp/127.0.0.1:{free_port()}"])
     external = list(args.connect) if args.connect else dfenv.endpoints(None, dfenv.CONNECT)
     world = args.world_size if args.world_size is not None else n
     if world < n:

@@ -16,7 +16,6 @@ import hashlib
 import itertools
 import json
 import secrets
-import socket
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from delta_fabric.ports import free_ports
 
 from delta_fabric_conformance.client import DriverClient, ProtocolViolation
 from delta_fabric_conformance.compare import f32_bits
@@ -58,20 +58,6 @@ def load_scenarios(folder: Path) -> list[dict[str, Any]]:
         sc.setdefault("id", p.stem)
         out.append(sc)
     return out
-
-
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct free TCP ports on 127.0.0.1 (bound together, then released)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def node_id_for(scenario: str, name: str) -> int:

@@ -15,6 +15,8 @@ until each node accepted the other's newest seq, so everything published before 
 from __future__ import annotations
 
 import contextlib
+import queue
+import random
 import resource
 import socket
 import threading
@@ -25,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CutProxy", "PartitionResult", "partition_scenario"]
+__all__ = ["CutProxy", "DelayProxy", "PartitionResult", "partition_scenario"]
 
 
 class CutProxy:
@@ -71,19 +73,19 @@ class CutProxy:
             for a, b in ((conn, up), (up, conn)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
         try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                dst.sendall(data)
+            self._relay(src, dst)
         except OSError:
             pass
         for s in (src, dst):
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
+
+    def _relay(self, src: socket.socket, dst: socket.socket) -> None:
+        """Forward one direction until ``src`` ends (the hook a delaying proxy overrides)."""
+        while data := src.recv(65536):
+            dst.sendall(data)
 
     def cut(self) -> None:
         """Close every forwarded connection; refuse new ones until `restore`."""
@@ -104,6 +106,48 @@ class CutProxy:
         self.cut()
         self._thread.join(timeout=2.0)
         self._srv.close()
+
+
+class DelayProxy(CutProxy):
+    """`CutProxy` that delivers every forwarded chunk ``delay_s`` after it was read and, with
+    probability ``stall_rate`` per chunk (a seeded RNG), holds the stream for ``stall_s`` more (the
+    stall blocks everything behind it, as a stalled TCP stream does). ``stalls`` counts them."""
+
+    def __init__(
+        self, target: int, delay_s: float, stall_rate: float, stall_s: float, seed: int
+    ) -> None:
+        self.delay_s, self.stall_rate, self.stall_s = delay_s, stall_rate, stall_s
+        self._rng = random.Random(seed)
+        self._rng_lock = threading.Lock()
+        self.stalls = 0
+        super().__init__(target)
+
+    def _relay(self, src: socket.socket, dst: socket.socket) -> None:
+        q: queue.Queue[tuple[float, bytes] | None] = queue.Queue()
+
+        def writer() -> None:
+            with contextlib.suppress(OSError):
+                while (item := q.get()) is not None:
+                    due, data = item
+                    with self._rng_lock:
+                        stall = self._rng.random() < self.stall_rate
+                        self.stalls += stall
+                    wait = due - time.monotonic() + (self.stall_s if stall else 0.0)
+                    if wait > 0:
+                        time.sleep(wait)
+                    dst.sendall(data)
+            # dst failed or the stream ended: end the reader too (the pump shuts both down)
+            with contextlib.suppress(OSError):
+                src.shutdown(socket.SHUT_RDWR)
+
+        w = threading.Thread(target=writer, daemon=True)
+        w.start()
+        try:
+            while data := src.recv(65536):
+                q.put((time.monotonic() + self.delay_s, data))
+        finally:
+            q.put(None)
+            w.join()
 
 
 @dataclass
@@ -149,10 +193,9 @@ def partition_scenario(
     ``rounds_after`` rounds. ``TimeoutError`` when a bounded wait runs out."""
     from delta_fabric.config import SyncConfig
     from delta_fabric.fabric import Fabric
+    from delta_fabric.ports import free_ports
     from delta_fabric.stores.numpy import NumpyStore
     from delta_fabric.transports.zenoh import ZenohOptions, ZenohTransport
-
-    from delta_fabric_demo.runner import free_ports
 
     res = PartitionResult(repair, rounds_before, cut_rounds, cut_seconds)
     ns = f"dftest/repair-{uuid.uuid4().hex[:12]}"

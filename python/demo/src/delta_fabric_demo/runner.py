@@ -22,7 +22,6 @@ import os
 import queue
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,7 @@ from typing import IO, Any
 
 import numpy as np
 from delta_fabric.extras import MissingExtraError, raise_missing_extra
+from delta_fabric.ports import free_ports
 from numpy.typing import NDArray
 
 from delta_fabric_demo.lockstep import DEMO_DEFAULTS
@@ -229,21 +229,6 @@ def _node_label(index: int, framework: str, classes: list[int]) -> str:
     """``n0 torch, classes 0-3``: which node, which framework, which part of the data."""
     what = "all classes" if classes == list(range(10)) else f"classes {_classes_label(classes)}"
     return f"n{index} {framework}, {what}"
-
-
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct free TCP ports on 127.0.0.1 (bound then released; the OS does not reuse them
-    soon)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def topology(n: int, kind: str) -> tuple[list[list[int]], list[list[int]]]:
