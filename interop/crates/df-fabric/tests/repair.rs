@@ -176,3 +176,132 @@ fn quorum_join_refuses_the_lowest_stranger() {
     assert_eq!(trust["sources_queried"], 3);
     assert_eq!(trust["outliers"], 0);
 }
+
+/// A [`MemoryTransport`] whose live peers can be hidden (the origin's liveliness gone while its
+/// entries still arrive, as over a relay).
+struct Masked {
+    inner: MemoryTransport,
+    live: std::rc::Rc<std::cell::Cell<bool>>,
+}
+
+impl Transport for Masked {
+    fn node_id(&self) -> u64 {
+        self.inner.node_id()
+    }
+    fn publish(&self, packet: &[u8]) -> Result<(), df_fabric::TransportError> {
+        self.inner.publish(packet)
+    }
+    fn drain(&self, max: usize) -> Result<Vec<Vec<u8>>, df_fabric::TransportError> {
+        self.inner.drain(max)
+    }
+    fn take_screened(&self) -> Vec<(df_core::ErrorCode, u64)> {
+        self.inner.take_screened()
+    }
+    fn set_members(&self, members: Option<std::collections::HashSet<u64>>, live: bool) {
+        self.inner.set_members(members, live);
+    }
+    fn wait_for_packets(
+        &self,
+        timeout: std::time::Duration,
+    ) -> Result<bool, df_fabric::TransportError> {
+        self.inner.wait_for_packets(timeout)
+    }
+    fn peers(&self) -> Result<std::collections::BTreeSet<u64>, df_fabric::TransportError> {
+        if self.live.get() {
+            self.inner.peers()
+        } else {
+            Ok(std::collections::BTreeSet::new())
+        }
+    }
+    fn wait_for_peers(
+        &self,
+        n: usize,
+        expected: &[u64],
+        timeout: std::time::Duration,
+    ) -> Result<std::collections::BTreeSet<u64>, df_fabric::TransportError> {
+        self.inner.wait_for_peers(n, expected, timeout)
+    }
+    fn serve_snapshot(
+        &self,
+        provider: df_fabric::SnapshotProvider,
+    ) -> Result<(), df_fabric::TransportError> {
+        self.inner.serve_snapshot(provider)
+    }
+    fn fetch_snapshot(
+        &self,
+        peer: u64,
+        fingerprint: &[u8; 32],
+        timeout: std::time::Duration,
+    ) -> Result<df_fabric::VerifiedSnapshot, df_fabric::TransportError> {
+        self.inner.fetch_snapshot(peer, fingerprint, timeout)
+    }
+    fn stats(&self) -> df_fabric::TransportStats {
+        self.inner.stats()
+    }
+    fn close(&mut self) -> Result<(), df_fabric::TransportError> {
+        self.inner.close()
+    }
+}
+
+#[test]
+fn no_request_to_an_origin_that_is_not_live() {
+    // REQ: DF-RCV-230
+    // Node A loses 5 of B's entries, then B is not live for A for 40 rounds while its entries
+    // still arrive: A sends no request and gives nothing up; once B is live again A asks, and
+    // every entry of B is accepted exactly once.
+    let hub = MemoryHub::new();
+    let manifest = Manifest::new([TensorSpec::new("w", &[100])]).unwrap();
+    let cfg = SyncConfig {
+        ratio: 0.05,
+        sync_interval: 1,
+        ..SyncConfig::default()
+    };
+    let options = || FabricOptions {
+        incarnation: Some(1),
+        repair: true,
+        ..FabricOptions::default()
+    };
+    let live = std::rc::Rc::new(std::cell::Cell::new(true));
+    let store = || VecStore::new(manifest.clone(), vec![0.0; 100]).unwrap();
+    let masked = Masked {
+        inner: hub.join(0x301, &[]).unwrap(),
+        live: live.clone(),
+    };
+    let mut a = Fabric::with_options(store(), masked, cfg.clone(), options()).unwrap();
+    let mut b =
+        Fabric::with_options(store(), hub.join(0x302, &[]).unwrap(), cfg, options()).unwrap();
+    let mut rng = 5u64;
+    for step in 1..=80u64 {
+        live.set(!(10..50).contains(&step));
+        for w in a.store_mut().values_mut() {
+            *w += noise(&mut rng);
+        }
+        a.step().unwrap();
+        if (5..10).contains(&step) {
+            a.transport().drain(usize::MAX).unwrap(); // B's entries of these steps are lost
+        }
+        for w in b.store_mut().values_mut() {
+            *w += noise(&mut rng);
+        }
+        b.step().unwrap();
+        for _ in 0..3 {
+            if (5..10).contains(&step) {
+                a.transport().drain(usize::MAX).unwrap();
+            }
+            if a.poll().unwrap() + b.poll().unwrap() == 0 {
+                break;
+            }
+        }
+        if step == 49 {
+            let c = a.repair_counters();
+            assert_eq!((c.requests_sent, c.seqs_given_up), (0, 0));
+            let last = b.engine().unwrap().next_seq() - 1;
+            assert_eq!(a.accepted_by_origin()[&0x302], last - 5);
+        }
+    }
+    let c = a.repair_counters();
+    assert!(c.requests_sent > 0);
+    assert_eq!(c.seqs_given_up, 0);
+    let last = b.engine().unwrap().next_seq() - 1;
+    assert_eq!(a.accepted_by_origin()[&0x302], last);
+}
