@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -213,6 +214,12 @@ def test_fabric_from_env_and_status_of_a_live_cluster(
         assert row["alive"] is True
         assert info["fingerprint"] == f.fingerprint.hex() and info["framework"] == "numpy"
         assert info["incarnation"] == f"{f.incarnation:016x}" and info["N"] == 16
+        # REQ: DF-ZEN-231 (the encodings it receives; every Python node receives them all)
+        assert info["supports"] == {
+            "encodings": ["F32", "F16", "BF16", "Q8"],
+            "index_encodings": ["PLAIN", "PACKED"],
+        }
+        assert row["optional_encodings"] == "F16,BF16,Q8,PACKED"
         assert info["stats"]["steps"] == 4 and info["stats"]["syncs"] == 2
         assert info["stats"]["transport"]["published_bytes"] == f.transport.stats.published_bytes
         assert info["stats"]["transport"]["dropped_packets"] == 0
@@ -222,8 +229,16 @@ def test_fabric_from_env_and_status_of_a_live_cluster(
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
     assert lines[0] == "namespace dftest/status: 2 live node(s)"
-    assert lines[1].split()[:5] == ["node", "framework", "N", "fingerprint", "incarnation"]
+    assert lines[1].split()[:6] == [
+        "node",
+        "framework",
+        "N",
+        "fingerprint",
+        "incarnation",
+        "optional_enc",
+    ]
     assert [ln.split()[0] for ln in lines[2:]] == ["0000000000000051", "0000000000000052"]
+    assert all(ln.split()[5] == "F16,BF16,Q8,PACKED" for ln in lines[2:])
     more = cli(
         "status", "--connect", ",".join(eps), "--namespace", "dftest/status", "--expect", "3"
     )
@@ -571,6 +586,24 @@ def test_plan_with_a_zenoh_config_file_keeps_its_endpoints(tmp_path: Path) -> No
         "tcp/127.0.0.1:7001",
     ]
     assert [p.env["DELTA_FABRIC_CONNECT"] for p in plans] == ["", "tcp/127.0.0.1:7000"]
+
+
+@pytest.mark.parametrize(
+    ("info", "want"),
+    [
+        (None, "-"),
+        ({"node": "1"}, "none"),  # a 1.0 node: F32 and PLAIN only
+        ({"supports": {"encodings": ["F32"], "index_encodings": ["PLAIN"]}}, "none"),
+        ({"supports": {"encodings": ["F32", "Q8"], "index_encodings": ["PLAIN"]}}, "Q8"),
+        ({"supports": {"encodings": "junk", "index_encodings": ["PLAIN", "PACKED"]}}, "PACKED"),
+        ({"supports": "junk"}, "none"),
+    ],
+)
+def test_status_optional_encodings(info: dict[str, Any] | None, want: str) -> None:
+    """REQ: DF-ZEN-231 (a reader treats a node without ``supports`` as F32 and PLAIN only)"""
+    from delta_fabric.cli_status import optional_encodings
+
+    assert optional_encodings(info) == want
 
 
 @pytest.mark.parametrize(

@@ -71,9 +71,34 @@ def collect(session: Any, namespace: str, timeout: float) -> list[dict[str, Any]
                 live.add(node)
     infos = query_info(session, f"{namespace}/v1/info/*", timeout)
     return [
-        {"node": f"{n:016x}", "alive": n in live, "info": infos.get(n)}
+        {
+            "node": f"{n:016x}",
+            "alive": n in live,
+            "info": infos.get(n),
+            "optional_encodings": optional_encodings(infos.get(n)),
+        }
         for n in sorted(live | set(infos))
     ]
+
+
+def optional_encodings(info: dict[str, Any] | None) -> str:
+    """The OPTIONAL encodings a node receives, from its info's ``supports`` (DF-ZEN-231): e.g.
+    ``"F16,BF16,Q8,PACKED"``; ``"none"`` for a node without the member (it receives only F32 and
+    PLAIN, as 1.0 requires) or without any; ``"-"`` when its info did not answer. What an operator
+    checks before configuring Q8 or PACKED (DF-VER-114)."""
+    if not isinstance(info, dict):
+        return "-"
+    sup = info.get("supports")
+    if not isinstance(sup, dict):
+        return "none"
+    names = [
+        str(x)
+        for key, required in (("encodings", "F32"), ("index_encodings", "PLAIN"))
+        if isinstance(sup.get(key), list)
+        for x in sup[key]
+        if x != required
+    ]
+    return ",".join(names) or "none"
 
 
 _COLUMNS = (
@@ -82,6 +107,7 @@ _COLUMNS = (
     ("N", lambda r: _info(r, "N")),
     ("fingerprint", lambda r: str(_info(r, "fingerprint"))[:16]),
     ("incarnation", lambda r: _info(r, "incarnation")),
+    ("optional_enc", lambda r: r.get("optional_encodings", "-")),
     ("steps", lambda r: _stat(r, "steps")),
     ("syncs", lambda r: _stat(r, "syncs")),
     ("sent_B", lambda r: _stat(r, "transport", "published_bytes")),

@@ -32,6 +32,7 @@ __all__ = [
     "ValueEncoding",
     "codec",
     "quantize",
+    "supports",
 ]
 
 
@@ -199,3 +200,14 @@ def quantize(values: NDArray[np.float32], encoding: ValueEncoding) -> NDArray[np
     when the input already is a float32 array).
     """
     return codec(encoding).quantize(values)
+
+
+def supports() -> dict[str, list[str]]:
+    """The info queryable's ``supports`` member (DF-ZEN-231): the value and index encodings this
+    implementation receives, in wire-value order."""
+    from delta_fabric.compact import IndexEncoding
+
+    return {
+        "encodings": [c.name for c in CODECS.values()],
+        "index_encodings": [e.name for e in IndexEncoding],
+    }

@@ -37,6 +37,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from delta_fabric.config import RelayPolicy, SyncConfig
+from delta_fabric.encodings import supports
 from delta_fabric.engine import AcceptedEntry, Engine, ReceiveResult, Snapshot
 from delta_fabric.errors import DeltaFabricError
 from delta_fabric.influence import InfluenceBound
@@ -812,6 +813,7 @@ class Fabric:
             "fingerprint": self.manifest.fingerprint.hex(),
             "framework": self.framework,
             "N": self.manifest.num_params,
+            "supports": supports(),  # DF-ZEN-231
         }
         for key in ("node_id", "framework", "incarnation", "num_params", "fingerprint"):
             stats.pop(key, None)  # already members of the info object

@@ -29,6 +29,7 @@ from numpy.typing import NDArray
 
 from delta_fabric import wire as _wire
 from delta_fabric._generated.deltafabric.v1 import SnapshotChunk as _gen_chunk
+from delta_fabric.encodings import supports
 from delta_fabric.errors import DecodeError, DeltaFabricError
 
 __all__ = [
@@ -558,7 +559,7 @@ class SnapshotServer:
 
     def info(self) -> dict[str, object]:
         """The info queryable's JSON object (DF-ZEN-6): ``node`` and ``incarnation`` as 16 lowercase hex
-        digits, ``fingerprint`` as 64, ``framework``, ``N``."""
+        digits, ``fingerprint`` as 64, ``framework``, ``N``, ``supports`` (DF-ZEN-231)."""
         _, src = self.current(fresh=True)
         return {
             "node": f"{self.node:016x}",
@@ -566,6 +567,7 @@ class SnapshotServer:
             "fingerprint": src.fingerprint.hex(),
             "framework": src.framework,
             "N": src.total,
+            "supports": supports(),
         }
 
 

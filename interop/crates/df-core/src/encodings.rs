@@ -242,6 +242,18 @@ fn bf16_bits_to_f32(b: u16) -> f32 {
     f32::from_bits((b as u32) << 16)
 }
 
+/// The info queryable's `supports` member (DF-ZEN-231): the value and index encodings this
+/// implementation receives, in wire-value order.
+pub fn supports() -> serde_json::Value {
+    serde_json::json!({
+        "encodings": ValueEncoding::ALL.iter().map(|e| e.codec().name).collect::<Vec<_>>(),
+        "index_encodings": crate::compact::IndexEncoding::ALL
+            .iter()
+            .map(|e| e.name())
+            .collect::<Vec<_>>(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

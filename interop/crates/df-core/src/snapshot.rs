@@ -937,6 +937,7 @@ impl SnapshotServer {
             "fingerprint": hex::encode(src.fingerprint()),
             "framework": src.framework(),
             "N": src.total(),
+            "supports": crate::encodings::supports(),
         })
     }
 }

@@ -318,6 +318,14 @@ fn server_policy_reuses_and_keeps_captures_by_the_given_time() {
     assert_eq!(info["fingerprint"], hex::encode(FP));
     assert_eq!(info["framework"], "test");
     assert_eq!(info["N"], 9);
+    // REQ: DF-ZEN-231
+    assert_eq!(
+        info["supports"],
+        serde_json::json!({
+            "encodings": ["F32", "F16", "BF16", "Q8"],
+            "index_encodings": ["PLAIN", "PACKED"],
+        })
+    );
     assert!(!srv.needs_capture(false, s(200)));
     assert!(srv.needs_capture(true, s(210)));
 }
