@@ -227,3 +227,24 @@ def test_failed_start_changes_nothing_and_closes_an_owned_transport() -> None:
     assert wb.tolist() == [7.0, 7.0, 7.0]
     with pytest.raises(DeltaFabricError):
         tb.publish(b"x")  # owned: closed by the failed constructor
+
+
+def test_info_lists_the_encodings_the_node_receives() -> None:
+    """REQ: DF-ZEN-231
+
+    The info object answered for ``delta-fabric status`` (DF-ZEN-6) carries ``supports``: every
+    encoding of the codec table and both index encodings, which this node's receiver accepts."""
+    from delta_fabric.compact import IndexEncoding
+    from delta_fabric.encodings import CODECS
+
+    hub = MemoryHub()
+    with Fabric(
+        NumpyStore({"w": np.zeros(8, np.float32)}), hub.transport(0x41), SyncConfig(), node_id=0x41
+    ) as f:
+        info = f._info()
+    assert info["supports"] == {
+        "encodings": ["F32", "F16", "BF16", "Q8"],
+        "index_encodings": ["PLAIN", "PACKED"],
+    }
+    assert info["supports"]["encodings"] == [c.name for c in CODECS.values()]
+    assert info["supports"]["index_encodings"] == [e.name for e in IndexEncoding]
