@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from enum import IntEnum
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -76,52 +77,87 @@ _ZERO: np.float32 = np.float32(0.0)
 _MIN_SCALE_EXP = -149  # 2**-149: the smallest positive binary32
 
 
-def _varints(values: NDArray[np.uint64]) -> bytes:
-    """LEB128 of every value (each < 2**32), vectorised."""
-    v = np.asarray(values, dtype=np.uint64)
+#: ``_VARINT_LIMITS[k]``: the smallest value whose LEB128 needs more than ``k + 1`` bytes.
+_VARINT_LIMITS = tuple(1 << (7 * k) for k in range(1, _MAX_VARINT))
+
+
+def _varints(values: NDArray[np.unsignedinteger[Any]]) -> bytes:
+    """LEB128 of every value (each < 2**32), vectorised: byte ``k`` of every varint is written in one
+    pass over the varints that have it (most gaps of a dense entry take one byte: one pass)."""
+    v = np.asarray(values)
+    if v.dtype != np.uint32 and v.dtype != np.uint64:
+        v = v.astype(np.uint64)
     if v.size == 0:
         return b""
     nbytes = np.ones(v.size, dtype=np.int64)
-    for k in range(1, _MAX_VARINT):
-        nbytes += (v >> np.uint64(7 * k)) > 0
-    out = np.empty(int(nbytes.sum()), dtype=np.uint8)
-    starts = np.concatenate(([0], np.cumsum(nbytes)[:-1]))
-    for k in range(_MAX_VARINT):
-        has = nbytes > k
-        if not bool(has.any()):
+    longer: list[NDArray[np.intp]] = []  # positions of the varints with more than k + 1 bytes
+    for limit in _VARINT_LIMITS:
+        pos = np.flatnonzero(v >= limit) if not longer else longer[-1][v[longer[-1]] >= limit]
+        if pos.size == 0:
             break
-        chunk = ((v[has] >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
-        more = (nbytes[has] > k + 1).astype(np.uint8) << np.uint8(7)
-        out[starts[has] + k] = chunk | more
+        nbytes[pos] += 1
+        longer.append(pos)
+    if not longer:  # every varint is one byte: the values themselves
+        return v.astype(np.uint8).tobytes()
+    ends = np.cumsum(nbytes)
+    out = np.empty(int(ends[-1]), dtype=np.uint8)
+    starts = ends - nbytes
+    first = (v & 0x7F).astype(np.uint8)
+    first[longer[0]] |= 0x80
+    out[starts] = first
+    for k, pos in enumerate(longer, start=1):
+        chunk = ((v[pos] >> (7 * k)) & 0x7F).astype(np.uint8)
+        if k < len(longer):
+            more = longer[k]  # a subset of pos: mark the bytes that continue
+            chunk[np.searchsorted(pos, more)] |= 0x80
+        out[starts[pos] + k] = chunk
     return out.tobytes()
 
 
 def _read_varints(data: NDArray[np.uint8]) -> NDArray[np.uint64]:
     """Every LEB128 varint of ``data`` (which must end with a complete one). MALFORMED on a truncated,
-    overlong or too long varint or a value >= 2**32."""
+    overlong or too long varint or a value >= 2**32. Byte ``k`` of every varint is read in one pass
+    over the varints that have it (one pass when every varint is one byte)."""
     if data.size == 0:
         return np.empty(0, dtype=np.uint64)
-    last = (data & 0x80) == 0
+    last = data < 0x80
     if not bool(last[-1]):
         raise DecodeError(ErrorCode.MALFORMED, "packed indices: truncated varint")
     ends = np.flatnonzero(last)
-    starts = np.concatenate(([0], ends[:-1] + 1))
+    if ends.size == data.size:  # every varint is one byte
+        return data.astype(np.uint64)
+    starts = np.empty(ends.size, dtype=np.intp)
+    starts[0] = 0
+    np.add(ends[:-1], 1, out=starts[1:])
     lengths = ends - starts + 1
-    if bool((lengths > _MAX_VARINT).any()):
+    multi = np.flatnonzero(lengths > 1)
+    mlen = lengths[multi]
+    if bool((mlen > _MAX_VARINT).any()):
         raise DecodeError(ErrorCode.MALFORMED, "packed indices: varint longer than 5 bytes")
-    if bool(((lengths > 1) & (data[ends] == 0)).any()):
+    if bool((data[ends[multi]] == 0).any()):
         raise DecodeError(ErrorCode.MALFORMED, "packed indices: overlong varint")
-    group = np.repeat(np.arange(ends.size), lengths)
-    shift = (np.arange(data.size) - starts[group]).astype(np.uint64) * np.uint64(7)
-    parts = (data & 0x7F).astype(np.uint64) << shift
-    values = np.zeros(ends.size, dtype=np.uint64)
-    np.add.at(values, group, parts)
-    if bool((values >= _U32_LIMIT).any()):
+    values = (data[starts] & 0x7F).astype(np.uint64)
+    pos, plen = multi, mlen
+    for k in range(1, _MAX_VARINT):
+        if pos.size == 0:
+            break
+        values[pos] |= (data[starts[pos] + k] & 0x7F).astype(np.uint64) << np.uint64(7 * k)
+        keep = plen > k + 1
+        pos, plen = pos[keep], plen[keep]
+    if bool((values[multi] >= _U32_LIMIT).any()):
         raise DecodeError(ErrorCode.MALFORMED, "packed indices: varint value >= 2**32")
     return values
 
 
-def _check_sorted(indices: NDArray[np.uint32]) -> NDArray[np.uint64]:
+def _check_sorted(indices: NDArray[np.uint32]) -> NDArray[np.unsignedinteger[Any]]:
+    """The indices as u32 (an array of them as is) or u64, checked strictly increasing below 2**32
+    (``ValueError`` otherwise)."""
+    if isinstance(indices, np.ndarray) and indices.dtype == np.uint32 and indices.ndim == 1:
+        if indices.size == 0:
+            raise ValueError("indices must not be empty")
+        if bool((indices[1:] <= indices[:-1]).any()):
+            raise ValueError("indices must be strictly increasing u32")
+        return indices
     idx = np.asarray(indices, dtype=np.uint64)
     if idx.size == 0:
         raise ValueError("indices must not be empty")
@@ -130,34 +166,48 @@ def _check_sorted(indices: NDArray[np.uint32]) -> NDArray[np.uint64]:
     return idx
 
 
+def _gaps(idx: NDArray[np.unsignedinteger[Any]]) -> NDArray[np.unsignedinteger[Any]]:
+    """The first index, then every gap (checked indices: no wrap-around)."""
+    gaps = np.empty_like(idx)
+    gaps[:1] = idx[:1]
+    np.subtract(idx[1:], idx[:-1], out=gaps[1:])
+    return gaps
+
+
 def encode_delta(indices: NDArray[np.uint32]) -> bytes:
     """``FORM_DELTA``: the first index and the gaps as varints. ``ValueError`` for an empty or
     unsorted list."""
-    idx = _check_sorted(indices)
-    gaps = np.concatenate((idx[:1], np.diff(idx)))
-    return bytes([FORM_DELTA]) + _varints(gaps)
+    return bytes([FORM_DELTA]) + _varints(_gaps(_check_sorted(indices)))
 
 
 def encode_bitmap(indices: NDArray[np.uint32]) -> bytes:
     """``FORM_BITMAP``: a varint base (the first index) and the bitmap from it."""
-    idx = _check_sorted(indices)
+    return _bitmap(_check_sorted(indices))
+
+
+def _bitmap(idx: NDArray[np.unsignedinteger[Any]]) -> bytes:
     base = int(idx[0])
-    rel = (idx - np.uint64(base)).astype(np.int64)
+    rel = (idx - idx.dtype.type(base)).astype(np.intp)
     bits = np.zeros(int(rel[-1]) + 1, dtype=np.uint8)
     bits[rel] = 1
     packed = np.packbits(bits, bitorder="little")
     return bytes([FORM_BITMAP]) + _varints(np.array([base], dtype=np.uint64)) + packed.tobytes()
 
 
+def _varint_len(x: int) -> int:
+    return next((k + 1 for k, limit in enumerate(_VARINT_LIMITS) if x < limit), _MAX_VARINT)
+
+
 def encode_indices(indices: NDArray[np.uint32]) -> bytes:
-    """The shorter of the two forms (delta on a tie)."""
-    delta = encode_delta(indices)
-    idx = np.asarray(indices)
+    """The shorter of the two forms (delta on a tie). The bitmap's length follows from the span, so
+    it is built only when it is the shorter."""
+    idx = _check_sorted(indices)
     span = int(idx[-1]) - int(idx[0]) + 1
-    base_len = len(_varints(np.array([int(idx[0])], dtype=np.uint64)))
-    if 1 + base_len + (span + 7) // 8 < len(delta):  # the bitmap's exact length
-        return encode_bitmap(indices)
-    return delta
+    bitmap_len = 1 + _varint_len(int(idx[0])) + (span + 7) // 8  # the bitmap's exact length
+    if bitmap_len < 1 + idx.size:  # the delta form has at least one byte per index
+        return _bitmap(idx)
+    delta = bytes([FORM_DELTA]) + _varints(_gaps(idx))
+    return _bitmap(idx) if bitmap_len < len(delta) else delta
 
 
 def unpack_indices(packed: bytes | memoryview | NDArray[np.uint8]) -> NDArray[np.uint32]:
