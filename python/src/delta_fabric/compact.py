@@ -114,38 +114,49 @@ def _varints(values: NDArray[np.unsignedinteger[Any]]) -> bytes:
     return out.tobytes()
 
 
+def _varint_sums(data: NDArray[np.uint8]) -> NDArray[np.uint64]:
+    """The running sums of the LEB128 varints of ``data`` (which must end with a complete one): entry
+    ``j`` is the sum of varints ``0..j``. MALFORMED on a truncated, overlong or too long varint or a
+    value >= 2**32 (checked in that order over the whole string).
+
+    Vectorised per byte: the position ``k`` of a byte in its varint is the number of continuation
+    bytes just before it (a pass per position, up to 4), so the byte adds ``(b & 0x7F) << 7k`` and
+    the sums are one cumulative sum read at the varints' last bytes."""
+    n = data.size
+    cont = data >= 0x80
+    if bool(cont[-1]):
+        raise DecodeError(ErrorCode.MALFORMED, "packed indices: truncated varint")
+    if not bool(cont.any()):  # every varint is one byte
+        return np.cumsum(data, dtype=np.uint64)
+    k = np.zeros(n, dtype=np.uint8)
+    run = cont[:-1]  # run[j]: the d bytes before byte j + d are continuation bytes (d = 1 here)
+    k[1:] = run
+    for d in range(2, _MAX_VARINT + 1):
+        run = run[1:] & cont[: n - d]
+        if not bool(run.any()):
+            break
+        if d == _MAX_VARINT:  # 5 continuation bytes in a row: a 6th byte follows
+            raise DecodeError(ErrorCode.MALFORMED, "packed indices: varint longer than 5 bytes")
+        k[d:] += run
+    last = ~cont
+    if bool((cont[:-1] & (data[1:] == 0)).any()):  # a 0 last byte after a continuation byte
+        raise DecodeError(ErrorCode.MALFORMED, "packed indices: overlong varint")
+    if bool(((k == _MAX_VARINT - 1) & (data >= 0x10)).any()):  # a 5th byte above 4 bits
+        raise DecodeError(ErrorCode.MALFORMED, "packed indices: varint value >= 2**32")
+    contrib = (data & 0x7F).astype(np.uint64) << (k * np.uint8(7)).astype(np.uint64)
+    out: NDArray[np.uint64] = np.cumsum(contrib)[last]
+    return out
+
+
 def _read_varints(data: NDArray[np.uint8]) -> NDArray[np.uint64]:
     """Every LEB128 varint of ``data`` (which must end with a complete one). MALFORMED on a truncated,
-    overlong or too long varint or a value >= 2**32. Byte ``k`` of every varint is read in one pass
-    over the varints that have it (one pass when every varint is one byte)."""
+    overlong or too long varint or a value >= 2**32."""
     if data.size == 0:
         return np.empty(0, dtype=np.uint64)
-    last = data < 0x80
-    if not bool(last[-1]):
-        raise DecodeError(ErrorCode.MALFORMED, "packed indices: truncated varint")
-    ends = np.flatnonzero(last)
-    if ends.size == data.size:  # every varint is one byte
-        return data.astype(np.uint64)
-    starts = np.empty(ends.size, dtype=np.intp)
-    starts[0] = 0
-    np.add(ends[:-1], 1, out=starts[1:])
-    lengths = ends - starts + 1
-    multi = np.flatnonzero(lengths > 1)
-    mlen = lengths[multi]
-    if bool((mlen > _MAX_VARINT).any()):
-        raise DecodeError(ErrorCode.MALFORMED, "packed indices: varint longer than 5 bytes")
-    if bool((data[ends[multi]] == 0).any()):
-        raise DecodeError(ErrorCode.MALFORMED, "packed indices: overlong varint")
-    values = (data[starts] & 0x7F).astype(np.uint64)
-    pos, plen = multi, mlen
-    for k in range(1, _MAX_VARINT):
-        if pos.size == 0:
-            break
-        values[pos] |= (data[starts[pos] + k] & 0x7F).astype(np.uint64) << np.uint64(7 * k)
-        keep = plen > k + 1
-        pos, plen = pos[keep], plen[keep]
-    if bool((values[multi] >= _U32_LIMIT).any()):
-        raise DecodeError(ErrorCode.MALFORMED, "packed indices: varint value >= 2**32")
+    sums = _varint_sums(data)
+    values = np.empty_like(sums)
+    values[:1] = sums[:1]
+    np.subtract(sums[1:], sums[:-1], out=values[1:])
     return values
 
 
@@ -222,10 +233,9 @@ def unpack_indices(packed: bytes | memoryview | NDArray[np.uint8]) -> NDArray[np
     form = int(data[0])
     body = data[1:]
     if form == FORM_DELTA:
-        gaps = _read_varints(body)
-        if gaps.size == 0:
+        if body.size == 0:
             return np.empty(0, dtype=np.uint32)
-        idx = np.cumsum(gaps, dtype=np.uint64)
+        idx = _varint_sums(body)  # the running sums of the gaps
         if int(idx[-1]) >= _U32_LIMIT:
             raise DecodeError(ErrorCode.MALFORMED, "packed indices: an index >= 2**32")
         return idx.astype(np.uint32)
@@ -286,9 +296,11 @@ def q8_encode(values: NDArray[np.float32]) -> tuple[np.float32, NDArray[np.int8]
     scale = q8_scale(v)
     if scale == 0:
         return scale, np.zeros(v.size, dtype=np.int8)
-    top = min(127.0, math.floor(float(np.finfo(np.float32).max) / float(scale)))
-    q = np.rint(v.astype(np.float64) / float(scale))  # exact quotient (power of two), ties to even
-    return scale, np.clip(q, -top, top).astype(np.int8)
+    top = np.float32(min(127.0, math.floor(float(np.finfo(np.float32).max) / float(scale))))
+    # v / scale is exact in f32 (scale is a power of two and |v / scale| <= 127; a quotient below
+    # the normal range rounds to 0 either way), then rounded to nearest even
+    q = np.rint(np.divide(v, scale, dtype=np.float32))
+    return scale, np.clip(q, -top, top, out=q).astype(np.int8)
 
 
 def q8_decode(scale: float | np.float32, q: NDArray[np.int8]) -> NDArray[np.float32]:

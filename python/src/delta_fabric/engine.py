@@ -332,7 +332,8 @@ class Engine:
             return []  # DF-GEN-8
         # DF-GEN-9: checked on d itself, before encoding: F16/BF16 would clamp an infinity to a
         # finite value. An infinity is the largest magnitude, so it is always among the selected.
-        finite = np.isfinite(d[idx])
+        dsel = d[idx]  # the selected deltas (idx: intp, no index conversion per use)
+        finite = np.isfinite(dsel)
         if not bool(finite.all()):
             raise NonFiniteDelta(int(idx[int(np.argmin(finite))]))
         # DF-GEN-6: split into entries that fit a packet alone; then, per entry, the values are the
@@ -347,12 +348,14 @@ class Engine:
         corr: list[NDArray[np.float32]] = []
         for start in range(0, indices.size, step):
             part = indices[start : start + step]
+            ipart = idx[start : start + step]
+            dpart = dsel[start : start + step]
             if averaging:  # DF-GEN-70: send fl32(w * d); the own weights keep only what is sent
-                sent = vc.quantize(np.multiply(d[part], w, dtype=np.float32))
-                corr.append(np.subtract(sent, d[part], dtype=np.float32))
+                sent = vc.quantize(np.multiply(dpart, w, dtype=np.float32))
+                corr.append(np.subtract(sent, dpart, dtype=np.float32))
             else:
-                sent = vc.quantize(d[part])
-            self._anchor[part] = self._anchor[part] + sent
+                sent = vc.quantize(dpart)
+            self._anchor[ipart] = self._anchor[ipart] + sent
             entry = Entry(
                 origin=self.node_id,
                 incarnation=self.incarnation,
@@ -812,8 +815,9 @@ def _f32_at_least(x: float) -> np.float32:
 
 def _sorted_unique(parts: list[NDArray[np.uint32]]) -> NDArray[np.uint32]:
     """The sorted distinct values of ``parts`` (each already strictly increasing). O(k log k): a sort
-    and a mask (``np.unique`` takes a slower hash path for integers in NumPy 2)."""
-    s = np.sort(np.concatenate(parts))
+    and a mask (``np.unique`` takes a slower hash path for integers in NumPy 2); the stable sort
+    (timsort) merges the sorted parts in O(k log parts)."""
+    s = np.sort(np.concatenate(parts), kind="stable")  # a merge of the sorted runs
     keep = np.empty(s.size, dtype=bool)
     keep[:1] = True
     np.not_equal(s[1:], s[:-1], out=keep[1:])

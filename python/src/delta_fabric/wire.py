@@ -895,9 +895,8 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
             scales.size
         ):  # fl32(q * scale), the scale of each value's entry (may overflow: NON_FINITE)
             with np.errstate(over="ignore"):
-                val_all = np.multiply(
-                    bits_all.astype(np.float32), np.repeat(scales, idx_count), dtype=np.float32
-                )
+                per_value = scales[0] if count == 1 else np.repeat(scales, idx_count)
+                val_all = np.multiply(bits_all, per_value, dtype=np.float32)
         else:
             val_all = vc.decode(bits_all, np.float32(0.0))
         val_all = _readonly(val_all)
