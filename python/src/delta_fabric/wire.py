@@ -56,7 +56,7 @@ from numpy.typing import NDArray
 from delta_fabric._fastbuild import FastBuilder
 from delta_fabric._generated.deltafabric.v1 import Entry as _gen_entry
 from delta_fabric._generated.deltafabric.v1 import Packet as _gen_packet
-from delta_fabric.compact import IndexEncoding, encode_indices, unpack_indices
+from delta_fabric.compact import IndexEncoding, encode_indices, q8_encode, unpack_indices
 from delta_fabric.encodings import CODECS, MAX_VALUE_BYTES, ValueEncoding, codec, quantize
 from delta_fabric.errors import DecodeError, ErrorCode
 
@@ -313,13 +313,15 @@ def _encode_packet(packet: Packet, builder: Callable[[int], Any]) -> bytes:
         else:
             idx_off = b.CreateNumpyVector(np.ascontiguousarray(e.indices, dtype="<u4"))
         scale = np.float32(0.0)
-        if vc.scale_of is not None:
-            if not bool(np.isfinite(e.values).all()):
-                raise ValueError(f"{vc.name} encodes finite values only")
-            scale = vc.scale_of(e.values)
-        val_off = b.CreateNumpyVector(
-            np.ascontiguousarray(vc.encode(e.values), dtype=vc.wire_dtype)
-        )
+        if vc.encoding is ValueEncoding.Q8:  # the scale and the bytes in one call (section 6.8)
+            scale, wire_values = q8_encode(e.values)  # ValueError for a non-finite value
+        else:
+            if vc.scale_of is not None:
+                if not bool(np.isfinite(e.values).all()):
+                    raise ValueError(f"{vc.name} encodes finite values only")
+                scale = vc.scale_of(e.values)
+            wire_values = vc.encode(e.values)
+        val_off = b.CreateNumpyVector(np.ascontiguousarray(wire_values, dtype=vc.wire_dtype))
         sig_off = None if e.signature is None else b.CreateByteVector(bytes(e.signature))
         _gen_entry.EntryStart(b)
         _gen_entry.EntryAddOrigin(b, origin)
