@@ -89,17 +89,18 @@ def _varints(values: NDArray[np.unsignedinteger[Any]]) -> bytes:
         v = v.astype(np.uint64)
     if v.size == 0:
         return b""
-    nbytes = np.ones(v.size, dtype=np.int64)
     longer: list[NDArray[np.intp]] = []  # positions of the varints with more than k + 1 bytes
     for limit in _VARINT_LIMITS:
         pos = np.flatnonzero(v >= limit) if not longer else longer[-1][v[longer[-1]] >= limit]
         if pos.size == 0:
             break
-        nbytes[pos] += 1
         longer.append(pos)
     if not longer:  # every varint is one byte: the values themselves
         return v.astype(np.uint8).tobytes()
-    ends = np.cumsum(nbytes)
+    nbytes = np.ones(v.size, dtype=np.uint8)
+    for pos in longer:
+        nbytes[pos] += 1
+    ends = np.cumsum(nbytes, dtype=np.intp)
     out = np.empty(int(ends[-1]), dtype=np.uint8)
     starts = ends - nbytes
     first = (v & 0x7F).astype(np.uint8)
@@ -235,6 +236,10 @@ def unpack_indices(packed: bytes | memoryview | NDArray[np.uint8]) -> NDArray[np
     if form == FORM_DELTA:
         if body.size == 0:
             return np.empty(0, dtype=np.uint32)
+        if body.size * 0x7F < _U32_LIMIT and int(body.max()) < 0x80:
+            # one-byte gaps whose sum stays below 2**32: the indices are their u32 running sums
+            one: NDArray[np.uint32] = np.cumsum(body, dtype=np.uint32)
+            return one
         idx = _varint_sums(body)  # the running sums of the gaps
         if int(idx[-1]) >= _U32_LIMIT:
             raise DecodeError(ErrorCode.MALFORMED, "packed indices: an index >= 2**32")
