@@ -56,7 +56,13 @@ from numpy.typing import NDArray
 from delta_fabric._fastbuild import FastBuilder
 from delta_fabric._generated.deltafabric.v1 import Entry as _gen_entry
 from delta_fabric._generated.deltafabric.v1 import Packet as _gen_packet
-from delta_fabric.compact import IndexEncoding, encode_indices, q8_encode, unpack_indices
+from delta_fabric.compact import (
+    IndexEncoding,
+    _varint_sums,
+    encode_indices,
+    q8_encode,
+    unpack_indices,
+)
 from delta_fabric.encodings import CODECS, MAX_VALUE_BYTES, ValueEncoding, codec, quantize
 from delta_fabric.errors import DecodeError, ErrorCode
 
@@ -847,11 +853,15 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
         _EntryTables.fail_where(
             ~pk_present | (idx_count != 0), "PACKED entry needs packed_indices, empty indices"
         )
-        for j, (s0, c0) in enumerate(zip(pk_start.tolist(), pk_count.tolist(), strict=True)):
-            try:
-                packed_views.append(_readonly(unpack_indices(a8[s0 : s0 + c0])))
-            except DecodeError as exc:
-                raise DecodeError(exc.code, f"entries[{j}]: {exc.detail}") from None
+        together = _unpack_deltas(a8, pk_start, pk_count) if count > 1 else None
+        if together is not None:
+            packed_views = together
+        else:  # entry by entry: the first faulty entry's fault, as the check order says
+            for j, (s0, c0) in enumerate(zip(pk_start.tolist(), pk_count.tolist(), strict=True)):
+                try:
+                    packed_views.append(_readonly(unpack_indices(a8[s0 : s0 + c0])))
+                except DecodeError as exc:
+                    raise DecodeError(exc.code, f"entries[{j}]: {exc.detail}") from None
         idx_count = np.array([v.size for v in packed_views], dtype=np.int64)
     else:
         _EntryTables.fail_where(pk_present, "PLAIN entry with packed_indices")
@@ -937,6 +947,42 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
         heard,
         index_encoding,
     )
+
+
+def _unpack_deltas(
+    a8: NDArray[np.uint8], starts: NDArray[np.int64], counts: NDArray[np.int64]
+) -> list[NDArray[np.uint32]] | None:
+    """The packed indices of every entry at once, when every entry is a well-formed delta form
+    (section 6.8) whose indices stay below 2**32: read-only views of one array, equal to
+    `unpack_indices` entry by entry. ``None`` for anything else (a bitmap, an empty or malformed
+    string): the caller then decodes entry by entry, which reports the first fault in order.
+
+    Every body ends with a complete varint (checked first), so the varints of the concatenated
+    bodies are those of the entries, in order; one pass decodes them, and each entry's indices are
+    the running sums minus the sum before its first varint."""
+    if bool((counts < 2).any()) or bool(a8[starts].any()):  # no varint, or not FORM_DELTA
+        return None
+    lengths = counts - 1
+    ends = np.cumsum(lengths)
+    total = int(ends[-1])
+    # positions of the bodies' bytes in the buffer: starts + 1 + offset within the body
+    pos = np.arange(total, dtype=np.int64) + np.repeat(starts + 1 - (ends - lengths), lengths)
+    data = a8[pos]
+    if bool((data[ends - 1] >= 0x80).any()):  # a body ends inside a varint
+        return None
+    try:
+        sums = _varint_sums(data)
+    except DecodeError:
+        return None
+    last = data < 0x80
+    per_entry = np.add.reduceat(last, ends - lengths, dtype=np.int64)  # varints per entry
+    v_end = np.cumsum(per_entry)
+    before = np.zeros(counts.size, dtype=np.uint64)  # the running sum before each entry
+    before[1:] = sums[v_end[:-1] - 1]
+    if bool((sums[v_end - 1] - before >= (1 << 32)).any()):  # an index >= 2**32
+        return None
+    idx = _readonly((sums - np.repeat(before, per_entry)).astype(np.uint32))
+    return np.split(idx, v_end[:-1])
 
 
 def _check_encodings(encoding_raw: int, index_encoding_raw: int) -> None:
