@@ -460,6 +460,10 @@ class _Reader:
         p = self.field(tab, slot, 2, what)
         return 0 if p == 0 else int(_U16.unpack_from(self.mv, p)[0])
 
+    def u32(self, tab: tuple[int, int, int], slot: int, what: str) -> int:
+        p = self.field(tab, slot, 4, what)
+        return 0 if p == 0 else int(_U32.unpack_from(self.mv, p)[0])
+
     def u64(self, tab: tuple[int, int, int], slot: int, what: str) -> int:
         p = self.field(tab, slot, 8, what)
         return 0 if p == 0 else int(_U64.unpack_from(self.mv, p)[0])
@@ -660,11 +664,11 @@ def _all_finite(values: NDArray[np.float32]) -> bool:
 #: of a few struct reads per field) rather than by `_EntryTables` (a constant of a few NumPy calls per
 #: field, which dominates a small packet's decode).
 _FEW_ENTRIES = 8
-#: The vtable sizes the entry-by-entry path knows: Packet fields 0..7, Entry fields 0..6. A table with
-#: a larger vtable (fields added later in the schema) takes the vectorised path, which is where new
-#: fields are read.
-_KNOWN_PACKET_VTABLE = 4 + 2 * 8
-_KNOWN_ENTRY_VTABLE = 4 + 2 * 7
+#: The vtable sizes the entry-by-entry path knows: Packet fields 0..8, Entry fields 0..10 (schema
+#: 1.1). A table with a larger vtable (fields added later in the schema) takes the vectorised path,
+#: which is where new fields are read.
+_KNOWN_PACKET_VTABLE = 4 + 2 * 9
+_KNOWN_ENTRY_VTABLE = 4 + 2 * 11
 
 
 def _few_entries(
@@ -687,7 +691,9 @@ def _few_entries(
             del r.spans[mark:]
             return None
         tables.append(tab)
-    cols: list[list[int]] = [[] for _ in range(13)]
+    # columns: origin, incarnation, seq, hops; (present, start, count) of indices, values,
+    # values16, packed_indices, values8, signature; scale (its bits)
+    cols: list[list[int]] = [[] for _ in range(23)]
     for k, tab in enumerate(tables):
         what = f"entries[{k}]"
         row = [
@@ -696,9 +702,10 @@ def _few_entries(
             r.u64(tab, _E_SEQ, what + ".seq"),
             r.u8(tab, _E_HOPS, what + ".hops"),
         ]
-        for slot, size, name in ((_E_INDICES, 4, "indices"), (_E_VALUES, 4, "values"), (_E_VALUES16, 2, "values16")):  # fmt: skip
+        for slot, size, name in _FEW_VECTORS:
             vec = r.vector(tab, slot, size, f"{what}.{name}")
             row += [0, 0, 0] if vec is None else [1, vec[0], vec[1]]
+        row.append(r.u32(tab, _E_SCALE, what + ".scale"))
         for col, x in zip(cols, row, strict=True):
             col.append(x)
     for k in range(count):
@@ -707,12 +714,25 @@ def _few_entries(
         for c, name in ((0, "origin"), (1, "incarnation"), (2, "seq")):
             if cols[c][k] == 0:
                 _malformed(f"entries[{k}]: {name} is 0")
+        if cols[19][k] and cols[21][k] != SIGNATURE_SIZE:
+            _malformed(f"entries[{k}]: signature is not 64 bytes")
     u64s = [np.array(c, dtype=np.uint64) for c in cols[:4]]
     rest = [
         np.array(c, dtype=np.bool_) if i % 3 == 0 else np.array(c, dtype=np.int64)
-        for i, c in enumerate(cols[4:])
+        for i, c in enumerate(cols[4:22])
     ]
-    return (*u64s, *rest)
+    return (*u64s, *rest, np.array(cols[22], dtype=np.uint64))
+
+
+#: The vector fields the entry-by-entry path reads, in the order of its columns.
+_FEW_VECTORS = (
+    (_E_INDICES, 4, "indices"),
+    (_E_VALUES, 4, "values"),
+    (_E_VALUES16, 2, "values16"),
+    (_E_PACKED_INDICES, 1, "packed_indices"),
+    (_E_VALUES8, 1, "values8"),
+    (_E_SIGNATURE, 1, "signature"),
+)
 
 
 def _check_disjoint_few(spans: list[tuple[int, int]]) -> None:
@@ -794,15 +814,9 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
     few = _few_entries(r, root, start, count) if count <= _FEW_ENTRIES else None
     if few is not None:  # the same checks, entry by entry (no NumPy call per field)
         (origin, incarnation, seq, hops, idx_present, idx_start, idx_count) = few[:7]
-        (v32_present, v32_start, v32_count, v16_present, v16_start, v16_count) = few[7:]
-        # the entry-by-entry path reads vtables of Entry fields 0..6 only: none of the 1.1 fields
-        # 7..10 (packed_indices, values8, scale, signature) is present
-        absent = np.zeros(count, dtype=np.bool_)
-        zeros = np.zeros(count, dtype=np.int64)
-        pk_present, pk_start, pk_count = absent, zeros, zeros
-        v8_present, v8_start, v8_count = absent, zeros, zeros
-        sig_present, sig_start, sig_count = absent, zeros, zeros
-        scale_bits = np.zeros(count, dtype=np.uint64)
+        (v32_present, v32_start, v32_count, v16_present, v16_start, v16_count) = few[7:13]
+        (pk_present, pk_start, pk_count, v8_present, v8_start, v8_count) = few[13:19]
+        (sig_present, sig_start, sig_count, scale_bits) = few[19:]
         _check_disjoint_few(r.spans)
     else:
         # Every Entry table at once (MALFORMED checks).
