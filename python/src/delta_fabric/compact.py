@@ -77,6 +77,8 @@ _ZERO: np.float32 = np.float32(0.0)
 _MIN_SCALE_EXP = -149  # 2**-149: the smallest positive binary32
 
 
+#: Up to this many values, `_varints` encodes in a Python loop.
+_FEW_VARINTS = 32
 #: ``_VARINT_LIMITS[k]``: the smallest value whose LEB128 needs more than ``k + 1`` bytes.
 _VARINT_LIMITS = tuple(1 << (7 * k) for k in range(1, _MAX_VARINT))
 
@@ -89,6 +91,14 @@ def _varints(values: NDArray[np.unsignedinteger[Any]]) -> bytes:
         v = v.astype(np.uint64)
     if v.size == 0:
         return b""
+    if v.size <= _FEW_VARINTS:  # a few values: a Python loop beats the NumPy calls' constant
+        out_few = bytearray()
+        for x in v.tolist():
+            while x >= 0x80:
+                out_few.append((x & 0x7F) | 0x80)
+                x >>= 7
+            out_few.append(x)
+        return bytes(out_few)
     longer: list[NDArray[np.intp]] = []  # positions of the varints with more than k + 1 bytes
     for limit in _VARINT_LIMITS:
         pos = np.flatnonzero(v >= limit) if not longer else longer[-1][v[longer[-1]] >= limit]
