@@ -4,10 +4,13 @@ digits with the demo's sync settings, and the time spent in DeltaFabric is compa
 training, in the same run.
 
 Model: ``Linear(64, W) -> ReLU -> Linear(W, W) -> ReLU -> Linear(W, 10)``; ``--width 1536`` gives
-2,475,530 parameters. Data: the demo's label-skewed split of sklearn's digits (0-3 / 4-6 / 7-9).
-Sync settings as the demo's: ratio 0.05, sync_interval 10, alpha 1, averaging over the 3 nodes
-(DF-GEN-70), SGD lr 0.05/3 with momentum 0.9, batch 32, F32, relay policy ALL (``--relay needed``
-for NEEDED).
+2,476,042 parameters. Data: the demo's label-skewed split of sklearn's digits (0-3 / 4-6 / 7-9).
+Sync settings default to the demo's (``DEMO_DEFAULTS`` of ``delta_fabric_demo.lockstep``): ratio 0.10,
+sync_interval 20, Q8 values with PACKED indices, relay policy NEEDED, alpha 1, averaging over the 3
+nodes (DF-GEN-70) with SGD lr 0.05 (the demo's rule: 0.05 / 3 when summed, ``--average-over 1``),
+momentum 0.9, batch 32. ``--ratio``, ``--interval``, ``--encoding``, ``--index-encoding``,
+``--relay``, ``--average-over`` override them (the figures of closing-note-2 were taken with
+``--ratio 0.05 --interval 10 --encoding F32 --index-encoding PLAIN --relay all``).
 
 The nodes run in one process, one thread, in lockstep: at every step each node trains one batch, then
 calls ``Fabric.step()``. Transport: ``--transport zenoh`` (default) opens one Zenoh session per node
@@ -31,7 +34,9 @@ jobs, wall time mostly measures the scheduler. Zenoh's own I/O threads are then 
 sync time (``--clock wall`` counts what the main thread waits for).
 
 Prints only; asserts nothing about timings. Usage:
-``python bench/bench_bigmodel.py [--width 1536] [--steps 200] [--transport zenoh|memory] [--json F]``.
+``python bench/bench_bigmodel.py [--width 1536] [--steps 200] [--transport zenoh|memory] [--json F]
+[--ratio R] [--interval K] [--encoding F32|F16|Q8] [--index-encoding PLAIN|PACKED] [--relay all|needed]
+[--average-over C]``.
 """
 
 from __future__ import annotations
@@ -46,10 +51,13 @@ from typing import Any
 
 import numpy as np
 import torch
+from delta_fabric.compact import IndexEncoding
 from delta_fabric.config import RelayPolicy, SyncConfig
+from delta_fabric.encodings import codec
 from delta_fabric.fabric import Fabric
 from delta_fabric.stores.torch import TorchStore
 from delta_fabric_demo.data import load_split, partition
+from delta_fabric_demo.lockstep import DEMO_DEFAULTS
 from torch import nn
 
 NODES = 3
@@ -139,7 +147,26 @@ def main() -> int:
     ap.add_argument("--width", type=int, default=1536, help="hidden width W (1536: 2.48 M params)")
     ap.add_argument("--steps", type=int, default=200, help="local steps per node")
     ap.add_argument("--transport", choices=("zenoh", "memory"), default="zenoh")
-    ap.add_argument("--relay", choices=("all", "needed"), default="all")
+    ap.add_argument("--ratio", type=float, default=DEMO_DEFAULTS["ratio"], help="%(default)s")
+    ap.add_argument(
+        "--interval", type=int, default=DEMO_DEFAULTS["interval"], help="sync_interval, %(default)s"
+    )
+    ap.add_argument(
+        "--encoding", choices=("F32", "F16", "Q8"), default=DEMO_DEFAULTS["encoding"],
+        help="value encoding, %(default)s",
+    )  # fmt: skip
+    ap.add_argument(
+        "--index-encoding", choices=("PLAIN", "PACKED"), default=DEMO_DEFAULTS["index_encoding"],
+        help="%(default)s",
+    )  # fmt: skip
+    ap.add_argument(
+        "--relay", choices=("all", "needed"), default=DEMO_DEFAULTS["relay_policy"].lower(),
+        help="relay policy, %(default)s",
+    )  # fmt: skip
+    ap.add_argument(
+        "--average-over", type=int, default=NODES,
+        help="SyncConfig.average_over (1: summed, lr 0.05 / 3), %(default)s",
+    )  # fmt: skip
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None, help="also write the figures to this file")
     ap.add_argument(
@@ -153,16 +180,23 @@ def main() -> int:
     if args.width < 1 or args.steps < 1:
         print("bench_bigmodel: --width and --steps must be >= 1", file=sys.stderr)
         return 2
+    try:
+        cfg = SyncConfig(
+            ratio=args.ratio,
+            sync_interval=args.interval,
+            alpha=1.0,
+            average_over=args.average_over,
+            relay_policy=RelayPolicy.parse(args.relay),
+            encoding=codec(args.encoding).encoding,
+            index_encoding=IndexEncoding.parse(args.index_encoding),
+        )
+    except (TypeError, ValueError) as exc:
+        print(f"bench_bigmodel: {exc}", file=sys.stderr)
+        return 2
+    lr = BASE_LR if args.average_over > 1 else BASE_LR / NODES
     torch.set_num_threads(1)
     digits = load_split(args.seed)
     parts = partition(digits.train, NODES, "skewed", args.seed)
-    cfg = SyncConfig(
-        ratio=0.05,
-        sync_interval=10,
-        alpha=1.0,
-        average_over=NODES,
-        relay_policy=RelayPolicy.NEEDED if args.relay == "needed" else RelayPolicy.ALL,
-    )
     ts, close = transports(args.transport)
     models = [make_model(args.width, args.seed) for _ in range(NODES)]
     params = sum(p.numel() for p in models[0].parameters())
@@ -176,7 +210,7 @@ def main() -> int:
             t = Timed(getattr(f.engine, name))
             setattr(f.engine, name, t)
             timers[name].append(t)
-    opts = [torch.optim.SGD(m.parameters(), lr=BASE_LR / NODES, momentum=0.9) for m in models]
+    opts = [torch.optim.SGD(m.parameters(), lr=lr, momentum=0.9) for m in models]
     rngs = [np.random.default_rng(args.seed * 100 + i) for i in range(NODES)]
     xs = [torch.from_numpy(p.x) for p in parts]
     ys = [torch.from_numpy(p.y.astype(np.int64)) for p in parts]
@@ -233,6 +267,11 @@ def main() -> int:
         "transport": args.transport,
         "clock": args.clock,
         "relay": args.relay,
+        "ratio": args.ratio,
+        "interval": args.interval,
+        "encoding": args.encoding,
+        "index_encoding": args.index_encoding,
+        "average_over": args.average_over,
         "train_s": train_s,
         "sync_s": sync_s,
         "sync_over_train": sync_s / train_s,
@@ -255,7 +294,9 @@ def main() -> int:
     }
     print(
         f"{NODES} nodes, MLP width {args.width}: {params:,} params, {args.steps} steps, "
-        f"transport {args.transport}, relay {args.relay}, torch threads 1, clock {args.clock}"
+        f"transport {args.transport}, relay {args.relay}, torch threads 1, clock {args.clock}; "
+        f"ratio {args.ratio}, every {args.interval}, {args.encoding}+{args.index_encoding}, "
+        f"average_over {args.average_over}"
     )
     print(
         f"sync / train: {100 * sync_s / train_s:.1f} %  (train {out['train_ms_per_step']:.2f} "

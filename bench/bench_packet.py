@@ -23,10 +23,15 @@ values). Printed: the median per stage in microseconds and its ratio to the memc
 per-entry decode cost (many small entries against one entry of the same values). Prints only;
 asserts nothing about timings.
 
+The value and index encodings are F32 and PLAIN by default (the 1.0 wire); ``--encoding Q8
+--index-encoding PACKED`` gives the demo's (section 6.8, 1.1): every packet, and the relay packets the
+receiver encodes, use them.
+
 Times are this thread's CPU time by default (``--clock cpu``, ``time.thread_time``: on a machine
 shared with other jobs, wall time mostly measures the scheduler); ``--clock wall`` for wall time.
 
-Usage: ``python bench/bench_packet.py [--repeat R] [--zenoh] [--clock cpu|wall] [--json FILE]``.
+Usage: ``python bench/bench_packet.py [--repeat R] [--zenoh] [--clock cpu|wall] [--json FILE]
+[--encoding F32|F16|BF16|Q8] [--index-encoding PLAIN|PACKED]``.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from delta_fabric.compact import IndexEncoding
 from delta_fabric.config import SyncConfig
 from delta_fabric.engine import Engine
 from delta_fabric.manifest import Manifest
@@ -56,6 +62,8 @@ SENDER, RECEIVER = 1, 2
 #: ``--clock cpu`` (default): this thread's CPU time (``time.thread_time``), which other processes
 #: on a loaded machine do not inflate; ``--clock wall``: ``time.perf_counter``.
 CLOCK: list[Callable[[], float]] = [time.thread_time]
+#: the value and index encodings of every packet (``--encoding``, ``--index-encoding``)
+WIRE: list[Any] = [ValueEncoding.F32, IndexEncoding.PLAIN]
 STAGES = ("copy", "pass", "decode", "validate", "receive", "relay encode", "encode", "publish")
 
 
@@ -70,7 +78,7 @@ class Case:
 def demo_like(name: str, num_params: int, ratio: float, count: int) -> Case:
     """Packets a real sender `Engine` generates and packs: one own entry of ``ratio`` of the values."""
     manifest = Manifest.from_named_shapes({"w": (num_params,)})
-    cfg = SyncConfig(ratio=ratio)
+    cfg = SyncConfig(ratio=ratio, encoding=WIRE[0], index_encoding=WIRE[1])
     eng = Engine(manifest, cfg, SENDER, 1)
     rng = np.random.default_rng(0)
     active = eng.anchor.copy()
@@ -98,7 +106,7 @@ def many_entries(name: str, entries: int, values: int, origins: int, count: int)
             seq = 1 + r * per_origin + j // origins
             idx = np.sort(rng.choice(num_params, size=values, replace=False)).astype(np.uint32)
             es.append(Entry(o, 1, seq, 1, idx, rng.standard_normal(values).astype(np.float32)))
-        out.append(encode_packet(Packet(SENDER, 1, fp, tuple(es), ValueEncoding.F32)))
+        out.append(encode_packet(Packet(SENDER, 1, fp, tuple(es), WIRE[0], index_encoding=WIRE[1])))
     return Case(name, num_params, out)
 
 
@@ -148,7 +156,7 @@ class Publisher:
 
 def run_case(case: Case, repeat: int, pub: Publisher) -> None:
     manifest = Manifest.from_named_shapes({"w": (case.num_params,)})
-    recv = Engine(manifest, SyncConfig(), RECEIVER, 1)
+    recv = Engine(manifest, SyncConfig(encoding=WIRE[0], index_encoding=WIRE[1]), RECEIVER, 1)
     fixed = case.packets[0]
     pkt0 = decode_packet(fixed)
     values = np.concatenate([e.values for e in pkt0.entries])
@@ -197,7 +205,16 @@ def main() -> None:
     ap.add_argument(
         "--clock", choices=("cpu", "wall"), default="cpu", help="thread CPU or wall time"
     )
+    ap.add_argument(
+        "--encoding", choices=[e.name for e in ValueEncoding], default="F32",
+        help="value encoding of every packet",
+    )  # fmt: skip
+    ap.add_argument(
+        "--index-encoding", choices=[e.name for e in IndexEncoding], default="PLAIN",
+        help="index encoding of every packet",
+    )  # fmt: skip
     args = ap.parse_args()
+    WIRE[:] = [ValueEncoding[args.encoding], IndexEncoding[args.index_encoding]]
     CLOCK[0] = time.thread_time if args.clock == "cpu" else time.perf_counter
     if args.repeat < 1:
         ap.error("--repeat must be >= 1")
@@ -216,7 +233,7 @@ def main() -> None:
         pub.close()
     med = {c.name: {s: statistics.median(v) for s, v in c.times.items()} for c in cases}
     print(
-        f"publish: {pub.kind}; clock: {args.clock}; medians over repetitions, us (ratio to one "
+        f"wire: {args.encoding} + {args.index_encoding}; publish: {pub.kind}; clock: {args.clock}; medians over repetitions, us (ratio to one "
         "memcpy of the packet)"
     )
     print(f"{'stage':<14}" + "".join(f"{c.name:>28}" for c in cases))
@@ -242,7 +259,14 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(
-                {"publish": pub.kind, "clock": args.clock, "medians_s": med, "one_entry_8000": one},
+                {
+                    "encoding": args.encoding,
+                    "index_encoding": args.index_encoding,
+                    "publish": pub.kind,
+                    "clock": args.clock,
+                    "medians_s": med,
+                    "one_entry_8000": one,
+                },
                 f,
                 indent=1,
             )

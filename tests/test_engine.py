@@ -193,6 +193,34 @@ def test_apply_damping_and_aggregation_order() -> None:
     assert e.anchor[0] == 0.5 and e.anchor[1] == 0.0
 
 
+def test_first_entry_summed_from_positive_zero_then_later_packets() -> None:
+    # REQ: DF-RCV-6
+    # REQ: DF-RCV-50
+    # The step's first accepted entry is summed from +0 (fl32(+0 + -0) = +0) whether or not another
+    # packet follows; a later packet refused as NON_FINITE_RESULT leaves the first one applied, and
+    # the aggregate is +0 everywhere after every step.
+    neg0 = float(np.float32(-0.0))
+    follows = ([], [packet(entry(3, 1, [1, 2], [2.0, 3.0]))], [packet(entry(3, 1, [1], [3e38]))])
+    for case, follow in enumerate(follows):
+        e = engine()
+        e.anchor[1] = np.float32(3e38)  # the engine's own buffer: a huge anchor at index 1
+        e.anchor[2] = np.float32(-0.0)
+        res = e.receive([packet(entry(2, 1, [1, 2, 5], [1.0, neg0, neg0])), *follow])
+        assert e._agg is not None and not e._agg.any() and not np.signbit(e._agg).any()
+        got = dict(zip(res.indices.tolist(), res.values.tolist(), strict=True))
+        assert not np.signbit(np.float32(got[5])) and not np.signbit(e.anchor[5])
+        # case 2: 3e38 + 3e38 overflows at index 1: the second packet is refused whole
+        assert res.rejected == ([(1, ErrorCode.NON_FINITE_RESULT)] if case == 2 else [])
+        if case == 1:
+            assert got == {1: 3.0, 2: 3.0, 5: 0.0}
+            assert e.anchor[2] == np.float32(3.0)
+        else:
+            assert got == {1: 1.0, 2: 0.0, 5: 0.0}
+            # anchor[2] = fl32(-0 + fl32(+0 + -0)) = fl32(-0 + +0) = +0
+            assert not np.signbit(e.anchor[2])
+        assert e.anchor[1] == np.float32(np.float32(3e38) + np.float32(got[1]))
+
+
 def test_own_origin_never_applied_even_relayed_back() -> None:
     # REQ: DF-RCV-2
     e = engine(node=1)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from enum import IntEnum
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -76,24 +77,86 @@ _ZERO: np.float32 = np.float32(0.0)
 _MIN_SCALE_EXP = -149  # 2**-149: the smallest positive binary32
 
 
-def _varints(values: NDArray[np.uint64]) -> bytes:
-    """LEB128 of every value (each < 2**32), vectorised."""
-    v = np.asarray(values, dtype=np.uint64)
+#: Up to this many values, `_varints` encodes in a Python loop.
+_FEW_VARINTS = 32
+#: ``_VARINT_LIMITS[k]``: the smallest value whose LEB128 needs more than ``k + 1`` bytes.
+_VARINT_LIMITS = tuple(1 << (7 * k) for k in range(1, _MAX_VARINT))
+
+
+def _varints(values: NDArray[np.unsignedinteger[Any]]) -> bytes:
+    """LEB128 of every value (each < 2**32), vectorised: byte ``k`` of every varint is written in one
+    pass over the varints that have it (most gaps of a dense entry take one byte: one pass)."""
+    v = np.asarray(values)
+    if v.dtype != np.uint32 and v.dtype != np.uint64:
+        v = v.astype(np.uint64)
     if v.size == 0:
         return b""
-    nbytes = np.ones(v.size, dtype=np.int64)
-    for k in range(1, _MAX_VARINT):
-        nbytes += (v >> np.uint64(7 * k)) > 0
-    out = np.empty(int(nbytes.sum()), dtype=np.uint8)
-    starts = np.concatenate(([0], np.cumsum(nbytes)[:-1]))
-    for k in range(_MAX_VARINT):
-        has = nbytes > k
-        if not bool(has.any()):
+    if v.size <= _FEW_VARINTS:  # a few values: a Python loop beats the NumPy calls' constant
+        out_few = bytearray()
+        for x in v.tolist():
+            while x >= 0x80:
+                out_few.append((x & 0x7F) | 0x80)
+                x >>= 7
+            out_few.append(x)
+        return bytes(out_few)
+    longer: list[NDArray[np.intp]] = []  # positions of the varints with more than k + 1 bytes
+    for limit in _VARINT_LIMITS:
+        pos = np.flatnonzero(v >= limit) if not longer else longer[-1][v[longer[-1]] >= limit]
+        if pos.size == 0:
             break
-        chunk = ((v[has] >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
-        more = (nbytes[has] > k + 1).astype(np.uint8) << np.uint8(7)
-        out[starts[has] + k] = chunk | more
+        longer.append(pos)
+    if not longer:  # every varint is one byte: the values themselves
+        return v.astype(np.uint8).tobytes()
+    nbytes = np.ones(v.size, dtype=np.uint8)
+    for pos in longer:
+        nbytes[pos] += 1
+    ends = np.cumsum(nbytes, dtype=np.intp)
+    out = np.empty(int(ends[-1]), dtype=np.uint8)
+    starts = ends - nbytes
+    first = (v & 0x7F).astype(np.uint8)
+    first[longer[0]] |= 0x80
+    out[starts] = first
+    for k, pos in enumerate(longer, start=1):
+        chunk = ((v[pos] >> (7 * k)) & 0x7F).astype(np.uint8)
+        if k < len(longer):
+            more = longer[k]  # a subset of pos: mark the bytes that continue
+            chunk[np.searchsorted(pos, more)] |= 0x80
+        out[starts[pos] + k] = chunk
     return out.tobytes()
+
+
+def _varint_sums(data: NDArray[np.uint8]) -> NDArray[np.uint64]:
+    """The running sums of the LEB128 varints of ``data`` (which must end with a complete one): entry
+    ``j`` is the sum of varints ``0..j``. MALFORMED on a truncated, overlong or too long varint or a
+    value >= 2**32 (checked in that order over the whole string).
+
+    Vectorised per byte: the position ``k`` of a byte in its varint is the number of continuation
+    bytes just before it (a pass per position, up to 4), so the byte adds ``(b & 0x7F) << 7k`` and
+    the sums are one cumulative sum read at the varints' last bytes."""
+    n = data.size
+    cont = data >= 0x80
+    if bool(cont[-1]):
+        raise DecodeError(ErrorCode.MALFORMED, "packed indices: truncated varint")
+    if not bool(cont.any()):  # every varint is one byte
+        return np.cumsum(data, dtype=np.uint64)
+    k = np.zeros(n, dtype=np.uint8)
+    run = cont[:-1]  # run[j]: the d bytes before byte j + d are continuation bytes (d = 1 here)
+    k[1:] = run
+    for d in range(2, _MAX_VARINT + 1):
+        run = run[1:] & cont[: n - d]
+        if not bool(run.any()):
+            break
+        if d == _MAX_VARINT:  # 5 continuation bytes in a row: a 6th byte follows
+            raise DecodeError(ErrorCode.MALFORMED, "packed indices: varint longer than 5 bytes")
+        k[d:] += run
+    last = ~cont
+    if bool((cont[:-1] & (data[1:] == 0)).any()):  # a 0 last byte after a continuation byte
+        raise DecodeError(ErrorCode.MALFORMED, "packed indices: overlong varint")
+    if bool(((k == _MAX_VARINT - 1) & (data >= 0x10)).any()):  # a 5th byte above 4 bits
+        raise DecodeError(ErrorCode.MALFORMED, "packed indices: varint value >= 2**32")
+    contrib = (data & 0x7F).astype(np.uint64) << (k * np.uint8(7)).astype(np.uint64)
+    out: NDArray[np.uint64] = np.cumsum(contrib)[last]
+    return out
 
 
 def _read_varints(data: NDArray[np.uint8]) -> NDArray[np.uint64]:
@@ -101,27 +164,22 @@ def _read_varints(data: NDArray[np.uint8]) -> NDArray[np.uint64]:
     overlong or too long varint or a value >= 2**32."""
     if data.size == 0:
         return np.empty(0, dtype=np.uint64)
-    last = (data & 0x80) == 0
-    if not bool(last[-1]):
-        raise DecodeError(ErrorCode.MALFORMED, "packed indices: truncated varint")
-    ends = np.flatnonzero(last)
-    starts = np.concatenate(([0], ends[:-1] + 1))
-    lengths = ends - starts + 1
-    if bool((lengths > _MAX_VARINT).any()):
-        raise DecodeError(ErrorCode.MALFORMED, "packed indices: varint longer than 5 bytes")
-    if bool(((lengths > 1) & (data[ends] == 0)).any()):
-        raise DecodeError(ErrorCode.MALFORMED, "packed indices: overlong varint")
-    group = np.repeat(np.arange(ends.size), lengths)
-    shift = (np.arange(data.size) - starts[group]).astype(np.uint64) * np.uint64(7)
-    parts = (data & 0x7F).astype(np.uint64) << shift
-    values = np.zeros(ends.size, dtype=np.uint64)
-    np.add.at(values, group, parts)
-    if bool((values >= _U32_LIMIT).any()):
-        raise DecodeError(ErrorCode.MALFORMED, "packed indices: varint value >= 2**32")
+    sums = _varint_sums(data)
+    values = np.empty_like(sums)
+    values[:1] = sums[:1]
+    np.subtract(sums[1:], sums[:-1], out=values[1:])
     return values
 
 
-def _check_sorted(indices: NDArray[np.uint32]) -> NDArray[np.uint64]:
+def _check_sorted(indices: NDArray[np.uint32]) -> NDArray[np.unsignedinteger[Any]]:
+    """The indices as u32 (an array of them as is) or u64, checked strictly increasing below 2**32
+    (``ValueError`` otherwise)."""
+    if isinstance(indices, np.ndarray) and indices.dtype == np.uint32 and indices.ndim == 1:
+        if indices.size == 0:
+            raise ValueError("indices must not be empty")
+        if bool((indices[1:] <= indices[:-1]).any()):
+            raise ValueError("indices must be strictly increasing u32")
+        return indices
     idx = np.asarray(indices, dtype=np.uint64)
     if idx.size == 0:
         raise ValueError("indices must not be empty")
@@ -130,34 +188,48 @@ def _check_sorted(indices: NDArray[np.uint32]) -> NDArray[np.uint64]:
     return idx
 
 
+def _gaps(idx: NDArray[np.unsignedinteger[Any]]) -> NDArray[np.unsignedinteger[Any]]:
+    """The first index, then every gap (checked indices: no wrap-around)."""
+    gaps = np.empty_like(idx)
+    gaps[:1] = idx[:1]
+    np.subtract(idx[1:], idx[:-1], out=gaps[1:])
+    return gaps
+
+
 def encode_delta(indices: NDArray[np.uint32]) -> bytes:
     """``FORM_DELTA``: the first index and the gaps as varints. ``ValueError`` for an empty or
     unsorted list."""
-    idx = _check_sorted(indices)
-    gaps = np.concatenate((idx[:1], np.diff(idx)))
-    return bytes([FORM_DELTA]) + _varints(gaps)
+    return bytes([FORM_DELTA]) + _varints(_gaps(_check_sorted(indices)))
 
 
 def encode_bitmap(indices: NDArray[np.uint32]) -> bytes:
     """``FORM_BITMAP``: a varint base (the first index) and the bitmap from it."""
-    idx = _check_sorted(indices)
+    return _bitmap(_check_sorted(indices))
+
+
+def _bitmap(idx: NDArray[np.unsignedinteger[Any]]) -> bytes:
     base = int(idx[0])
-    rel = (idx - np.uint64(base)).astype(np.int64)
+    rel = (idx - idx.dtype.type(base)).astype(np.intp)
     bits = np.zeros(int(rel[-1]) + 1, dtype=np.uint8)
     bits[rel] = 1
     packed = np.packbits(bits, bitorder="little")
     return bytes([FORM_BITMAP]) + _varints(np.array([base], dtype=np.uint64)) + packed.tobytes()
 
 
+def _varint_len(x: int) -> int:
+    return next((k + 1 for k, limit in enumerate(_VARINT_LIMITS) if x < limit), _MAX_VARINT)
+
+
 def encode_indices(indices: NDArray[np.uint32]) -> bytes:
-    """The shorter of the two forms (delta on a tie)."""
-    delta = encode_delta(indices)
-    idx = np.asarray(indices)
+    """The shorter of the two forms (delta on a tie). The bitmap's length follows from the span, so
+    it is built only when it is the shorter."""
+    idx = _check_sorted(indices)
     span = int(idx[-1]) - int(idx[0]) + 1
-    base_len = len(_varints(np.array([int(idx[0])], dtype=np.uint64)))
-    if 1 + base_len + (span + 7) // 8 < len(delta):  # the bitmap's exact length
-        return encode_bitmap(indices)
-    return delta
+    bitmap_len = 1 + _varint_len(int(idx[0])) + (span + 7) // 8  # the bitmap's exact length
+    if bitmap_len < 1 + idx.size:  # the delta form has at least one byte per index
+        return _bitmap(idx)
+    delta = bytes([FORM_DELTA]) + _varints(_gaps(idx))
+    return _bitmap(idx) if bitmap_len < len(delta) else delta
 
 
 def unpack_indices(packed: bytes | memoryview | NDArray[np.uint8]) -> NDArray[np.uint32]:
@@ -172,10 +244,13 @@ def unpack_indices(packed: bytes | memoryview | NDArray[np.uint8]) -> NDArray[np
     form = int(data[0])
     body = data[1:]
     if form == FORM_DELTA:
-        gaps = _read_varints(body)
-        if gaps.size == 0:
+        if body.size == 0:
             return np.empty(0, dtype=np.uint32)
-        idx = np.cumsum(gaps, dtype=np.uint64)
+        if body.size * 0x7F < _U32_LIMIT and int(body.max()) < 0x80:
+            # one-byte gaps whose sum stays below 2**32: the indices are their u32 running sums
+            one: NDArray[np.uint32] = np.cumsum(body, dtype=np.uint32)
+            return one
+        idx = _varint_sums(body)  # the running sums of the gaps
         if int(idx[-1]) >= _U32_LIMIT:
             raise DecodeError(ErrorCode.MALFORMED, "packed indices: an index >= 2**32")
         return idx.astype(np.uint32)
@@ -236,9 +311,11 @@ def q8_encode(values: NDArray[np.float32]) -> tuple[np.float32, NDArray[np.int8]
     scale = q8_scale(v)
     if scale == 0:
         return scale, np.zeros(v.size, dtype=np.int8)
-    top = min(127.0, math.floor(float(np.finfo(np.float32).max) / float(scale)))
-    q = np.rint(v.astype(np.float64) / float(scale))  # exact quotient (power of two), ties to even
-    return scale, np.clip(q, -top, top).astype(np.int8)
+    top = np.float32(min(127.0, math.floor(float(np.finfo(np.float32).max) / float(scale))))
+    # v / scale is exact in f32 (scale is a power of two and |v / scale| <= 127; a quotient below
+    # the normal range rounds to 0 either way), then rounded to nearest even
+    q = np.rint(np.divide(v, scale, dtype=np.float32))
+    return scale, np.clip(q, -top, top, out=q).astype(np.int8)
 
 
 def q8_decode(scale: float | np.float32, q: NDArray[np.int8]) -> NDArray[np.float32]:

@@ -58,6 +58,7 @@ __all__ = [
 _U64_MAX = (1 << 64) - 1
 _NO_INDICES: NDArray[np.uint32] = np.empty(0, dtype=np.uint32)
 _NO_VALUES: NDArray[np.float32] = np.empty(0, dtype=np.float32)
+_F32_ZERO = np.float32(0.0)  # +0: the aggregate before a step's first sum (DF-RCV-6)
 
 #: The node's active weights as `Engine.receive` reads them for DF-RCV-50: a flat f32 array, or a
 #: function returning the values at the given flat indices (``WeightStore.gather``).
@@ -332,7 +333,8 @@ class Engine:
             return []  # DF-GEN-8
         # DF-GEN-9: checked on d itself, before encoding: F16/BF16 would clamp an infinity to a
         # finite value. An infinity is the largest magnitude, so it is always among the selected.
-        finite = np.isfinite(d[idx])
+        dsel = d[idx]  # the selected deltas (idx: intp, no index conversion per use)
+        finite = np.isfinite(dsel)
         if not bool(finite.all()):
             raise NonFiniteDelta(int(idx[int(np.argmin(finite))]))
         # DF-GEN-6: split into entries that fit a packet alone; then, per entry, the values are the
@@ -347,12 +349,14 @@ class Engine:
         corr: list[NDArray[np.float32]] = []
         for start in range(0, indices.size, step):
             part = indices[start : start + step]
+            ipart = idx[start : start + step]
+            dpart = dsel[start : start + step]
             if averaging:  # DF-GEN-70: send fl32(w * d); the own weights keep only what is sent
-                sent = vc.quantize(np.multiply(d[part], w, dtype=np.float32))
-                corr.append(np.subtract(sent, d[part], dtype=np.float32))
+                sent = vc.quantize(np.multiply(dpart, w, dtype=np.float32))
+                corr.append(np.subtract(sent, dpart, dtype=np.float32))
             else:
-                sent = vc.quantize(d[part])
-            self._anchor[part] = self._anchor[part] + sent
+                sent = vc.quantize(dpart)
+            self._anchor[ipart] = self._anchor[ipart] + sent
             entry = Entry(
                 origin=self.node_id,
                 incarnation=self.incarnation,
@@ -411,6 +415,12 @@ class Engine:
         agg = self._agg
         anchor = self._anchor
         signing = self.signing
+        # The first accepted part's sums stay out of `agg` (+0 everywhere until then) until another
+        # part needs them there (`deferred`); with one part in the step, agg is never touched.
+        deferred = False
+        first_anchor: NDArray[np.float32] | None = (
+            None  # fl32(anchor + agg) there (DF-RCV-50 check)
+        )
         for i, buf in enumerate(packets):
             c.packets_received += 1
             try:
@@ -458,16 +468,25 @@ class Engine:
                 u = self._damped(e, alpha)  # DF-RCV-5: fl32(alpha_f32 * v)
                 # DF-RCV-6, index by index from +0 (an entry's indices are distinct)
                 ix = e.indices.astype(np.intp)
-                old = agg[ix]
-                undo.append((ix, old))
-                with np.errstate(over="ignore", invalid="ignore"):  # checked below (DF-RCV-50)
-                    new = old + u
-                agg[ix] = new
+                if not parts_idx:  # agg is +0 everywhere: the sums are fl32(+0 + u), kept aside
+                    new = np.add(u, _F32_ZERO, dtype=np.float32)
+                else:
+                    if deferred:
+                        agg[parts_ix[0]] = parts_new[0]
+                        deferred = False
+                    old = agg[ix]
+                    undo.append((ix, old))
+                    with np.errstate(over="ignore", invalid="ignore"):  # checked below (DF-RCV-50)
+                        new = old + u
+                    agg[ix] = new
                 p_idx.append(e.indices)
                 p_ix.append(ix)
                 p_new.append(new)
                 self._relay_entries(relay, acc_e, u, thr32, owned)
             elif acc_e:  # several entries: one pass over all of them
+                if deferred:
+                    agg[parts_ix[0]] = parts_new[0]
+                    deferred = False
                 ix = np.concatenate([e.indices for e in acc_e]).astype(np.intp)
                 if self.influence is None and signing is None:
                     vals = np.concatenate([e.values for e in acc_e])
@@ -481,13 +500,19 @@ class Engine:
                     np.add.at(agg, ix, u)
                 p_idx.extend(e.indices for e in acc_e)
                 self._relay_entries(relay, acc_e, u, thr32, owned)
-            if p_idx and not self._finite_result(p_idx, p_ix, p_new, active):
+            ok, p_anchor = (
+                self._finite_result(p_idx, p_ix, p_new, active) if p_idx else (True, None)
+            )
+            if not ok:
                 for idx, old in reversed(undo):  # DF-RCV-50: the packet changes nothing
                     agg[idx] = old
                 for origin, table in saved.items():
                     self.state.restore(origin, table)
                 self._reject(res, i, ErrorCode.NON_FINITE_RESULT)
                 continue
+            if p_idx and not parts_idx and len(p_idx) == 1:
+                deferred = not undo  # the first part, its sums not written to agg
+                first_anchor = p_anchor
             c.packets_accepted += 1
             res.outcomes.append(None)
             if needed:
@@ -514,12 +539,17 @@ class Engine:
                 res.indices = np.array(parts_idx[0], dtype=np.uint32)
                 ix = parts_ix[0]
                 res.values = parts_new[0]
+                if not deferred:
+                    agg[ix] = 0.0  # back to +0 for the next step
+                # DF-RCV-7 (anchor side): fl32(anchor + agg), computed by the DF-RCV-50 check
+                assert first_anchor is not None
+                anchor[ix] = first_anchor
             else:
                 res.indices = _sorted_unique(parts_idx)
                 ix = res.indices.astype(np.intp)
                 res.values = agg[ix]  # a copy (fancy indexing)
-            agg[ix] = 0.0  # back to +0 for the next step
-            anchor[ix] = anchor[ix] + res.values  # DF-RCV-7 (anchor side)
+                agg[ix] = 0.0  # back to +0 for the next step
+                anchor[ix] = anchor[ix] + res.values  # DF-RCV-7 (anchor side)
             c.values_applied += int(res.indices.size)
         return res
 
@@ -670,11 +700,12 @@ class Engine:
         p_ix: list[NDArray[np.intp]],
         p_new: list[NDArray[np.float32]],
         active: ActiveView | None,
-    ) -> bool:
+    ) -> tuple[bool, NDArray[np.float32] | None]:
         """DF-RCV-50 at the indices a packet touched (its accepted entries' ``p_idx``, as intp
         ``p_ix``; ``p_new``: the aggregate at them after each entry's sum): the running aggregate
         ``agg[i]``, ``fl32(anchor[i] + agg[i])`` and ``fl32(active[i] + agg[i])`` are all finite.
-        ``active`` as a function is given the indices sorted and unique (``WeightStore.gather``)."""
+        ``active`` as a function is given the indices sorted and unique (``WeightStore.gather``).
+        Returns the verdict and, for one entry, ``fl32(anchor + agg)`` at ``p_ix[0]``."""
         assert self._agg is not None
         if len(p_idx) == 1:  # one entry (distinct indices): agg there is what its sum left
             idx, ix, a = p_idx[0], p_ix[0], p_new[0]
@@ -683,12 +714,14 @@ class Engine:
             ix = idx.astype(np.intp)
             a = self._agg[ix]
         with np.errstate(over="ignore", invalid="ignore"):
-            if not bool(np.isfinite(a).all()) or not bool(np.isfinite(self._anchor[ix] + a).all()):
-                return False
+            anchor_sum = self._anchor[ix] + a
+            if not bool(np.isfinite(a).all()) or not bool(np.isfinite(anchor_sum).all()):
+                return False, None
+            kept = anchor_sum if len(p_idx) == 1 else None
             if active is None:
-                return True
+                return True, kept
             act = active[ix] if isinstance(active, np.ndarray) else active(idx)
-            return bool(np.isfinite(np.asarray(act, dtype=np.float32) + a).all())
+            return bool(np.isfinite(np.asarray(act, dtype=np.float32) + a).all()), kept
 
     def pack(self, own: Sequence[Entry], relay: Sequence[Entry]) -> list[bytes]:
         """DF-RLY-3/4: own entries first, then relay entries in acceptance order, greedily packed into
@@ -812,8 +845,9 @@ def _f32_at_least(x: float) -> np.float32:
 
 def _sorted_unique(parts: list[NDArray[np.uint32]]) -> NDArray[np.uint32]:
     """The sorted distinct values of ``parts`` (each already strictly increasing). O(k log k): a sort
-    and a mask (``np.unique`` takes a slower hash path for integers in NumPy 2)."""
-    s = np.sort(np.concatenate(parts))
+    and a mask (``np.unique`` takes a slower hash path for integers in NumPy 2); the stable sort
+    (timsort) merges the sorted parts in O(k log parts)."""
+    s = np.sort(np.concatenate(parts), kind="stable")  # a merge of the sorted runs
     keep = np.empty(s.size, dtype=bool)
     keep[:1] = True
     np.not_equal(s[1:], s[:-1], out=keep[1:])

@@ -56,7 +56,13 @@ from numpy.typing import NDArray
 from delta_fabric._fastbuild import FastBuilder
 from delta_fabric._generated.deltafabric.v1 import Entry as _gen_entry
 from delta_fabric._generated.deltafabric.v1 import Packet as _gen_packet
-from delta_fabric.compact import IndexEncoding, encode_indices, unpack_indices
+from delta_fabric.compact import (
+    IndexEncoding,
+    _varint_sums,
+    encode_indices,
+    q8_encode,
+    unpack_indices,
+)
 from delta_fabric.encodings import CODECS, MAX_VALUE_BYTES, ValueEncoding, codec, quantize
 from delta_fabric.errors import DecodeError, ErrorCode
 
@@ -313,13 +319,15 @@ def _encode_packet(packet: Packet, builder: Callable[[int], Any]) -> bytes:
         else:
             idx_off = b.CreateNumpyVector(np.ascontiguousarray(e.indices, dtype="<u4"))
         scale = np.float32(0.0)
-        if vc.scale_of is not None:
-            if not bool(np.isfinite(e.values).all()):
-                raise ValueError(f"{vc.name} encodes finite values only")
-            scale = vc.scale_of(e.values)
-        val_off = b.CreateNumpyVector(
-            np.ascontiguousarray(vc.encode(e.values), dtype=vc.wire_dtype)
-        )
+        if vc.encoding is ValueEncoding.Q8:  # the scale and the bytes in one call (section 6.8)
+            scale, wire_values = q8_encode(e.values)  # ValueError for a non-finite value
+        else:
+            if vc.scale_of is not None:
+                if not bool(np.isfinite(e.values).all()):
+                    raise ValueError(f"{vc.name} encodes finite values only")
+                scale = vc.scale_of(e.values)
+            wire_values = vc.encode(e.values)
+        val_off = b.CreateNumpyVector(np.ascontiguousarray(wire_values, dtype=vc.wire_dtype))
         sig_off = None if e.signature is None else b.CreateByteVector(bytes(e.signature))
         _gen_entry.EntryStart(b)
         _gen_entry.EntryAddOrigin(b, origin)
@@ -451,6 +459,10 @@ class _Reader:
     def u16(self, tab: tuple[int, int, int], slot: int, what: str) -> int:
         p = self.field(tab, slot, 2, what)
         return 0 if p == 0 else int(_U16.unpack_from(self.mv, p)[0])
+
+    def u32(self, tab: tuple[int, int, int], slot: int, what: str) -> int:
+        p = self.field(tab, slot, 4, what)
+        return 0 if p == 0 else int(_U32.unpack_from(self.mv, p)[0])
 
     def u64(self, tab: tuple[int, int, int], slot: int, what: str) -> int:
         p = self.field(tab, slot, 8, what)
@@ -652,11 +664,11 @@ def _all_finite(values: NDArray[np.float32]) -> bool:
 #: of a few struct reads per field) rather than by `_EntryTables` (a constant of a few NumPy calls per
 #: field, which dominates a small packet's decode).
 _FEW_ENTRIES = 8
-#: The vtable sizes the entry-by-entry path knows: Packet fields 0..7, Entry fields 0..6. A table with
-#: a larger vtable (fields added later in the schema) takes the vectorised path, which is where new
-#: fields are read.
-_KNOWN_PACKET_VTABLE = 4 + 2 * 8
-_KNOWN_ENTRY_VTABLE = 4 + 2 * 7
+#: The vtable sizes the entry-by-entry path knows: Packet fields 0..8, Entry fields 0..10 (schema
+#: 1.1). A table with a larger vtable (fields added later in the schema) takes the vectorised path,
+#: which is where new fields are read.
+_KNOWN_PACKET_VTABLE = 4 + 2 * 9
+_KNOWN_ENTRY_VTABLE = 4 + 2 * 11
 
 
 def _few_entries(
@@ -679,7 +691,9 @@ def _few_entries(
             del r.spans[mark:]
             return None
         tables.append(tab)
-    cols: list[list[int]] = [[] for _ in range(13)]
+    # columns: origin, incarnation, seq, hops; (present, start, count) of indices, values,
+    # values16, packed_indices, values8, signature; scale (its bits)
+    cols: list[list[int]] = [[] for _ in range(23)]
     for k, tab in enumerate(tables):
         what = f"entries[{k}]"
         row = [
@@ -688,9 +702,10 @@ def _few_entries(
             r.u64(tab, _E_SEQ, what + ".seq"),
             r.u8(tab, _E_HOPS, what + ".hops"),
         ]
-        for slot, size, name in ((_E_INDICES, 4, "indices"), (_E_VALUES, 4, "values"), (_E_VALUES16, 2, "values16")):  # fmt: skip
+        for slot, size, name in _FEW_VECTORS:
             vec = r.vector(tab, slot, size, f"{what}.{name}")
             row += [0, 0, 0] if vec is None else [1, vec[0], vec[1]]
+        row.append(r.u32(tab, _E_SCALE, what + ".scale"))
         for col, x in zip(cols, row, strict=True):
             col.append(x)
     for k in range(count):
@@ -699,12 +714,25 @@ def _few_entries(
         for c, name in ((0, "origin"), (1, "incarnation"), (2, "seq")):
             if cols[c][k] == 0:
                 _malformed(f"entries[{k}]: {name} is 0")
+        if cols[19][k] and cols[21][k] != SIGNATURE_SIZE:
+            _malformed(f"entries[{k}]: signature is not 64 bytes")
     u64s = [np.array(c, dtype=np.uint64) for c in cols[:4]]
     rest = [
         np.array(c, dtype=np.bool_) if i % 3 == 0 else np.array(c, dtype=np.int64)
-        for i, c in enumerate(cols[4:])
+        for i, c in enumerate(cols[4:22])
     ]
-    return (*u64s, *rest)
+    return (*u64s, *rest, np.array(cols[22], dtype=np.uint64))
+
+
+#: The vector fields the entry-by-entry path reads, in the order of its columns.
+_FEW_VECTORS = (
+    (_E_INDICES, 4, "indices"),
+    (_E_VALUES, 4, "values"),
+    (_E_VALUES16, 2, "values16"),
+    (_E_PACKED_INDICES, 1, "packed_indices"),
+    (_E_VALUES8, 1, "values8"),
+    (_E_SIGNATURE, 1, "signature"),
+)
 
 
 def _check_disjoint_few(spans: list[tuple[int, int]]) -> None:
@@ -786,15 +814,9 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
     few = _few_entries(r, root, start, count) if count <= _FEW_ENTRIES else None
     if few is not None:  # the same checks, entry by entry (no NumPy call per field)
         (origin, incarnation, seq, hops, idx_present, idx_start, idx_count) = few[:7]
-        (v32_present, v32_start, v32_count, v16_present, v16_start, v16_count) = few[7:]
-        # the entry-by-entry path reads vtables of Entry fields 0..6 only: none of the 1.1 fields
-        # 7..10 (packed_indices, values8, scale, signature) is present
-        absent = np.zeros(count, dtype=np.bool_)
-        zeros = np.zeros(count, dtype=np.int64)
-        pk_present, pk_start, pk_count = absent, zeros, zeros
-        v8_present, v8_start, v8_count = absent, zeros, zeros
-        sig_present, sig_start, sig_count = absent, zeros, zeros
-        scale_bits = np.zeros(count, dtype=np.uint64)
+        (v32_present, v32_start, v32_count, v16_present, v16_start, v16_count) = few[7:13]
+        (pk_present, pk_start, pk_count, v8_present, v8_start, v8_count) = few[13:19]
+        (sig_present, sig_start, sig_count, scale_bits) = few[19:]
         _check_disjoint_few(r.spans)
     else:
         # Every Entry table at once (MALFORMED checks).
@@ -845,11 +867,15 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
         _EntryTables.fail_where(
             ~pk_present | (idx_count != 0), "PACKED entry needs packed_indices, empty indices"
         )
-        for j, (s0, c0) in enumerate(zip(pk_start.tolist(), pk_count.tolist(), strict=True)):
-            try:
-                packed_views.append(_readonly(unpack_indices(a8[s0 : s0 + c0])))
-            except DecodeError as exc:
-                raise DecodeError(exc.code, f"entries[{j}]: {exc.detail}") from None
+        together = _unpack_deltas(a8, pk_start, pk_count) if count > 1 else None
+        if together is not None:
+            packed_views = together
+        else:  # entry by entry: the first faulty entry's fault, as the check order says
+            for j, (s0, c0) in enumerate(zip(pk_start.tolist(), pk_count.tolist(), strict=True)):
+                try:
+                    packed_views.append(_readonly(unpack_indices(a8[s0 : s0 + c0])))
+                except DecodeError as exc:
+                    raise DecodeError(exc.code, f"entries[{j}]: {exc.detail}") from None
         idx_count = np.array([v.size for v in packed_views], dtype=np.int64)
     else:
         _EntryTables.fail_where(pk_present, "PLAIN entry with packed_indices")
@@ -895,9 +921,8 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
             scales.size
         ):  # fl32(q * scale), the scale of each value's entry (may overflow: NON_FINITE)
             with np.errstate(over="ignore"):
-                val_all = np.multiply(
-                    bits_all.astype(np.float32), np.repeat(scales, idx_count), dtype=np.float32
-                )
+                per_value = scales[0] if count == 1 else np.repeat(scales, idx_count)
+                val_all = np.multiply(bits_all, per_value, dtype=np.float32)
         else:
             val_all = vc.decode(bits_all, np.float32(0.0))
         val_all = _readonly(val_all)
@@ -936,6 +961,42 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
         heard,
         index_encoding,
     )
+
+
+def _unpack_deltas(
+    a8: NDArray[np.uint8], starts: NDArray[np.int64], counts: NDArray[np.int64]
+) -> list[NDArray[np.uint32]] | None:
+    """The packed indices of every entry at once, when every entry is a well-formed delta form
+    (section 6.8) whose indices stay below 2**32: read-only views of one array, equal to
+    `unpack_indices` entry by entry. ``None`` for anything else (a bitmap, an empty or malformed
+    string): the caller then decodes entry by entry, which reports the first fault in order.
+
+    Every body ends with a complete varint (checked first), so the varints of the concatenated
+    bodies are those of the entries, in order; one pass decodes them, and each entry's indices are
+    the running sums minus the sum before its first varint."""
+    if bool((counts < 2).any()) or bool(a8[starts].any()):  # no varint, or not FORM_DELTA
+        return None
+    lengths = counts - 1
+    ends = np.cumsum(lengths)
+    total = int(ends[-1])
+    # positions of the bodies' bytes in the buffer: starts + 1 + offset within the body
+    pos = np.arange(total, dtype=np.int64) + np.repeat(starts + 1 - (ends - lengths), lengths)
+    data = a8[pos]
+    if bool((data[ends - 1] >= 0x80).any()):  # a body ends inside a varint
+        return None
+    try:
+        sums = _varint_sums(data)
+    except DecodeError:
+        return None
+    last = data < 0x80
+    per_entry = np.add.reduceat(last, ends - lengths, dtype=np.int64)  # varints per entry
+    v_end = np.cumsum(per_entry)
+    before = np.zeros(counts.size, dtype=np.uint64)  # the running sum before each entry
+    before[1:] = sums[v_end[:-1] - 1]
+    if bool((sums[v_end - 1] - before >= (1 << 32)).any()):  # an index >= 2**32
+        return None
+    idx = _readonly((sums - np.repeat(before, per_entry)).astype(np.uint32))
+    return np.split(idx, v_end[:-1])
 
 
 def _check_encodings(encoding_raw: int, index_encoding_raw: int) -> None:
