@@ -56,7 +56,9 @@ def _deltas(positions: NDArray[np.int64], denom: float) -> NDArray[np.float32]:
 
 
 def _group_max_active() -> NDArray[np.float32]:
-    d = _deltas(16 * np.arange(8192, dtype=np.int64), 8192.0)
+    # magnitudes (j + 1) / 3807: the sample's 4386th largest (the exact-mode aim: 4096 expected + 4.5
+    # standard deviations + 2) is exactly 1.0, a threshold that must not be mistaken for a special value
+    d = _deltas(16 * np.arange(8192, dtype=np.int64), 3807.0)
     i = np.arange(N)
     d[(i % 4 == 1) | (i % 4 == 2)] = np.nan  # whole groups of NaN for a 2k-group bound
     return d
@@ -81,7 +83,8 @@ def cases() -> list[ev.GenCase]:
         ev.GenCase(
             "select_large_group_max",
             "N = 2^17, ratio 0.125 (k = 16384), 8192 non-zero deltas at the multiples of 16 with "
-            "magnitudes (j + 1) / 8192, and NaN deltas at every index i with i % 4 in (1, 2): all 8192 "
+            "magnitudes (j + 1) / 3807 (rounded to f32; 1.0 at j = 3806), and NaN deltas at every "
+            "index i with i % 4 in (1, 2): all 8192 "
             "non-zero deltas are selected, no NaN (DF-GEN-3). A threshold estimated from a sample of "
             "every 4th value keeps fewer than k, so the result comes from a fallback; one that accepts "
             "the short set, counts zeros or NaN as candidates, or bounds the k-th largest by fewer "
