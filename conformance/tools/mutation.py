@@ -586,7 +586,10 @@ def rust_workspace(dest: Path) -> Path:
     crate = ws / "crates" / "df-core"
     crate.parent.mkdir(parents=True)
     ignore = shutil.ignore_patterns("target", "*.orig", "*.rej")
-    shutil.copytree(RUST_CRATE_DIR, crate, ignore=ignore)
+    # fresh modification times (copy, not copy2): the scratch workspace maps to the same artifacts of
+    # CARGO_TARGET_DIR as every earlier one (cargo hashes workspace-relative paths), and sources older
+    # than the last mutant's build would let cargo reuse that mutated build as the "unmutated" baseline
+    shutil.copytree(RUST_CRATE_DIR, crate, ignore=ignore, copy_function=shutil.copy)
     shutil.copy2(interop / "Cargo.lock", ws / "Cargo.lock")
     manifest = (interop / "Cargo.toml").read_text(encoding="utf-8")
     manifest, n = re.subn(

@@ -15,6 +15,9 @@ the ways that need a fallback:
   fewer than k values although only 8,192 candidates exist, so an implementation must fall back
   (Python: the maxima of 2k strided groups, of which 16,384 hold only NaN and 2,048 a candidate) and
   still select all 8,192 and no NaN.
+- ``select_large_dense``: every delta non-zero (a permutation of 1 .. 131071), k = 6,554 (ratio 0.05):
+  the common case, where the sampled threshold keeps somewhat more than k values and the reference
+  set is chosen among them by magnitude.
 - ``select_large_dense_k_above_quarter``: 32,768 non-zero deltas (the multiples of 4), k = 39,322
   (ratio 0.3, above N/4): the sample's threshold keeps fewer than k, and the fallback for large k is
   the full partition.
@@ -64,6 +67,12 @@ def _group_max_active() -> NDArray[np.float32]:
     return d
 
 
+def _dense_active() -> NDArray[np.float32]:
+    i = np.arange(N, dtype=np.int64)
+    mags = (i * 7919) % 131071 + 1  # 2^17 - 1 is prime: a permutation of 1 .. 131071 (and 1 again)
+    return (mags * np.where(i % 2 == 0, 1, -1)).astype(np.float32)
+
+
 def cases() -> list[ev.GenCase]:
     zero = np.zeros(N, dtype=np.float32)
     sparse = 1310 * np.arange(100, dtype=np.int64) + 1  # odd: never a multiple of 4
@@ -93,6 +102,18 @@ def cases() -> list[ev.GenCase]:
             _group_max_active(),
             zero,
             SyncConfig(ratio=0.125),
+            manifest=LARGE_MANIFEST,
+        ),
+        ev.GenCase(
+            "select_large_dense",
+            "N = 2^17, ratio 0.05 (k = 6554), every delta non-zero: the integers 1 .. 131071 in the "
+            "order i * 7919 mod 131071 (the value 1 twice), with alternating signs. The typical case "
+            "of a sampled threshold: it keeps somewhat more than k values, from which the reference "
+            "set must still be chosen by magnitude (not the first k by index).",
+            REQ,
+            _dense_active(),
+            zero,
+            SyncConfig(ratio=0.05),
             manifest=LARGE_MANIFEST,
         ),
         ev.GenCase(
