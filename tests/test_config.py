@@ -48,9 +48,24 @@ def test_defaults_are_the_specs() -> None:
         {"encoding": 4},
         {"index_encoding": 2},
         {"index_encoding": "ZIP"},
+        # every upper bound of the section 3 table, one past it (DF-PAR-11: refused at start)
+        {"max_packet_size": 295},
+        {"max_packet_size": 2**31},
+        {"replay_window": 2**20 + 1},
+        {"max_incarnations": 2**16 + 1},
+        {"max_origins": 0},
+        {"max_origins": 2**20 + 1},
+        {"average_over": 0},
+        {"average_over": 2**16 + 1},
+        {"max_seq_jump": -1},
+        {"max_seq_jump": 2**32 + 1},
+        {"max_incarnation_ahead": 2**40 + 1},
+        {"incarnation_grace": 2**40 + 1},
+        {"relay_policy": "SOME"},
     ],
 )
 def test_bad_values_raise_value_error(kw: dict[str, Any]) -> None:
+    # REQ: DF-PAR-11
     with pytest.raises(ValueError):
         SyncConfig(**kw)
 

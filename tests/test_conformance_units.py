@@ -27,6 +27,29 @@ def test_floats_compare_as_f32_bit_patterns() -> None:
     assert f32_bits(1e39) == 0x7F800000
 
 
+def test_long_arrays_compare_by_the_same_rules() -> None:
+    """diff_json's fast path for long arrays (the N = 2^17 vectors) keeps the item rules: floats by
+    f32 pattern, ints and strings exactly, and the first difference is still reported."""
+    n = 1000
+    floats = [i / 3 for i in range(n)]
+    assert diff_json(floats, [float(f"{x:.9g}") for x in floats]) is None  # same f32 patterns
+    assert diff_json([float(i) for i in range(n)], list(range(n))) is None  # integral numbers
+    zero = [0.0] * n
+    assert (
+        diff_json(zero, [*zero[:-1], -0.0])
+        == f"/{n - 1}: expected 0.0 (f32 00000000), got -0.0 (f32 80000000)"
+    )
+    assert diff_json(zero, [*zero[:-1], False]) is not None  # a bool is not a number
+    assert diff_json([1e39] * n, [math.inf] * n) is None  # beyond f32: the item rules (inf)
+    assert diff_json(list(range(n)), [*range(n - 1), float(n - 1)]) is not None  # ints stay ints
+    bits = [f"{i:08x}" for i in range(n)]
+    assert diff_json(bits, list(bits)) is None
+    assert (
+        diff_json(bits, [*bits[:-1], "ffffffff"])
+        == f"/{n - 1}: expected {bits[-1]!r}, got {'ffffffff'!r}"
+    )
+
+
 def test_objects_strict_or_subset() -> None:
     assert diff_json({"a": 1}, {"a": 1, "b": 2}) is not None
     assert diff_json({"a": 1}, {"a": 1, "b": 2}, subset=True) is None

@@ -100,6 +100,20 @@ def test_fast_mode_bounds(case: tuple[list[float], int]) -> None:
         assert_fast_bounds(d, min(k, d.size), got)
 
 
+def test_fast_mode_refuses_a_short_sample_set() -> None:
+    # REQ: DF-GEN-7
+    # The strided sample (every 4th value, 1..1024) misses 200 values of 2000 that lie above its
+    # threshold: the threshold aimed at 0.65 k keeps 130 + 200 = 330 values, fewer than ceil(k / 2) =
+    # 400, so the sample set must not be returned (a lower bound of ceil(k / 3) would accept it).
+    n, k = 4096, 800
+    d = np.zeros(n, dtype=np.float32)
+    d[::4] = np.arange(1, n // 4 + 1, dtype=np.float32)
+    d[1:801:4] = 2000.0
+    sel = Selector(n, sample_min_n=0)
+    assert_fast_bounds(d, k, sel.select(d, k, fast=True))
+    assert sel.last_path == "group-max"
+
+
 def test_large_input_paths_exact_and_fast() -> None:
     # REQ: DF-GEN-3
     # REQ: DF-GEN-7

@@ -69,6 +69,8 @@ EXTRA_VECTORS = (
     TOOLS_DIR / "signed_vectors.py",  # signed entries (1.1, spec section 13.1)
     TOOLS_DIR / "pinning_vectors.py",  # vectors that kill mutants of the Python core (h22)
     TOOLS_DIR / "incarnation_vectors.py",  # the incarnation bound (1.1, DF-RCV-175; h31)
+    TOOLS_DIR / "config_vectors.py",  # parameters and manifest as the driver reads them (h40)
+    TOOLS_DIR / "selection_vectors.py",  # N = 2^17: the sampled top-k paths (h40)
 )
 INDEX_VERSION = 1
 

@@ -27,6 +27,24 @@ def _show(x: Any) -> str:
     return s if len(s) <= 80 else s[:77] + "..."
 
 
+def _same_scalars(expected: list[Any], actual: list[Any]) -> bool:
+    """A fast path for long arrays (the N = 2^17 vectors): True only when every item matches by the
+    rules of `diff_json` (strings and ints exactly, floats by binary32 pattern); False means "look item
+    by item", which also finds the first difference."""
+    if len(expected) != len(actual):
+        return False
+    te, ta = {type(x) for x in expected}, {type(x) for x in actual}
+    if (te == ta == {str}) or (te == ta == {int}):
+        return expected == actual
+    if te == {float} and ta <= {int, float}:
+        n = len(expected)
+        try:
+            return struct.pack(f"<{n}f", *expected) == struct.pack(f"<{n}f", *actual)
+        except (OverflowError, struct.error):  # beyond the f32 range: the item rules decide
+            return False
+    return False
+
+
 def diff_json(expected: Any, actual: Any, path: str = "", *, subset: bool = False) -> str | None:
     """The first difference between ``expected`` and ``actual`` (None when equal).
 
@@ -55,6 +73,8 @@ def diff_json(expected: Any, actual: Any, path: str = "", *, subset: bool = Fals
             return f"{where}: expected a list, got {_show(actual)}"
         if len(expected) != len(actual):
             return f"{where}: expected {len(expected)} items, got {len(actual)}"
+        if type(expected) is list and type(actual) is list and _same_scalars(expected, actual):
+            return None
         for i, (e, a) in enumerate(zip(expected, actual, strict=True)):
             d = diff_json(e, a, f"{path}/{i}", subset=subset)
             if d is not None:
