@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -108,3 +109,38 @@ def test_bad_options_give_one_line_and_exit_2(
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and err.startswith("sweep_converge: "), err
+
+
+def test_periodic_averaging_is_bracketed_around_our_bytes() -> None:
+    """An all-reduce every k steps takes whole numbers of averagings: the baseline runs at the most
+    averagings whose bytes stay at or below ours, and at one averaging more. Cost: < 1 s."""
+    sweep = _sweep()
+    for k, more in ((64, 60), (134, 120), (300, 240), (1, 1), (1200, 600)):
+        assert sweep._one_more_average(k, 1200) == more
+        if k > 1:
+            assert math.ceil(1200 / more) == math.ceil(1200 / k) + 1
+
+
+def test_bar_writes_its_table_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``bar`` at two short settings: our run and periodic averaging at the two bracketing k, one
+    table row each (also written to ``bar-3nodes.md``) and the plot of accuracy against wire bytes.
+    At 10 % every 20 over 40 steps even one averaging costs more bytes than ours, so only the
+    bracket above ours runs. Cost: 5 simulated runs of 40 steps (12 s at a load average of 5)."""
+    pytest.importorskip("matplotlib")
+    sweep = _sweep()
+    argv = ["bar", "--steps", "40", "--settings", "0.1/2,0.1/20", "--seeds", "0"]
+    rc = sweep.main([*argv, "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    rows = [json.loads(line) for line in (tmp_path / "bar.jsonl").read_text().splitlines()]
+    modes = [r["mode"] for r in rows]
+    assert modes == ["fabric", "periodic", "periodic", "fabric", "periodic"], rows
+    ours, le, ge = rows[:3]
+    # the baseline's bytes bracket ours: at most ours, then one averaging more
+    assert (le["interval"], ge["interval"]) == (40, 20), rows
+    assert le["wire_bytes"] <= ours["wire_bytes"] < ge["wire_bytes"], rows
+    assert rows[3]["wire_bytes"] < rows[4]["wire_bytes"] and rows[4]["interval"] == 40, rows
+    table = (tmp_path / "bar-3nodes.md").read_text()
+    assert table.count("| 10% / 2 |") == 1 and table.count("| 10% / 20 |") == 1, table
+    assert "none: one averaging costs more" in table and table in out + "\n", out
+    assert (tmp_path / "bar-3nodes.png").stat().st_size > 0
