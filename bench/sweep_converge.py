@@ -346,7 +346,7 @@ def _plot(table: list[Any], path: Path, n: int) -> None:
     ax.axhline(0.95, color="k", lw=0.7, ls="--")
     ax.set_xscale("log")
     ax.set_xlabel("wire bytes, whole cluster (log)")
-    ax.set_ylabel("final accuracy, lowest node (mean; bar down to the lowest seed)")
+    ax.set_ylabel("final accuracy, lowest node (mean; bar: lowest seed)")
     ax.set_title(f"{n} label-skewed nodes: accuracy against wire bytes")
     ax.legend()
     fig.tight_layout()
