@@ -8,7 +8,11 @@ Three parts (issue 11), each written as a table (Markdown on stdout, rows as JSO
 ``bar``    wire bytes against accuracy: our settings against local SGD with periodic averaging (the
            arithmetic of a gloo all-reduce every k steps, its bytes those of a ring all-reduce, a
            lower bound for gloo), each at the same budgets of wire compression (dense fp32 every step
-           / wire bytes); writes ``bar.png`` (accuracy against wire bytes) into ``--out``.
+           / wire bytes), the baseline at the two k that bracket our bytes; writes
+           ``bar-Nnodes.md`` (the table) and ``bar-Nnodes.png`` (accuracy against wire bytes) into
+           ``--out``.
+``table``  the grid's per-cell table (lowest figures over the seeds, shared model and working
+           weights) from the rows of one or more ``grid --out`` runs (``--rows A.jsonl,B.jsonl``).
 ``ci``     the reduced form run by tests/test_sweep_converge.py: a few grid cells that collapsed
            with protocol 1.0's sums; exit 1 when one fails.
 ``cells``  encodings side by side: every ``--cells`` cell x ``--variants`` value/index encoding x
@@ -25,6 +29,7 @@ the same run; the simulator does not depend on machine load.
 Usage::
 
     nice -n 10 python bench/sweep_converge.py grid --seeds 0,1,2 --out sweep-out
+    python bench/sweep_converge.py table --rows sweep-out/grid.jsonl
     nice -n 10 python bench/sweep_converge.py bar --nodes 3 --seeds 0,1,2,3,4,5,6,7,8,9 --out sweep-out
     python bench/sweep_converge.py ci
     nice -n 10 python bench/sweep_converge.py cells --cells 3:0.1/40 --seeds 0..9 \
