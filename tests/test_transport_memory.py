@@ -485,6 +485,10 @@ def test_info_object_matches_spec_members() -> None:
         "fingerprint": FP.hex(),
         "framework": "pytorch",
         "N": 12,
+        "supports": {
+            "encodings": ["F32", "F16", "BF16", "Q8"],
+            "index_encodings": ["PLAIN", "PACKED"],
+        },  # DF-ZEN-231
     }
 
 

@@ -514,6 +514,10 @@ def test_info_queryable_returns_json(cluster: Cluster) -> None:
             "fingerprint": FP.hex(),
             "framework": "pytorch",
             "N": 12,
+            "supports": {
+                "encodings": ["F32", "F16", "BF16", "Q8"],
+                "index_encodings": ["PLAIN", "PACKED"],
+            },  # DF-ZEN-231
         }
     }
 
