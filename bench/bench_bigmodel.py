@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import sys
 import time
 from collections.abc import Callable
@@ -55,6 +54,7 @@ from delta_fabric.compact import IndexEncoding
 from delta_fabric.config import RelayPolicy, SyncConfig
 from delta_fabric.encodings import codec
 from delta_fabric.fabric import Fabric
+from delta_fabric.ports import free_ports
 from delta_fabric.stores.torch import TorchStore
 from delta_fabric_demo.data import load_split, partition
 from delta_fabric_demo.lockstep import DEMO_DEFAULTS
@@ -90,13 +90,6 @@ class Timed:
             self.calls += 1
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def transports(kind: str) -> tuple[list[Any], Callable[[], None]]:
     if kind == "memory":
         from delta_fabric.transports.memory import MemoryHub
@@ -106,7 +99,7 @@ def transports(kind: str) -> tuple[list[Any], Callable[[], None]]:
         return ts, lambda: None
     from delta_fabric.transports.zenoh import ZenohOptions, ZenohTransport
 
-    ports = [free_port() for _ in range(NODES)]
+    ports = free_ports(NODES)
     ns = f"bench/bigmodel/{ports[0]}"
     ts = []
     for i in range(NODES):
