@@ -103,7 +103,9 @@ pub trait Transport {
     /// Waits up to `timeout` until a packet is queued; true when one is.
     fn wait_for_packets(&self, timeout: Duration) -> Result<bool, TransportError>;
 
-    /// Ids of the live peers (this node excluded).
+    /// Ids of the live peers (this node excluded). The node also reads this set as reachability:
+    /// it sends gap repair requests only to origins in it (DF-RCV-230), so a transport whose
+    /// `peers()` stays empty never gets a lost entry repaired.
     fn peers(&self) -> Result<BTreeSet<u64>, TransportError>;
 
     /// Waits until at least `n` peers are live and every id of `expected` is among them; returns

@@ -363,7 +363,9 @@ class Transport(Protocol):
         ...
 
     def peers(self) -> frozenset[int]:
-        """Node ids of the live peers (this node excluded)."""
+        """Node ids of the live peers (this node excluded). The node also reads this set as
+        reachability: it sends gap repair requests only to origins in it (DF-RCV-230), so a transport
+        whose ``peers()`` stays empty never gets a lost entry repaired."""
         ...
 
     def wait_for_peers(
