@@ -69,6 +69,8 @@ def _host_f32(t: torch.Tensor) -> NDArray[np.float32] | None:
     at every call, since ``t.data`` may have been replaced since the last."""
     if t.device.type != "cpu" or t.dtype != torch.float32 or not t.is_contiguous():
         return None
+    if t.is_neg() or t.is_conj():  # a lazy negation: the stored bits are not the values
+        return None
     view: NDArray[np.float32] = t.detach().numpy().reshape(-1)
     return view
 
