@@ -415,3 +415,73 @@ def test_torch_store_sparse_gather_and_apply_match_the_dense_vector() -> None:
     np.testing.assert_array_equal(store.gather(), got)
     fab = Fabric(store, MemoryHub().transport(1), CFG, node_id=1)
     assert fab.framework == "torch" and fab.num_params == n
+
+
+def test_torch_store_sparse_gather_reads_the_live_tensors_bit_for_bit() -> None:
+    # REQ: DF-RCV-50
+    # gather(indices) reads contiguous f32 CPU tensors through NumPy views: the values must be the
+    # elements' exact bits (NaN payloads, -0, subnormals), the same as index_select, and must follow
+    # a tensor whose storage was replaced (p.data = ...) after the store was made.
+    net = make_net(3)
+    store = TorchStore(net)
+    n = store.manifest.num_params
+    with torch.no_grad():
+        w = net.fc1.weight
+        w.view(-1)[:4] = torch.tensor([-0.0, float("nan"), 1e-45, float("-inf")])
+        bits = w.view(-1).view(torch.int32)
+        bits[4] = 0x7FC00123  # a NaN with a payload
+    idx = np.unique(np.random.default_rng(2).integers(0, n, 200))
+    off = store.manifest.offset("fc1.weight")
+    idx = np.union1d(idx, np.arange(off, off + 5)).astype(np.uint32)
+
+    def reference() -> np.ndarray:  # index_select on every tensor, as before the NumPy path
+        dense = torch.cat([t.detach().reshape(-1) for t in store.tensors.values()])
+        return dense.index_select(0, torch.from_numpy(idx.astype(np.int64))).numpy()
+
+    got = store.gather(idx)
+    assert got.dtype == np.float32 and got.flags.writeable
+    np.testing.assert_array_equal(got.view(np.uint32), reference().view(np.uint32))
+    assert int(got[np.searchsorted(idx, off + 4)].view(np.uint32)) == 0x7FC00123
+    got[:] = 7.0  # a fresh array: writing to it changes no weight
+    np.testing.assert_array_equal(store.gather(idx).view(np.uint32), reference().view(np.uint32))
+    net.fc1.weight.data = torch.full_like(net.fc1.weight.data, 2.5)  # new storage
+    after = store.gather(idx)
+    np.testing.assert_array_equal(after.view(np.uint32), reference().view(np.uint32))
+    assert bool((after[np.searchsorted(idx, off) : np.searchsorted(idx, off + 5)] == 2.5).all())
+
+
+def test_torch_store_gather_parts_are_the_canonical_vector_without_a_copy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # REQ: DF-GEN-1
+    # The OPTIONAL fast path of the store seam: one flat f32 array per tensor in canonical order,
+    # views of the contiguous f32 CPU tensors (no torch.cat of the model), copies of the others;
+    # the Fabric generates from them exactly what it generates from gather().
+    net = make_net(4)
+    net.fc2.to(torch.bfloat16)
+    store = TorchStore(net, include_buffers=True)
+    g0 = store.gathers
+    parts = store.gather_parts()
+    assert store.gathers == g0 + 1
+    assert [p.size for p in parts] == [s.numel for s in store.manifest.tensors]
+    np.testing.assert_array_equal(np.concatenate(parts), store.gather())
+    for name, part in zip(store.manifest.names, parts, strict=True):
+        t = store.tensors[name]
+        assert part.dtype == np.float32 and part.ndim == 1
+        shared = np.shares_memory(part, t.detach().numpy()) if t.dtype == torch.float32 else False
+        assert shared == (t.dtype == torch.float32 and t.is_contiguous())
+    hubs = [MemoryHub(), MemoryHub()]
+    nets = [make_net(4), make_net(4)]
+    fabs = [
+        Fabric(TorchStore(n), h.transport(1), CFG, node_id=1, incarnation=1)
+        for n, h in zip(nets, hubs, strict=True)
+    ]
+    taps = [h.transport(2) for h in hubs]
+    monkeypatch.setattr(fabs[1].store, "gather_parts", None)  # a store without the fast path
+    for n in nets:
+        with torch.no_grad():
+            n.fc1.weight.add_(torch.linspace(-1.0, 1.0, 512).reshape(8, 64))
+    for f in fabs:
+        f.sync_now()
+    assert taps[0].drain() == taps[1].drain() != []
+    np.testing.assert_array_equal(fabs[0].engine.anchor, fabs[1].engine.anchor)

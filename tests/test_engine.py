@@ -557,3 +557,71 @@ def test_config_alpha_is_f32_product(vals: list[float]) -> None:
     res = e.receive([packet(entry(2, 1, idx, vals))])
     want = np.array(vals, dtype=np.float32) * np.float32(0.3)
     assert _as(res.values) == _as(np.float32(0) + want)
+
+
+@given(st.data())
+@settings(max_examples=120, deadline=None)
+def test_anchor_moves_by_the_step_aggregate_after_many_overlapping_packets(
+    data: st.DataObject,
+) -> None:
+    # REQ: DF-RCV-7
+    # Several packets per step, of one or several entries, overlapping indices, some refused by
+    # DF-RCV-50: the anchor is fl32(anchor + agg) at the aggregate's indices, bit for bit, and
+    # unchanged elsewhere (the engine writes it from the DF-RCV-50 sums, or in one pass when the
+    # packets overlap heavily).
+    e = engine(alpha=data.draw(st.sampled_from([1.0, 0.3])))
+    e.anchor[:] = np.array(
+        data.draw(
+            st.lists(st.sampled_from([0.0, -0.0, 1.5, -2.0, 3e38, 1e-40]), min_size=N, max_size=N)
+        ),
+        dtype=np.float32,
+    )
+    before = e.anchor.copy()
+    seq = itertools.count(1)
+    pkts = []
+    for _ in range(data.draw(st.integers(1, 6))):
+        ents = []
+        for _ in range(data.draw(st.integers(1, 3))):
+            idx = sorted(data.draw(st.sets(st.integers(0, N - 1), min_size=1, max_size=N)))
+            vals = data.draw(
+                st.lists(
+                    st.sampled_from([0.5, -0.0, 1e-45, -3.0, 3e38]),
+                    min_size=len(idx),
+                    max_size=len(idx),
+                )
+            )
+            ents.append(entry(data.draw(st.integers(2, 4)), next(seq), idx, vals))
+        pkts.append(packet(*ents))
+    res = e.receive(pkts)
+    with np.errstate(over="ignore"):
+        want = before.copy()
+        want[res.indices] = before[res.indices] + res.values
+    assert e.anchor.tobytes() == want.tobytes()
+    # the step's scratch aggregate is back to +0 everywhere (DF-RCV-6: the next step sums from +0)
+    assert e._agg is not None and e._agg.tobytes() == bytes(4 * N)
+
+
+def test_generate_from_per_tensor_parts_is_generate_from_the_flat_vector() -> None:
+    # REQ: DF-GEN-1
+    rng = np.random.default_rng(5)
+    active = rng.standard_normal(N).astype(np.float32)
+    active[3] = np.nan
+    a, b = engine(ratio=0.5), engine(ratio=0.5)
+    parts = [active[:4].copy(), active[4:].copy()]  # canonical order: fc.bias (4), fc.weight (20)
+    assert [t.name for t in M.tensors] == ["fc.bias", "fc.weight"]
+    want, got = a.generate(active), b.generate(parts)
+    assert [(x.seq, x.indices.tobytes(), x.values.tobytes()) for x in want] == [
+        (x.seq, x.indices.tobytes(), x.values.tobytes()) for x in got
+    ]
+    assert a.anchor.tobytes() == b.anchor.tobytes()
+    np.testing.assert_array_equal(parts[1], active[4:])  # the parts are only read
+    for bad in (
+        parts[:1],
+        [parts[1], parts[0]],
+        [parts[0].astype(np.float64), parts[1]],
+        [parts[0], parts[1].reshape(4, 5)],
+    ):
+        seq, anchor = b.next_seq, b.anchor.tobytes()
+        with pytest.raises(ValueError, match="part"):
+            b.generate(bad)
+        assert (b.next_seq, b.anchor.tobytes()) == (seq, anchor)

@@ -298,6 +298,25 @@ class Engine:
         ):
             raise ValueError(f"active must be a float32 array of shape ({self.num_params},)")
 
+    def _check_parts(self, parts: Sequence[NDArray[np.float32]]) -> list[NDArray[np.float32]]:
+        """``parts`` as one 1-D f32 array per manifest tensor, each of its tensor's size
+        (``ValueError`` otherwise)."""
+        specs = self.manifest.tensors
+        out = list(parts)
+        if len(out) != len(specs):
+            raise ValueError(f"active has {len(out)} parts, the manifest {len(specs)} tensors")
+        for t, (part, spec) in enumerate(zip(out, specs, strict=True)):
+            if (
+                not isinstance(part, np.ndarray)
+                or part.dtype != np.float32
+                or part.shape != (spec.numel,)
+            ):
+                raise ValueError(
+                    f"active part {t} ({spec.name!r}) must be a float32 array of shape "
+                    f"({spec.numel},)"
+                )
+        return out
+
     def _set_anchor(self, values: NDArray[np.float32]) -> None:
         a = np.asarray(values)
         if a.shape != (self.num_params,) or a.dtype != np.float32:
@@ -305,8 +324,14 @@ class Engine:
         np.copyto(self._anchor, a)
 
     # generation (DF-GEN) ------------------------------------------------------------------------------
-    def generate(self, active: NDArray[np.float32], *, fast: bool = False) -> list[Entry]:
+    def generate(
+        self, active: NDArray[np.float32] | Sequence[NDArray[np.float32]], *, fast: bool = False
+    ) -> list[Entry]:
         """Select, encode and record this node's progress since the last generation.
+
+        ``active`` is the node's active weights: the canonical flat f32 vector, or its parts, one
+        1-D f32 array per manifest tensor in canonical order (``TorchStore.gather_parts``: views of
+        the live tensors, so that no copy of the whole model is made; only read here).
 
         Returns own entries (hops 0, consecutive fresh seqs, disjoint ascending index ranges, each small
         enough for one packet); updates the anchor with the decoded sent values (error feedback). Returns
@@ -314,7 +339,13 @@ class Engine:
         ``ValueError``) without any change when a selected delta is infinite. NaN deltas are never
         selected.
         """
-        self._check_active(active)
+        flat: NDArray[np.float32] | None = None
+        parts: list[NDArray[np.float32]] = []
+        if isinstance(active, np.ndarray):
+            self._check_active(active)
+            flat = active
+        else:
+            parts = self._check_parts(active)
         if self.signing is not None and not self.signing.can_sign:
             # DF-SEC-140: a node of a signed cluster cannot publish unsigned entries
             raise ValueError("signed cluster: this node has no secret key to sign with")
@@ -325,7 +356,13 @@ class Engine:
             self._d = np.empty(n, dtype=np.float32)
         d = self._d
         with np.errstate(invalid="ignore"):  # inf - inf = NaN is a valid delta (DF-GEN-9)
-            np.subtract(active, self._anchor, out=d)  # DF-GEN-1: f32, round to nearest even
+            if flat is not None:  # DF-GEN-1: f32, round to nearest even
+                np.subtract(flat, self._anchor, out=d)
+            else:  # the same element by element, tensor by tensor
+                off = self.manifest.offsets
+                for t, piece in enumerate(parts):
+                    a, b = off[t], off[t + 1]
+                    np.subtract(piece, self._anchor[a:b], out=d[a:b])
         k = self.config.num_selected(n)  # DF-GEN-2
         idx = self._selector.select(d, k, fast=fast)  # DF-GEN-3 (exact) / DF-GEN-7 (fast)
         self.last_correction = (_NO_INDICES, _NO_VALUES)
@@ -421,6 +458,10 @@ class Engine:
         first_anchor: NDArray[np.float32] | None = (
             None  # fl32(anchor + agg) there (DF-RCV-50 check)
         )
+        # per accepted packet: the indices it touched and fl32(anchor + agg) there just after it
+        # (its DF-RCV-50 check); with `anchor_writes`, their element count
+        parts_anchor: list[tuple[NDArray[np.intp], NDArray[np.float32]]] = []
+        anchor_writes = 0
         for i, buf in enumerate(packets):
             c.packets_received += 1
             try:
@@ -512,7 +553,10 @@ class Engine:
                 continue
             if p_idx and not parts_idx and len(p_idx) == 1:
                 deferred = not undo  # the first part, its sums not written to agg
-                first_anchor = p_anchor
+                first_anchor = p_anchor[1] if p_anchor is not None else None
+            if p_anchor is not None:
+                parts_anchor.append(p_anchor)
+                anchor_writes += int(p_anchor[0].size)
             c.packets_accepted += 1
             res.outcomes.append(None)
             if needed:
@@ -548,8 +592,19 @@ class Engine:
                 res.indices = _sorted_unique(parts_idx)
                 ix = res.indices.astype(np.intp)
                 res.values = agg[ix]  # a copy (fancy indexing)
-                agg[ix] = 0.0  # back to +0 for the next step
-                anchor[ix] = anchor[ix] + res.values  # DF-RCV-7 (anchor side)
+                if 8 * ix.size >= agg.size:  # back to +0 for the next step: a memset is
+                    agg.fill(0.0)  # cheaper than a scatter over an eighth of N or more
+                else:
+                    agg[ix] = 0.0
+                if anchor_writes <= 2 * ix.size:
+                    # DF-RCV-7 (anchor side) from the DF-RCV-50 checks: at every index, the last
+                    # packet that touched it saw agg at its final value, and anchor does not move
+                    # before this point, so its fl32(anchor + agg) is the result; written in
+                    # acceptance order, it is the last write there
+                    for p_ix_, p_sum in parts_anchor:
+                        anchor[p_ix_] = p_sum
+                else:  # heavily overlapping packets: one read and one write of the union
+                    anchor[ix] = anchor[ix] + res.values  # DF-RCV-7 (anchor side)
             c.values_applied += int(res.indices.size)
         return res
 
@@ -700,12 +755,13 @@ class Engine:
         p_ix: list[NDArray[np.intp]],
         p_new: list[NDArray[np.float32]],
         active: ActiveView | None,
-    ) -> tuple[bool, NDArray[np.float32] | None]:
+    ) -> tuple[bool, tuple[NDArray[np.intp], NDArray[np.float32]] | None]:
         """DF-RCV-50 at the indices a packet touched (its accepted entries' ``p_idx``, as intp
         ``p_ix``; ``p_new``: the aggregate at them after each entry's sum): the running aggregate
         ``agg[i]``, ``fl32(anchor[i] + agg[i])`` and ``fl32(active[i] + agg[i])`` are all finite.
         ``active`` as a function is given the indices sorted and unique (``WeightStore.gather``).
-        Returns the verdict and, for one entry, ``fl32(anchor + agg)`` at ``p_ix[0]``."""
+        Returns the verdict and, when it passes, the packet's indices (sorted, distinct, intp) with
+        ``fl32(anchor + agg)`` there."""
         assert self._agg is not None
         if len(p_idx) == 1:  # one entry (distinct indices): agg there is what its sum left
             idx, ix, a = p_idx[0], p_ix[0], p_new[0]
@@ -717,11 +773,12 @@ class Engine:
             anchor_sum = self._anchor[ix] + a
             if not bool(np.isfinite(a).all()) or not bool(np.isfinite(anchor_sum).all()):
                 return False, None
-            kept = anchor_sum if len(p_idx) == 1 else None
+            kept = (ix, anchor_sum)
             if active is None:
                 return True, kept
             act = active[ix] if isinstance(active, np.ndarray) else active(idx)
-            return bool(np.isfinite(np.asarray(act, dtype=np.float32) + a).all()), kept
+            ok = bool(np.isfinite(np.asarray(act, dtype=np.float32) + a).all())
+            return ok, (kept if ok else None)
 
     def pack(self, own: Sequence[Entry], relay: Sequence[Entry]) -> list[bytes]:
         """DF-RLY-3/4: own entries first, then relay entries in acceptance order, greedily packed into

@@ -625,7 +625,7 @@ class Fabric:
                         log.debug("packet %d of %d rejected: %s", i, len(packets), code.value)
             if sync:
                 self.syncs += 1
-                own = self.engine.generate(self.store.gather(), fast=self.fast_selection)
+                own = self.engine.generate(self._active_for_generate(), fast=self.fast_selection)
                 ci, cv = self.engine.last_correction
                 if ci.size:  # DF-GEN-70: the own weights move by what was sent only
                     self.store.apply(ci, cv)
@@ -654,6 +654,15 @@ class Fabric:
             self.bytes_sent += len(pkt)
             self.packets_sent += 1
         return len(out)
+
+    def _active_for_generate(self) -> NDArray[np.float32] | list[NDArray[np.float32]]:
+        """The active weights for a generation: the store's per-tensor parts when it has the
+        OPTIONAL ``gather_parts`` (no copy of the whole model), else ``gather()``."""
+        parts = getattr(self.store, "gather_parts", None)
+        if callable(parts):
+            got: list[NDArray[np.float32]] = parts()
+            return got
+        return self.store.gather()
 
     def _repair_requests(self, bufs: Sequence[bytes]) -> None:
         """DF-RCV-164: queue the requests addressed to this node; a request that does not decode, or

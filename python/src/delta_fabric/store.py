@@ -20,6 +20,13 @@ The contract (every method may be called from the training thread only; the node
 * ``load(flat)``: overwrite every weight from a canonical flat f32 vector of N values (bootstrap from
   a snapshot, DF-ZEN-5).
 
+OPTIONAL, Python only (no counterpart in ``df_fabric::store`` yet): ``gather_parts()``, the canonical
+vector as one flat f32 array per manifest tensor, in canonical order (views of the live tensors where
+they are f32 in host memory). `Fabric` calls it, when the store has it, instead of ``gather()`` at a
+sync step and hands the parts to `Engine.generate`, which only reads them before returning: no copy of
+the whole model per sync. It is not part of the `WeightStore` protocol; a store without it works
+unchanged. `delta_fabric.stores.torch.TorchStore` has it.
+
 Functional frameworks (JAX: arrays are immutable, the training loop owns the current pytree)
 implement `FunctionalStore` on top: ``state()`` returns the current native state and
 ``set_state(state)`` replaces it (same structure and shapes). `Fabric.update` then does
