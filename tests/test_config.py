@@ -57,6 +57,9 @@ def test_defaults_are_the_specs() -> None:
         {"max_origins": 2**20 + 1},
         {"average_over": 0},
         {"average_over": 2**16 + 1},
+        {"sync_interval": 2**32},  # DF-PAR-3 bound, erratum 1.1 (DF-PAR-260)
+        {"sync_interval": 2**64 + 1},
+        {"alpha": 10**400},  # an int beyond binary64: refused, not OverflowError (DF-PAR-260)
         {"max_seq_jump": -1},
         {"max_seq_jump": 2**32 + 1},
         {"max_incarnation_ahead": 2**40 + 1},
@@ -82,6 +85,33 @@ def test_bad_values_raise_value_error(kw: dict[str, Any]) -> None:
 def test_bad_types_raise_type_error(kw: dict[str, Any]) -> None:
     with pytest.raises(TypeError):
         SyncConfig(**kw)
+
+
+def test_upper_bounds_are_accepted() -> None:
+    # REQ: DF-PAR-11, DF-PAR-260 (sync_interval bounded at 2^32 - 1 in 1.1, both implementations)
+    assert SyncConfig(sync_interval=2**32 - 1).sync_interval == 2**32 - 1
+    assert SyncConfig.from_json({"sync_interval": 4294967295}).sync_interval == 4294967295
+
+
+def test_manifest_json_members_are_checked_by_type() -> None:
+    # the Rust Manifest::from_json refuses the same forms (DF-MAN-7 / the vector format)
+    from delta_fabric.manifest import Manifest
+
+    ok = {"tensors": [{"name": "w", "shape": [4]}]}
+    assert Manifest.from_json(ok).num_params == 4
+    for bad in (
+        {**ok, "num_params": "4"},
+        {**ok, "num_params": 4.0},
+        {**ok, "num_params": True},
+        {**ok, "version": 2},
+        {**ok, "version": True},
+        {**ok, "fingerprint": 0},
+        {"tensors": [{"shape": [4]}]},
+        {"tensors": [{"name": "w"}]},
+        {},
+    ):
+        with pytest.raises(ValueError):
+            Manifest.from_json(bad)
 
 
 def test_json_round_trip_and_normalisation() -> None:

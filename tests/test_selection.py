@@ -114,6 +114,72 @@ def test_fast_mode_refuses_a_short_sample_set() -> None:
     assert sel.last_path == "group-max"
 
 
+def df_gen7_violation(d: NDArray[np.float32], k: int, s: NDArray[np.int64]) -> str | None:
+    """DF-GEN-7 (a)-(d) as the spec states them for a fast set ``s`` of ``d`` (``k <= N``), plus the
+    output form (ascending, no repeat); ``None`` when ``s`` satisfies all of them."""
+    n = d.size
+    cands = int(np.count_nonzero((d != 0) & ~np.isnan(d)))
+    if s.size > k:
+        return f"(a) |S| = {s.size} > k = {k}"
+    if s.size < min(math.ceil(k / 2), cands):
+        return f"(b) |S| = {s.size} < min(ceil(k/2), C = {cands})"
+    if not np.all(np.diff(s) > 0):
+        return "S is not ascending without repeats"
+    bad = s[(d[s] == 0) | np.isnan(d[s])]
+    if bad.size:
+        return f"(c) index {int(bad[0])} is not a candidate"
+    mags = np.nan_to_num(np.abs(d.astype(np.float64)), nan=0.0)
+    t = float(np.sort(mags)[::-1][2 * k - 1]) if 2 * k <= n else 0.0
+    low = s[mags[s] < t]
+    return f"(d) |d[{int(low[0])}]| < T = {t}" if low.size else None
+
+
+_SCALES = (0.01, 0.5, 1.0, 2.0, 100.0)
+
+
+@st.composite
+def structured_inputs(draw: st.DrawFn) -> tuple[NDArray[np.float32], int]:
+    """Inputs that defeat a strided sample: the sampled positions (every p-th from 0) and the others
+    come from scales up to 10^4 apart, some of the others boosted above both; zeros, -0, NaN and
+    ties sprinkled in. k is drawn so that the sample path is often taken (rank >= 64)."""
+    n = draw(st.integers(1024, 8192))
+    seed = draw(st.integers(0, 2**32 - 1))
+    family = draw(st.sampled_from(["iid", "ties", "strided", "strided"]))
+    p = draw(st.sampled_from([2, 3, 4, 8]))
+    a, b = draw(st.sampled_from(_SCALES)), draw(st.sampled_from(_SCALES))
+    boost = draw(st.sampled_from([0.0, 0.01, 0.05, 0.2]))
+    holes = draw(st.sampled_from([0.0, 0.1, 0.6]))
+    k = draw(st.one_of(st.integers(1, n), st.integers(n // 8, n // 2)))
+    rng = np.random.default_rng(seed)
+    u = rng.uniform(-1.0, 1.0, n)
+    if family == "iid":
+        d = u * a
+    elif family == "ties":
+        d = (rng.integers(0, 8, n) - 4.0) * a
+    else:
+        sampled = np.arange(n) % p == 0
+        d = np.where(sampled, u * a, u * b)
+        boosted = ~sampled & (rng.uniform(size=n) < boost)
+        d[boosted] = rng.uniform(-1000.0, 1000.0, int(boosted.sum()))
+    hole = rng.uniform(size=n) < holes
+    d[hole] = rng.choice(np.array([0.0, -0.0, np.nan]), int(hole.sum()))
+    return d.astype(np.float32), k
+
+
+@given(structured_inputs())
+@settings(max_examples=150, deadline=None)
+def test_fast_mode_properties_on_structured_inputs(case: tuple[NDArray[np.float32], int]) -> None:
+    # REQ: DF-GEN-7
+    # The sample path taken on small N (sample_min_n=0: stride 4, every 4th value sampled), on inputs
+    # where the sample over- or underestimates the threshold: the fast set must satisfy (a)-(d)
+    # however the sample missed (kills a fast mode that keeps fewer than ceil(k/2) values).
+    d, k = case
+    sel = Selector(d.size, sample_min_n=0)
+    got = sel.select(d, k, fast=True)
+    violation = df_gen7_violation(d, min(k, d.size), got)
+    assert violation is None, (violation, sel.last_path)
+
+
 def test_large_input_paths_exact_and_fast() -> None:
     # REQ: DF-GEN-3
     # REQ: DF-GEN-7

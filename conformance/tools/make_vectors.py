@@ -1431,7 +1431,7 @@ def compare_trees(fresh: Path, checked_in: Path) -> list[str]:
             problems.append(f"missing: {rel}")
         elif not filecmp.cmp(fresh / rel, other, shallow=False):
             problems.append(f"differs: {rel}")
-    for sub in ("decode", "snapshot", "forward", "repair"):
+    for sub in ("decode", "snapshot", "forward", "repair", "config"):
         for p in sorted((checked_in / sub).rglob("*")):
             if p.is_file() and p.relative_to(checked_in) not in fresh_files:
                 problems.append(f"stale (not generated): {p.relative_to(checked_in)}")

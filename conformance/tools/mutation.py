@@ -59,7 +59,15 @@ SKIPPED_KINDS = ("forward",)
 #: the vectors the campaigns run (``--vectors``: e.g. an older commit's, for a score before a change)
 VECTORS = ROOT / "conformance" / "vectors"
 #: df-core files mutated (snapshot.rs has its own vectors and campaign scope, see conformance/README)
-RUST_FILES = ("wire.rs", "engine.rs", "replay.rs", "selection.rs", "encodings.rs", "config.rs")
+RUST_FILES = (
+    "wire.rs",
+    "engine.rs",
+    "replay.rs",
+    "selection.rs",
+    "encodings.rs",
+    "config.rs",
+    "manifest.rs",
+)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -59,7 +59,7 @@ class IndexEncoding(IntEnum):
         """The member given as itself, its wire value or its name; ``ValueError`` otherwise."""
         try:
             if isinstance(value, str):
-                return cls[value.upper()]
+                return cls[value.strip().upper()]  # as Rust's from_name (trimmed)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError
             return cls(value)

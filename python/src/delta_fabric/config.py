@@ -18,6 +18,7 @@ __all__ = [
     "DEFAULT_MAX_ORIGINS",
     "MAX_MAX_ORIGINS",
     "MAX_SEQ_JUMP",
+    "MAX_SYNC_INTERVAL",
     "MIN_MAX_PACKET_SIZE",
     "RelayPolicy",
     "SyncConfig",
@@ -52,6 +53,9 @@ _MAX_HOPS = 255
 _MAX_REPLAY_WINDOW = 1 << 20
 #: Largest ``max_origins`` (DF-PAR-30, DF-SEC-30); the default is the receiver's 4096.
 MAX_MAX_ORIGINS = 1 << 20
+#: Largest accepted ``sync_interval`` (DF-PAR-3, erratum 1.1): 2^32 - 1, a u32 step count (the Rust
+#: ``SyncConfig.sync_interval``), exact in every JSON parser.
+MAX_SYNC_INTERVAL = (1 << 32) - 1
 #: Largest accepted ``max_seq_jump`` (DF-PAR-50): 2^32, exact in every JSON parser.
 MAX_SEQ_JUMP = 1 << 32
 #: Largest accepted ``max_incarnation_ahead`` (DF-PAR-175): 2^40 microseconds (about 12.7 days).
@@ -71,7 +75,10 @@ def _check_int(name: str, value: object, lo: int, hi: int | None = None) -> None
 def _check_float(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a float, got {type(value).__name__}")
-    f = float(value)
+    try:
+        f = float(value)
+    except OverflowError:  # an int beyond binary64 (a JSON integer of 309 digits or more)
+        raise ValueError(f"{name} must be finite, got an int beyond binary64") from None
     if not math.isfinite(f):
         raise ValueError(f"{name} must be finite, got {f}")
     return f
@@ -81,7 +88,8 @@ def _check_float(name: str, value: object) -> float:
 class SyncConfig:
     """Parameters of DF-PAR with the spec's defaults (section 3).
 
-    ``alpha`` in (0, 1]; ``ratio`` in (0, 1]; ``relay_threshold`` >= 0; ``hop_limit`` in [0, 255];
+    ``alpha`` in (0, 1]; ``ratio`` in (0, 1]; ``relay_threshold`` >= 0; ``sync_interval`` in
+    [1, 2**32 - 1] (erratum 1.1 of DF-PAR-3); ``hop_limit`` in [0, 255];
     ``max_packet_size`` >= `MIN_MAX_PACKET_SIZE`; ``replay_window`` in [1, 2**20]; ``max_incarnations`` >= 1;
     ``max_origins`` in [1, 2**20] (DF-PAR-30: the origin bound of DF-SEC-2).
     ``max_seq_jump`` in [0, 2**32] (0: no bound, DF-PAR-50, 1.1).
@@ -128,7 +136,7 @@ class SyncConfig:
         threshold = _check_float("relay_threshold", self.relay_threshold)
         if threshold < 0.0:
             raise ValueError(f"relay_threshold must be >= 0, got {threshold}")
-        _check_int("sync_interval", self.sync_interval, 1)
+        _check_int("sync_interval", self.sync_interval, 1, MAX_SYNC_INTERVAL)
         _check_int("hop_limit", self.hop_limit, 0, _MAX_HOPS)
         _check_int("max_packet_size", self.max_packet_size, MIN_MAX_PACKET_SIZE, 2**31 - 1)
         _check_int("replay_window", self.replay_window, 1, _MAX_REPLAY_WINDOW)
@@ -223,7 +231,14 @@ class SyncConfig:
         if "encoding" in kwargs:
             enc = kwargs["encoding"]
             try:
+                if isinstance(enc, float):  # the wire value is a JSON integer (as Rust's from_json)
+                    raise ValueError
                 kwargs["encoding"] = codec(enc).encoding
             except ValueError:
                 raise ValueError(f"unknown encoding {enc!r}") from None
+        if "index_encoding" in kwargs and not isinstance(kwargs["index_encoding"], str):
+            # the JSON form is the name only (as Rust's from_json; the API also takes the enum)
+            raise ValueError(
+                f"index_encoding must be one of PLAIN, PACKED, got {kwargs['index_encoding']!r}"
+            )
         return cls(**kwargs)

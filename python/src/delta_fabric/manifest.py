@@ -116,19 +116,35 @@ class Manifest:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Manifest:
-        if d.get("version", 1) != 1:
-            raise ValueError(f"unsupported manifest version {d.get('version')!r}")
+        """The manifest of its JSON form (``to_json``; only ``tensors`` is required). ``version``
+        must be the integer 1, ``fingerprint`` and ``num_params`` must match the tensors when
+        present (a member of another type does not match). A malformed form is a ``ValueError`` or a
+        ``TypeError`` (as the Rust ``Manifest::from_json``)."""
+        if not isinstance(d, Mapping):
+            raise TypeError(f"manifest must be an object, got {type(d).__name__}")
+        version = d.get("version", 1)
+        if type(version) is not int or version != 1:
+            raise ValueError(f"unsupported manifest version {version!r}")
+        tensors = d.get("tensors")
+        if not isinstance(tensors, list):
+            raise ValueError("manifest: tensors missing")
         specs = []
-        for t in d["tensors"]:
+        for t in tensors:
+            if not isinstance(t, Mapping) or "name" not in t:
+                raise ValueError("manifest: tensor name missing")
             if t.get("dtype", "f32") != "f32":
                 raise ValueError(
                     f"{t.get('name')!r}: dtype must be f32 in v1, got {t.get('dtype')!r}"
                 )
-            specs.append(TensorSpec(t["name"], tuple(t["shape"])))
+            shape = t.get("shape")
+            if not isinstance(shape, list):
+                raise ValueError(f"{t['name']!r}: shape missing")
+            specs.append(TensorSpec(t["name"], tuple(shape)))
         m = cls(specs)
         if "fingerprint" in d and d["fingerprint"] != m.fingerprint.hex():
             raise ValueError("manifest fingerprint does not match its tensors")
-        if "num_params" in d and d["num_params"] != m.num_params:
+        n = d.get("num_params", m.num_params)
+        if type(n) is not int or n != m.num_params:
             raise ValueError("manifest num_params does not match its tensors")
         return m
 

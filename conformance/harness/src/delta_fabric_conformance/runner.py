@@ -311,6 +311,8 @@ class Runner:
                 result, msg = self.judge_snapshot(run, row, data, base)
             elif kind == "forward":
                 result, msg = self.judge_forward(run, row, data)
+            elif kind == "config":
+                result, msg = self.judge_config(run, row, data)
             else:
                 result, msg = UNSUPPORTED, f"unknown vector kind {kind!r}"
             if kind == "decode":
@@ -456,6 +458,37 @@ class Runner:
             ) + (f" at chunk {expected['at']}" if "at" in expected else "")
         d = diff_json(expected, r.body, subset=True)
         return (PASSED, "") if d is None else (FAILED, f"{cmd} result differs: {d}")
+
+    def judge_config(
+        self, run: ImplRun, row: Mapping[str, Any], data: Mapping[str, Any]
+    ) -> tuple[str, str]:
+        """A ``config`` vector (1.1): one ``check_config`` request per case; every case's
+        ``accepted`` must be the vector's (DF-PAR-11, DF-PAR-260, DF-MAN-1, DF-MAN-7)."""
+        if "config" not in run.caps:
+            return UNSUPPORTED, "capability config not declared"
+        wrong: list[str] = []
+        for case in data["cases"]:
+            r = run.call(
+                {"cmd": "check_config", "config": case["config"], "manifest": case["manifest"]},
+                f"check_config {row['id']} {case['name']}",
+            )
+            v = self._reply_verdict(run, "config", r)
+            if v is not None:
+                return v[0], f"{case['name']}: {v[1]}"
+            assert isinstance(r, Reply)
+            if r.kind != "ok":
+                return FAILED, f"{case['name']}: check_config answered {r.kind}; ok is expected"
+            got = r.body.get("accepted")
+            if got is not case["accepted"]:
+                what = "refused" if got is False else f"answered accepted={got!r}"
+                if case["accepted"]:
+                    wrong.append(f"{case['name']} {what} ({r.body.get('message', '')})")
+                else:
+                    wrong.append(f"{case['name']} accepted (a node must refuse it)")
+        if wrong:
+            more = f" (+{len(wrong) - 3} more)" if len(wrong) > 3 else ""
+            return FAILED, "; ".join(wrong[:3]) + more
+        return PASSED, ""
 
     def judge_forward(
         self, run: ImplRun, row: Mapping[str, Any], data: Mapping[str, Any]

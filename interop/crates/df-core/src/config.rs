@@ -26,6 +26,9 @@ pub const MAX_MAX_INCARNATIONS: usize = 1 << 16;
 pub const MAX_MAX_ORIGINS: usize = 1 << 20;
 /// Largest `average_over` accepted (DF-PAR-70).
 pub const MAX_AVERAGE_OVER: u64 = 1 << 16;
+/// Largest accepted `sync_interval` (DF-PAR-3, erratum 1.1): 2^32 - 1, the `u32` of
+/// [`SyncConfig::sync_interval`], exact in every JSON parser.
+pub const MAX_SYNC_INTERVAL: u32 = u32::MAX;
 /// Largest accepted `max_seq_jump` (DF-PAR-50): 2^32, exact in every JSON parser.
 pub const MAX_SEQ_JUMP: u64 = 1 << 32;
 /// Largest accepted `max_incarnation_ahead` (DF-PAR-175): 2^40 microseconds (about 12.7 days).
@@ -192,8 +195,8 @@ pub struct SyncConfig {
     pub alpha: f64,
     /// DF-PAR-2: selection ratio r (DF-GEN-2); `0 < ratio <= 1`.
     pub ratio: f64,
-    /// DF-PAR-3: local steps between two generations (used by the node, not the engine); `>= 1`
-    /// (this implementation's bound: `u32::MAX`).
+    /// DF-PAR-3: local steps between two generations (used by the node, not the engine), in
+    /// `1..=`[`MAX_SYNC_INTERVAL`] (the upper bound is an erratum of 1.1).
     pub sync_interval: u32,
     /// DF-PAR-4: damped values with `|u| < threshold` are not relayed (compared as real numbers:
     /// f64); finite, `>= 0`.
@@ -322,9 +325,12 @@ impl SyncConfig {
                 format!("{:?}", self.relay_threshold),
             ));
         }
-        if self.sync_interval < 1 {
-            return Err(out_of_range("sync_interval", ">= 1", self.sync_interval));
-        }
+        check_range(
+            "sync_interval",
+            u64::from(self.sync_interval),
+            1,
+            u64::from(MAX_SYNC_INTERVAL),
+        )?;
         // hop_limit: every u8 is in [0, 255]
         check_range(
             "max_packet_size",
@@ -394,9 +400,7 @@ impl SyncConfig {
             c.relay_threshold = json_float("relay_threshold", x)?;
         }
         if let Some(x) = obj.get("sync_interval") {
-            let n = json_int("sync_interval", x, 1, u64::MAX)?;
-            c.sync_interval = u32::try_from(n)
-                .map_err(|_| out_of_range("sync_interval", format!("<= {}", u32::MAX), n))?;
+            c.sync_interval = json_int("sync_interval", x, 1, u64::from(MAX_SYNC_INTERVAL))? as u32;
         }
         if let Some(x) = obj.get("hop_limit") {
             c.hop_limit = json_int("hop_limit", x, 0, 255)? as u8;
@@ -583,14 +587,9 @@ fn json_int(name: &'static str, v: &Value, lo: u64, hi: u64) -> Result<u64, Conf
             got: "float",
         });
     }
-    let allowed = if hi == u64::MAX {
-        format!(">= {lo}")
-    } else {
-        format!("[{lo}, {hi}]")
-    };
     match n.as_u64() {
         Some(x) if (lo..=hi).contains(&x) => Ok(x),
-        _ => Err(out_of_range(name, allowed, n)),
+        _ => Err(out_of_range(name, format!("[{lo}, {hi}]"), n)),
     }
 }
 

@@ -76,9 +76,20 @@ impl TensorSpec {
             shape: shape.to_vec(),
         }
     }
-    /// Element count (1 for a scalar).
+    /// Element count (1 for a scalar); saturates at `u64::MAX` (see [`TensorSpec::checked_numel`]).
     pub fn numel(&self) -> u64 {
-        self.shape.iter().product()
+        self.checked_numel().unwrap_or(u64::MAX)
+    }
+    /// Element count, `None` when it does not fit a u64. A shape with a zero dimension has 0
+    /// elements whatever its other dimensions (as the exact product of DF-MAN-7: `[2^40, 2^40, 0]`
+    /// has 0).
+    pub fn checked_numel(&self) -> Option<u64> {
+        if self.shape.contains(&0) {
+            return Some(0);
+        }
+        self.shape
+            .iter()
+            .try_fold(1u64, |acc, &d| acc.checked_mul(d))
     }
     /// The line of this tensor in the fingerprinted text (DF-MAN-5).
     pub fn line(&self) -> String {
@@ -119,8 +130,9 @@ impl Manifest {
         let mut acc: u64 = 0;
         offsets.push(0);
         for t in &tensors {
-            acc = acc
-                .checked_add(t.numel())
+            acc = t
+                .checked_numel()
+                .and_then(|n| acc.checked_add(n))
                 .ok_or(ManifestError::TooLarge(None))?;
             offsets.push(acc);
         }
@@ -181,9 +193,17 @@ impl Manifest {
         })
     }
 
-    /// Parses [`Manifest::to_json`] output, checking `fingerprint` / `num_params` when present.
+    /// Parses [`Manifest::to_json`] output, checking `version` (the integer 1), `fingerprint` (64
+    /// hex digits) and `num_params` (an integer) when present, as the Python `Manifest.from_json`.
     pub fn from_json(v: &Value) -> Result<Manifest, ManifestError> {
         let bad = |s: &str| ManifestError::Json(s.to_string());
+        if let Some(ver) = v.get("version")
+            && ver.as_u64() != Some(1)
+        {
+            return Err(ManifestError::Json(format!(
+                "unsupported manifest version {ver}"
+            )));
+        }
         let ts = v
             .get("tensors")
             .and_then(Value::as_array)
@@ -209,13 +229,15 @@ impl Manifest {
             specs.push(TensorSpec::new(name, &shape));
         }
         let m = Manifest::new(specs)?;
-        if let Some(fp) = v.get("fingerprint").and_then(Value::as_str)
-            && fp != hex::encode(m.fingerprint)
+        // a present member of another type (a number for the fingerprint, a string or a float for
+        // num_params) does not match either
+        if let Some(fp) = v.get("fingerprint")
+            && fp.as_str() != Some(hex::encode(m.fingerprint).as_str())
         {
             return Err(ManifestError::FingerprintMismatch);
         }
-        if let Some(n) = v.get("num_params").and_then(Value::as_u64)
-            && n != m.num_params()
+        if let Some(n) = v.get("num_params")
+            && n.as_u64() != Some(m.num_params())
         {
             return Err(ManifestError::NumParamsMismatch);
         }

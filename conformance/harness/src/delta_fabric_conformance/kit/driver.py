@@ -34,7 +34,13 @@ from delta_fabric.wire import (
 )
 
 from delta_fabric_conformance.claims import TARGET_CAPABILITIES, TARGETS
-from delta_fabric_conformance.kit.engine_io import Apply, Gather, run_generate, run_receive
+from delta_fabric_conformance.kit.engine_io import (
+    Apply,
+    Gather,
+    run_check_config,
+    run_generate,
+    run_receive,
+)
 from delta_fabric_conformance.kit.forward import ForwardKit, run_forward
 from delta_fabric_conformance.kit.peer import ModelKit, NodeFactory, PeerHost
 from delta_fabric_conformance.kit.snapshot_io import (
@@ -106,6 +112,7 @@ class Driver:
             "encode": self.encode,
             "generate": self.generate,
             "receive": self.receive,
+            "check_config": self.check_config,
             "snapshot_decode": self.snapshot_decode,
             "snapshot_assemble": self.snapshot_assemble,
             "peer": self.peer,
@@ -137,6 +144,7 @@ class Driver:
             "index.packed",
             "snapshot",
             "signing",
+            "config",
         ]
         if importlib.util.find_spec("zenoh") is None:
             return caps
@@ -210,6 +218,9 @@ class Driver:
     def receive(self, req: Mapping[str, Any]) -> dict[str, Any]:
         packets = [base64.b64decode(p, validate=True) for p in req["packets"]]
         return run_receive(req["vector"], packets, apply=self.apply)
+
+    def check_config(self, req: Mapping[str, Any]) -> dict[str, Any]:
+        return run_check_config(req["config"], req["manifest"])
 
     def snapshot_decode(self, req: Mapping[str, Any]) -> dict[str, Any]:
         return run_snapshot_decode(base64.b64decode(req["chunk"], validate=True))

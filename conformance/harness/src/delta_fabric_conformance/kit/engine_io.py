@@ -23,7 +23,15 @@ from numpy.typing import NDArray
 if TYPE_CHECKING:
     from delta_fabric.signing import Signing
 
-__all__ = ["Apply", "Gather", "bits_of", "f32_from_bits", "run_generate", "run_receive"]
+__all__ = [
+    "Apply",
+    "Gather",
+    "bits_of",
+    "f32_from_bits",
+    "run_check_config",
+    "run_generate",
+    "run_receive",
+]
 
 #: ``gather(active) -> active'``: load the canonical f32 vector into the framework, read it back.
 Gather = Callable[[NDArray[np.float32]], NDArray[np.float32]]
@@ -74,6 +82,22 @@ def _manifest(v: Mapping[str, Any], n: int) -> Manifest:
     if "manifest" in v:
         return Manifest.from_json(v["manifest"])
     return Manifest([TensorSpec("flat", (n,))])
+
+
+def run_check_config(config: object, manifest: object) -> dict[str, Any]:
+    """The ``check_config`` command (driver protocol 5.10, 1.1): would a node start with this
+    configuration and manifest? ``{"accepted": true}``, or ``false`` with the refusal's message
+    (DF-PAR-11, DF-PAR-260; DF-MAN-1; DF-MAN-7, whose ``1 <= N`` the engine checks at start)."""
+    try:
+        if not isinstance(config, dict):
+            raise TypeError("config must be a JSON object")
+        SyncConfig.from_json(config)
+        m = Manifest.from_json(manifest)  # type: ignore[arg-type]  # checked: TypeError
+        if m.num_params < 1:
+            raise ValueError("manifest has no value (DF-MAN-7: 1 <= N)")
+    except (TypeError, ValueError) as exc:
+        return {"accepted": False, "message": str(exc)}
+    return {"accepted": True}
 
 
 def _entry_json(e: Entry) -> dict[str, Any]:

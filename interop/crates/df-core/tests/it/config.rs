@@ -128,7 +128,7 @@ fn every_parameter_outside_its_range_is_refused_with_its_name() {
         (
             "sync_interval",
             |c| c.sync_interval = 0,
-            "sync_interval must be >= 1, got 0",
+            "sync_interval must be [1, 4294967295], got 0",
         ),
         (
             "max_packet_size",
@@ -278,11 +278,11 @@ fn from_json_refuses_unknown_keys_types_and_values() {
         ),
         (
             json!({"sync_interval": 0}),
-            "sync_interval must be >= 1, got 0",
+            "sync_interval must be [1, 4294967295], got 0",
         ),
         (
             json!({"sync_interval": 4_294_967_296u64}),
-            "sync_interval must be <= 4294967295, got 4294967296",
+            "sync_interval must be [1, 4294967295], got 4294967296",
         ),
         (
             json!({"max_packet_size": 100}),

@@ -547,6 +547,37 @@ fn run_snapshot(dir: &Path, path: &str) -> Result<(), String> {
     }
 }
 
+/// Whether a node starts with `config` and `manifest` (as `df-driver`'s `check_config` answers):
+/// DF-PAR-11, DF-PAR-260, DF-MAN-1, DF-MAN-7 (`1 <= N`, which `Engine::new` checks).
+fn node_accepts(config: &Value, manifest: &Value) -> bool {
+    SyncConfig::from_json(config).is_ok()
+        && Manifest::from_json(manifest).is_ok_and(|m| m.num_params() >= 1)
+}
+
+fn run_config(dir: &Path, rel: &str) -> Result<(), String> {
+    // REQ: DF-PAR-11, DF-PAR-260, DF-MAN-7
+    let j = read_json(&dir.join(format!("{rel}.json")))?;
+    let cases = s(&j, "cases")?.as_array().ok_or("cases is not a list")?;
+    let mut wrong = Vec::new();
+    for c in cases {
+        let want = s(c, "accepted")?
+            .as_bool()
+            .ok_or("accepted is not a bool")?;
+        if node_accepts(s(c, "config")?, s(c, "manifest")?) != want {
+            let name = c["name"].as_str().unwrap_or("?");
+            wrong.push(format!(
+                "{name}: {}",
+                if want { "refused" } else { "accepted" }
+            ));
+        }
+    }
+    if wrong.is_empty() {
+        Ok(())
+    } else {
+        Err(wrong.join("; "))
+    }
+}
+
 #[test]
 fn conformance_vectors() {
     // REQ: DF-RCV-1, DF-ZEN-40, DF-ZEN-41
@@ -567,6 +598,7 @@ fn conformance_vectors() {
             "generate" => run_generate(&dir, path),
             "receive" => run_receive(&dir, path),
             "snapshot" => run_snapshot(&dir, path),
+            "config" => run_config(&dir, path),
             // the digits CNN lives in df-node: its forward vectors run in df-node's tests/forward.rs
             // and through df-driver in the conformance run
             "forward" => {

@@ -227,7 +227,7 @@ fn hello(req: &Value) -> Answer {
         "capabilities": ["decode", "decode.batch", "encode", "generate", "generate.fast", "receive",
                          "encoding.f16", "encoding.bf16", "encoding.q8", "index.packed", "peer",
                          "peer.snapshot", "peer.train",
-                         "snapshot", "forward", "signing"],
+                         "snapshot", "forward", "signing", "config"],
         // DF-CNF-30 (driver protocol 5.1): the conformance targets claimed; node implies the others
         "claims": ["codec", "engine", "node"],
     }))
@@ -297,6 +297,23 @@ fn decode_batch(req: &Value) -> Answer {
         });
     }
     Ok(json!({ "results": results }))
+}
+
+/// `check_config` (driver protocol 5.10, 1.1): would a node start with this configuration and
+/// manifest? (DF-PAR-11, DF-PAR-260; DF-MAN-1; DF-MAN-7, whose `1 <= N` `Engine::new` checks.)
+fn check_config(req: &Value) -> Answer {
+    let refusal = match SyncConfig::from_json(get(req, "config")?) {
+        Err(e) => Some(e.to_string()),
+        Ok(_) => match Manifest::from_json(get(req, "manifest")?) {
+            Err(e) => Some(e.to_string()),
+            Ok(m) if m.num_params() == 0 => Some("manifest has no value (DF-MAN-7: 1 <= N)".into()),
+            Ok(_) => None,
+        },
+    };
+    Ok(match refusal {
+        None => json!({"accepted": true}),
+        Some(message) => json!({"accepted": false, "message": message}),
+    })
 }
 
 fn encode(req: &Value) -> Answer {
@@ -1338,6 +1355,7 @@ fn respond(host: &mut PeerHost, req: &Value) -> Value {
         "encode" => encode(req),
         "generate" => generate(req),
         "receive" => receive(req),
+        "check_config" => check_config(req),
         "snapshot_decode" => snapshot_decode(req),
         "snapshot_assemble" => snapshot_assemble(req),
         "forward" => forward(req),
