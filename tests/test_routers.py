@@ -359,9 +359,14 @@ def check_mixed(nodes: list[Proc], out: Path, frameworks: dict[str, int]) -> dic
     """Demo nodes and df-node ran with --drain: each ends with 0, reports (``ready`` and ``done``
     JSON lines) that it accepted every entry of every other node, and the dumped weights agree."""
     reports: dict[str, dict[str, object]] = {}
+    codes = [proc.wait(timeout=DEADLINE + 30) for proc in nodes]
+    # every node's output when one failed: a node that ended well reports its last_seq and counters,
+    # which tell a lost or refused packet from a seq another node never sent
+    assert codes == [0] * len(nodes), "\n".join(
+        f"{proc.command!r} ended with {rc}:\n{proc.text()}"
+        for proc, rc in zip(nodes, codes, strict=True)
+    )
     for proc in nodes:
-        rc = proc.wait(timeout=DEADLINE + 30)
-        assert rc == 0, f"{proc.command!r} ended with {rc}:\n{proc.text()}"
         events = {}
         for line in proc.lines:
             if line.startswith("{"):

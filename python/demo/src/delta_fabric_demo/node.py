@@ -476,7 +476,7 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
         if behind:
             print(
                 f"node {args.index}: --drain: after {args.wait_peers:g} s these neighbours had not "
-                f"reached seq {last_seq}: {behind}",
+                f"reached seq {last_seq}: {behind}; counters {_drain_counters(fabric)}",
                 file=sys.stderr,
             )
             transport.close()
@@ -535,6 +535,25 @@ def _check_cluster_options(args: argparse.Namespace) -> str | None:
     if args.drain and (args.sync != "on" or not [h for h in args.neighbours.split(",") if h]):
         return "--drain needs --neighbours (the nodes to wait for) and --sync on"
     return None
+
+
+def _drain_counters(fabric: Fabric) -> dict[str, int]:
+    """What tells a lost packet from a refused one or a seq never sent: the node's nonzero
+    receive, repair and transport counters (rejections per code, drops per reason, queue drops,
+    seqs requested and given up), flattened as ``section.name``."""
+    out: dict[str, int] = {}
+
+    def walk(prefix: str, value: object) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(f"{prefix}.{k}", v)
+        elif isinstance(value, int) and not isinstance(value, bool) and value:
+            out[prefix] = value
+
+    stats = fabric.stats()
+    for section in ("receive", "repair", "transport"):
+        walk(section, stats.get(section))
+    return out
 
 
 def _behind(fabric: Fabric, neighbours: list[int], last_seq: int) -> dict[str, int]:
