@@ -868,14 +868,35 @@ fn drain(
             return Ok(());
         }
         if Instant::now() >= end {
+            // what tells a lost packet from a refused one or a seq never sent
+            let mut counters = Vec::new();
+            let stats = f.stats();
+            for section in ["receive", "repair", "transport"] {
+                nonzero_counters(section, &stats[section], &mut counters);
+            }
             return Err(NodeError::Data(format!(
-                "--drain: after {:?} these neighbours had not reached seq {last_seq}: {}",
+                "--drain: after {:?} these neighbours had not reached seq {last_seq}: {}; \
+                 counters {}",
                 patience,
-                behind.join(", ")
+                behind.join(", "),
+                counters.join(", ")
             )));
         }
         f.transport().wait_for_packets(Duration::from_millis(50))?;
         f.poll()?;
+    }
+}
+
+/// The nonzero integer counters under `value`, as `prefix.name=count`.
+fn nonzero_counters(prefix: &str, value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (k, v) in map {
+                nonzero_counters(&format!("{prefix}.{k}"), v, out);
+            }
+        }
+        Value::Number(n) if n.as_u64().is_some_and(|c| c > 0) => out.push(format!("{prefix}={n}")),
+        _ => {}
     }
 }
 
