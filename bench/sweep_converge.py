@@ -93,6 +93,7 @@ def _base(args: argparse.Namespace) -> dict[str, Any]:
         "averaging": not args.summed,
         "topology": args.topology,
         "sync_extra": tuple(extra.items()),
+        "hold_residual": args.hold_residual,
     }
 
 
@@ -104,6 +105,7 @@ def _row(r: SimResult, wall: float) -> dict[str, Any]:
         "ratio": c["ratio"],
         "interval": c["interval"],
         "seed": c["seed"],
+        "hold_residual": bool(c.get("hold_residual", False)),
         "final_min": round(r.final_min, 4),
         "min_after_300": round(r.min_after, 4),
         "shared_final_min": round(r.anchor_final_min, 4),
@@ -463,6 +465,7 @@ def _is_default(args: argparse.Namespace) -> bool:
         and args.topology == DEFAULTS["topology"]
         and not args.summed
         and not args.sync
+        and args.hold_residual == DEFAULTS["hold_residual"]
         and args.steps == 1200
     )
 
@@ -528,6 +531,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--frame-overhead", type=int, default=40)
     p.add_argument("--summed", action="store_true", help="protocol 1.0's sums (average_over 1)")
     p.add_argument("--sync", action="append", default=[], help="KEY=JSON, a SyncConfig field")
+    p.add_argument(
+        "--hold-residual",
+        action=argparse.BooleanOptionalAction,
+        default=DEFAULTS["hold_residual"],
+        help="every node holds its unsent residual aside (Fabric(hold_residual=...), DF-GEN-240)",
+    )
     args = p.parse_args(argv)
     if args.part == "table":
         if not args.rows:

@@ -57,6 +57,7 @@ DEMO_DEFAULTS: dict[str, Any] = {
     "index_encoding": "PACKED",
     "relay_policy": "NEEDED",
     "topology": "all",
+    "hold_residual": False,
 }
 
 
@@ -104,6 +105,8 @@ class SimConfig:
     attack_scale: float = 1.0
     #: bounded influence on every node (`Fabric(influence_factor=...)`; 0: off)
     influence: float = 0.0
+    #: the unsent residual held aside on every node (`Fabric(hold_residual=True)`, DF-GEN-240)
+    hold_residual: bool = False
 
     def resolved_lr(self) -> float:
         if self.lr is not None:
@@ -352,6 +355,7 @@ def run_sim(cfg: SimConfig) -> SimResult:
                     node_id=ids[i],
                     repair=cfg.repair,
                     influence_factor=cfg.influence or None,
+                    hold_residual=cfg.hold_residual,
                 )
             )
 

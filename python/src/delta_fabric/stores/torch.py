@@ -74,6 +74,13 @@ class TorchStore:
         self._tensors: list[torch.Tensor] = [named[n] for n in self._manifest.names]
         self._offsets = np.asarray(self._manifest.offsets, dtype=np.int64)
         self.gathers = 0
+        params = {id(p) for p in module.parameters()}
+        self._stats = tuple(n for n, t in named.items() if id(t) not in params)
+
+    def running_stats(self) -> tuple[str, ...]:
+        """The synchronised buffers (BatchNorm running statistics): updated by the forward pass, not
+        by the optimizer (the optional seam call, DF-GEN-244)."""
+        return self._stats
 
     @property
     def manifest(self) -> Manifest:
