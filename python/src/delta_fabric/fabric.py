@@ -239,6 +239,8 @@ class Fabric:
                 self.engine.set_signing(signing)
             if influence_factor is not None:
                 self.engine.influence = InfluenceBound(influence_factor)
+            if self.hold_residual:
+                self._held()  # DF-GEN-244: a store naming an unknown tensor is refused here
             self.gaps: GapTracker | None = None
             self.resend: ResendBuffer | None = None
             self.repair_refused = 0

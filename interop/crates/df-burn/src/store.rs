@@ -136,4 +136,19 @@ impl<B: Backend, M: Module<B>> WeightStore for BurnStore<B, M> {
         self.model = import_with_layout::<B, M>(self.model.clone(), &self.layout, flat)?;
         Ok(())
     }
+
+    /// The BatchNorm running statistics of the layout (with `include_buffers`): the mapper only
+    /// maps `running_mean` / `running_var` leaves of a `BatchNorm`, so the last path segment
+    /// names them (DF-GEN-244).
+    fn running_stats(&self) -> Vec<String> {
+        self.layout
+            .specs()
+            .iter()
+            .filter(|s| {
+                let last = s.name.rsplit('.').next().unwrap_or("");
+                last == "running_mean" || last == "running_var"
+            })
+            .map(|s| s.name.clone())
+            .collect()
+    }
 }
