@@ -674,7 +674,8 @@ class Fabric:
         """A copy of the unsent residual held aside (DF-GEN-240; zeros unless ``hold_residual``)."""
         if self._residual is None:
             return np.zeros(self.manifest.num_params, dtype=np.float32)
-        return self._residual.copy()
+        out: NDArray[np.float32] = self._residual.copy()
+        return out
 
     def _held(self) -> NDArray[np.bool_]:
         """DF-GEN-244: the elements whose residual is held aside: every element except those of the
