@@ -50,6 +50,9 @@ __all__ = [
 #: with PACKED indices (section 6.8, 1.1) every 20 steps: 181.6x on the wire, every node's shared
 #: model >= 0.961 and its working weights >= 0.950 in seeds 0..9 (`sweep_converge.py cells`); F32
 #: with PACKED every 40 steps gives 150x at >= 0.958, Q8 every 40 steps 357x but seed 8 ends at 0.711.
+#: Every node holds its unsent residual aside (DF-GEN-240, session 5): in seeds 0..9 every node's
+#: shared model and working weights end >= 0.981 at 181.5x, and the working weights stay >= 0.636
+#: after step 300 (0.419 without it, seeds 0..2); docs/convergence-sweep.md section 0.
 DEMO_DEFAULTS: dict[str, Any] = {
     "ratio": 0.10,
     "interval": 20,
@@ -57,7 +60,7 @@ DEMO_DEFAULTS: dict[str, Any] = {
     "index_encoding": "PACKED",
     "relay_policy": "NEEDED",
     "topology": "all",
-    "hold_residual": False,
+    "hold_residual": True,
 }
 
 
