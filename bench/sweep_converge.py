@@ -56,7 +56,8 @@ from delta_fabric_demo.lockstep import SimConfig, SimResult, run_sim
 CI_CELLS = [(3, 0.10, 20), (3, 0.10, 40), (3, 0.10, 80), (5, 0.05, 20), (3, 0.05, 30)]
 #: (nodes, ratio, interval): grid cells whose shared model fell below the bar with the residual in
 #: the working weights (docs/convergence-sweep.md, session 4: 3 nodes 1 % every 40 ended at 0.711),
-#: run by ``ci`` with every node holding its residual aside (`Fabric(hold_residual=True)`, 0.975)
+#: run by ``ci`` with every node holding its residual aside (`Fabric(hold_residual=True)`, 0.975,
+#: whatever ``--hold-residual`` says for the other cells)
 CI_HELD_CELLS = [(3, 0.01, 40)]
 #: our settings per budget of wire compression, 3 and 5 nodes (ratio, interval): the demo's 10 % at
 #: three sync intervals, the middle one the default's 20 for 5 nodes and the last for 3 nodes (with

@@ -1,7 +1,8 @@
 """The reduced convergence sweep of issue 11 (``bench/sweep_converge.py ci``): the grid cells where
 protocol 1.0's sums collapsed or dipped, run in the deterministic lockstep simulator with the demo's
-defaults (averaging over the cluster, relay policy NEEDED, Q8 values, PACKED indices), and a
-low-ratio cell with the residual held aside. A collapse or a cell below the bar fails CI, and so does the demo's default cell (3 nodes, 10 % every 20) falling below its regression
+defaults (averaging over the cluster, relay policy NEEDED, Q8 values, PACKED indices, every node
+holding its residual aside), and a low-ratio cell that failed the bar before the residual was held
+aside. A collapse or a cell below the bar fails CI, and so does the demo's default cell (3 nodes, 10 % every 20) falling below its regression
 floor on seed 0 (shared model >= 0.95 at >= 178x fewer wire bytes than dense fp32; 181.6x measured,
 issue 11's bar is 100x). The simulator does not depend on machine load, so
 neither does this test. Cost: 5 runs of 1,200 steps (the first 4 measured 69-412 s per run, 797 s
