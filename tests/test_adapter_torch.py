@@ -385,6 +385,28 @@ def test_cuda_module_same_code_path() -> None:
     np.testing.assert_array_equal(after, flat(a))
 
 
+def test_torch_store_clamps_a_running_variance_at_zero_after_apply() -> None:
+    # REQ: DF-RCV-245
+    net = make_net(4)
+    store = TorchStore(net, include_buffers=True)
+    assert store.running_stats() == ("bn1.running_mean", "bn1.running_var")
+    var = store.manifest.offset("bn1.running_var")
+    mean = store.manifest.offset("bn1.running_mean")
+    before = store.gather()
+    idx = np.asarray([mean, mean + 1, var, var + 1], dtype=np.uint32)
+    store.apply(idx, np.asarray([-5.0, 2.0, -5.0, 0.5], dtype=np.float32))
+    got = store.gather()
+    assert got[mean] == np.float32(before[mean] - np.float32(5.0))  # a mean may be negative
+    assert got[var] == 0.0  # clamped: 1 - 5 would be a negative variance
+    assert got[var + 1] == np.float32(before[var + 1] + np.float32(0.5))  # unchanged rule
+    other = np.ones(got.size, dtype=bool)
+    other[idx] = False
+    np.testing.assert_array_equal(got[other], before[other])
+    raw = TorchStore(make_net(4), include_buffers=True, clamp_running_var=False)
+    raw.apply(idx, np.asarray([-5.0, 2.0, -5.0, 0.5], dtype=np.float32))
+    assert raw.gather()[var] == np.float32(1.0 - 5.0)  # DF-RCV-7 exactly when off
+
+
 def test_torch_store_sparse_gather_and_apply_match_the_dense_vector() -> None:
     # REQ: DF-RCV-7
     from delta_fabric.store import StoreError, WeightStore
@@ -392,7 +414,7 @@ def test_torch_store_sparse_gather_and_apply_match_the_dense_vector() -> None:
     net = make_net(4)
     net.fc1.weight.data = net.fc1.weight.data.t().contiguous().t()  # non-contiguous
     net.fc2.to(torch.bfloat16)
-    store = TorchStore(net, include_buffers=True)
+    store = TorchStore(net, include_buffers=True, clamp_running_var=False)
     assert isinstance(store, WeightStore)
     dense = store.gather()
     n = store.manifest.num_params

@@ -64,6 +64,14 @@ def test_manifest_equals_pytorch(include_buffers: bool) -> None:
     assert store.manifest.fingerprint == module_manifest(DigitsCNN(), include_buffers).fingerprint
 
 
+def test_running_stats_are_the_batch_stats() -> None:
+    # REQ: DF-GEN-244
+    store = JaxStore(jax_digits.digits_variables(), include_buffers=True)
+    assert store.running_stats() == ("bn1.running_mean", "bn1.running_var")
+    assert set(store.running_stats()) <= set(store.manifest.names)
+    assert JaxStore(jax_digits.digits_variables()).running_stats() == ()
+
+
 def test_round_trip_is_exact() -> None:
     """REQ: DF-MAN-3: load then gather returns the same bits; gather(indices) = gather()[indices]."""
     store = JaxStore(jax_digits.digits_variables(), include_buffers=True)

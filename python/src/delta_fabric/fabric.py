@@ -55,7 +55,7 @@ from delta_fabric.repair import (
     is_repair_request,
 )
 from delta_fabric.snapshot import SnapshotError, SnapshotSource
-from delta_fabric.store import FunctionalStore, WeightStore
+from delta_fabric.store import FunctionalStore, WeightStore, running_stats
 from delta_fabric.transports.base import Transport, check_node_id, node_hex
 from delta_fabric.wire import Entry, Packet, encode_packet
 
@@ -131,6 +131,9 @@ class Fabric:
     ``stats()["influence"]``. ``signing`` (1.1, spec section 13.1; `delta_fabric.signing.Signing`, the
     ``signing`` extra): the node is in a signed cluster; it signs its entries with its secret key and
     rejects packets with entries not signed by their origin's pinned key (``errors.BAD_SIGNATURE``).
+    ``hold_residual`` (1.1, spec section 5.11, DF-GEN-240..243, node-local): the unsent residual is
+    held aside in a buffer of the node's own (`residual`) and the working weights restart from the
+    anchor after every generation; the residual is folded back into them just before the next one.
     """
 
     def __init__(
@@ -156,6 +159,7 @@ class Fabric:
         live_members: bool = False,
         member_grace: float = DEFAULT_MEMBER_GRACE,
         signing: Signing | None = None,
+        hold_residual: bool = False,
     ) -> None:
         if not isinstance(store, WeightStore):
             raise TypeError(
@@ -203,6 +207,10 @@ class Fabric:
         self._accepted_by_origin: dict[int, int] = {}
         self.bootstrapped = False
         self.snapshots_served = 0
+        self.hold_residual = bool(hold_residual)
+        #: DF-GEN-240: the unsent residual held aside (zeros unless ``hold_residual``)
+        self._residual: NDArray[np.float32] | None = None
+        self._held_mask: NDArray[np.bool_] | None = None
         self._lock = threading.Lock()  # guards the anchor against a concurrent snapshot request
         self._closed = False
         # membership (DF-RCV-51, DF-ZEN-150) and pacing (DF-ZEN-156) state
@@ -231,6 +239,8 @@ class Fabric:
                 self.engine.set_signing(signing)
             if influence_factor is not None:
                 self.engine.influence = InfluenceBound(influence_factor)
+            if self.hold_residual:
+                self._held()  # DF-GEN-244: a store naming an unknown tensor is refused here
             self.gaps: GapTracker | None = None
             self.resend: ResendBuffer | None = None
             self.repair_refused = 0
@@ -625,10 +635,14 @@ class Fabric:
                         log.debug("packet %d of %d rejected: %s", i, len(packets), code.value)
             if sync:
                 self.syncs += 1
+                if self.hold_residual:
+                    self._fold_residual()  # DF-GEN-241
                 own = self.engine.generate(self._active_for_generate(), fast=self.fast_selection)
                 ci, cv = self.engine.last_correction
                 if ci.size:  # DF-GEN-70: the own weights move by what was sent only
                     self.store.apply(ci, cv)
+                if self.hold_residual:
+                    self._set_residual_aside()  # DF-GEN-242
             resent: list[Entry] = []
             if sync and self.resend is not None:
                 self.resend.add(own)
@@ -663,6 +677,51 @@ class Fabric:
             got: list[NDArray[np.float32]] = parts()
             return got
         return self.store.gather()
+
+    @property
+    def residual(self) -> NDArray[np.float32]:
+        """A copy of the unsent residual held aside (DF-GEN-240; zeros unless ``hold_residual``)."""
+        if self._residual is None:
+            return np.zeros(self.manifest.num_params, dtype=np.float32)
+        out: NDArray[np.float32] = self._residual.copy()
+        return out
+
+    def _held(self) -> NDArray[np.bool_]:
+        """DF-GEN-244: the elements whose residual is held aside: every element except those of the
+        tensors the store names as running statistics (`delta_fabric.store.running_stats`)."""
+        if self._held_mask is None:
+            m = self.manifest
+            mask = np.ones(m.num_params, dtype=np.bool_)
+            stats = set(running_stats(self.store))
+            for k, name in enumerate(m.names):
+                if name in stats:
+                    mask[m.offsets[k] : m.offsets[k + 1]] = False
+            self._held_mask = mask
+        return self._held_mask
+
+    def _fold_residual(self) -> None:
+        """DF-GEN-241: ``active[i] = fl32(active[i] + r[i])`` at every ``i`` with ``r[i] != 0``, then
+        ``r = 0``, immediately before a generation."""
+        r = self._residual
+        if r is None:
+            return
+        nz = np.flatnonzero(r != 0).astype(np.uint32)  # NaN != 0: folded back too
+        if nz.size:
+            self.store.apply(nz, r[nz])
+        r.fill(0.0)
+
+    def _set_residual_aside(self) -> None:
+        """DF-GEN-242: after a generation, at every held element ``r = fl32(active - anchor)`` and
+        ``active = anchor``; the other elements (running statistics) keep their residual in ``active``."""
+        anchor = self.engine.anchor
+        held = self._held()
+        if self._residual is None:
+            self._residual = np.zeros(anchor.size, dtype=np.float32)
+        active = self.store.gather()
+        with np.errstate(invalid="ignore"):  # inf - inf = NaN, kept as DF-GEN-9 keeps such deltas
+            np.subtract(active, anchor, out=self._residual, where=held)
+        np.copyto(active, anchor, where=held)  # a gather-load round trip is exact elsewhere
+        self.store.load(active)
 
     def _repair_requests(self, bufs: Sequence[bytes]) -> None:
         """DF-RCV-164: queue the requests addressed to this node; a request that does not decode, or

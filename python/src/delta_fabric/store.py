@@ -18,7 +18,11 @@ The contract (every method may be called from the training thread only; the node
   flat indices (DF-RCV-7), touching only those elements (O(k)). Stores whose native dtype is not f32
   read the element as f32, add in f32 and round back (DF-MAN-4);
 * ``load(flat)``: overwrite every weight from a canonical flat f32 vector of N values (bootstrap from
-  a snapshot, DF-ZEN-5).
+  a snapshot, DF-ZEN-5);
+* ``running_stats()`` (optional, 1.1): the canonical names of the synchronised tensors that are
+  running statistics (updated by the forward pass, not by the optimizer: BatchNorm running mean and
+  variance). A node that holds its residual aside exempts them (DF-GEN-244). A store without the
+  method has none; read it through `running_stats`.
 
 OPTIONAL, Python only (no counterpart in ``df_fabric::store`` yet): ``gather_parts()``, the canonical
 vector as one flat f32 array per manifest tensor, in canonical order (views of the live tensors where
@@ -43,7 +47,14 @@ from numpy.typing import NDArray
 from delta_fabric.errors import DeltaFabricError
 from delta_fabric.manifest import Manifest
 
-__all__ = ["FunctionalStore", "StoreError", "WeightStore", "check_flat", "check_sparse"]
+__all__ = [
+    "FunctionalStore",
+    "StoreError",
+    "WeightStore",
+    "check_flat",
+    "check_sparse",
+    "running_stats",
+]
 
 
 class StoreError(DeltaFabricError, ValueError):
@@ -88,6 +99,20 @@ class FunctionalStore(WeightStore, Protocol):
     def set_state(self, state: Any) -> None:
         """Replace the native state (same structure and shapes) before the node reads or updates it."""
         ...
+
+
+def running_stats(store: WeightStore) -> tuple[str, ...]:
+    """The store's running-statistics tensors (its optional ``running_stats()``; none without it),
+    each a name of its manifest (`StoreError` otherwise)."""
+    fn = getattr(store, "running_stats", None)
+    if fn is None:
+        return ()
+    names = tuple(str(n) for n in fn())
+    known = set(store.manifest.names)
+    for n in names:
+        if n not in known:
+            raise StoreError(f"running_stats names {n!r}, which is not a tensor of the manifest")
+    return names
 
 
 def check_flat(manifest: Manifest, flat: NDArray[Any]) -> NDArray[np.float32]:

@@ -57,6 +57,9 @@ pub struct BurnStore<B: Backend, M: Module<B>> {
     layout: CanonicalLayout,
     manifest: Manifest,
     tensors_rebuilt: u64,
+    /// Flat `[start, end)` ranges of the BatchNorm running variances clamped at >= 0 after
+    /// `apply` (DF-RCV-245; empty when off).
+    var_ranges: Vec<(usize, usize)>,
     _backend: PhantomData<B>,
 }
 
@@ -65,13 +68,33 @@ impl<B: Backend, M: Module<B>> BurnStore<B, M> {
     pub fn new(model: M, include_buffers: bool) -> Result<Self, BurnMapError> {
         let layout = canonical_layout::<B, M>(&model, include_buffers)?;
         let manifest = layout_manifest(&layout)?;
-        Ok(BurnStore {
+        let mut store = BurnStore {
             model,
             layout,
             manifest,
             tensors_rebuilt: 0,
+            var_ranges: Vec::new(),
             _backend: PhantomData,
-        })
+        };
+        store.set_clamp_running_var(true);
+        Ok(store)
+    }
+
+    /// Whether `apply` clamps the BatchNorm running variances at >= 0 (DF-RCV-245, default on):
+    /// a framework step after DF-RCV-7's sum, as `TorchStore(clamp_running_var=True)` in Python.
+    /// `load` writes values as they are.
+    pub fn set_clamp_running_var(&mut self, on: bool) {
+        self.var_ranges = if on {
+            self.layout
+                .specs()
+                .iter()
+                .zip(self.layout.offsets())
+                .filter(|(s, _)| s.name.rsplit('.').next() == Some("running_var"))
+                .map(|(s, &o)| (o, o + s.numel() as usize))
+                .collect()
+        } else {
+            Vec::new()
+        };
     }
 
     /// The module (forward passes, evaluation).
@@ -128,6 +151,33 @@ impl<B: Backend, M: Module<B>> WeightStore for BurnStore<B, M> {
         let (m, touched) = apply_sparse::<B, M>(self.model.clone(), &self.layout, indices, values)?;
         self.model = m;
         self.tensors_rebuilt += touched as u64;
+        if self.var_ranges.is_empty() {
+            return Ok(());
+        }
+        // DF-RCV-245: a running variance below zero becomes +0 (v + (-v) is exactly +0)
+        let in_var: Vec<u32> = indices
+            .iter()
+            .copied()
+            .filter(|&i| {
+                let i = i as usize;
+                self.var_ranges.iter().any(|&(a, b)| a <= i && i < b)
+            })
+            .collect();
+        if in_var.is_empty() {
+            return Ok(());
+        }
+        let now = self.gather_indices(&in_var)?;
+        let (idx, neg): (Vec<u32>, Vec<f32>) = in_var
+            .iter()
+            .zip(&now)
+            .filter(|&(_, &v)| v < 0.0)
+            .map(|(&i, &v)| (i, -v))
+            .unzip();
+        if !idx.is_empty() {
+            let (m, touched) = apply_sparse::<B, M>(self.model.clone(), &self.layout, &idx, &neg)?;
+            self.model = m;
+            self.tensors_rebuilt += touched as u64;
+        }
         Ok(())
     }
 
@@ -135,5 +185,20 @@ impl<B: Backend, M: Module<B>> WeightStore for BurnStore<B, M> {
         check_full(flat, self.layout.num_params())?;
         self.model = import_with_layout::<B, M>(self.model.clone(), &self.layout, flat)?;
         Ok(())
+    }
+
+    /// The BatchNorm running statistics of the layout (with `include_buffers`): the mapper only
+    /// maps `running_mean` / `running_var` leaves of a `BatchNorm`, so the last path segment
+    /// names them (DF-GEN-244).
+    fn running_stats(&self) -> Vec<String> {
+        self.layout
+            .specs()
+            .iter()
+            .filter(|s| {
+                let last = s.name.rsplit('.').next().unwrap_or("");
+                last == "running_mean" || last == "running_var"
+            })
+            .map(|s| s.name.clone())
+            .collect()
     }
 }

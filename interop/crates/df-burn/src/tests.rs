@@ -382,3 +382,38 @@ fn modules_without_a_known_pytorch_mapping_are_refused_not_guessed() {
     let back = import_canonical::<NB, _>(m, &flat, false).unwrap();
     assert_eq!(export_canonical::<NB, _>(&back, false).unwrap().1, flat);
 }
+
+// REQ: DF-GEN-244
+// REQ: DF-RCV-245
+#[test]
+fn store_names_its_running_statistics_and_clamps_a_running_variance_after_apply() {
+    use df_fabric::store::WeightStore;
+    let mut store = BurnStore::<NB, _>::new(Small::<NB>::new(&dev()), true).unwrap();
+    assert_eq!(
+        store.running_stats(),
+        vec!["bn1.running_mean".to_owned(), "bn1.running_var".to_owned()]
+    );
+    let m = store.manifest().clone();
+    let mean = m.offset_of("bn1.running_mean").unwrap() as u32;
+    let var = m.offset_of("bn1.running_var").unwrap() as u32;
+    let before = store.gather().unwrap();
+    let (idx, vals) = ([mean, mean + 1, var, var + 1], [-5.0f32, 2.0, -5.0, 0.5]);
+    store.apply(&idx, &vals).unwrap();
+    let got = store.gather().unwrap();
+    assert_eq!(got[mean as usize], before[mean as usize] - 5.0); // a mean may be negative
+    assert_eq!(got[var as usize], 0.0); // 1 - 5 would be a negative variance
+    assert_eq!(got[var as usize + 1], before[var as usize + 1] + 0.5);
+    for (i, (&g, &b)) in got.iter().zip(&before).enumerate() {
+        if !idx.contains(&(i as u32)) {
+            assert_eq!(g.to_bits(), b.to_bits(), "index {i} changed");
+        }
+    }
+    // off: DF-RCV-7 exactly
+    let mut raw = BurnStore::<NB, _>::new(Small::<NB>::new(&dev()), true).unwrap();
+    raw.set_clamp_running_var(false);
+    raw.apply(&idx, &vals).unwrap();
+    assert_eq!(raw.gather().unwrap()[var as usize], 1.0 - 5.0);
+    // without include_buffers there are no running statistics
+    let plain = BurnStore::<NB, _>::new(Small::<NB>::new(&dev()), false).unwrap();
+    assert!(plain.running_stats().is_empty());
+}

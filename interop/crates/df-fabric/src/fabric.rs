@@ -123,6 +123,10 @@ pub struct FabricOptions {
     pub live_members: bool,
     /// How long a member that left stays one (DF-ZEN-150).
     pub member_grace: Duration,
+    /// DF-GEN-240 (1.1, node-local): hold the unsent residual aside in a buffer of the node's own
+    /// ([`Fabric::residual`]); the working weights restart from the anchor after every generation
+    /// and the residual is folded back into them just before the next one (spec section 5.11).
+    pub hold_residual: bool,
 }
 
 impl Default for FabricOptions {
@@ -138,6 +142,7 @@ impl Default for FabricOptions {
             members: None,
             live_members: false,
             member_grace: DEFAULT_MEMBER_GRACE,
+            hold_residual: false,
         }
     }
 }
@@ -203,6 +208,11 @@ pub struct Fabric<W: WeightStore, T: Transport> {
     effective: Option<HashSet<u64>>,
     pace_base: HashMap<u64, (u64, u64)>,
     moved_at: HashMap<u64, ((u64, u64), Instant)>,
+    /// DF-GEN-240: the residual held aside (empty until the first generation) and the elements
+    /// it is held for (DF-GEN-244: all but the store's running statistics; empty until then).
+    hold_residual: bool,
+    residual: Vec<f32>,
+    held: Vec<bool>,
 }
 
 /// Counters of a quorum join (Python `stats()["snapshot_trust"]`).
@@ -293,7 +303,14 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
                     effective: None,
                     pace_base: HashMap::new(),
                     moved_at: HashMap::new(),
+                    hold_residual: options.hold_residual,
+                    residual: Vec::new(),
+                    held: Vec::new(),
                 };
+                if fabric.hold_residual {
+                    // DF-GEN-244: a store naming an unknown tensor is refused here
+                    fabric.held_mask()?;
+                }
                 if options.members.is_some() || options.live_members {
                     // DF-ZEN-151, DF-ZEN-155
                     fabric
@@ -541,12 +558,18 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
         let mut own = Vec::new();
         if sync {
             self.counters.syncs += 1;
+            if self.hold_residual {
+                self.fold_residual()?; // DF-GEN-241
+            }
             let active = self.store.gather()?;
             own = e.generate(&active, self.fast_selection)?;
             let (ci, cv) = e.last_correction();
             if !ci.is_empty() {
                 // DF-GEN-70: the own weights move by what was sent only
                 self.store.apply(ci, cv)?;
+            }
+            if self.hold_residual {
+                self.set_residual_aside(e.anchor())?; // DF-GEN-242
             }
         }
         let mut resent = Vec::new();
@@ -658,6 +681,75 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
                 *cur = (a.incarnation, a.seq);
             }
         }
+    }
+
+    /// A copy of the unsent residual held aside (DF-GEN-240; zeros unless
+    /// [`FabricOptions::hold_residual`]).
+    pub fn residual(&self) -> Vec<f32> {
+        if self.residual.is_empty() {
+            vec![0.0; self.store.num_params()]
+        } else {
+            self.residual.clone()
+        }
+    }
+
+    /// DF-GEN-244: the elements whose residual is held aside: all but those of the tensors the
+    /// store names as running statistics ([`WeightStore::running_stats`]).
+    fn held_mask(&mut self) -> Result<(), FabricError> {
+        if !self.held.is_empty() {
+            return Ok(());
+        }
+        let manifest = self.store.manifest();
+        let mut held = vec![true; self.store.num_params()];
+        for name in self.store.running_stats() {
+            let Some(k) = manifest.tensors().iter().position(|t| t.name == name) else {
+                return Err(FabricError::Store(StoreError::Backend(format!(
+                    "running_stats names {name:?}, which is not a tensor of the manifest"
+                ))));
+            };
+            let offsets = manifest.offsets();
+            let (a, b) = (offsets[k] as usize, offsets[k + 1] as usize);
+            held[a..b].iter_mut().for_each(|h| *h = false);
+        }
+        self.held = held;
+        Ok(())
+    }
+
+    /// DF-GEN-241: `active[i] = fl32(active[i] + r[i])` at every `i` with `r[i] != 0`, then
+    /// `r = 0`, immediately before a generation.
+    fn fold_residual(&mut self) -> Result<(), FabricError> {
+        // NaN != 0: a non-finite residual is folded back too (DF-GEN-9 then sees it)
+        let mut idx = Vec::new();
+        let mut vals = Vec::new();
+        for (i, &r) in self.residual.iter().enumerate() {
+            if r != 0.0 {
+                idx.push(i as u32);
+                vals.push(r);
+            }
+        }
+        if !idx.is_empty() {
+            self.store.apply(&idx, &vals)?;
+        }
+        self.residual.iter_mut().for_each(|r| *r = 0.0);
+        Ok(())
+    }
+
+    /// DF-GEN-242: after a generation, at every held element `r = fl32(active - anchor)` and
+    /// `active = anchor`; the other elements (running statistics) keep their residual in `active`.
+    fn set_residual_aside(&mut self, anchor: &[f32]) -> Result<(), FabricError> {
+        self.held_mask()?;
+        let mut active = self.store.gather()?;
+        if self.residual.len() != active.len() {
+            self.residual = vec![0.0; active.len()];
+        }
+        for (i, a) in active.iter_mut().enumerate() {
+            if self.held[i] {
+                self.residual[i] = *a - anchor[i];
+                *a = anchor[i]; // a gather-load round trip is exact elsewhere
+            }
+        }
+        self.store.load(&active)?;
+        Ok(())
     }
 
     /// The store (read the model / weights).

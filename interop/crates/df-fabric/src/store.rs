@@ -94,6 +94,13 @@ pub trait WeightStore {
     /// Overwrites every synchronised weight with `flat` (N values, canonical order).
     fn load(&mut self, flat: &[f32]) -> Result<(), StoreError>;
 
+    /// The canonical names of the synchronised tensors that are running statistics (updated by
+    /// the forward pass, not by the optimizer: BatchNorm running mean and variance). A node that
+    /// holds its residual aside exempts them (DF-GEN-244, 1.1). The default: none.
+    fn running_stats(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// N.
     fn num_params(&self) -> usize {
         usize::try_from(self.manifest().num_params()).unwrap_or(usize::MAX)

@@ -50,6 +50,9 @@ __all__ = [
 #: with PACKED indices (section 6.8, 1.1) every 20 steps: 181.6x on the wire, every node's shared
 #: model >= 0.961 and its working weights >= 0.950 in seeds 0..9 (`sweep_converge.py cells`); F32
 #: with PACKED every 40 steps gives 150x at >= 0.958, Q8 every 40 steps 357x but seed 8 ends at 0.711.
+#: Every node holds its unsent residual aside (DF-GEN-240, session 5): in seeds 0..9 every node's
+#: shared model and working weights end >= 0.981 at 181.5x, and the working weights stay >= 0.636
+#: after step 300 (0.419 without it, seeds 0..2); docs/convergence-sweep.md section 0.
 DEMO_DEFAULTS: dict[str, Any] = {
     "ratio": 0.10,
     "interval": 20,
@@ -57,6 +60,7 @@ DEMO_DEFAULTS: dict[str, Any] = {
     "index_encoding": "PACKED",
     "relay_policy": "NEEDED",
     "topology": "all",
+    "hold_residual": True,
 }
 
 
@@ -104,6 +108,8 @@ class SimConfig:
     attack_scale: float = 1.0
     #: bounded influence on every node (`Fabric(influence_factor=...)`; 0: off)
     influence: float = 0.0
+    #: the unsent residual held aside on every node (`Fabric(hold_residual=True)`, DF-GEN-240)
+    hold_residual: bool = False
 
     def resolved_lr(self) -> float:
         if self.lr is not None:
@@ -352,6 +358,7 @@ def run_sim(cfg: SimConfig) -> SimResult:
                     node_id=ids[i],
                     repair=cfg.repair,
                     influence_factor=cfg.influence or None,
+                    hold_residual=cfg.hold_residual,
                 )
             )
 

@@ -123,6 +123,12 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
         "1 sums it (1.0)",
     )
     p.add_argument(
+        "--hold-residual",
+        action="store_true",
+        help="hold the unsent residual aside; the working weights restart from the shared model "
+        "after every sync (Fabric(hold_residual=True), DF-GEN-240, node-local)",
+    )
+    p.add_argument(
         "--relay-policy",
         choices=("ALL", "NEEDED"),
         default="ALL",
@@ -323,6 +329,7 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
             gate if gate is not None else transport,
             cfg,
             node_id=node_id,
+            hold_residual=args.hold_residual,
         )
         origins = set(neighbours) or set(transport.peers())
     _emit(

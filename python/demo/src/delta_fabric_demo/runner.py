@@ -180,6 +180,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         f"varints or a bitmap, lossless; default: {DEMO_DEFAULTS['index_encoding']}, PLAIN with a "
         f"native node that lacks the option)",
     )
+    p.add_argument(
+        "--hold-residual",
+        action=argparse.BooleanOptionalAction,
+        default=DEMO_DEFAULTS["hold_residual"],
+        help="every node that supports it holds its unsent residual aside, so its working weights "
+        "restart from the shared model after every sync (DF-GEN-240, node-local; default: "
+        f"{'on' if DEMO_DEFAULTS['hold_residual'] else 'off'})",
+    )
     p.add_argument("--skip-nosync", action="store_true", help="skip the sync-off run")
     p.add_argument("--skip-baseline", action="store_true", help="skip the single-node baseline")
     p.add_argument("--no-plot", action="store_true", help="do not draw accuracy.png")
@@ -302,6 +310,10 @@ def _node_command(spec: NodeSpec, args: argparse.Namespace, common: dict[str, An
         argv.append("--lockstep")
     if common.get("average_over", 1) > 1:  # checked in _run: every node of the run supports it
         argv += ["--average-over", str(common["average_over"])]
+    if getattr(args, "hold_residual", False) and (
+        binary is None or _native_supports(binary, "--hold-residual")
+    ):  # node-local (DF-GEN-240): a node without the option keeps 1.0's behaviour
+        argv.append("--hold-residual")
     for opt, value, default in (
         ("--relay-policy", args.relay_policy, "ALL"),
         ("--encoding", args.encoding, "F32"),
@@ -1159,6 +1171,7 @@ def _run(args: argparse.Namespace) -> int:
             "relay_policy": args.relay_policy,
             "encoding": args.encoding,
             "index_encoding": args.index_encoding,
+            "hold_residual": bool(args.hold_residual),
             "bn_momentum": bn_momentum if bn_momentum is not None else 0.1,
         },
         "runs": results,

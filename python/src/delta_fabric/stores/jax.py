@@ -215,6 +215,12 @@ class JaxStore:
                 raise UnmappableLeaf(f"{row.name}: more than 2**31 - 1 elements in one leaf")
             self._slot[row.key] = i
         self.layout = layout
+        #: the rows read from ``batch_stats`` (running statistics, DF-GEN-244)
+        self._stats = tuple(
+            row.name
+            for row in layout.rows
+            if isinstance(row.key, tuple) and row.key and row.key[0] == "batch_stats"
+        )
         self._treedef: Any = jax.tree_util.tree_structure(variables)
         self._leaves: list[Any] = [leaf for _, leaf in paths]
         self.gathers = 0
@@ -222,6 +228,11 @@ class JaxStore:
     @property
     def manifest(self) -> Manifest:
         return self.layout.manifest
+
+    def running_stats(self) -> tuple[str, ...]:
+        """The tensors read from the ``batch_stats`` collection (BatchNorm running statistics):
+        updated by the forward pass, not by the optimizer (the optional seam call, DF-GEN-244)."""
+        return self._stats
 
     # -- the variables (FunctionalStore) ----------------------------------------------------------
     def state(self) -> Any:

@@ -76,11 +76,19 @@ def _host_f32(t: torch.Tensor) -> NDArray[np.float32] | None:
 
 
 class TorchStore:
-    """A `delta_fabric.store.WeightStore` over a module's parameters (and buffers, optionally)."""
+    """A `delta_fabric.store.WeightStore` over a module's parameters (and buffers, optionally).
+
+    ``clamp_running_var`` (default on): after `apply`, a synchronised BatchNorm running variance
+    (a buffer named ``*.running_var``) is clamped at >= 0, a framework step after DF-RCV-7's sum: at
+    low ratios a node's unsent deviation and its peers' averaged deltas can add up to a negative
+    variance, which makes every output NaN (spec section 5.10, rationale). `load` writes values as
+    they are (active = anchor after a bootstrap)."""
 
     framework = "torch"
 
-    def __init__(self, module: nn.Module, include_buffers: bool = False) -> None:
+    def __init__(
+        self, module: nn.Module, include_buffers: bool = False, *, clamp_running_var: bool = True
+    ) -> None:
         self.module = module
         self.include_buffers = bool(include_buffers)
         named = module_tensors(module, self.include_buffers)
@@ -88,6 +96,22 @@ class TorchStore:
         self._tensors: list[torch.Tensor] = [named[n] for n in self._manifest.names]
         self._offsets = np.asarray(self._manifest.offsets, dtype=np.int64)
         self.gathers = 0
+        params = {id(p) for p in module.parameters()}
+        self._stats = tuple(n for n, t in named.items() if id(t) not in params)
+        #: canonical positions of the BatchNorm running variances, clamped at >= 0 after `apply`
+        self._var_pos = (
+            frozenset(
+                i for i, n in enumerate(self._manifest.names)
+                if n in self._stats and n.rsplit(".", 1)[-1] == "running_var"
+            )
+            if clamp_running_var
+            else frozenset()
+        )  # fmt: skip
+
+    def running_stats(self) -> tuple[str, ...]:
+        """The synchronised buffers (BatchNorm running statistics): updated by the forward pass, not
+        by the optimizer (the optional seam call, DF-GEN-244)."""
+        return self._stats
 
     @property
     def manifest(self) -> Manifest:
@@ -142,6 +166,8 @@ class TorchStore:
                 if t.dtype == torch.float32 and t.is_contiguous():
                     idx = torch.from_numpy(s.local).to(t.device)
                     t.data.view(-1).index_add_(0, idx, vals)  # fl32(active + agg), DF-RCV-7
+                    if s.tensor in self._var_pos:  # a variance is never negative (section 5.10)
+                        t.data.clamp_(min=0.0)
                     continue
                 # other dtypes or strides: read as f32, add in f32, write back rounded (DF-MAN-4)
                 coords = np.unravel_index(s.local, tuple(t.shape))
@@ -150,6 +176,8 @@ class TorchStore:
                 )
                 cur = t.data[idx_t].to(torch.float32)
                 t.data[idx_t] = (cur + vals).to(t.dtype)
+                if s.tensor in self._var_pos:
+                    t.data.clamp_(min=0.0)
 
     def load(self, flat: NDArray[np.float32]) -> None:
         src = torch.from_numpy(np.ascontiguousarray(check_flat(self._manifest, flat)))
