@@ -213,8 +213,10 @@ def test_node_command_comes_from_the_launcher_table(
     assert torch_cmd[:3] == [sys.executable, "-m", "delta_fabric_demo.node"]
     assert "--max-lead" in torch_cmd
     burn_cmd = runner._node_command(dataclasses.replace(spec, framework="burn"), args, common)
+    assert "--hold-residual" in torch_cmd  # the demo's default (DF-GEN-240)
+    optional = ("--max-lead", str(args.max_lead), "--hold-residual")  # not in /bin/false's help
     assert burn_cmd[0] == "/bin/false" and burn_cmd[1:] == [
-        a for a in torch_cmd[3:] if a not in ("--max-lead", str(args.max_lead))
+        a for a in torch_cmd[3:] if a not in optional
     ]
     # a new framework's node is one row of the table
     monkeypatch.setitem(

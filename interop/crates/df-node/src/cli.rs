@@ -167,6 +167,10 @@ pub struct Args {
     /// DF-ZEN-150) [env: DELTA_FABRIC_LIVE_MEMBERS].
     #[arg(long)]
     pub live_members: bool,
+    /// Hold the unsent residual aside so the working weights restart from the shared model after
+    /// every sync (DF-GEN-240, node-local; the demo's default).
+    #[arg(long)]
+    pub hold_residual: bool,
     /// Seconds a member that left stays one (DF-ZEN-150) [env: DELTA_FABRIC_MEMBER_GRACE].
     #[arg(long, default_value = "10", value_parser = seconds)]
     pub member_grace: Duration,
@@ -488,6 +492,7 @@ impl Args {
         o.weights_dir = self.weights_dir;
         o.members = (!self.members.is_empty()).then_some(self.members);
         o.live_members = self.live_members;
+        o.hold_residual = self.hold_residual;
         o.member_grace = self.member_grace;
         o.sync_config.max_seq_jump = self.max_seq_jump;
         o.sync_config.max_incarnation_ahead = self.max_incarnation_ahead;

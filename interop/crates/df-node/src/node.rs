@@ -112,6 +112,8 @@ pub struct NodeOptions {
     pub members: Option<Vec<u64>>,
     /// DF-ZEN-150: the membership follows the liveliness tokens.
     pub live_members: bool,
+    /// DF-GEN-240: the unsent residual held aside (`FabricOptions::hold_residual`).
+    pub hold_residual: bool,
     /// DF-ZEN-150: how long a member that left stays one.
     pub member_grace: Duration,
     /// DF-ZEN-153: packets per second each sender may queue (0: no limit), and the burst.
@@ -163,6 +165,7 @@ impl NodeOptions {
             weights_dir: None,
             members: None,
             live_members: false,
+            hold_residual: false,
             member_grace: df_fabric::fabric::DEFAULT_MEMBER_GRACE,
             rate_limit: 0.0,
             rate_burst: 0.0,
@@ -546,6 +549,7 @@ pub fn run_node(
                 members: opts.members.as_ref().map(|m| m.iter().copied().collect()),
                 live_members: opts.live_members,
                 member_grace: opts.member_grace,
+                hold_residual: opts.hold_residual,
                 ..FabricOptions::default()
             };
             let f = Fabric::with_options(store, t, opts.sync_config.clone(), options)?;

@@ -1559,6 +1559,7 @@ fn membership_seq_jump_and_rate_options() {
     let o = df_node::cli::parse_args_env(NODE_BASE, &env).unwrap();
     assert_eq!(o.members, Some(vec![1, 2, 3]));
     assert!(o.live_members);
+    assert!(!o.hold_residual);
     assert_eq!(o.member_grace, Duration::from_millis(2500));
     assert_eq!(o.sync_config.max_seq_jump, 1000);
     let t = df_node::zenoh::transport_config(&o);
@@ -1571,6 +1572,13 @@ fn membership_seq_jump_and_rate_options() {
     let o = df_node::cli::parse_args_env(args, &env).unwrap();
     assert_eq!(o.members, Some(vec![0xa, 0xb]));
     assert_eq!(o.sync_config.max_seq_jump, 7);
+    // DF-GEN-240: the residual held aside, the demo's default, reaches the fabric's options
+    let args = NODE_BASE.iter().copied().chain(["--hold-residual"]);
+    assert!(
+        df_node::cli::parse_args_env(args, &env)
+            .unwrap()
+            .hold_residual
+    );
     // a bad list is one usage line naming the variable
     for bad in ["1,,2", "0", "x"] {
         let e = df_node::cli::parse_args_env(
