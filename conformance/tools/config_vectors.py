@@ -262,6 +262,8 @@ def _enum_cases() -> list[dict[str, Any]]:
         _case("encoding_bool", False, {"encoding": True}),
         _case("encoding_float", False, {"encoding": 0.0}),
         _case("encoding_string_number", False, {"encoding": "0"}),
+        # h53: the one value past the table (wire value 4) is no encoding, however it is spelled
+        _case("encoding_past_the_table", False, {"encoding": 4}),
         _case("relay_policy_all", True, {"relay_policy": "ALL"}),
         _case("relay_policy_unknown", False, {"relay_policy": "SOME"}),
         _case("relay_policy_number", False, {"relay_policy": 0}),
