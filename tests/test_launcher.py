@@ -485,19 +485,25 @@ def test_ctrl_c_is_passed_on_to_every_node(tmp_path: Path) -> None:
 
 
 JOINER = """
-import os, sys, time
+import sys, time
 import numpy as np
 from delta_fabric import Fabric, NumpyStore, SyncConfig, env
 store = NumpyStore({"w": np.zeros(64, np.float32)})
 with Fabric.from_env(store, SyncConfig(ratio=0.25, sync_interval=1)) as fabric:
     peers = fabric.transport.wait_for_peers((env.nodes() or 1) - 1, timeout=30)
     print("namespace", fabric.transport.namespace, "peers", len(peers), flush=True)
-    if os.environ["DELTA_FABRIC_CONNECT"]:  # the joiner leaves last, so the first one sees it
-        deadline = time.monotonic() + 30
-        while fabric.transport.peers():
-            if time.monotonic() > deadline:
-                sys.exit(3)
-            time.sleep(0.05)
+    # Leave only once every peer has shown, by a packet, that it saw this node too: a peer
+    # publishes only after its wait_for_peers returned. Seeing a peer's token is not enough: a
+    # node that left at once could be gone before the other saw its token (a race under load).
+    # The subscriber is declared before the token, so this packet reaches every peer that saw us.
+    store.load(np.ones(64, np.float32))
+    fabric.sync_now()
+    deadline = time.monotonic() + 30
+    while not peers <= fabric.origin_progress().keys():
+        if time.monotonic() > deadline:
+            sys.exit(3)
+        fabric.transport.wait_for_packets(0.05)
+        fabric.poll()
 """
 
 
@@ -552,7 +558,7 @@ def test_second_machine_joins_with_the_printed_line(tmp_path: Path) -> None:
         if first.poll() is None:
             first.kill()
             first.wait(5)
-    assert second.returncode == 0, second
+    assert second.returncode == 0, f"{second.stdout}\n{second.stderr}"
     assert first.returncode == 0, (out, err)
     assert "[0]: namespace dftest/join peers 1" in second.stdout.splitlines()
     assert "[0]: namespace dftest/join peers 1" in out.splitlines()
