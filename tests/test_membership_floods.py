@@ -358,6 +358,20 @@ def test_a_flood_does_not_evict_members_and_memory_stays_bounded(membership: str
                 put(t)
             victim_t.wait_for_packets(0.05)
             victim.poll()
+        # DF-ZEN-152 is a property of the queue: record every member packet that reaches it (the
+        # transport's push), so that a member packet lost before the queue (Zenoh, in this one
+        # starved process under CI load: 31 and 32 of 40 delivered in one run) is told apart from
+        # one the queue evicted, which is what this test forbids
+        pushed: dict[int, set[int]] = {2: set(), 3: set()}
+        queue = victim_t._queue
+        push = queue.push
+
+        def recording_push(packet: bytes, sender: int = 0) -> bool:
+            if sender in pushed:
+                pushed[sender].update(e.seq for e in decode_packet(packet).entries)
+            return push(packet, sender)
+
+        queue.push = recording_push  # type: ignore[method-assign]
         pubs = [attacker.declare_publisher(delta_key(ns, k)) for k in (0x5EED, 0x5EEE)]
         rng = np.random.default_rng(11)
         hostile = [_forged(0x7000 + i, 1) for i in range(64)]  # valid packets, stranger origins
@@ -390,15 +404,18 @@ def test_a_flood_does_not_evict_members_and_memory_stays_bounded(membership: str
             victim_t.wait_for_packets(0.1)
             victim.poll()
         got = {n: sum((n, q) in seen for q in qs) for n, qs in flood_seqs.items()}
+        queued = {n: sum(q in pushed[n] for q in qs) for n, qs in flood_seqs.items()}
         st = victim_t.stats
         rc = victim.engine.counters
         print(
-            f"\nflood: {rounds * flood_per_round} stranger puts, members sent {sent}, accepted {dict((n, got.get(n, 0)) for n in sent)}; "
+            f"\nflood: {rounds * flood_per_round} stranger puts, members sent {sent}, queued {queued}, accepted {dict((n, got.get(n, 0)) for n in sent)}; "
             f"queue dropped {st.dropped_packets}, not_member (pre-queue) {st.rejected_not_member}, "
             f"screened BAD_IDENTIFIER {rc.errors.get(ErrorCode.BAD_IDENTIFIER, 0)}, "
             f"RSS +{_rss_kb() - rss0} kB"
         )
-        assert {n: got.get(n, 0) for n in sent} == sent  # exact: not one member entry evicted
+        # exact: every member packet that reached the queue was accepted, not one evicted
+        assert got == queued, f"queued {queued}, accepted {got}"
+        assert all(queued[n] > 0 for n in sent), queued  # the members' packets did reach it
         screened = rc.errors.get(ErrorCode.BAD_IDENTIFIER, 0)
         assert screened > 0  # garbage screened before the queue
         if membership == "configured":  # the stranger's valid and mutated packets never queued
