@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -71,6 +72,29 @@ def test_bad_values_raise_value_error(kw: dict[str, Any]) -> None:
     # REQ: DF-PAR-11
     with pytest.raises(ValueError):
         SyncConfig(**kw)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"encoding": 1}',
+        '{"encoding": 1.0}',
+        '{"encoding": "f16"}',
+        '{"encoding": " F16"}',
+        '{"relay_policy": "all"}',
+        '{"index_encoding": "packed"}',
+        '{"index_encoding": 1}',
+        '{"alpha": 1e400}',
+        '{"relay_threshold": 1e400}',
+    ],
+)
+def test_json_enum_names_are_exact_and_huge_numbers_refused(text: str) -> None:
+    # REQ: DF-PAR-261, DF-PAR-260
+    # an enum's JSON form is its name exactly as the section 3 table spells it, never its wire value
+    # or another case; a number past binary64 (read as inf by Python's json) is refused
+    with pytest.raises(ValueError):
+        SyncConfig.from_json(json.loads(text))
+    assert SyncConfig.from_json(json.loads('{"encoding": "F16"}')).encoding.name == "F16"
 
 
 @pytest.mark.parametrize(

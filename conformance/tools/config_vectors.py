@@ -264,6 +264,12 @@ def _enum_cases() -> list[dict[str, Any]]:
         _case("encoding_string_number", False, {"encoding": "0"}),
         # h53: the one value past the table (wire value 4) is no encoding, however it is spelled
         _case("encoding_past_the_table", False, {"encoding": 4}),
+        # DF-PAR-261: the exact name only, never the wire value or another spelling
+        _case("encoding_wire_value", False, {"encoding": 1}),
+        _case("encoding_lower_case", False, {"encoding": "f16"}),
+        _case("encoding_spaces", False, {"encoding": " F16"}),
+        _case("relay_policy_lower_case", False, {"relay_policy": "needed"}),
+        _case("index_encoding_lower_case", False, {"index_encoding": "packed"}),
         _case("relay_policy_all", True, {"relay_policy": "ALL"}),
         _case("relay_policy_unknown", False, {"relay_policy": "SOME"}),
         _case("relay_policy_number", False, {"relay_policy": 0}),
@@ -423,8 +429,9 @@ def _check_vectors(vectors_dir: Path) -> list[dict[str, Any]]:
             "enums",
             "The enumerated and boolean parameters: encoding (F32 is REQUIRED; the OPTIONAL F16, BF16 "
             "and Q8 are not asked), relay_policy ALL, index_encoding PLAIN, include_buffers; an "
-            "unknown name or a value of another JSON type is refused (DF-PAR-11).",
-            ["DF-PAR-10", "DF-PAR-11", "DF-PAR-60", "DF-PAR-110", "DF-PAR-9"],
+            "unknown name, another spelling of a name (case, spaces) or a value of another JSON type "
+            "(the encoding's wire value included) is refused (DF-PAR-11, DF-PAR-261).",
+            ["DF-PAR-10", "DF-PAR-11", "DF-PAR-60", "DF-PAR-110", "DF-PAR-261", "DF-PAR-9"],
             _enum_cases(),
         )
     )

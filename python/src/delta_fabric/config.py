@@ -231,14 +231,21 @@ class SyncConfig:
         if "encoding" in kwargs:
             enc = kwargs["encoding"]
             try:
-                if isinstance(enc, float):  # the wire value is a JSON integer (as Rust's from_json)
+                # the JSON form is the name, exactly as DF-PAR-10 spells it (DF-PAR-261, as Rust's
+                # from_json): neither the wire value nor another case (the API also takes the enum)
+                if not isinstance(enc, str):
                     raise ValueError
                 kwargs["encoding"] = codec(enc).encoding
             except ValueError:
                 raise ValueError(f"unknown encoding {enc!r}") from None
-        if "index_encoding" in kwargs and not isinstance(kwargs["index_encoding"], str):
-            # the JSON form is the name only (as Rust's from_json; the API also takes the enum)
+        # the JSON form of an enum is its name exactly as the section 3 table spells it (DF-PAR-261,
+        # as Rust's from_json); the API and the CLIs also take the enum or another case
+        if "index_encoding" in kwargs and kwargs["index_encoding"] not in ("PLAIN", "PACKED"):
             raise ValueError(
                 f"index_encoding must be one of PLAIN, PACKED, got {kwargs['index_encoding']!r}"
+            )
+        if "relay_policy" in kwargs and kwargs["relay_policy"] not in ("ALL", "NEEDED"):
+            raise ValueError(
+                f"relay_policy must be one of ALL, NEEDED, got {kwargs['relay_policy']!r}"
             )
         return cls(**kwargs)

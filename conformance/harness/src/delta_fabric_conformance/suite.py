@@ -111,7 +111,7 @@ class SuiteError(Exception):
 
 
 #: Allowed ranges of the parameters a vector may set (spec/protocol.md Section 3, DF-PAR-1..8 and
-#: DF-PAR-30; ``num_params``: N of a decode context, indices are u32). ``(lo, hi, lo_open)``: ``lo``
+#: DF-PAR-30; ``num_params``: N of a decode context, DF-MAN-7). ``(lo, hi, lo_open)``: ``lo``
 #: excluded when ``lo_open``.
 PARAMETER_RANGES: dict[str, tuple[float, float, bool]] = {
     "alpha": (0.0, 1.0, True),
@@ -123,7 +123,7 @@ PARAMETER_RANGES: dict[str, tuple[float, float, bool]] = {
     "replay_window": (1, 2**20, False),
     "max_incarnations": (1, 2**16, False),
     "max_origins": (1, 2**20, False),
-    "num_params": (1, 2**32 - 1, False),
+    "num_params": (1, 2**32, False),  # DF-MAN-7: N <= 2^32 (indices are u32, 0 to N - 1)
 }
 ENCODINGS = ("F32", "F16", "BF16", "Q8")  # Q8: added in 1.1 (spec section 6.8)
 INDEX_ENCODINGS = ("PLAIN", "PACKED")  # DF-PAR-110 (1.1)

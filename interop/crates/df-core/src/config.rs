@@ -444,12 +444,17 @@ impl SyncConfig {
             c.encoding = encoding_from_json(x)?;
         }
         if let Some(x) = obj.get("relay_policy") {
-            c.relay_policy = x.as_str().and_then(RelayPolicy::from_name).ok_or_else(|| {
-                ConfigError::UnknownRelayPolicy(match x {
-                    Value::String(s) => format!("'{s}'"),
-                    other => other.to_string(),
-                })
-            })?;
+            // the JSON form is the name exactly (DF-PAR-261); `from_name` also serves CLIs
+            c.relay_policy = x
+                .as_str()
+                .and_then(RelayPolicy::from_name)
+                .filter(|p| x.as_str() == Some(p.name()))
+                .ok_or_else(|| {
+                    ConfigError::UnknownRelayPolicy(match x {
+                        Value::String(s) => format!("'{s}'"),
+                        other => other.to_string(),
+                    })
+                })?;
         }
         if let Some(x) = obj.get("average_over") {
             c.average_over = json_int("average_over", x, 1, MAX_AVERAGE_OVER)? as u32;
@@ -458,6 +463,7 @@ impl SyncConfig {
             c.index_encoding = x
                 .as_str()
                 .and_then(IndexEncoding::from_name)
+                .filter(|e| x.as_str() == Some(e.name()))
                 .ok_or_else(|| {
                     ConfigError::UnknownIndexEncoding(match x {
                         Value::String(s) => format!("'{s}'"),
@@ -594,12 +600,10 @@ fn json_int(name: &'static str, v: &Value, lo: u64, hi: u64) -> Result<u64, Conf
 }
 
 fn encoding_from_json(v: &Value) -> Result<ValueEncoding, ConfigError> {
+    // the JSON form is the name, exactly as DF-PAR-10 spells it (DF-PAR-261): neither the wire value
+    // nor another case
     let found = match v {
         Value::String(s) => ValueEncoding::from_name(s),
-        Value::Number(n) => n
-            .as_u64()
-            .and_then(|x| u8::try_from(x).ok())
-            .and_then(ValueEncoding::from_u8),
         _ => None,
     };
     found.ok_or_else(|| {

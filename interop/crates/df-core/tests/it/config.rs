@@ -202,7 +202,7 @@ fn from_json_reads_every_key_and_round_trips() {
     let v = json!({"alpha": 0.5, "ratio": 1, "sync_interval": 3, "relay_threshold": 0,
         "hop_limit": 255, "max_packet_size": 296, "replay_window": 1048576,
         "max_incarnations": 1, "include_buffers": true, "encoding": "BF16", "max_origins": 7,
-        "relay_policy": "needed"});
+        "relay_policy": "NEEDED"});
     let c = SyncConfig::from_json(&v).expect("valid");
     assert_eq!(c.alpha, 0.5);
     assert_eq!(c.ratio, 1.0);
@@ -248,9 +248,25 @@ fn from_json_reads_every_key_and_round_trips() {
     let mut keys = keys;
     keys.sort();
     assert_eq!(keys, python);
-    // the wire value of the encoding is accepted too
-    let f16 = SyncConfig::from_json(&json!({"encoding": 1})).expect("valid");
+    // REQ: DF-PAR-261, DF-PAR-260
+    // the JSON form of an encoding is its name exactly (DF-PAR-261): neither the wire value nor
+    // another case
+    let f16 = SyncConfig::from_json(&json!({"encoding": "F16"})).expect("valid");
     assert_eq!(f16.encoding, ValueEncoding::F16);
+    for bad in [json!(1), json!("f16"), json!(" F16"), json!(1.0)] {
+        assert!(matches!(
+            SyncConfig::from_json(&json!({"encoding": bad})),
+            Err(ConfigError::UnknownEncoding(_))
+        ));
+    }
+    for (key, bad) in [("relay_policy", "all"), ("index_encoding", "packed")] {
+        assert!(
+            SyncConfig::from_json(&json!({key: bad})).is_err(),
+            "{key} {bad}"
+        );
+    }
+    // a number past binary64 is refused at the JSON reader (DF-PAR-260), never read as infinity
+    assert!(df_core::json::from_str(r#"{"alpha": 1e400}"#).is_err());
 }
 
 #[test]

@@ -337,3 +337,20 @@ fn own_entry_encode_sizes_within_bound() {
         }
     }
 }
+
+#[test]
+fn value_encoding_wire_values_and_names_round_trip() {
+    // the API's lookups by wire value and by name (the config reader takes names only, DF-PAR-261)
+    for enc in [
+        ValueEncoding::F32,
+        ValueEncoding::F16,
+        ValueEncoding::BF16,
+        ValueEncoding::Q8,
+    ] {
+        assert_eq!(ValueEncoding::from_u8(enc.to_u8()), Some(enc));
+        assert_eq!(ValueEncoding::from_name(enc.name()), Some(enc));
+    }
+    assert_eq!(ValueEncoding::from_u8(1), Some(ValueEncoding::F16));
+    assert_eq!(ValueEncoding::from_u8(4), None);
+    assert_eq!(ValueEncoding::from_name("f16"), None);
+}
