@@ -195,3 +195,15 @@ def test_levels_and_verdicts(tmp_path: Path) -> None:
         strict.add("Recommended.x.y.z", "RECOMMENDED", ["a"], "failed").verdict
         == "unexpected_failure"
     )
+
+
+def test_vector_contexts_are_judged_at_the_spec_bounds() -> None:
+    # the runner refuses a vector outside the spec's ranges, at the exact bounds (DF-MAN-7: N <= 2^32)
+    from delta_fabric_conformance.suite import parameter_problems
+
+    assert parameter_problems({"num_params": 2**32, "max_packet_size": 296}, "ctx") == []
+    assert parameter_problems({"num_params": 2**32 + 1}, "ctx") == [
+        "ctx.num_params 4294967297 outside [1, 4294967296]"
+    ]
+    assert parameter_problems({"max_packet_size": 295}, "ctx") != []
+    assert parameter_problems({"encoding": "f16"}, "ctx") != []
