@@ -34,8 +34,10 @@ import numpy as np
 
 __all__ = [
     "DEMO_DEFAULTS",
+    "OUTER_INTERVAL",
     "SimConfig",
     "SimResult",
+    "default_average_over",
     "demo_num_params",
     "dense_fp32_bytes",
     "periodic_bytes_per_average",
@@ -63,13 +65,38 @@ DEMO_DEFAULTS: dict[str, Any] = {
     "hold_residual": True,
 }
 
+#: The demo's outer step (issue 11 item 3, session 6): a node averages over
+#: `default_average_over` = ``ceil(C * interval / OUTER_INTERVAL)`` nodes when its sync interval is
+#: longer than ``OUTER_INTERVAL`` local steps, else over C (DF-GEN-300): an outer learning rate of
+#: about ``OUTER_INTERVAL / interval``, as DiLoCo's outer step below 1. A sync moves the shared model
+#: by the mean of C nodes' progress since the last sync, which grows with the interval; scaled so, a
+#: sync at interval 80 moves it about as far as one at 40. With an outer learning rate of 1 at
+#: interval 80, 7 of the grid's 24 runs fell below issue 11's bar; with 1/2, none did
+#: (docs/convergence-sweep.md section 0b).
+OUTER_INTERVAL = 40
+#: DF-PAR-70's upper bound of ``average_over``
+MAX_AVERAGE_OVER = 65536
+
+
+def default_average_over(nodes: int, interval: int) -> int:
+    """The demo's ``average_over`` for ``nodes`` averaging nodes syncing every ``interval`` local
+    steps: C up to `OUTER_INTERVAL` steps, ``ceil(C * interval / OUTER_INTERVAL)`` beyond (an outer
+    learning rate of about ``OUTER_INTERVAL / interval``, DF-GEN-300), at most DF-PAR-70's 65536;
+    1 for a single node."""
+    if nodes <= 1:
+        return 1
+    if interval <= OUTER_INTERVAL:
+        return min(nodes, MAX_AVERAGE_OVER)
+    return min(-(-nodes * interval // OUTER_INTERVAL), MAX_AVERAGE_OVER)
+
 
 @dataclass(frozen=True)
 class SimConfig:
     """One simulated run. ``lr=None``: the demo's default for ``mode`` (0.05 / C when deltas are
     summed, 0.05 when averaged). ``bn_momentum=None``: PyTorch's 0.1, divided by C when BatchNorm
-    buffers are synced and summed (the demo's rule). ``average_over=0``: the cluster size when
-    ``averaging`` (else 1, the 1.0 summing semantics)."""
+    buffers are synced and summed (the demo's rule). ``average_over=0``: the demo's default when
+    ``averaging`` (`default_average_over`: the cluster size, more beyond `OUTER_INTERVAL` steps;
+    else 1, the 1.0 summing semantics)."""
 
     nodes: int = 3
     ratio: float = 0.05
@@ -120,7 +147,9 @@ class SimConfig:
     def resolved_average_over(self) -> int:
         if not self.averaging:
             return 1
-        return self.average_over if self.average_over > 0 else self.nodes
+        if self.average_over > 0:
+            return self.average_over
+        return default_average_over(self.nodes, self.interval)
 
 
 @dataclass
