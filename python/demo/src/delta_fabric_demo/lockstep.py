@@ -305,7 +305,14 @@ def run_sim(cfg: SimConfig) -> SimResult:
     xte = torch.from_numpy(digits.test.x)
     yte = torch.from_numpy(digits.test.y.astype(np.int64))
     num_params = int(canonical_vector(models[0], cfg.include_buffers).size)
-    res = SimResult(config={**asdict(cfg), "lr": lr, "bn_momentum": bn_m})
+    res = SimResult(
+        config={
+            **asdict(cfg),
+            "lr": lr,
+            "bn_momentum": bn_m,
+            "average_over": cfg.resolved_average_over(),  # the value the nodes ran with
+        }
+    )
     res.num_params = num_params
     res.dense_fp32 = dense_fp32_bytes(n, cfg.steps, num_params)
 
