@@ -68,12 +68,12 @@ DEMO_DEFAULTS: dict[str, Any] = {
 #: The demo's outer step (issue 11 item 3, session 6): a node averages over
 #: `default_average_over` = ``ceil(C * interval / OUTER_INTERVAL)`` nodes when its sync interval is
 #: longer than ``OUTER_INTERVAL`` local steps, else over C (DF-GEN-300): an outer learning rate of
-#: about ``OUTER_INTERVAL / interval``, as DiLoCo's outer step below 1. A sync moves the shared model
-#: by the mean of C nodes' progress since the last sync, which grows with the interval; scaled so, a
-#: sync at interval 80 moves it about as far as one at 40. With an outer learning rate of 1 at
-#: interval 80, 7 of the grid's 24 runs fell below issue 11's bar; with 1/2, 1 did (3 nodes, 1 %,
-#: seed 0: 0.797 at the end), and the grid went from 89/96 to 95/96 (docs/convergence-sweep.md
-#: section 0b).
+#: about ``OUTER_INTERVAL / interval``, as DiLoCo's outer step below 1. On label-skewed nodes a sync
+#: can swing the shared model (each node sends its own top-k); at long intervals a swing lasts a
+#: whole interval and fewer syncs are left to undo it, and a smaller step halves it. With an outer
+#: learning rate of 1 at interval 80, 7 of the grid's 24 runs fell below issue 11's bar; with 1/2,
+#: 1 did (3 nodes, 1 %, seed 0: 0.797 at the end), and the grid went from 89/96 to 95/96
+#: (docs/convergence-sweep.md section 0b).
 OUTER_INTERVAL = 40
 #: DF-PAR-70's upper bound of ``average_over``
 MAX_AVERAGE_OVER = 65536
