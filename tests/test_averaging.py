@@ -114,3 +114,39 @@ def test_lockstep_simulator_is_deterministic() -> None:
     assert a.config["lr"] == 0.05 and a.config["bn_momentum"] == 0.1
     periodic = run_sim(SimConfig(nodes=3, steps=30, interval=10, eval_every=10, mode="periodic"))
     assert periodic.packets == 3 * 4 * 3  # 3 averagings, 2 (C - 1) messages per node each
+
+
+def test_demo_outer_step_below_one_at_long_intervals() -> None:
+    """REQ: DF-GEN-300. The demo's ``average_over``: the cluster size up to 40 local steps between
+    syncs (an outer learning rate of 1, DF-GEN-70), ``ceil(C * interval / 40)`` beyond (about
+    ``40 / interval``), within DF-PAR-70's range; the runner and the simulator use the same rule,
+    and an explicit ``--average-over`` keeps its value."""
+    import argparse
+
+    from delta_fabric_demo.lockstep import OUTER_INTERVAL, SimConfig, default_average_over
+    from delta_fabric_demo.runner import _average_over, add_arguments
+
+    assert OUTER_INTERVAL == 40
+    got = {(c, k): default_average_over(c, k) for c in (1, 2, 3, 5) for k in (1, 20, 40, 41, 80)}
+    assert got == {
+        (1, 1): 1, (1, 20): 1, (1, 40): 1, (1, 41): 1, (1, 80): 1,
+        (2, 1): 2, (2, 20): 2, (2, 40): 2, (2, 41): 3, (2, 80): 4,
+        (3, 1): 3, (3, 20): 3, (3, 40): 3, (3, 41): 4, (3, 80): 6,
+        (5, 1): 5, (5, 20): 5, (5, 40): 5, (5, 41): 6, (5, 80): 10,
+    }  # fmt: skip
+    assert default_average_over(3, 2**32 - 1) == 65536  # DF-PAR-70's bound, never past it
+    SyncConfig(average_over=default_average_over(7, 2**32 - 1))  # a valid configuration
+    assert SimConfig(nodes=5, interval=80, averaging=True).resolved_average_over() == 10
+    assert SimConfig(nodes=3, interval=20, averaging=True).resolved_average_over() == 3
+    assert SimConfig(nodes=5, interval=80, averaging=False).resolved_average_over() == 1
+    assert (
+        SimConfig(nodes=5, interval=80, averaging=True, average_over=5).resolved_average_over() == 5
+    )
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    for argv, want in (
+        ([], 3),  # the demo's defaults: 20 steps, 3 nodes
+        (["--sync-interval", "80"], 6),
+        (["--sync-interval", "80", "--average-over", "3"], 3),
+    ):
+        assert _average_over(p.parse_args(argv), ["torch"] * 3, {}, 3) == want

@@ -36,7 +36,7 @@ from delta_fabric.extras import MissingExtraError, raise_missing_extra
 from delta_fabric.ports import free_ports
 from numpy.typing import NDArray
 
-from delta_fabric_demo.lockstep import DEMO_DEFAULTS
+from delta_fabric_demo.lockstep import DEMO_DEFAULTS, OUTER_INTERVAL, default_average_over
 
 __all__ = ["add_arguments", "run"]
 
@@ -169,7 +169,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="C > 1: nodes average their progress over C (SyncConfig.average_over, DF-GEN-70); "
-        "1: sum it as in protocol 1.0 (default: the cluster size)",
+        "1: sum it as in protocol 1.0 (default: the cluster size, and beyond a sync interval of "
+        f"{OUTER_INTERVAL} steps ceil(size * interval / {OUTER_INTERVAL}), an outer learning rate "
+        "below 1, DF-GEN-300)",
     )
     p.add_argument(
         "--index-encoding",
@@ -504,8 +506,9 @@ def tcp_bytes_between(ports: list[int]) -> int | None:
 def _average_over(
     args: argparse.Namespace, frameworks: list[str], bins: dict[str, str], n: int
 ) -> int:
-    """The run's ``average_over``: ``--average-over``, else the cluster size when every node
-    supports it (a native node whose --help lacks the option sums: the run then sums too)."""
+    """The run's ``average_over``: ``--average-over``, else `default_average_over` (the cluster
+    size, more at sync intervals beyond `OUTER_INTERVAL`: DF-GEN-300) when every node supports it
+    (a native node whose --help lacks the option sums: the run then sums too)."""
     if args.average_over is not None:
         for fw in set(frameworks):
             b = bins.get(fw)
@@ -518,7 +521,7 @@ def _average_over(
         return int(args.average_over)
     if any(b is not None and not _native_supports(b, "--average-over") for b in bins.values()):
         return 1
-    return n if n > 1 else 1
+    return default_average_over(n, int(args.sync_interval))
 
 
 def _native_option(
