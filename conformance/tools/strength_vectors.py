@@ -1,0 +1,226 @@
+"""Vectors written for surviving mutants of the session-6 mutation campaign (issue 10 item 3; h54).
+
+Each case is a behaviour that a plausible wrong implementation gets wrong and that no earlier vector
+showed: the mutant of the Python core it was written for is named in its description's last sentence
+(``conformance/tools/mutation.py python``). Receive vectors are written through
+``engine_vectors._write_receive``, which runs the Python engine and cross-checks the aggregate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import compact_vectors as cv
+import engine_vectors as ev
+import make_vectors as mv
+import numpy as np
+import pinning_vectors as pv
+import signed_vectors as sv
+from delta_fabric.compact import IndexEncoding
+from delta_fabric.config import MIN_MAX_PACKET_SIZE, SyncConfig
+from delta_fabric.encodings import ValueEncoding
+from delta_fabric.engine import Engine
+from delta_fabric.signing import Signing
+from delta_fabric.wire import PACKET_OVERHEAD_BOUND, Entry, Packet, encoded_size_bound
+from engine_vectors import B_INC, C_INC, B, C, RecvCase, _write_receive, ent, pkt
+
+#: One minute, the value the spec suggests for max_incarnation_ahead (DF-PAR-175).
+AHEAD = 60_000_000
+U64_MAX = (1 << 64) - 1
+
+
+def clock_cases() -> list[RecvCase]:
+    """DF-RCV-175 at the two ends of the clock's range (``now_us`` is any u64)."""
+    config = SyncConfig(max_incarnation_ahead=AHEAD)
+    return [
+        RecvCase(
+            "future_incarnation_clock_zero",
+            "max_incarnation_ahead = 60,000,000 and the clock reading now_us = 0 (a reading, not the "
+            "absence of one): a new incarnation of B exactly now_us + max_incarnation_ahead is "
+            "accepted, a new incarnation of C one microsecond later is dropped as "
+            "future_incarnation. An implementation that takes a clock of 0 for 'no reading' "
+            "accepts both. (Mutant: set_now_us refusing 0.)",
+            ["DF-RCV-175", "DF-PAR-175", "DF-RCV-10"],
+            [
+                pkt(
+                    ent(B, AHEAD, 1, 0, [1], [0.5]),
+                    ent(C, AHEAD + 1, 1, 0, [2], [0.25]),
+                )
+            ],
+            config=config,
+            now_us=0,
+        ),
+        RecvCase(
+            "future_incarnation_clock_max",
+            "max_incarnation_ahead = 60,000,000 and now_us = 2^64 - 1: no incarnation lies ahead of "
+            "the clock, so new incarnations 2^64 - 1 of B and 1 of C are both accepted. An "
+            "implementation that computes now_us + max_incarnation_ahead in wrapping 64-bit "
+            "arithmetic (DF-RCV-175 says: without overflow) drops both as future_incarnation. "
+            "(Mutant: set_now_us refusing 2^64 - 1.)",
+            ["DF-RCV-175", "DF-PAR-175", "DF-RCV-10"],
+            [
+                pkt(
+                    ent(B, U64_MAX, 1, 0, [1], [0.5]),
+                    ent(C, 1, 1, 0, [2], [0.25]),
+                )
+            ],
+            config=config,
+            now_us=U64_MAX,
+        ),
+    ]
+
+
+def aggregate_cases() -> list[RecvCase]:
+    """DF-RCV-6/7 on step shapes that the engine's internal paths tell apart."""
+    return [
+        RecvCase(
+            "aggregate_three_packets_same_indices",
+            "Three accepted packets whose entries all touch indices 1 and 2 (B seq 1, C seq 1, B seq "
+            "2): the aggregate at each index is the f32 sum of three damped values in acceptance "
+            "order, and the anchor moves by that aggregate (DF-RCV-7). (Mutant: the anchor update of "
+            "heavily overlapping packets, anchor - aggregate.)",
+            ["DF-RCV-6", "DF-RCV-7", "DF-RCV-10"],
+            [
+                pkt(ent(B, B_INC, 1, 0, [1, 2], [0.5, 0.25])),
+                pkt(ent(C, C_INC, 1, 0, [1, 2], [0.125, 0.75]), sender=C),
+                pkt(ent(B, B_INC, 2, 0, [1, 2], [0.0625, -0.5])),
+            ],
+        ),
+        RecvCase(
+            "aggregate_after_a_packet_of_several_entries",
+            "A packet of one entry (B seq 1 at indices 1, 2), then a packet of two entries (C seq 1 "
+            "at 2, 3 and C seq 2 at 4), then a packet of one entry (B seq 2 at 5): the aggregate at "
+            "index 2 is the sum of B's and C's values; the third packet must not put back what the "
+            "first packet alone left there. (Mutant: the first packet's sums written to the "
+            "aggregate again after the second packet.)",
+            ["DF-RCV-6", "DF-RCV-7", "DF-RCV-10"],
+            [
+                pkt(ent(B, B_INC, 1, 0, [1, 2], [0.5, 0.25])),
+                pkt(
+                    ent(C, C_INC, 1, 0, [2, 3], [0.125, 0.75]),
+                    ent(C, C_INC, 2, 0, [4], [1.0]),
+                    sender=C,
+                ),
+                pkt(ent(B, B_INC, 2, 0, [5], [0.25])),
+            ],
+        ),
+    ]
+
+
+def cases() -> list[RecvCase]:
+    return [*clock_cases(), *aggregate_cases()]
+
+
+def packed_varint_case() -> pv.DecodeCase:
+    """Section 6.8: a delta-form varint whose first byte is 0x80 (low 7 bits 0, continuation set)."""
+    large = mv.LARGE_MANIFEST
+
+    def e(origin: int, indices: list[int]) -> Entry:
+        return Entry(
+            origin,
+            1,
+            1,
+            0,
+            np.array(indices, dtype=np.uint32),
+            np.full(len(indices), 0.5, dtype=np.float32),
+        )
+
+    packet = Packet(
+        mv.SENDER,
+        mv.SENDER_INC,
+        large.fingerprint,
+        (e(0xB2, [0, 128, 384, 16384]), e(0xC3, [5, 133])),
+        ValueEncoding.F32,
+        index_encoding=IndexEncoding.PACKED,
+    )
+    case = pv._valid(
+        "packed_varint_byte_0x80",
+        "PACKED indices in delta form, two entries whose deltas are 128, 256 and 16000 (varints "
+        "80 01, 80 02, 80 7D) and 128: a varint byte 0x80 has the continuation bit set and carries "
+        "0 in its low 7 bits; it does not end the varint. (Mutant: 0x80 read as a last byte.)",
+        ["DF-PKT-110", "DF-PKT-116"],
+        packet,
+        max_packet_size=MIN_MAX_PACKET_SIZE,
+    )
+    case.manifest = large
+    return case
+
+
+def signed_split_case() -> tuple[str, str, SyncConfig, list[str]]:
+    """DF-RLY-141 + DF-GEN-6: a signed own entry estimated at 128 + 96 + 8 n bytes, exactly at the
+    limit (6 values: 160 + 224 + 48 = 432 = max_packet_size)."""
+    k = 6
+    limit = PACKET_OVERHEAD_BOUND + encoded_size_bound(k, signed=True)
+    assert limit == 432
+    return (
+        "signed_split_at_estimate_limit",
+        "A node of a signed cluster with max_packet_size 432 selects 6 values: a signed entry of 6 "
+        "values is estimated at 128 + 96 + 8 * 6 = 272 bytes (DF-RLY-141), with the packet overhead "
+        "bound 160 exactly 432, so it is one entry, not split (DF-GEN-6). (Mutant: the signature's "
+        "estimate 97 bytes instead of 96, or subtracted.)",
+        SyncConfig(ratio=0.25, max_packet_size=limit),
+        ["DF-GEN-6", "DF-RLY-141", "DF-SEC-140", "DF-SEC-141"],
+    )
+
+
+def _signed_generate(vectors_dir: Path) -> dict[str, Any]:
+    """The signed generate vector of ``signed_split_case`` (format of ``signed_vectors``)."""
+    name, description, cfg, reqs = signed_split_case()
+    active, anchor = ev._pattern(7, 13, 6, 16.0), ev._pattern(5, 11, 5, 32.0)
+    signing = Signing(sv.KEYS, sv.seed_of(sv.NODE), node_id=sv.NODE)
+    eng = Engine(ev.MANIFEST, cfg, sv.NODE, ev.NODE_INC, anchor=anchor, signing=signing)
+    eng.next_seq = 5
+    out = eng.generate(active.copy())
+    assert len(out) == 1 and out[0].indices.size == cfg.num_selected(ev.N), out
+    unsigned = Engine(ev.MANIFEST, cfg, sv.NODE, ev.NODE_INC, anchor=anchor)
+    unsigned.next_seq = 5
+    assert [replace(e, signature=None) for e in out] == unsigned.generate(active.copy())
+    rel = f"generate/{name}"
+    ev._dump(
+        vectors_dir / f"{rel}.json",
+        {
+            "description": description,
+            "requirements": reqs,
+            "manifest": ev.MANIFEST.to_json(),
+            "config": ev._config_json(cfg),
+            "node": {
+                "id": ev.hex16(sv.NODE),
+                "incarnation": ev.hex16(ev.NODE_INC),
+                "signing": sv._signing_json(sv.KEYS, sv.seed_of(sv.NODE)),
+            },
+            "seq_start": 5,
+            "fast": False,
+            "k": cfg.num_selected(ev.N),
+            "active": ev.floats(active),
+            "active_bits": ev.f32_bits(active),
+            "anchor": ev.floats(anchor),
+            "anchor_bits": ev.f32_bits(anchor),
+            "expected": {
+                "exact_split": True,
+                "entries": [sv.entry_json(e) for e in out],
+                "next_seq": eng.next_seq,
+                "anchor": ev.floats(eng.anchor),
+                "anchor_bits": ev.f32_bits(eng.anchor),
+                "active_bits": ev.f32_bits(active),
+            },
+        },
+    )
+    return {
+        "id": f"generate.{name}",
+        "kind": "generate",
+        "path": rel,
+        "requirements": reqs,
+        "expect": {"entries": len(out), "values": sum(int(e.indices.size) for e in out)},
+        "features": ["signing"],
+    }
+
+
+def build(vectors_dir: Path) -> list[dict[str, Any]]:
+    """Write the vectors of this module under ``vectors_dir``; return their index rows."""
+    rows = [_write_receive(vectors_dir, c) for c in cases()]
+    packed = pv._write_decode(vectors_dir, packed_varint_case())
+    rows.append(cv._with_features(packed, cv.features(None, int(IndexEncoding.PACKED))))
+    rows.append(_signed_generate(vectors_dir))
+    return rows
