@@ -8,7 +8,6 @@ showed: the mutant of the Python core it was written for is named in its descrip
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +17,12 @@ import make_vectors as mv
 import numpy as np
 import pinning_vectors as pv
 import signed_vectors as sv
+import verdict_vectors as vv
 from delta_fabric.compact import IndexEncoding
 from delta_fabric.config import MIN_MAX_PACKET_SIZE, SyncConfig
 from delta_fabric.encodings import ValueEncoding
 from delta_fabric.engine import Engine
+from delta_fabric.errors import ErrorCode
 from delta_fabric.signing import Signing
 from delta_fabric.wire import PACKET_OVERHEAD_BOUND, Entry, Packet, encoded_size_bound
 from engine_vectors import B_INC, C_INC, B, C, RecvCase, _write_receive, ent, pkt
@@ -148,18 +149,161 @@ def packed_varint_case() -> pv.DecodeCase:
     return case
 
 
+#: Entries per packet of the ``wide_*`` decode vectors: more than the 8 that ``delta_fabric.wire``
+#: checks entry by entry, so that its other (vectorised) decoder, which checks the same rules, is run.
+WIDE = 9
+
+
+def _wide(first: vv.E, **kw: Any) -> vv.P:
+    """A packet of ``WIDE`` entries: ``first`` and well-formed entries of other origins."""
+    fillers = [vv.E(origin=0xD0 + k) for k in range(WIDE - 1)]
+    kw.setdefault("fingerprint", mv.VECTOR_MANIFEST.fingerprint)
+    return vv.P(entries=[first, *fillers], **kw)
+
+
+def wide_cases() -> list[pv.DecodeCase]:
+    """The verifier rules (DF-PKT-20, DF-SEC-20) in packets of 9 entries. An implementation may
+    check small and large packets by different code (the reference does, for speed); these rules
+    must hold for every packet size."""
+    hostile = [mv.REQ_HOSTILE, "DF-PKT-20"]
+    sharing = [*hostile, "DF-SEC-20"]
+    malformed = ErrorCode.MALFORMED
+    enc = vv.assemble(_wide(vv.E()))
+    e0 = mv.entry_table(enc, 0)
+    moved, copy_at = pv._vtable_moved_to_end(enc, e0, tail=1)
+    f16 = Packet(
+        mv.SENDER,
+        mv.SENDER_INC,
+        mv.VECTOR_MANIFEST.fingerprint,
+        tuple(
+            Entry(
+                0xD0 + k,
+                1,
+                1,
+                0,
+                np.array([k, 50 + k], dtype=np.uint32),
+                np.array([0.5, -0.25], dtype=np.float32),
+            )
+            for k in range(WIDE)
+        ),
+        ValueEncoding.F16,
+    )
+    odd = mv.patched(enc, mv.vtable_of(enc, e0), "<H", mv._u16(enc, mv.vtable_of(enc, e0)) - 1)
+    return [
+        pv.DecodeCase(
+            "wide_entry_vtable_size_odd",
+            "A packet of 9 entries; entry 0's vtable size is one less than written (odd; in bounds, "
+            "its last slot then lies outside it, so absent): MALFORMED (vsize even). (Mutant: the "
+            "vtable size checks joined by 'and' in packets of more than 8 entries.)",
+            hostile,
+            odd,
+            error=malformed,
+        ),
+        pv.DecodeCase(
+            "wide_entry_field_inside_table_head",
+            "A packet of 9 entries; entry 0's hops (ubyte) lies at table + 1, inside the Entry "
+            "table's own soffset: MALFORMED (DF-SEC-20), although the byte read (0) is a valid hop "
+            "count. (Mutant: a table's head not counted as its bytes in packets of more than 8 "
+            "entries.)",
+            sharing,
+            vv.assemble(_wide(vv.E(at={"hops": 1}))),
+            error=malformed,
+        ),
+        pv.DecodeCase(
+            "wide_shared_values_vector",
+            "A packet of 9 entries; entries 0 and 1 point at one values vector: MALFORMED (DF-SEC-1). "
+            "(Mutant: a vector's end computed wrongly in packets of more than 8 entries.)",
+            sharing,
+            vv.assemble(_wide(vv.E(), borrow={(1, "values"): (0, "values", 0)})),
+            error=malformed,
+        ),
+        pv.DecodeCase(
+            "wide_values_start_on_last_index",
+            "A packet of 9 entries; entry 0's values vector starts on its last index (3, read as the "
+            "count 3): the two vectors share 4 bytes, MALFORMED (DF-SEC-20). (Mutant: a vector's range "
+            "taken shorter than 4 + count * size bytes in packets of more than 8 entries.)",
+            sharing,
+            vv.assemble(
+                vv.P(
+                    entries=[
+                        vv.E(indices=(1, 2, 3)),
+                        vv.E(origin=0xC3, indices=(7,), values=(1.0,), vec_shift={"indices": 4}),
+                        *[vv.E(origin=0xD0 + k) for k in range(WIDE - 2)],
+                    ],
+                    fingerprint=mv.VECTOR_MANIFEST.fingerprint,
+                    borrow={(0, "values"): (0, "indices", 12)},
+                )
+            ),
+            error=malformed,
+        ),
+        pv._valid(
+            "wide_f16_packet",
+            "An F16 packet of 9 entries of two values each (values16 vectors of 2-byte elements): "
+            "valid. (Mutant: values16 elements taken as 3 bytes in packets of more than 8 entries.)",
+            ["DF-PKT-5", "DF-PKT-20"],
+            f16,
+        ),
+        pv.DecodeCase(
+            "wide_last_vector_one_byte_short",
+            "A packet of 9 entries without its last byte: the last entry's values vector ends one "
+            "byte past the buffer, MALFORMED. (Mutant: a vector's end not checked in packets of more "
+            "than 8 entries.)",
+            hostile,
+            vv.assemble(_wide(vv.E()))[:-1],
+            error=malformed,
+        ),
+        pv.DecodeCase(
+            "wide_entry_vtable_one_byte_past_end",
+            "A packet of 9 entries whose entry 0 has its vtable after every vector, without the "
+            "buffer's last byte: that vtable ends one byte past the buffer, MALFORMED. (Mutant: the "
+            "vtable size checks joined by 'and' in packets of more than 8 entries.)",
+            hostile,
+            vv.assemble(_wide(vv.E(), vtable_last=True))[:-1],
+            error=malformed,
+        ),
+        pv.DecodeCase(
+            "wide_entry_vtable_position_negative",
+            "A packet of 9 entries; entry 0's soffset puts its vtable at copy - (n - 1) < 0, before a "
+            "well-formed copy of it near the end of the packet: MALFORMED (v >= 0), although a "
+            "position counted from the end of the buffer lands on that copy. (Mutant: the vtable "
+            "position checks joined by 'and' in packets of more than 8 entries.)",
+            hostile,
+            pv._soffset(moved, e0, copy_at - (len(moved) - 1)),
+            error=malformed,
+        ),
+        pv.DecodeCase(
+            "wide_fields_overlap_one_byte",
+            "A packet of 9 entries; entry 0's hops (ubyte) is the last byte of its seq (ulong): two "
+            "objects share one byte, MALFORMED. (Mutant: a field's span ending before it starts in "
+            "packets of more than 8 entries.)",
+            sharing,
+            vv.assemble(_wide(vv.E(hops=0, at={"hops": 31}))),
+            error=malformed,
+        ),
+        pv.DecodeCase(
+            "wide_shared_entry_table",
+            "The entries vector of 10 elements holds entry 0's table twice (and the 8 others once): "
+            "MALFORMED. (Mutant: a table's 4-byte head not counted as its bytes in packets of more "
+            "than 8 entries.)",
+            sharing,
+            vv.assemble(_wide(vv.E(), entry_slots=[0, *range(WIDE)])),
+            error=malformed,
+        ),
+    ]
+
+
 def signed_split_case() -> tuple[str, str, SyncConfig, list[str]]:
-    """DF-RLY-141 + DF-GEN-6: a signed own entry estimated at 128 + 96 + 8 n bytes, exactly at the
-    limit (6 values: 160 + 224 + 48 = 432 = max_packet_size)."""
-    k = 6
-    limit = PACKET_OVERHEAD_BOUND + encoded_size_bound(k, signed=True)
-    assert limit == 432
+    """DF-RLY-141 + DF-GEN-6: a signed own entry estimated at 128 + 96 + 8 n bytes; 5 values fill
+    a packet of 160 + 224 + 40 = 424 bytes exactly, the sixth selected value goes in a second entry."""
+    limit = PACKET_OVERHEAD_BOUND + encoded_size_bound(5, signed=True)
+    assert limit == 424
     return (
         "signed_split_at_estimate_limit",
-        "A node of a signed cluster with max_packet_size 432 selects 6 values: a signed entry of 6 "
-        "values is estimated at 128 + 96 + 8 * 6 = 272 bytes (DF-RLY-141), with the packet overhead "
-        "bound 160 exactly 432, so it is one entry, not split (DF-GEN-6). (Mutant: the signature's "
-        "estimate 97 bytes instead of 96, or subtracted.)",
+        "A node of a signed cluster with max_packet_size 424 selects 6 values: a signed entry of n "
+        "values is estimated at 128 + 96 + 8 n bytes (DF-RLY-141), plus the packet overhead bound "
+        "160, so the first entry holds 5 values (exactly 424) and the sixth value is a second entry "
+        "(DF-GEN-6). (Mutants: the signature's estimate 97 bytes instead of 96, which makes it 4 + "
+        "2, or subtracted, which makes it one entry of 6.)",
         SyncConfig(ratio=0.25, max_packet_size=limit),
         ["DF-GEN-6", "DF-RLY-141", "DF-SEC-140", "DF-SEC-141"],
     )
@@ -173,10 +317,12 @@ def _signed_generate(vectors_dir: Path) -> dict[str, Any]:
     eng = Engine(ev.MANIFEST, cfg, sv.NODE, ev.NODE_INC, anchor=anchor, signing=signing)
     eng.next_seq = 5
     out = eng.generate(active.copy())
-    assert len(out) == 1 and out[0].indices.size == cfg.num_selected(ev.N), out
+    assert [int(e.indices.size) for e in out] == [5, 1], out
     unsigned = Engine(ev.MANIFEST, cfg, sv.NODE, ev.NODE_INC, anchor=anchor)
     unsigned.next_seq = 5
-    assert [replace(e, signature=None) for e in out] == unsigned.generate(active.copy())
+    (plain,) = unsigned.generate(active.copy())  # unsigned: one entry (the estimate is smaller)
+    assert np.array_equal(np.concatenate([e.indices for e in out]), plain.indices)
+    assert np.array_equal(np.concatenate([e.values for e in out]), plain.values)
     rel = f"generate/{name}"
     ev._dump(
         vectors_dir / f"{rel}.json",
@@ -223,4 +369,5 @@ def build(vectors_dir: Path) -> list[dict[str, Any]]:
     packed = pv._write_decode(vectors_dir, packed_varint_case())
     rows.append(cv._with_features(packed, cv.features(None, int(IndexEncoding.PACKED))))
     rows.append(_signed_generate(vectors_dir))
+    rows += [pv._write_decode(vectors_dir, c) for c in wide_cases()]
     return rows
