@@ -8,6 +8,7 @@ showed: the mutant of the Python core it was written for is named in its descrip
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,13 @@ from delta_fabric.encodings import ValueEncoding
 from delta_fabric.engine import Engine
 from delta_fabric.errors import ErrorCode
 from delta_fabric.signing import Signing
-from delta_fabric.wire import PACKET_OVERHEAD_BOUND, Entry, Packet, encoded_size_bound
+from delta_fabric.wire import (
+    PACKET_OVERHEAD_BOUND,
+    Entry,
+    Packet,
+    encode_packet,
+    encoded_size_bound,
+)
 from engine_vectors import B_INC, C_INC, B, C, RecvCase, _write_receive, ent, pkt
 
 #: One minute, the value the spec suggests for max_incarnation_ahead (DF-PAR-175).
@@ -132,18 +139,19 @@ def packed_varint_case() -> pv.DecodeCase:
         mv.SENDER,
         mv.SENDER_INC,
         large.fingerprint,
-        (e(0xB2, [0, 128, 384, 16384]), e(0xC3, [5, 133])),
+        (e(0xB2, [0, 128, 384, 16384]), e(0xC3, [5, 133]), e(0xD4, [7, 8, 300])),
         ValueEncoding.F32,
         index_encoding=IndexEncoding.PACKED,
     )
     case = pv._valid(
         "packed_varint_byte_0x80",
-        "PACKED indices in delta form, two entries whose deltas are 128, 256 and 16000 (varints "
-        "80 01, 80 02, 80 7D) and 128: a varint byte 0x80 has the continuation bit set and carries "
-        "0 in its low 7 bits; it does not end the varint. (Mutant: 0x80 read as a last byte.)",
+        "PACKED indices in delta form, three entries; the first two have deltas 128, 256 and 16000 "
+        "(varints 80 01, 80 02, 80 7D) and 128: a varint byte 0x80 has the continuation bit set and "
+        "carries 0 in its low 7 bits; it does not end the varint. (Mutants: 0x80 read as a last "
+        "byte; the varints of a packet of three or more entries split as if it had two.)",
         ["DF-PKT-110", "DF-PKT-116"],
         packet,
-        max_packet_size=MIN_MAX_PACKET_SIZE,
+        max_packet_size=max(MIN_MAX_PACKET_SIZE, len(encode_packet(packet))),
     )
     case.manifest = large
     return case
@@ -235,6 +243,30 @@ def wide_cases() -> list[pv.DecodeCase]:
                 )
             ),
             error=malformed,
+        ),
+        pv._valid(
+            "wide_q8_packed_packet",
+            "A Q8 packet with PACKED indices of 9 entries (values8 and packed_indices vectors of "
+            "1-byte elements): valid. (Mutants: those element sizes taken as 2 bytes in packets of "
+            "more than 8 entries.)",
+            ["DF-PKT-110", "DF-PKT-111", "DF-PKT-20"],
+            replace(f16, encoding=ValueEncoding.Q8, index_encoding=IndexEncoding.PACKED),
+        ),
+        pv._valid(
+            "wide_signed_packet",
+            "A packet of 9 entries, each with a 64-byte signature (not verified by decode): valid. "
+            "(Mutants: the signature's element size or its 64-byte length check wrong in packets of "
+            "more than 8 entries.)",
+            ["DF-PKT-140", "DF-PKT-20"],
+            replace(
+                f16,
+                encoding=ValueEncoding.F32,
+                entries=tuple(
+                    replace(e, signature=bytes(range(k, k + 64))) for k, e in enumerate(f16.entries)
+                ),
+            ),
+            # encoders lay a packet out differently (DF-PKT-7): the size bound, not Python's size
+            max_packet_size=PACKET_OVERHEAD_BOUND + WIDE * encoded_size_bound(2, signed=True),
         ),
         pv._valid(
             "wide_f16_packet",
@@ -369,5 +401,11 @@ def build(vectors_dir: Path) -> list[dict[str, Any]]:
     packed = pv._write_decode(vectors_dir, packed_varint_case())
     rows.append(cv._with_features(packed, cv.features(None, int(IndexEncoding.PACKED))))
     rows.append(_signed_generate(vectors_dir))
-    rows += [pv._write_decode(vectors_dir, c) for c in wide_cases()]
+    for c in wide_cases():
+        row = pv._write_decode(vectors_dir, c)
+        if c.name == "wide_q8_packed_packet":  # OPTIONAL features (section 6.8)
+            row = cv._with_features(
+                row, cv.features(int(ValueEncoding.Q8), int(IndexEncoding.PACKED))
+            )
+        rows.append(row)
     return rows
