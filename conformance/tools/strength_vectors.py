@@ -197,7 +197,27 @@ def wide_cases() -> list[pv.DecodeCase]:
         ValueEncoding.F16,
     )
     odd = mv.patched(enc, mv.vtable_of(enc, e0), "<H", mv._u16(enc, mv.vtable_of(enc, e0)) - 1)
+    last = _wide(vv.E(), vtable_last=True)
     return [
+        pv.DecodeCase(
+            "wide_vtable_ends_the_buffer",
+            "A packet of 9 entries whose entry 0 has its vtable after every vector, its last byte "
+            "the last byte of the buffer: valid (v + vsize = n is in bounds). (Mutants: an object "
+            "ending exactly at the end refused, or the last bytes of the buffer not readable, in "
+            "packets of more than 8 entries.)",
+            hostile,
+            vv.assemble(last),
+            expect=vv._packet(last, mv.VECTOR_MANIFEST.fingerprint),
+        ),
+        pv.DecodeCase(
+            "wide_origin_zero",
+            "A packet of 9 entries whose entry 0 has origin 0: MALFORMED (DF-PKT-2, ids are "
+            "non-zero). (Mutant: the zero-id check of origin wrong in packets of more than 8 "
+            "entries.)",
+            [*hostile, "DF-PKT-2"],
+            vv.assemble(_wide(vv.E(origin=0))),
+            error=malformed,
+        ),
         pv.DecodeCase(
             "wide_entry_vtable_size_odd",
             "A packet of 9 entries; entry 0's vtable size is one less than written (odd; in bounds, "
