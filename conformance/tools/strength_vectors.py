@@ -344,6 +344,69 @@ def wide_cases() -> list[pv.DecodeCase]:
     ]
 
 
+def packed_multi_cases() -> list[pv.DecodeCase]:
+    """Section 6.8 faults of a delta-form body in the second entry of a PACKED packet of two: the
+    reference decodes the varints of several delta-form entries in one pass and must refuse what
+    the one-entry vectors (``compact_vectors.py``) refuse."""
+    fp = mv.VECTOR_MANIFEST.fingerprint
+
+    def two(name: str, desc: str, raw: bytes, nvals: int = 1) -> pv.DecodeCase:
+        first = cv.CE(origin=0xB2, packed=bytes([0, 1]), values=[1.0])
+        second = cv.CE(origin=0xC3, packed=raw, values=[1.0] * nvals)
+        data = cv.build_raw(cv.CP([first, second], encoding=int(ValueEncoding.F32)), fp)
+        return pv.DecodeCase(
+            name, desc, ["DF-PKT-110", "DF-PKT-116"], data, error=ErrorCode.MALFORMED
+        )
+
+    three = cv.build_raw(
+        cv.CP(
+            [
+                cv.CE(
+                    origin=0xB2,
+                    packed=bytes([0, 0xFF, 0xFF, 0xFF, 0xFF, 0x0F, 0x01]),
+                    values=[1.0] * 2,
+                ),
+                cv.CE(origin=0xC3, packed=bytes([0, 1]), values=[1.0]),
+                cv.CE(origin=0xD4, packed=bytes([0, 1]), values=[1.0]),
+            ],
+            encoding=int(ValueEncoding.F32),
+        ),
+        fp,
+    )
+    return [
+        pv.DecodeCase(
+            "packed_three_entries_sum_2_32",
+            "PACKED packet of three delta-form entries; the first's indices are 2^32 - 1 and then a "
+            "gap of 1: index 2^32 as its LAST index, MALFORMED. (Mutant: the one-pass decode "
+            "checking each entry's second-to-last index against 2^32.)",
+            ["DF-PKT-110", "DF-PKT-116"],
+            three,
+            error=ErrorCode.MALFORMED,
+        ),
+        two(
+            "packed_two_entries_varint_2_32",
+            "PACKED packet of two delta-form entries; the second's only varint is 2^32 (80 80 80 80 "
+            "10): MALFORMED, as in a packet of one entry. (Mutant: the one-pass decode of several "
+            "entries keeping an index of exactly 2^32, which wraps to 0.)",
+            bytes([0, 0x80, 0x80, 0x80, 0x80, 0x10]),
+        ),
+        two(
+            "packed_two_entries_sum_2_32",
+            "PACKED packet of two delta-form entries; the second's indices are 2^32 - 1 and then a "
+            "gap of 1: index 2^32, MALFORMED, as in a packet of one entry.",
+            bytes([0, 0xFF, 0xFF, 0xFF, 0xFF, 0x0F, 0x01]),
+            2,
+        ),
+        two(
+            "packed_two_entries_ends_in_0x80",
+            "PACKED packet of two delta-form entries; the second's body ends in the byte 0x80 (a "
+            "varint cut after a continuation byte whose low bits are 0): MALFORMED. (Mutant: a body "
+            "ending in 0x80 not seen as ending inside a varint.)",
+            bytes([0, 0x80]),
+        ),
+    ]
+
+
 def signed_split_case() -> tuple[str, str, SyncConfig, list[str]]:
     """DF-RLY-141 + DF-GEN-6: a signed own entry estimated at 128 + 96 + 8 n bytes; 5 values fill
     a packet of 160 + 224 + 40 = 424 bytes exactly, the sixth selected value goes in a second entry."""
@@ -421,6 +484,9 @@ def build(vectors_dir: Path) -> list[dict[str, Any]]:
     packed = pv._write_decode(vectors_dir, packed_varint_case())
     rows.append(cv._with_features(packed, cv.features(None, int(IndexEncoding.PACKED))))
     rows.append(_signed_generate(vectors_dir))
+    for c in packed_multi_cases():
+        row = pv._write_decode(vectors_dir, c)
+        rows.append(cv._with_features(row, cv.features(None, int(IndexEncoding.PACKED))))
     for c in wide_cases():
         row = pv._write_decode(vectors_dir, c)
         if c.name == "wide_q8_packed_packet":  # OPTIONAL features (section 6.8)
