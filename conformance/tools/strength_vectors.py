@@ -8,6 +8,7 @@ showed: the mutant of the Python core it was written for is named in its descrip
 
 from __future__ import annotations
 
+import struct
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -198,7 +199,20 @@ def wide_cases() -> list[pv.DecodeCase]:
     )
     odd = mv.patched(enc, mv.vtable_of(enc, e0), "<H", mv._u16(enc, mv.vtable_of(enc, e0)) - 1)
     last = _wide(vv.E(), vtable_last=True)
+    tail = bytearray(enc) + bytes([3])  # entry 0's hops moved to a last byte of its own
+    struct.pack_into("<H", tail, mv.vtable_slot_pos(enc, e0, 3), len(enc) - e0)
+    base = vv._packet(_wide(vv.E()), mv.VECTOR_MANIFEST.fingerprint)
+    hops3 = replace(base, entries=(replace(base.entries[0], hops=3), *base.entries[1:]))
     return [
+        pv.DecodeCase(
+            "wide_entry_field_ends_the_buffer",
+            "A packet of 9 entries; entry 0's hops (3) is the last byte of the packet, after every "
+            "other object: pos + size == n is in bounds, valid. (Mutant: a field refused when it "
+            "ends exactly at the end, in packets of more than 8 entries.)",
+            [*hostile, mv.REQ_NOT_CANONICAL, mv.REQ_HOPS],
+            bytes(tail),
+            expect=hops3,
+        ),
         pv.DecodeCase(
             "wide_vtable_ends_the_buffer",
             "A packet of 9 entries whose entry 0 has its vtable after every vector, its last byte "
