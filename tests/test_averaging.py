@@ -118,25 +118,45 @@ def test_lockstep_simulator_is_deterministic() -> None:
 
 def test_demo_outer_step_below_one_at_long_intervals() -> None:
     """REQ: DF-GEN-300. The demo's ``average_over``: the cluster size up to 40 local steps between
-    syncs (an outer learning rate of 1, DF-GEN-70), ``ceil(C * interval / 40)`` beyond (about
-    ``40 / interval``), within DF-PAR-70's range; the runner and the simulator use the same rule,
-    and an explicit ``--average-over`` keeps its value."""
+    syncs (an outer learning rate of 1, DF-GEN-70); beyond, ``ceil(C * interval / 40)`` (about
+    ``40 / interval``) when ``ratio * interval`` is above 1, else the milder
+    ``ceil(C * (40 + interval) / 80)``; within DF-PAR-70's range; the runner and the simulator use
+    the same rule, and an explicit ``--average-over`` keeps its value."""
     import argparse
 
-    from delta_fabric_demo.lockstep import OUTER_INTERVAL, SimConfig, default_average_over
+    from delta_fabric_demo.lockstep import (
+        OUTER_INTERVAL,
+        OUTER_SPAN,
+        SimConfig,
+        default_average_over,
+    )
     from delta_fabric_demo.runner import _average_over, add_arguments
 
-    assert OUTER_INTERVAL == 40
-    got = {(c, k): default_average_over(c, k) for c in (1, 2, 3, 5) for k in (1, 20, 40, 41, 80)}
+    assert (OUTER_INTERVAL, OUTER_SPAN) == (40, 1.0)
+    got = {
+        (c, k): default_average_over(c, k, 0.1) for c in (1, 2, 3, 5) for k in (1, 20, 40, 41, 80)
+    }
     assert got == {
         (1, 1): 1, (1, 20): 1, (1, 40): 1, (1, 41): 1, (1, 80): 1,
         (2, 1): 2, (2, 20): 2, (2, 40): 2, (2, 41): 3, (2, 80): 4,
         (3, 1): 3, (3, 20): 3, (3, 40): 3, (3, 41): 4, (3, 80): 6,
         (5, 1): 5, (5, 20): 5, (5, 40): 5, (5, 41): 6, (5, 80): 10,
     }  # fmt: skip
-    assert default_average_over(3, 2**32 - 1) == 65536  # DF-PAR-70's bound, never past it
-    SyncConfig(average_over=default_average_over(7, 2**32 - 1))  # a valid configuration
-    assert SimConfig(nodes=5, interval=80, averaging=True).resolved_average_over() == 10
+    # the grid's interval-80 row: the full damping from ratio 2 % (ratio * interval 1.6), the milder
+    # step at 1 % (0.8); at <= 40 steps the ratio changes nothing
+    row = {(c, r): default_average_over(c, 80, r) for c in (3, 5) for r in (0.01, 0.02, 0.05, 0.1)}
+    assert row == {
+        (3, 0.01): 5, (3, 0.02): 6, (3, 0.05): 6, (3, 0.1): 6,
+        (5, 0.01): 8, (5, 0.02): 10, (5, 0.05): 10, (5, 0.1): 10,
+    }  # fmt: skip
+    assert {default_average_over(5, k, r) for k in (10, 40) for r in (0.001, 0.01, 1.0)} == {5}
+    assert default_average_over(3, 100, 0.01) == 6  # ratio * interval 1.0: not above, the milder
+    assert default_average_over(3, 101, 0.01) == 8  # ceil(3 * 101 / 40)
+    assert default_average_over(3, 2**32 - 1, 0.1) == 65536  # DF-PAR-70's bound, never past it
+    assert default_average_over(3, 2**32 - 1, 1e-12) == 65536
+    SyncConfig(average_over=default_average_over(7, 2**32 - 1, 0.1))  # a valid configuration
+    assert SimConfig(nodes=5, interval=80, ratio=0.1, averaging=True).resolved_average_over() == 10
+    assert SimConfig(nodes=5, interval=80, ratio=0.01, averaging=True).resolved_average_over() == 8
     assert SimConfig(nodes=3, interval=20, averaging=True).resolved_average_over() == 3
     assert SimConfig(nodes=5, interval=80, averaging=False).resolved_average_over() == 1
     assert (
@@ -146,7 +166,8 @@ def test_demo_outer_step_below_one_at_long_intervals() -> None:
     add_arguments(p)
     for argv, want in (
         ([], 3),  # the demo's defaults: 20 steps, 3 nodes
-        (["--sync-interval", "80"], 6),
+        (["--sync-interval", "80"], 6),  # the demo's ratio 10 %
+        (["--sync-interval", "80", "--ratio", "0.01"], 5),
         (["--sync-interval", "80", "--average-over", "3"], 3),
     ):
         assert _average_over(p.parse_args(argv), ["torch"] * 3, {}, 3) == want

@@ -36,7 +36,12 @@ from delta_fabric.extras import MissingExtraError, raise_missing_extra
 from delta_fabric.ports import free_ports
 from numpy.typing import NDArray
 
-from delta_fabric_demo.lockstep import DEMO_DEFAULTS, OUTER_INTERVAL, default_average_over
+from delta_fabric_demo.lockstep import (
+    DEMO_DEFAULTS,
+    OUTER_INTERVAL,
+    OUTER_SPAN,
+    default_average_over,
+)
 
 __all__ = ["add_arguments", "run"]
 
@@ -171,7 +176,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="C > 1: nodes average their progress over C (SyncConfig.average_over, DF-GEN-70); "
         "1: sum it as in protocol 1.0 (default: the cluster size, and beyond a sync interval of "
         f"{OUTER_INTERVAL} steps ceil(size * interval / {OUTER_INTERVAL}), an outer learning rate "
-        "below 1, DF-GEN-300)",
+        f"below 1, DF-GEN-300; when ratio * interval <= {OUTER_SPAN:g} the milder "
+        f"ceil(size * ({OUTER_INTERVAL} + interval) / {2 * OUTER_INTERVAL}))",
     )
     p.add_argument(
         "--index-encoding",
@@ -521,7 +527,7 @@ def _average_over(
         return int(args.average_over)
     if any(b is not None and not _native_supports(b, "--average-over") for b in bins.values()):
         return 1
-    return default_average_over(n, int(args.sync_interval))
+    return default_average_over(n, int(args.sync_interval), float(args.ratio))
 
 
 def _native_option(
