@@ -358,6 +358,110 @@ def wide_cases() -> list[pv.DecodeCase]:
     ]
 
 
+def _empty_indices_last(packet: Packet, j: int) -> bytes:
+    """``packet`` (PACKED) encoded, with entry ``j``'s empty indices vector moved to the end of the
+    buffer: its 4-byte length word is the buffer's last 4 bytes (the old one left unreferenced)."""
+    enc = encode_packet(packet)
+    out = bytearray(enc) + bytes(-len(enc) % 4)
+    at = mv.field_pos(enc, mv.entry_table(enc, j), 4)  # Entry.indices
+    struct.pack_into("<I", out, at, len(out) - at)
+    out += bytes(4)
+    return bytes(out)
+
+
+def wide_end_cases() -> list[pv.DecodeCase]:
+    """Bounds of packets of 9 entries exactly at the end of the buffer (h58): an object that ends at
+    the last byte is in bounds; a vtable that claims bytes past the end is not, even when every slot
+    a 1.1 reader reads lies inside the buffer."""
+    hostile = [mv.REQ_HOSTILE, "DF-PKT-20"]
+    fp = mv.VECTOR_MANIFEST.fingerprint
+
+    def wide_packet(nvals: int, encoding: ValueEncoding, index: IndexEncoding) -> Packet:
+        return Packet(
+            mv.SENDER,
+            mv.SENDER_INC,
+            fp,
+            tuple(
+                Entry(
+                    0xD0 + k,
+                    1,
+                    1,
+                    0,
+                    np.array([10 * k + i for i in range(nvals)], dtype=np.uint32),
+                    np.array([0.5, -0.25, 1.0][:nvals], dtype=np.float32),
+                )
+                for k in range(WIDE)
+            ),
+            encoding,
+            index_encoding=index,
+        )
+
+    packed = wide_packet(2, ValueEncoding.F32, IndexEncoding.PACKED)
+    empty_last = _empty_indices_last(packed, WIDE - 1)
+    signed = replace(
+        packed,
+        index_encoding=IndexEncoding.PLAIN,
+        entries=tuple(
+            replace(e, signature=bytes(range(k, k + 64))) for k, e in enumerate(packed.entries)
+        ),
+    )
+    enc_signed = encode_packet(signed)
+    e0 = mv.entry_table(enc_signed, 0)
+    e0_size = mv._u16(enc_signed, mv.vtable_of(enc_signed, e0))
+    assert e0_size == 4 + 2 * 11, e0_size  # every Entry slot (0..10) written
+    entry_past, _ = pv._vtable_moved_to_end(enc_signed, e0, claim=2)
+    root = mv.root_table(enc_signed)
+    root_size = mv._u16(enc_signed, mv.vtable_of(enc_signed, root))
+    full = 4 + 2 * 9  # every Packet slot (0..8)
+    root_past, _ = pv._vtable_moved_to_end(
+        enc_signed, root, slack=full - root_size, claim=full - root_size + 2
+    )
+    q8 = wide_packet(3, ValueEncoding.Q8, IndexEncoding.PLAIN)
+    return [
+        pv.DecodeCase(
+            "wide_empty_vector_ends_the_buffer",
+            "A PACKED packet of 9 entries; the last entry's (empty) indices vector is the last 4 "
+            "bytes of the buffer, its length word ending at the last byte: in bounds, valid. "
+            "(Mutants: a vector's length word refused when it ends exactly at the end, or taken as 5 "
+            "bytes, in packets of more than 8 entries.)",
+            [*hostile, "DF-PKT-110", mv.REQ_NOT_CANONICAL],
+            empty_last,
+            expect=packed,
+        ),
+        pv.DecodeCase(
+            "wide_entry_vtable_size_past_buffer_end",
+            "A signed packet of 9 entries; entry 0's vtable (all 11 slots of a 1.1 Entry, 26 bytes) "
+            "is the last 26 bytes of the buffer but its size says 28: MALFORMED (DF-PKT-20 rule 2), "
+            "although every slot a 1.1 reader reads lies in bounds. (Mutant: the vtable's end "
+            "computed as v - vsize in packets of more than 8 entries.)",
+            hostile,
+            entry_past,
+            error=ErrorCode.MALFORMED,
+            max_packet_size=len(entry_past),
+        ),
+        pv.DecodeCase(
+            "root_vtable_all_slots_size_past_buffer_end",
+            "The root vtable, written with all 9 slots of a 1.1 Packet (22 bytes, absent ones 0), is "
+            "the last 22 bytes of the buffer but its size says 24: MALFORMED (DF-PKT-20 rule 2), "
+            "although every slot a 1.1 reader reads lies in bounds. (Mutant: the root vtable's end "
+            "computed as v - vsize.)",
+            hostile,
+            root_past,
+            error=ErrorCode.MALFORMED,
+            max_packet_size=len(root_past),
+        ),
+        pv._valid(
+            "wide_q8_three_values_packet",
+            "A Q8 packet of 9 entries of 3 values each: each values8 vector holds 3 bytes, and the "
+            "next object may start right after its padding byte: valid. (Mutant: values8 elements "
+            "taken as 2 bytes in packets of more than 8 entries, so a vector's range overlaps the "
+            "next object.)",
+            ["DF-PKT-111", "DF-PKT-20", "DF-SEC-20"],
+            q8,
+        ),
+    ]
+
+
 def packed_multi_cases() -> list[pv.DecodeCase]:
     """Section 6.8 faults of a delta-form body in the second entry of a PACKED packet of two: the
     reference decodes the varints of several delta-form entries in one pass and must refuse what
@@ -507,5 +611,12 @@ def build(vectors_dir: Path) -> list[dict[str, Any]]:
             row = cv._with_features(
                 row, cv.features(int(ValueEncoding.Q8), int(IndexEncoding.PACKED))
             )
+        rows.append(row)
+    for c in wide_end_cases():
+        row = pv._write_decode(vectors_dir, c)
+        if c.name == "wide_empty_vector_ends_the_buffer":
+            row = cv._with_features(row, cv.features(None, int(IndexEncoding.PACKED)))
+        elif c.name == "wide_q8_three_values_packet":
+            row = cv._with_features(row, cv.features(int(ValueEncoding.Q8), None))
         rows.append(row)
     return rows
