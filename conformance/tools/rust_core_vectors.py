@@ -15,12 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from delta_fabric.config import SyncConfig
+from delta_fabric.encodings import ValueEncoding
+from delta_fabric.engine import Engine
+from delta_fabric.signing import Signing
 
 TOOLS_DIR = Path(__file__).resolve().parent
 if str(TOOLS_DIR) not in sys.path:
     sys.path.insert(0, str(TOOLS_DIR))
 
 import engine_vectors as ev  # noqa: E402
+import signed_vectors as sv  # noqa: E402
 
 __all__ = ["build"]
 
@@ -44,10 +48,79 @@ def receive_cases() -> list[ev.RecvCase]:
     ]
 
 
+# ------------------------------------------------------------------------------------------------------
+# generate
+# ------------------------------------------------------------------------------------------------------
+
+
+def _signed_split_vector(vectors_dir: Path) -> dict[str, Any]:
+    """A signing node whose entries are split by the size bound of a signed entry (DF-RLY-141)."""
+    mps = 408  # PACKET_OVERHEAD_BOUND 160 + entry bound 128 + 8 * 3 + signature bound 96
+    cfg = SyncConfig(ratio=0.25, max_packet_size=mps)
+    active, anchor = ev._pattern(7, 13, 6, 16.0), ev._pattern(5, 11, 5, 32.0)
+    signing = Signing(sv.KEYS, sv.seed_of(ev.NODE), node_id=ev.NODE)
+    eng = Engine(ev.MANIFEST, cfg, ev.NODE, ev.NODE_INC, anchor=anchor, signing=signing)
+    eng.next_seq = 5
+    out = eng.generate(active.copy())
+    # 6 values, 3 per signed entry; an unsigned entry of the same packet size holds 15
+    assert [int(e.indices.size) for e in out] == [3, 3], out
+    for e in out:
+        assert signing.verify(ev.FP, ValueEncoding.F32, e) is None
+    unsigned = Engine(ev.MANIFEST, cfg, ev.NODE, ev.NODE_INC, anchor=anchor)
+    unsigned.next_seq = 5
+    assert len(unsigned.generate(active.copy())) == 1
+    name = "signed_split_by_signed_bound"
+    reqs = ["DF-GEN-6", "DF-SEC-140", "DF-SEC-141", "DF-RLY-141"]
+    rel = f"generate/{name}"
+    if (vectors_dir / f"{rel}.json").exists():
+        raise AssertionError(f"{rel}: a vector of that name exists already")
+    ev._dump(
+        vectors_dir / f"{rel}.json",
+        {
+            "description": "A node of a signed cluster with max_packet_size 408 = 160 + 128 + 8 * 3 + "
+            "96 generates k = 6 values: by the size bound of a signed entry (DF-RLY-141) an entry "
+            "holds 3 values, so they go out as 2 signed entries of 3 (seqs 5 and 6). An unsigned "
+            "node would send one entry of 6; an implementation that splits by the unsigned bound, "
+            "or miscounts the signature's 96 bytes, splits differently.",
+            "requirements": reqs,
+            "manifest": ev.MANIFEST.to_json(),
+            "config": ev._config_json(cfg),
+            "node": {
+                "id": ev.hex16(ev.NODE),
+                "incarnation": ev.hex16(ev.NODE_INC),
+                "signing": sv._signing_json(sv.KEYS, sv.seed_of(ev.NODE)),
+            },
+            "seq_start": 5,
+            "fast": False,
+            "k": cfg.num_selected(ev.N),
+            "active": ev.floats(active),
+            "active_bits": ev.f32_bits(active),
+            "anchor": ev.floats(anchor),
+            "anchor_bits": ev.f32_bits(anchor),
+            "expected": {
+                "exact_split": True,
+                "entries": [sv.entry_json(e) for e in out],
+                "next_seq": eng.next_seq,
+                "anchor": ev.floats(eng.anchor),
+                "anchor_bits": ev.f32_bits(eng.anchor),
+                "active_bits": ev.f32_bits(active),
+            },
+        },
+    )
+    return {
+        "id": f"generate.{name}",
+        "kind": "generate",
+        "path": rel,
+        "requirements": reqs,
+        "expect": {"entries": len(out), "values": sum(int(e.indices.size) for e in out)},
+        "features": ["signing"],
+    }
+
+
 def build(vectors_dir: Path) -> list[dict[str, Any]]:
     """Write this module's vectors under ``vectors_dir`` (the folders of ``make_vectors.py`` and
     ``engine_vectors.py``, which write theirs first); return their index rows."""
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = [_signed_split_vector(vectors_dir)]
     for c in receive_cases():
         if (vectors_dir / "receive" / c.name).exists():
             raise AssertionError(f"receive/{c.name}: a vector of that name exists already")
