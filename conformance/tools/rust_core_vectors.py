@@ -23,10 +23,40 @@ TOOLS_DIR = Path(__file__).resolve().parent
 if str(TOOLS_DIR) not in sys.path:
     sys.path.insert(0, str(TOOLS_DIR))
 
+import config_vectors as cv  # noqa: E402
 import engine_vectors as ev  # noqa: E402
 import signed_vectors as sv  # noqa: E402
 
 __all__ = ["build"]
+
+
+#: A packet longer than 1 MiB + 16 bytes: accepted under the default max_packet_size of 16 MiB.
+BIG_PACKET_MIN = 1024 * 1024 + 17
+
+
+def _big_default_packet() -> bytes:
+    """One packet of B, longer than :data:`BIG_PACKET_MIN`: entries of all 24 indices, each value
+    2^-20, seqs 1, 2, ..., hops 16 (the default hop_limit: accepted, not relayed)."""
+    idx = list(range(ev.N))
+    n = 1
+    while True:
+        entries = [ev.ent(ev.B, ev.B_INC, s, 16, idx, [2.0**-20] * ev.N) for s in range(1, n + 1)]
+        data = ev.pkt(*entries)
+        if len(data) >= BIG_PACKET_MIN:
+            return data
+        n = max(n + 1, n * BIG_PACKET_MIN // len(data))
+
+
+def default_size_case() -> ev.RecvCase:
+    return ev.RecvCase(
+        "config_defaults_max_packet_size",
+        "The config is {}: max_packet_size takes its default, 16 MiB = 16777216 bytes (DF-PAR-6, "
+        "DF-PAR-11), so one packet of B of more than 1 MiB + 16 bytes (entries of every index, "
+        "each value 2^-20, hops 16: accepted, not relayed) is accepted. A node whose default is "
+        "smaller (for example 16 * 1024 + 1024 or 16 + 1024 * 1024 bytes) rejects it as OVERSIZE.",
+        ["DF-PAR-6", "DF-PAR-11", "DF-ERR-1", "DF-RCV-1"],
+        [_big_default_packet()],
+    )
 
 
 def receive_cases() -> list[ev.RecvCase]:
@@ -125,6 +155,11 @@ def build(vectors_dir: Path) -> list[dict[str, Any]]:
         if (vectors_dir / "receive" / c.name).exists():
             raise AssertionError(f"receive/{c.name}: a vector of that name exists already")
         rows.append(ev._write_receive(vectors_dir, c))
+    big = default_size_case()
+    if (vectors_dir / "receive" / big.name).exists():
+        raise AssertionError(f"receive/{big.name}: a vector of that name exists already")
+    rows.append(ev._write_receive(vectors_dir, big))
+    cv._rewrite(vectors_dir / "receive" / big.name / "case.json", config={})
     return rows
 
 
