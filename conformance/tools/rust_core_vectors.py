@@ -10,6 +10,7 @@ implementation while it is written.
 
 from __future__ import annotations
 
+import struct
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from delta_fabric.config import SyncConfig
 from delta_fabric.encodings import ValueEncoding
 from delta_fabric.engine import Engine
+from delta_fabric.errors import ErrorCode
 from delta_fabric.signing import Signing
 
 TOOLS_DIR = Path(__file__).resolve().parent
@@ -25,9 +27,42 @@ if str(TOOLS_DIR) not in sys.path:
 
 import config_vectors as cv  # noqa: E402
 import engine_vectors as ev  # noqa: E402
+import pinning_vectors as pv  # noqa: E402
 import signed_vectors as sv  # noqa: E402
 
 __all__ = ["build"]
+
+
+# ------------------------------------------------------------------------------------------------------
+# decode
+# ------------------------------------------------------------------------------------------------------
+
+
+def _root_vtable_of_size_4() -> bytes:
+    """16 bytes: the root uoffset 12, DFP1, a vtable of size 4 (no field slot; table size 4) at 8
+    and the root table at 12 (soffset 4): every field absent."""
+    b = bytearray(16)
+    struct.pack_into("<I", b, 0, 12)
+    b[4:8] = b"DFP1"
+    struct.pack_into("<HH", b, 8, 4, 4)
+    struct.pack_into("<i", b, 12, 12 - 8)
+    return bytes(b)
+
+
+def decode_cases() -> list[pv.DecodeCase]:
+    return [
+        pv.DecodeCase(
+            "root_vtable_size_4",
+            "A root table whose vtable has size 4, the smallest valid size (DF-PKT-20 rule 2: even "
+            "and at least 4), so it has no field slot and every field is absent: version_major reads "
+            "as its default 0, and the packet is UNSUPPORTED_VERSION (step 3 of DF-RCV-20, before "
+            "the required fields of step 5). A reader that refuses a vtable of size 4 answers "
+            "MALFORMED.",
+            ["DF-PKT-20", "DF-RCV-20", "DF-VER-1"],
+            _root_vtable_of_size_4(),
+            error=ErrorCode.UNSUPPORTED_VERSION,
+        ),
+    ]
 
 
 #: A packet longer than 1 MiB + 16 bytes: accepted under the default max_packet_size of 16 MiB.
@@ -150,7 +185,8 @@ def _signed_split_vector(vectors_dir: Path) -> dict[str, Any]:
 def build(vectors_dir: Path) -> list[dict[str, Any]]:
     """Write this module's vectors under ``vectors_dir`` (the folders of ``make_vectors.py`` and
     ``engine_vectors.py``, which write theirs first); return their index rows."""
-    rows: list[dict[str, Any]] = [_signed_split_vector(vectors_dir)]
+    rows = [pv._write_decode(vectors_dir, c) for c in decode_cases()]
+    rows.append(_signed_split_vector(vectors_dir))
     for c in receive_cases():
         if (vectors_dir / "receive" / c.name).exists():
             raise AssertionError(f"receive/{c.name}: a vector of that name exists already")
