@@ -72,6 +72,7 @@ EXTRA_VECTORS = (
     TOOLS_DIR / "config_vectors.py",  # parameters and manifest as the driver reads them (h40)
     TOOLS_DIR / "selection_vectors.py",  # N = 2^17: the sampled top-k paths (h40)
     TOOLS_DIR / "strength_vectors.py",  # kill survivors of the session-6 mutation campaign (h54)
+    TOOLS_DIR / "rust_core_vectors.py",  # kill mutants of the Rust core (h55)
 )
 INDEX_VERSION = 1
 

@@ -1,0 +1,203 @@
+"""Vectors that kill mutants of the Rust core found alive by the full campaigns of ``replay.rs``,
+``engine.rs`` and ``wire.rs`` (issue 10 item 3, ``conformance/tools/mutation.py rust``; h55).
+
+Each vector pins a behaviour that a plausible wrong implementation gets wrong (a subtraction read
+as a division, a bound off by one); the mutant it kills is named in its description, in words.
+Called by ``make_vectors.py`` (``build(vectors_dir) -> index rows``): receive vectors go to
+``receive/`` (format of ``engine_vectors.py``). Every vector is checked against the reference
+implementation while it is written.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from pathlib import Path
+from typing import Any
+
+from delta_fabric.config import SyncConfig
+from delta_fabric.encodings import ValueEncoding
+from delta_fabric.engine import Engine
+from delta_fabric.errors import ErrorCode
+from delta_fabric.signing import Signing
+
+TOOLS_DIR = Path(__file__).resolve().parent
+if str(TOOLS_DIR) not in sys.path:
+    sys.path.insert(0, str(TOOLS_DIR))
+
+import config_vectors as cv  # noqa: E402
+import engine_vectors as ev  # noqa: E402
+import pinning_vectors as pv  # noqa: E402
+import signed_vectors as sv  # noqa: E402
+
+__all__ = ["build"]
+
+
+# ------------------------------------------------------------------------------------------------------
+# decode
+# ------------------------------------------------------------------------------------------------------
+
+
+def _root_vtable_of_size_4() -> bytes:
+    """16 bytes: the root uoffset 12, DFP1, a vtable of size 4 (no field slot; table size 4) at 8
+    and the root table at 12 (soffset 4): every field absent."""
+    b = bytearray(16)
+    struct.pack_into("<I", b, 0, 12)
+    b[4:8] = b"DFP1"
+    struct.pack_into("<HH", b, 8, 4, 4)
+    struct.pack_into("<i", b, 12, 12 - 8)
+    return bytes(b)
+
+
+def decode_cases() -> list[pv.DecodeCase]:
+    return [
+        pv.DecodeCase(
+            "root_vtable_size_4",
+            "A root table whose vtable has size 4, the smallest valid size (DF-PKT-20 rule 2: even "
+            "and at least 4), so it has no field slot and every field is absent: version_major reads "
+            "as its default 0, and the packet is UNSUPPORTED_VERSION (step 3 of DF-RCV-20, before "
+            "the required fields of step 5). A reader that refuses a vtable of size 4 answers "
+            "MALFORMED.",
+            ["DF-PKT-20", "DF-RCV-20", "DF-VER-1"],
+            _root_vtable_of_size_4(),
+            error=ErrorCode.UNSUPPORTED_VERSION,
+        ),
+    ]
+
+
+#: A packet longer than 1 MiB + 16 bytes: accepted under the default max_packet_size of 16 MiB.
+BIG_PACKET_MIN = 1024 * 1024 + 17
+
+
+def _big_default_packet() -> bytes:
+    """One packet of B, longer than :data:`BIG_PACKET_MIN`: entries of all 24 indices, each value
+    2^-20, seqs 1, 2, ..., hops 16 (the default hop_limit: accepted, not relayed)."""
+    idx = list(range(ev.N))
+    n = 1
+    while True:
+        entries = [ev.ent(ev.B, ev.B_INC, s, 16, idx, [2.0**-20] * ev.N) for s in range(1, n + 1)]
+        data = ev.pkt(*entries)
+        if len(data) >= BIG_PACKET_MIN:
+            return data
+        n = max(n + 1, n * BIG_PACKET_MIN // len(data))
+
+
+def default_size_case() -> ev.RecvCase:
+    return ev.RecvCase(
+        "config_defaults_max_packet_size",
+        "The config is {}: max_packet_size takes its default, 16 MiB = 16777216 bytes (DF-PAR-6, "
+        "DF-PAR-11), so one packet of B of more than 1 MiB + 16 bytes (entries of every index, "
+        "each value 2^-20, hops 16: accepted, not relayed) is accepted. A node whose default is "
+        "smaller (for example 16 * 1024 + 1024 or 16 + 1024 * 1024 bytes) rejects it as OVERSIZE.",
+        ["DF-PAR-6", "DF-PAR-11", "DF-ERR-1", "DF-RCV-1"],
+        [_big_default_packet()],
+    )
+
+
+def receive_cases() -> list[ev.RecvCase]:
+    return [
+        ev.RecvCase(
+            "seq_jump_one_over_bound",
+            "max_seq_jump = 5 and B's window at H = 10 (history: seq 10): seq 16 lies 16 - 10 = 6 "
+            "above H, one more than the bound, so it is dropped as seq_jump (DF-RCV-52); seq 15, "
+            "exactly 5 above H, is accepted. A receiver that compares seq / H (= 1) or any other "
+            "function of seq and H than their difference with the bound accepts seq 16.",
+            ["DF-RCV-52", "DF-PAR-50", "DF-RCV-3"],
+            [
+                ev.pkt(ev.ent(ev.B, ev.B_INC, 16, 0, [3], [0.5])),
+                ev.pkt(ev.ent(ev.B, ev.B_INC, 15, 0, [4], [0.25]), sender=ev.C),
+            ],
+            config=SyncConfig(max_seq_jump=5),
+            history=[(ev.B, ev.B_INC, 10)],
+        ),
+    ]
+
+
+# ------------------------------------------------------------------------------------------------------
+# generate
+# ------------------------------------------------------------------------------------------------------
+
+
+def _signed_split_vector(vectors_dir: Path) -> dict[str, Any]:
+    """A signing node whose entries are split by the size bound of a signed entry (DF-RLY-141)."""
+    mps = 408  # PACKET_OVERHEAD_BOUND 160 + entry bound 128 + 8 * 3 + signature bound 96
+    cfg = SyncConfig(ratio=0.25, max_packet_size=mps)
+    active, anchor = ev._pattern(7, 13, 6, 16.0), ev._pattern(5, 11, 5, 32.0)
+    signing = Signing(sv.KEYS, sv.seed_of(ev.NODE), node_id=ev.NODE)
+    eng = Engine(ev.MANIFEST, cfg, ev.NODE, ev.NODE_INC, anchor=anchor, signing=signing)
+    eng.next_seq = 5
+    out = eng.generate(active.copy())
+    # 6 values, 3 per signed entry; an unsigned entry of the same packet size holds 15
+    assert [int(e.indices.size) for e in out] == [3, 3], out
+    for e in out:
+        assert signing.verify(ev.FP, ValueEncoding.F32, e) is None
+    unsigned = Engine(ev.MANIFEST, cfg, ev.NODE, ev.NODE_INC, anchor=anchor)
+    unsigned.next_seq = 5
+    assert len(unsigned.generate(active.copy())) == 1
+    name = "signed_split_by_signed_bound"
+    reqs = ["DF-GEN-6", "DF-SEC-140", "DF-SEC-141", "DF-RLY-141"]
+    rel = f"generate/{name}"
+    if (vectors_dir / f"{rel}.json").exists():
+        raise AssertionError(f"{rel}: a vector of that name exists already")
+    ev._dump(
+        vectors_dir / f"{rel}.json",
+        {
+            "description": "A node of a signed cluster with max_packet_size 408 = 160 + 128 + 8 * 3 + "
+            "96 generates k = 6 values: by the size bound of a signed entry (DF-RLY-141) an entry "
+            "holds 3 values, so they go out as 2 signed entries of 3 (seqs 5 and 6). An unsigned "
+            "node would send one entry of 6; an implementation that splits by the unsigned bound, "
+            "or miscounts the signature's 96 bytes, splits differently.",
+            "requirements": reqs,
+            "manifest": ev.MANIFEST.to_json(),
+            "config": ev._config_json(cfg),
+            "node": {
+                "id": ev.hex16(ev.NODE),
+                "incarnation": ev.hex16(ev.NODE_INC),
+                "signing": sv._signing_json(sv.KEYS, sv.seed_of(ev.NODE)),
+            },
+            "seq_start": 5,
+            "fast": False,
+            "k": cfg.num_selected(ev.N),
+            "active": ev.floats(active),
+            "active_bits": ev.f32_bits(active),
+            "anchor": ev.floats(anchor),
+            "anchor_bits": ev.f32_bits(anchor),
+            "expected": {
+                "exact_split": True,
+                "entries": [sv.entry_json(e) for e in out],
+                "next_seq": eng.next_seq,
+                "anchor": ev.floats(eng.anchor),
+                "anchor_bits": ev.f32_bits(eng.anchor),
+                "active_bits": ev.f32_bits(active),
+            },
+        },
+    )
+    return {
+        "id": f"generate.{name}",
+        "kind": "generate",
+        "path": rel,
+        "requirements": reqs,
+        "expect": {"entries": len(out), "values": sum(int(e.indices.size) for e in out)},
+        "features": ["signing"],
+    }
+
+
+def build(vectors_dir: Path) -> list[dict[str, Any]]:
+    """Write this module's vectors under ``vectors_dir`` (the folders of ``make_vectors.py`` and
+    ``engine_vectors.py``, which write theirs first); return their index rows."""
+    rows = [pv._write_decode(vectors_dir, c) for c in decode_cases()]
+    rows.append(_signed_split_vector(vectors_dir))
+    for c in receive_cases():
+        if (vectors_dir / "receive" / c.name).exists():
+            raise AssertionError(f"receive/{c.name}: a vector of that name exists already")
+        rows.append(ev._write_receive(vectors_dir, c))
+    big = default_size_case()
+    if (vectors_dir / "receive" / big.name).exists():
+        raise AssertionError(f"receive/{big.name}: a vector of that name exists already")
+    rows.append(ev._write_receive(vectors_dir, big))
+    cv._rewrite(vectors_dir / "receive" / big.name / "case.json", config={})
+    return rows
+
+
+if __name__ == "__main__":
+    print("\n".join(c.name for c in receive_cases()))
