@@ -292,3 +292,22 @@ def test_a_node_without_its_secret_key_cannot_generate() -> None:
     with pytest.raises(ValueError, match="no secret key"):
         eng.generate(np.ones(64, np.float32))
     assert eng.anchor.tobytes() == before.tobytes() and eng.next_seq == 1
+
+
+def test_a_signed_cluster_needs_room_for_one_signed_value() -> None:
+    # REQ: DF-RLY-141
+    # 160 + 224 + 8 = 392 bytes hold one signed entry of one value; below that the engine refuses to
+    # sign and stays as it was (as Rust's Engine::set_signing)
+    eng = Engine(MANIFEST, SyncConfig(max_packet_size=391), 1, 101)
+    before = eng.max_entry_values
+    with pytest.raises(ValueError, match="cannot hold one value"):
+        eng.set_signing(_signing(1))
+    assert eng.signing is None and eng.max_entry_values == before
+    with pytest.raises(ValueError):
+        Engine(MANIFEST, SyncConfig(max_packet_size=391), 1, 101, signing=_signing(1))
+    eng = Engine(MANIFEST, SyncConfig(max_packet_size=392), 1, 101, signing=_signing(1))
+    assert eng.max_entry_values == 1
+    d = np.zeros(64, np.float32)
+    d[3], d[9] = 1.0, -2.0
+    packets = eng.pack(eng.generate(d), [])
+    assert packets and all(len(p) <= 392 for p in packets)

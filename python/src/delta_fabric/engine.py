@@ -280,10 +280,11 @@ class Engine:
     def set_signing(self, signing: Signing | None) -> None:
         """Put the node in a signed cluster (spec section 13.1), or take it out (``None``); own entries
         are split by the signed size estimate from the next generation on (DF-RLY-141)."""
+        # refused (ValueError) before anything changes when max_packet_size cannot hold a signed entry
+        # of one value (below 392 bytes, DF-RLY-141)
+        max_values = max_values_per_entry(self.config.max_packet_size, signed=signing is not None)
         self.signing = signing
-        self._max_entry_values = max_values_per_entry(
-            self.config.max_packet_size, signed=signing is not None
-        )
+        self._max_entry_values = max_values
 
     @property
     def max_entry_values(self) -> int:

@@ -16,8 +16,8 @@ use crate::replay::{Admission, ReceiverState, ReplayWindow};
 use crate::selection::{Selector, num_selected};
 use crate::signing::Signing;
 use crate::wire::{
-    OwnedEntry, OwnedPacket, PACKET_OVERHEAD_BOUND, Packet, decode_packet, encode_packet,
-    entry_size_bound_signed, heard_size_bound, validate_packet,
+    MIN_SIGNED_MAX_PACKET_SIZE, OwnedEntry, OwnedPacket, PACKET_OVERHEAD_BOUND, Packet,
+    decode_packet, encode_packet, entry_size_bound_signed, heard_size_bound, validate_packet,
 };
 
 /// Engine errors (misuse by the caller, never caused by received bytes).
@@ -310,8 +310,19 @@ impl Engine {
     /// entries (with its secret key), rejects packets with an entry not signed by its origin's
     /// pinned key (`BAD_SIGNATURE`, DF-SEC-142) and relays the origin's values and signature
     /// (DF-RLY-140).
-    pub fn set_signing(&mut self, signing: Option<Signing>) {
+    ///
+    /// Refused, with nothing changed, when `max_packet_size` cannot hold a signed entry of one
+    /// value (below [`MIN_SIGNED_MAX_PACKET_SIZE`], DF-RLY-141).
+    pub fn set_signing(&mut self, signing: Option<Signing>) -> Result<(), EngineError> {
+        if signing.is_some() && self.config.max_packet_size < MIN_SIGNED_MAX_PACKET_SIZE {
+            return Err(EngineError::Config(ConfigError::OutOfRange {
+                name: "max_packet_size",
+                allowed: format!(">= {MIN_SIGNED_MAX_PACKET_SIZE} in a signed cluster"),
+                got: self.config.max_packet_size.to_string(),
+            }));
+        }
         self.signing = signing;
+        Ok(())
     }
 
     /// The signing keys, in a signed cluster.

@@ -60,6 +60,10 @@ pub const SIGNATURE_SIZE: usize = 64;
 /// vtable slots 7..10, the field's uoffset, the vector's length, its 64 bytes and padding (same
 /// as the Python reference `SIGNATURE_SIZE_BOUND`).
 pub const SIGNATURE_SIZE_BOUND: usize = 96;
+/// Smallest `max_packet_size` of a signed cluster: a packet of one signed entry of one value by the
+/// size bound (`160 + 128 + 96 + 8` = 392, DF-RLY-141); below it no own entry fits.
+pub const MIN_SIGNED_MAX_PACKET_SIZE: usize =
+    PACKET_OVERHEAD_BOUND + 128 + SIGNATURE_SIZE_BOUND + 8;
 
 /// [`entry_size_bound`] of an entry that is signed or not (DF-RLY-141).
 pub fn entry_size_bound_signed(n: usize, signed: bool) -> usize {

@@ -823,7 +823,7 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
                 "signing: a node of a signed cluster needs its secret key".into(),
             )));
         }
-        self.engine()?.set_signing(signing);
+        self.engine()?.set_signing(signing)?;
         Ok(())
     }
 

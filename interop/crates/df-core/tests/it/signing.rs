@@ -4,8 +4,8 @@
 
 use df_core::signing::{SIGNATURE_DOMAIN, Signing, public_key_of, signed_message};
 use df_core::{
-    Engine, ErrorCode, Manifest, Outcome, SyncConfig, TensorSpec, ValueEncoding, decode_packet,
-    encode_packet,
+    ConfigError, Engine, EngineError, ErrorCode, Manifest, Outcome, SyncConfig, TensorSpec,
+    ValueEncoding, decode_packet, encode_packet,
 };
 
 fn manifest() -> Manifest {
@@ -30,7 +30,8 @@ fn engine(n: u64, alpha: f64, signed: bool) -> Engine {
     if signed {
         e.set_signing(Some(
             Signing::new(&keys(), Some(seed(n)), Some(n)).expect("keys"),
-        ));
+        ))
+        .expect("signed cluster");
     }
     e
 }
@@ -209,9 +210,49 @@ fn signed_size_estimate_is_an_upper_bound() {
 fn a_node_without_its_secret_key_cannot_generate() {
     // REQ: DF-SEC-140
     let mut e = engine(1, 1.0, false);
-    e.set_signing(Some(Signing::new(&keys(), None, None).expect("keys")));
+    e.set_signing(Some(Signing::new(&keys(), None, None).expect("keys")))
+        .expect("signed cluster");
     let anchor = e.anchor().to_vec();
     assert!(e.generate(&[1.0; 64], false).is_err());
     assert_eq!(e.anchor(), &anchor[..]);
     assert_eq!(e.next_seq(), 1);
+}
+
+#[test]
+fn a_signed_cluster_needs_room_for_one_signed_value() {
+    // REQ: DF-RLY-141
+    // 160 + 128 + 96 + 8 = 392 bytes hold one signed entry of one value; below that no own entry
+    // fits, so the engine refuses to sign and stays as it was
+    let make = |mps: usize| {
+        let cfg = SyncConfig {
+            max_packet_size: mps,
+            ..SyncConfig::default()
+        };
+        Engine::new(manifest(), cfg, 1, 101, vec![0.0; 64]).expect("engine")
+    };
+    let signing = || Signing::new(&keys(), Some(seed(1)), Some(1)).expect("keys");
+    let mut e = make(391);
+    assert!(matches!(
+        e.set_signing(Some(signing())),
+        Err(EngineError::Config(ConfigError::OutOfRange {
+            name: "max_packet_size",
+            ..
+        }))
+    ));
+    assert!(e.signing().is_none());
+    assert!(e.set_signing(None).is_ok());
+    let mut e = make(392);
+    e.set_signing(Some(signing()))
+        .expect("392 holds one signed value");
+    assert_eq!(e.max_values_per_entry(), 1);
+    let mut d = vec![0.0f32; 64];
+    d[3] = 1.0;
+    d[9] = -2.0;
+    let own = e.generate(&d, false).expect("generate");
+    let packets = e.pack_packets(&own, &[]);
+    assert!(!packets.is_empty());
+    for p in &packets {
+        let bytes = encode_packet(p);
+        assert!(bytes.len() <= 392, "{} bytes", bytes.len());
+    }
 }

@@ -177,7 +177,7 @@ fn node_engine(j: &Value, anchor: Vec<f32>) -> Result<Engine, String> {
             Some(id),
         )
         .map_err(|e| e.to_string())?;
-        e.set_signing(Some(signing));
+        e.set_signing(Some(signing)).map_err(|e| e.to_string())?;
     }
     Ok(e)
 }

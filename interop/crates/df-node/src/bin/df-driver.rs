@@ -340,7 +340,8 @@ fn engine_for(v: &Value, node: &Value, anchor: Vec<f32>) -> Result<Engine, Fail>
             Some(id),
         )
         .map_err(|e| err(e.to_string()))?;
-        eng.set_signing(Some(signing));
+        eng.set_signing(Some(signing))
+            .map_err(|e| err(e.to_string()))?;
     }
     Ok(eng)
 }
