@@ -492,10 +492,12 @@ def f_snapshot_kill(cl: Cluster) -> dict[str, Any]:
     from delta_fabric.transports.zenoh import ZenohOptions, ZenohTransport
 
     p = cl.p
-    # the lowest member dies when the joiner asks for its chunk 1 (after serving chunk 0)
+    # the lowest member dies when the joiner asks for its chunk 1 (after serving chunk 0); the
+    # members are bounded by 3x the steps and stopped below, after the joiner joined (judged by
+    # state: a bootstrap slowed by load must not find the members already finished, DF-RCV-50)
     for i, nid in enumerate(MEMBERS):
         connect = [cl.endpoint(to) for to in MEMBERS[:i]]
-        cl.start(nid, connect=connect, die_on_chunk=1 if i == 0 else None)
+        cl.start(nid, connect=connect, die_on_chunk=1 if i == 0 else None, steps=3 * p.steps)
     sport = free_port()
     stranger = ZenohTransport(
         ZenohOptions(
@@ -521,6 +523,22 @@ def f_snapshot_kill(cl: Cluster) -> dict[str, Any]:
             peers=[*MEMBERS, STRANGER],
         )
         cl.wait(lambda: joiner.ready is not None, "the joiner bootstrapped", 120)
+        # the members stop once the joiner accepted an entry of every live member and trained
+        # half its steps; each member's last entries then reach the joiner, which is still running
+        alive = cl.runs[1 : len(MEMBERS)]
+        cl.wait(
+            lambda: (
+                (
+                    all(joiner.heard.get(m.node_id, 0) > 0 for m in alive)
+                    and joiner.step >= max(10, p.steps // 2) // 2
+                )
+                or joiner.final is not None
+            ),
+            "the joiner heard every live member",
+            600,
+        )
+        for m in MEMBERS:
+            (cl.dir / f"stop-{m:x}").touch()
         cl.finish()
     finally:
         stranger.close()
