@@ -139,47 +139,22 @@ def _signed_split_vector(vectors_dir: Path) -> dict[str, Any]:
     rel = f"generate/{name}"
     if (vectors_dir / f"{rel}.json").exists():
         raise AssertionError(f"{rel}: a vector of that name exists already")
-    ev._dump(
-        vectors_dir / f"{rel}.json",
-        {
-            "description": "A node of a signed cluster with max_packet_size 408 = 160 + 128 + 8 * 3 + "
-            "96 generates k = 6 values: by the size bound of a signed entry (DF-RLY-141) an entry "
-            "holds 3 values, so they go out as 2 signed entries of 3 (seqs 5 and 6). An unsigned "
-            "node would send one entry of 6; an implementation that splits by the unsigned bound, "
-            "or miscounts the signature's 96 bytes, splits differently.",
-            "requirements": reqs,
-            "manifest": ev.MANIFEST.to_json(),
-            "config": ev._config_json(cfg),
-            "node": {
-                "id": ev.hex16(ev.NODE),
-                "incarnation": ev.hex16(ev.NODE_INC),
-                "signing": sv._signing_json(sv.KEYS, sv.seed_of(ev.NODE)),
-            },
-            "seq_start": 5,
-            "fast": False,
-            "k": cfg.num_selected(ev.N),
-            "active": ev.floats(active),
-            "active_bits": ev.f32_bits(active),
-            "anchor": ev.floats(anchor),
-            "anchor_bits": ev.f32_bits(anchor),
-            "expected": {
-                "exact_split": True,
-                "entries": [sv.entry_json(e) for e in out],
-                "next_seq": eng.next_seq,
-                "anchor": ev.floats(eng.anchor),
-                "anchor_bits": ev.f32_bits(eng.anchor),
-                "active_bits": ev.f32_bits(active),
-            },
-        },
+    return sv.write_signed_generate(
+        vectors_dir,
+        name,
+        "A node of a signed cluster with max_packet_size 408 = 160 + 128 + 8 * 3 + "
+        "96 generates k = 6 values: by the size bound of a signed entry (DF-RLY-141) an entry "
+        "holds 3 values, so they go out as 2 signed entries of 3 (seqs 5 and 6). An unsigned "
+        "node would send one entry of 6; an implementation that splits by the unsigned bound, "
+        "or miscounts the signature's 96 bytes, splits differently.",
+        reqs,
+        cfg,
+        ev.NODE,
+        active,
+        anchor,
+        eng,
+        out,
     )
-    return {
-        "id": f"generate.{name}",
-        "kind": "generate",
-        "path": rel,
-        "requirements": reqs,
-        "expect": {"entries": len(out), "values": sum(int(e.indices.size) for e in out)},
-        "features": ["signing"],
-    }
 
 
 def build(vectors_dir: Path) -> list[dict[str, Any]]:

@@ -175,35 +175,32 @@ def _decode_vectors(vectors_dir: Path) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------------------------------------
 
 
-def _generate_vector(vectors_dir: Path) -> dict[str, Any]:
-    cfg = SyncConfig(ratio=0.25)
-    active, anchor = ev._pattern(7, 13, 6, 16.0), ev._pattern(5, 11, 5, 32.0)
-    signing = Signing(KEYS, seed_of(NODE), node_id=NODE)
-    eng = Engine(ev.MANIFEST, cfg, NODE, ev.NODE_INC, anchor=anchor, signing=signing)
-    eng.next_seq = 5
-    out = eng.generate(active.copy())
-    unsigned = Engine(ev.MANIFEST, cfg, NODE, ev.NODE_INC, anchor=anchor)
-    unsigned.next_seq = 5
-    plain = unsigned.generate(active.copy())
-    assert [replace(e, signature=None) for e in out] == plain  # signing changes nothing else
-    for e in out:
-        assert signing.verify(FP, F32, e) is None
-    name = "signed"
-    reqs = ["DF-GEN-1", "DF-GEN-3", "DF-SEC-140", "DF-SEC-141"]
+def write_signed_generate(
+    vectors_dir: Path,
+    name: str,
+    description: str,
+    reqs: list[str],
+    cfg: SyncConfig,
+    node: int,
+    active: Any,
+    anchor: Any,
+    eng: Engine,
+    out: list[Entry],
+) -> dict[str, Any]:
+    """Write ``generate/<name>.json``, a signing node's generation from ``active`` over ``anchor``
+    (seq_start 5, exact mode) whose result is ``out`` with ``eng`` after it; return its index row."""
     rel = f"generate/{name}"
     ev._dump(
         vectors_dir / f"{rel}.json",
         {
-            "description": "A node of a signed cluster generates: the entries are the unsigned "
-            "node's, each with the Ed25519 signature of its origin's secret key over the message of "
-            "DF-SEC-141 (deterministic, RFC 8032).",
+            "description": description,
             "requirements": reqs,
             "manifest": ev.MANIFEST.to_json(),
             "config": ev._config_json(cfg),
             "node": {
-                "id": ev.hex16(NODE),
+                "id": ev.hex16(node),
                 "incarnation": ev.hex16(ev.NODE_INC),
-                "signing": _signing_json(KEYS, seed_of(NODE)),
+                "signing": _signing_json(KEYS, seed_of(node)),
             },
             "seq_start": 5,
             "fast": False,
@@ -230,6 +227,37 @@ def _generate_vector(vectors_dir: Path) -> dict[str, Any]:
         "expect": {"entries": len(out), "values": sum(int(e.indices.size) for e in out)},
         "features": ["signing"],
     }
+
+
+def _generate_vector(vectors_dir: Path) -> dict[str, Any]:
+    cfg = SyncConfig(ratio=0.25)
+    active, anchor = ev._pattern(7, 13, 6, 16.0), ev._pattern(5, 11, 5, 32.0)
+    signing = Signing(KEYS, seed_of(NODE), node_id=NODE)
+    eng = Engine(ev.MANIFEST, cfg, NODE, ev.NODE_INC, anchor=anchor, signing=signing)
+    eng.next_seq = 5
+    out = eng.generate(active.copy())
+    unsigned = Engine(ev.MANIFEST, cfg, NODE, ev.NODE_INC, anchor=anchor)
+    unsigned.next_seq = 5
+    plain = unsigned.generate(active.copy())
+    assert [replace(e, signature=None) for e in out] == plain  # signing changes nothing else
+    for e in out:
+        assert signing.verify(FP, F32, e) is None
+    name = "signed"
+    reqs = ["DF-GEN-1", "DF-GEN-3", "DF-SEC-140", "DF-SEC-141"]
+    return write_signed_generate(
+        vectors_dir,
+        name,
+        "A node of a signed cluster generates: the entries are the unsigned "
+        "node's, each with the Ed25519 signature of its origin's secret key over the message of "
+        "DF-SEC-141 (deterministic, RFC 8032).",
+        reqs,
+        cfg,
+        NODE,
+        active,
+        anchor,
+        eng,
+        out,
+    )
 
 
 # ------------------------------------------------------------------------------------------------

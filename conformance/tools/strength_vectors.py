@@ -556,44 +556,9 @@ def _signed_generate(vectors_dir: Path) -> dict[str, Any]:
     (plain,) = unsigned.generate(active.copy())  # unsigned: one entry (the estimate is smaller)
     assert np.array_equal(np.concatenate([e.indices for e in out]), plain.indices)
     assert np.array_equal(np.concatenate([e.values for e in out]), plain.values)
-    rel = f"generate/{name}"
-    ev._dump(
-        vectors_dir / f"{rel}.json",
-        {
-            "description": description,
-            "requirements": reqs,
-            "manifest": ev.MANIFEST.to_json(),
-            "config": ev._config_json(cfg),
-            "node": {
-                "id": ev.hex16(sv.NODE),
-                "incarnation": ev.hex16(ev.NODE_INC),
-                "signing": sv._signing_json(sv.KEYS, sv.seed_of(sv.NODE)),
-            },
-            "seq_start": 5,
-            "fast": False,
-            "k": cfg.num_selected(ev.N),
-            "active": ev.floats(active),
-            "active_bits": ev.f32_bits(active),
-            "anchor": ev.floats(anchor),
-            "anchor_bits": ev.f32_bits(anchor),
-            "expected": {
-                "exact_split": True,
-                "entries": [sv.entry_json(e) for e in out],
-                "next_seq": eng.next_seq,
-                "anchor": ev.floats(eng.anchor),
-                "anchor_bits": ev.f32_bits(eng.anchor),
-                "active_bits": ev.f32_bits(active),
-            },
-        },
+    return sv.write_signed_generate(
+        vectors_dir, name, description, reqs, cfg, sv.NODE, active, anchor, eng, out
     )
-    return {
-        "id": f"generate.{name}",
-        "kind": "generate",
-        "path": rel,
-        "requirements": reqs,
-        "expect": {"entries": len(out), "values": sum(int(e.indices.size) for e in out)},
-        "features": ["signing"],
-    }
 
 
 def build(vectors_dir: Path) -> list[dict[str, Any]]:
