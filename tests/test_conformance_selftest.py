@@ -43,6 +43,8 @@ FAULTS: dict[str, list[str]] = {
         # strength vectors of session 6 (h54, h55): signed entries split by the signed estimate
         "Required.generate.exact.signed_split_at_estimate_limit",
         "Required.generate.exact.signed_split_by_signed_bound",
+        # session 7: the smallest signed max_packet_size, 392, one value per signed entry
+        "Required.generate.exact.signed_smallest_packet_size",
     ],
     # REQ: DF-RCV-30
     "relayed_excludes_dropped": ["Required.receive.step.relay_dropped_oversize"],

@@ -260,6 +260,49 @@ def _generate_vector(vectors_dir: Path) -> dict[str, Any]:
     )
 
 
+def _smallest_signed_vector(vectors_dir: Path) -> dict[str, Any]:
+    """A signing node at the smallest signed ``max_packet_size`` (DF-RLY-141): one value per entry."""
+    mps = 392  # PACKET_OVERHEAD_BOUND 160 + entry bound 128 + 8 * 1 + signature bound 96
+    cfg = SyncConfig(ratio=0.25, max_packet_size=mps)
+    active, anchor = ev._pattern(7, 13, 6, 16.0), ev._pattern(5, 11, 5, 32.0)
+    signing = Signing(KEYS, seed_of(NODE), node_id=NODE)
+    eng = Engine(ev.MANIFEST, cfg, NODE, ev.NODE_INC, anchor=anchor, signing=signing)
+    eng.next_seq = 5
+    out = eng.generate(active.copy())
+    # k = 6 values, one per signed entry: seqs 5..10
+    assert [int(e.indices.size) for e in out] == [1] * 6, out
+    for e in out:
+        assert signing.verify(FP, F32, e) is None
+    try:  # one byte less and the node refuses to sign, changing nothing (DF-RLY-141)
+        Engine(
+            ev.MANIFEST,
+            SyncConfig(ratio=0.25, max_packet_size=mps - 1),
+            NODE,
+            ev.NODE_INC,
+            anchor=anchor,
+            signing=signing,
+        )
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("a signing node at max_packet_size 391 was accepted")
+    return write_signed_generate(
+        vectors_dir,
+        "signed_smallest_packet_size",
+        "A node of a signed cluster at max_packet_size 392 = 160 + 128 + 8 * 1 + 96, the "
+        "smallest a signed node accepts (DF-RLY-141), generates k = 6 values: one value per "
+        "signed entry, seqs 5..10. An implementation that refuses to sign at exactly 392 (a "
+        "bound off by one) answers an error instead.",
+        ["DF-RLY-141", "DF-GEN-6", "DF-SEC-140", "DF-SEC-141"],
+        cfg,
+        NODE,
+        active,
+        anchor,
+        eng,
+        out,
+    )
+
+
 # ------------------------------------------------------------------------------------------------
 # Receive vectors
 # ------------------------------------------------------------------------------------------------
@@ -518,5 +561,6 @@ def build(vectors_dir: Path) -> list[dict[str, Any]]:
     """Write the signed-entry vectors under ``vectors_dir``; return their index rows."""
     rows = _decode_vectors(vectors_dir)
     rows.append(_generate_vector(vectors_dir))
+    rows.append(_smallest_signed_vector(vectors_dir))
     rows += [_write_receive(vectors_dir, c) for c in _cases()]
     return rows
