@@ -12,8 +12,8 @@ step setup
 scripts/setup.sh --rust
 
 step "python: ruff, mypy"
-ruff check python tests conformance bench interop/examples
-ruff format --check python tests conformance bench interop/examples
+ruff check .
+ruff format --check .
 mypy   # mypy.ini: the library, conformance/harness and python/demo
 
 step "rust: fmt, clippy, build"

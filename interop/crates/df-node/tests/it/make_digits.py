@@ -21,8 +21,11 @@ def write(d: Path, xtr, ytr, xte, yte) -> None:
     ytr.astype(np.uint8).tofile(d / "train_y.u8")
     xte.astype("<f4").tofile(d / "test_x.f32")
     yte.astype(np.uint8).tofile(d / "test_y.u8")
-    meta = {"n_train": int(ytr.size), "n_test": int(yte.size),
-            "classes": sorted(int(c) for c in np.unique(ytr))}
+    meta = {
+        "n_train": int(ytr.size),
+        "n_test": int(yte.size),
+        "classes": sorted(int(c) for c in np.unique(ytr)),
+    }
     (d / "meta.json").write_text(json.dumps(meta) + "\n")
 
 

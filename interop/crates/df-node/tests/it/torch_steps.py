@@ -34,7 +34,12 @@ def tensors(m):
 
 def main() -> None:
     init, data, out = sys.argv[1], sys.argv[2], sys.argv[3]
-    steps, lr, momentum, batch = int(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6]), int(sys.argv[7])
+    steps, lr, momentum, batch = (
+        int(sys.argv[4]),
+        float(sys.argv[5]),
+        float(sys.argv[6]),
+        int(sys.argv[7]),
+    )
     torch.set_num_threads(1)
     m = Net()
     flat = np.fromfile(init, dtype="<f4")
@@ -42,15 +47,17 @@ def main() -> None:
     with torch.no_grad():
         for t in tensors(m).values():
             n = t.numel()
-            t.copy_(torch.from_numpy(flat[off:off + n].copy()).view(t.shape))
+            t.copy_(torch.from_numpy(flat[off : off + n].copy()).view(t.shape))
             off += n
     assert off == flat.size
-    x = torch.from_numpy(np.fromfile(f"{data}/train_x.f32", dtype="<f4").reshape(-1, 1, 8, 8).copy())
+    x = torch.from_numpy(
+        np.fromfile(f"{data}/train_x.f32", dtype="<f4").reshape(-1, 1, 8, 8).copy()
+    )
     y = torch.from_numpy(np.fromfile(f"{data}/train_y.u8", dtype=np.uint8).astype(np.int64))
     opt = torch.optim.SGD(m.parameters(), lr=lr, momentum=momentum)
     m.train()
     for s in range(steps):
-        xb, yb = x[s * batch:(s + 1) * batch], y[s * batch:(s + 1) * batch]
+        xb, yb = x[s * batch : (s + 1) * batch], y[s * batch : (s + 1) * batch]
         opt.zero_grad()
         F.cross_entropy(m(xb), yb).backward()
         opt.step()
