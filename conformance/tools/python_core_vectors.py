@@ -22,15 +22,17 @@ if str(TOOLS_DIR) not in sys.path:
 
 import compact_vectors as cv  # noqa: E402
 import engine_vectors as ev  # noqa: E402
+import make_vectors as mv  # noqa: E402
 import numpy as np  # noqa: E402
 import pinning_vectors as pv  # noqa: E402
 import signed_vectors as sv  # noqa: E402
 from delta_fabric.compact import FORM_DELTA, IndexEncoding, encode_indices  # noqa: E402
 from delta_fabric.config import SyncConfig  # noqa: E402
 from delta_fabric.encodings import ValueEncoding  # noqa: E402
+from delta_fabric.errors import ErrorCode  # noqa: E402
 from delta_fabric.manifest import Manifest  # noqa: E402
 from delta_fabric.signing import Signing, public_key_of  # noqa: E402
-from delta_fabric.wire import Entry, Packet  # noqa: E402
+from delta_fabric.wire import Entry, Packet, quantize_packet  # noqa: E402
 
 __all__ = ["build"]
 
@@ -138,7 +140,79 @@ def compact_cases() -> list[pv.DecodeCase]:
         packet,
     )
     case.manifest = _BIG
-    return [case]
+    return [case, _q8_bitmap_case(), _bitmap_past_u32_case()]
+
+
+def _q8_bitmap_case() -> pv.DecodeCase:
+    """A Q8 + PACKED packet whose values an encoder reproduces exactly (every value is q * scale with
+    the scale of DF-PKT-111), so that it gets the encode round trip."""
+    top = [1.0, -0.5, 0.25, 0.125, -1.0, 0.0625, 0.5, -0.25, 0.75, 0.375, -0.875]
+    entries = (
+        # the bitmap of section 6.8's example (01 08 0b ff): its last index is bit 7 of its last
+        # byte; max |v| exactly 1.0: scale 2^-6 (127 * 2^-7 < 1), q = 64 * v
+        Entry(
+            0xB2,
+            1,
+            1,
+            0,
+            np.array([8, 9, 11, *range(16, 24)], np.uint32),
+            np.array(top, np.float32),
+        ),
+        # one value: scale 2^-7, q = 64
+        Entry(0xB2, 1, 2, 0, np.array([3], np.uint32), np.array([0.5], np.float32)),
+        # max |v| in (63.5, 127]: scale exactly 1, q = v
+        Entry(
+            0xC3,
+            1,
+            1,
+            0,
+            np.array([0, 7, 100], np.uint32),
+            np.array([100.0, -3.0, 64.0], np.float32),
+        ),
+    )
+    assert encode_indices(entries[0].indices) == bytes([0x01, 0x08, 0x0B, 0xFF])
+    packet = Packet(
+        0x5EED0000000000A1,
+        0x00062A1B2C3D4E5F,
+        mv.VECTOR_MANIFEST.fingerprint,
+        entries,
+        ValueEncoding.Q8,
+        index_encoding=IndexEncoding.PACKED,
+    )
+    assert quantize_packet(packet) == packet  # exact: the encoder reproduces every value
+    return pv._valid(
+        "q8_packed_exact_scales",
+        "A Q8 + PACKED packet of three entries whose values are exact multiples of their scale "
+        "(DF-PKT-111), so an encoder's round trip must reproduce them: the bitmap 01 08 0b ff of "
+        "section 6.8's example (its last index is bit 7 of its last byte, so the bitmap has no "
+        "trailing 0 byte, DF-PKT-116) with max |v| exactly 1.0 (scale 2^-6, as 127 * 2^-7 < 1); "
+        "an entry of one value; an entry with max |v| = 100 (scale exactly 1). (Mutants: the "
+        "bitmap one bit longer, a one-value entry or a scale of 1 encoded as all zeros, max |v| "
+        "= 1.0 taken as the all-zero case.)",
+        ["DF-PKT-110", "DF-PKT-111", "DF-PKT-116", "DF-PKT-115"],
+        packet,
+    )
+
+
+def _bitmap_past_u32_case() -> pv.DecodeCase:
+    """A bitmap whose third set bit is the index 2^32."""
+    base = (1 << 32) - 9
+    packed = bytes([0x01]) + _leb128(base) + bytes([0x03, 0x02])  # rel 0, 1 and 9
+    data = cv.build_raw(
+        cv.CP([cv.CE(origin=0xB2, packed=packed, values=[0.5, 0.25, 0.125])], encoding=0),
+        mv.VECTOR_MANIFEST.fingerprint,
+    )
+    return pv.DecodeCase(
+        "packed_bitmap_third_index_2_32",
+        "A PACKED entry in the bitmap form: base 2^32 - 9 and bits 0, 1 and 9 set, so its third "
+        "index is 2^32: MALFORMED (DF-PKT-116, every index below 2^32), even though its first two "
+        "indices are valid. A decoder that checks another index than the last against 2^32 reads "
+        "the third as 0 (u32 wrap-around) and answers UNSORTED_INDICES. (Mutants: unpack_indices "
+        "checking rel[1] or rel[-2] instead of rel[-1].)",
+        ["DF-PKT-110", "DF-PKT-116"],
+        data,
+        error=ErrorCode.MALFORMED,
+    )
 
 
 def build(vectors_dir: Path) -> list[dict[str, Any]]:
@@ -147,7 +221,8 @@ def build(vectors_dir: Path) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for d in compact_cases():
         row = pv._write_decode(vectors_dir, d)
-        rows.append(cv._with_features(row, cv.features(None, int(IndexEncoding.PACKED))))
+        q8 = int(ValueEncoding.Q8) if d.name.startswith("q8_") else None
+        rows.append(cv._with_features(row, cv.features(q8, int(IndexEncoding.PACKED))))
     for c in signing_cases():
         if (vectors_dir / "receive" / c.name).exists():
             raise AssertionError(f"receive/{c.name}: a vector of that name exists already")
