@@ -25,7 +25,9 @@ import engine_vectors as ev  # noqa: E402
 import make_vectors as mv  # noqa: E402
 import numpy as np  # noqa: E402
 import pinning_vectors as pv  # noqa: E402
+import rust_pinning_vectors as rpv  # noqa: E402
 import signed_vectors as sv  # noqa: E402
+import snapshot_vectors as snv  # noqa: E402
 from delta_fabric.compact import FORM_DELTA, IndexEncoding, encode_indices  # noqa: E402
 from delta_fabric.config import SyncConfig  # noqa: E402
 from delta_fabric.encodings import ValueEncoding  # noqa: E402
@@ -215,6 +217,81 @@ def _bitmap_past_u32_case() -> pv.DecodeCase:
     )
 
 
+# ------------------------------------------------------------------------------------------------------
+# snapshot (DFS1, spec section 9.5)
+# ------------------------------------------------------------------------------------------------------
+
+
+def snapshot_decode_cases() -> list[snv.DecodeCase]:
+    one = np.array([0.5], dtype=np.float32)
+    return [
+        snv.DecodeCase(
+            "eight_bytes",
+            "Exactly 8 bytes: a root uoffset of 8 and the identifier DFS1, nothing else. The "
+            "identifier is there (BAD_IDENTIFIER is for fewer than 8 bytes or another identifier, "
+            "DF-ZEN-40), so the chunk is MALFORMED: its root table lies past the end. (Mutant: "
+            "the length check `len < 8` as `len <= 8`, or 8 as 9.)",
+            (8).to_bytes(4, "little") + b"DFS1",
+            "MALFORMED",
+        ),
+        snv.DecodeCase(
+            "one_value_snapshot",
+            "The only chunk of a snapshot of one value: total 1, offset 0, one value 0.5, the "
+            "digest of its 4 bytes. Valid: total must be non-zero, and 1 is. (Mutant: the check "
+            "`total == 0` as `total == 1`.)",
+            snv.build_chunk(snv.RawChunk(total=1, offset=0, values=one, digest=snv._digest(one))),
+            "ok",
+        ),
+    ]
+
+
+def _write_assemble_non_finite(vectors_dir: Path) -> dict[str, Any]:
+    """Chunk 0 at chunk_size 1 of the section 9.5 snapshot with its only value +inf: NON_FINITE."""
+    name = "every_value_non_finite"
+    chunk = replace(snv.chunk_of(0, chunk_size=1), values=np.array([np.inf], dtype=np.float32))
+    data = snv.build_chunk(chunk)
+    outcome, at, values = snv._reference_assemble([(0, data)], 1)
+    assert (outcome, at, values) == ("NON_FINITE", 0, None)
+    rel = f"snapshot/assemble/{name}"
+    folder = vectors_dir / rel
+    if folder.exists():
+        raise AssertionError(f"{rel}: a vector of that name exists already")
+    folder.mkdir(parents=True)
+    (folder / "c0.dfs").write_bytes(data)
+    reqs = snv._requirements(snv.REQ_ASSEMBLY)
+    snv._dump(
+        folder / "case.json",
+        {
+            "description": "chunk_size 1: chunk 0 of the section 9.5 snapshot (header unchanged) "
+            "with its only value +inf, so that no value of the chunk is finite: NON_FINITE at "
+            "chunk 0 (DF-ZEN-12, DF-ZEN-41). A joiner that looks for the first finite value to "
+            "name the bad one finds none and fails otherwise. (Mutant: the position of the bad "
+            "value taken among the finite ones.)",
+            "requirements": reqs,
+            "manifest": {
+                "tensors": [
+                    {"name": t.name, "dtype": "f32", "shape": list(t.shape)}
+                    for t in snv.MANIFEST.tensors
+                ]
+            },
+            "fingerprint": snv.MANIFEST.fingerprint.hex(),
+            "num_params": snv.N,
+            "node": f"{snv.NODE:016x}",
+            "chunk_size": 1,
+            "indices": [0],
+            "chunks": ["c0.dfs"],
+            "expected": {"outcome": outcome, "at": at},
+        },
+    )
+    return {
+        "id": f"snapshot.assemble.{name}",
+        "kind": "snapshot",
+        "path": rel,
+        "requirements": reqs,
+        "expect": outcome,
+    }
+
+
 def build(vectors_dir: Path) -> list[dict[str, Any]]:
     """Write this module's vectors under ``vectors_dir`` (after the modules whose helpers it uses);
     return their index rows."""
@@ -223,6 +300,11 @@ def build(vectors_dir: Path) -> list[dict[str, Any]]:
         row = pv._write_decode(vectors_dir, d)
         q8 = int(ValueEncoding.Q8) if d.name.startswith("q8_") else None
         rows.append(cv._with_features(row, cv.features(q8, int(IndexEncoding.PACKED))))
+    for sc in snapshot_decode_cases():
+        if (vectors_dir / f"snapshot/decode/{sc.name}.json").exists():
+            raise AssertionError(f"snapshot/decode/{sc.name}: a vector of that name exists already")
+        rows.append(rpv._write_decode(vectors_dir, sc))
+    rows.append(_write_assemble_non_finite(vectors_dir))
     for c in signing_cases():
         if (vectors_dir / "receive" / c.name).exists():
             raise AssertionError(f"receive/{c.name}: a vector of that name exists already")
