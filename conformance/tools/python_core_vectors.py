@@ -121,23 +121,37 @@ def compact_cases() -> list[pv.DecodeCase]:
     assert packed == bytes([FORM_DELTA]) + b"".join(_leb128(g) for g in _GAPS)
     assert [len(_leb128(g)) for g in _GAPS[1:11]] == [1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
     values = np.arange(1, 41, dtype=np.float32) / np.float32(8.0)
-    entry = Entry(0xB2, 1, 1, 0, indices, values)
+    # 33 one-byte gaps (the vectorised encoder's all-one-byte path), then 33 with exactly one
+    # two-byte gap (200)
+    small = [3 + (7 * j) % 120 for j in range(33)]
+    one_long = [*small[:16], 200, *small[17:]]
+    entries = [Entry(0xB2, 1, 1, 0, indices, values)]
+    for seq, gaps in ((2, small), (3, one_long)):
+        ix = np.cumsum(np.array(gaps, dtype=np.uint64)).astype(np.uint32)
+        enc = encode_indices(ix)
+        assert enc == bytes([FORM_DELTA]) + b"".join(_leb128(g) for g in gaps), seq
+        vals = np.arange(33, dtype=np.float32) / np.float32(4.0) - np.float32(4.0)
+        entries.append(Entry(0xB2, 1, seq, 0, ix, vals))
     packet = Packet(
         0x5EED0000000000A1,
         0x00062A1B2C3D4E5F,
         _BIG.fingerprint,
-        (entry,),
+        tuple(entries),
         index_encoding=IndexEncoding.PACKED,
     )
     case = pv._valid(
         "packed_delta_every_varint_length",
-        "A PACKED packet of one F32 entry of 40 indices in the delta form (DF-PKT-110), its gaps at "
+        "A PACKED packet of three F32 entries in the delta form (DF-PKT-110). The first has 40 "
+        "indices, its gaps at "
         "both ends of every varint length (DF-PKT-116): 1 and 127 (1 byte), 128 and 2^14 - 1 (2), "
         "2^14 and 2^21 - 1 (3), 2^21 and 2^28 - 1 (4), 2^28 and 2^31 (5 bytes), then 29 gaps of "
-        "1 to 3 bytes; num_params 3 * 2^30. Decoders read its varints; an encoder's round "
+        "1 to 3 bytes; the second 33 indices whose gaps all take one byte; the third 33 whose "
+        "gaps take one byte but one (200, two bytes). num_params 3 * 2^30. Decoders read the "
+        "varints; an encoder's round "
         "trip must write each gap's varint with its exact length and continuation bits (more than "
         "32 varints: the reference's vectorised encoder). (Mutants: _varints' vectorised path, a "
-        "continuation bit lost or a byte length off by one, and _VARINT_LIMITS.)",
+        "continuation bit lost, a byte length off by one, one longer varint "
+        "taken for none, and _VARINT_LIMITS.)",
         ["DF-PKT-110", "DF-PKT-116"],
         packet,
     )
