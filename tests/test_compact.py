@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from delta_fabric.compact import (
@@ -48,6 +50,34 @@ def test_roundtrip_and_shorter_form(density: float) -> None:
     assert len(b) == min(len(encode_delta(idx)), len(encode_bitmap(idx)))
     assert decode_indices(b).tolist() == idx.tolist()
     assert b[0] == (FORM_BITMAP if density >= 0.2 else FORM_DELTA)
+
+
+def _leb128_len(x: int) -> int:
+    return max(1, (x.bit_length() + 6) // 7)
+
+
+def test_shorter_form_at_ties_and_near_ties() -> None:
+    # REQ: DF-PKT-116 (the shorter form, delta on a tie), against lengths computed from the
+    # definitions: delta = 1 + varints of the first index and the gaps; bitmap = 1 + varint of the
+    # base + ceil((span) / 8) bytes
+    rng = np.random.default_rng(7)
+    cases = [[0, 7], [8, 9, 11, *range(16, 24)], [127, 134], [128, 135], [1 << 20, (1 << 20) + 15]]
+    for _ in range(600):
+        base = int(rng.choice([0, 5, 127, 128, 300, 1 << 14, (1 << 21) + 3, (1 << 31) + 1]))
+        span = int(rng.integers(1, 80))
+        k = int(rng.integers(1, span + 1))
+        rel = np.sort(rng.choice(span, size=k, replace=False))
+        rel[0] = 0
+        cases.append([base + int(r) for r in np.unique(rel)])
+    for ix in cases:
+        idx = np.array(ix, dtype=np.uint32)
+        delta = 1 + _leb128_len(ix[0]) + sum(_leb128_len(b - a) for a, b in itertools.pairwise(ix))
+        bitmap = 1 + _leb128_len(ix[0]) + (ix[-1] - ix[0]) // 8 + 1
+        b = encode_indices(idx)
+        assert len(encode_delta(idx)) == delta and len(encode_bitmap(idx)) == bitmap, ix
+        assert (b[0], len(b)) == (
+            (FORM_BITMAP, bitmap) if bitmap < delta else (FORM_DELTA, delta)
+        ), ix
 
 
 @pytest.mark.parametrize(
@@ -128,3 +158,13 @@ def test_q8_edge_cases() -> None:
         assert ei.value.code is code
     # -128 is decodable (never produced by the encoder)
     assert q8_decode(0.5, np.array([-128], dtype=np.int8)).tolist() == [-64.0]
+
+
+def test_index_encoding_parse() -> None:
+    from delta_fabric.compact import IndexEncoding
+
+    assert IndexEncoding.parse("PACKED") is IndexEncoding.PACKED
+    assert IndexEncoding.parse(0) is IndexEncoding.PLAIN
+    for bad in (True, 1.0, "DENSE", 2):
+        with pytest.raises(ValueError, match="index_encoding"):
+            IndexEncoding.parse(bad)

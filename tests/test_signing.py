@@ -19,6 +19,7 @@ from delta_fabric.signing import (
     SIGNATURE_DOMAIN,
     Signing,
     load_keys,
+    load_secret,
     public_key_of,
     signed_message,
 )
@@ -105,6 +106,16 @@ def test_key_binding_errors(tmp_path: Path) -> None:
         load_keys(f)
     with pytest.raises(ValueError, match="bad entry"):
         Signing.from_json({"zz": "00"})
+    sec = tmp_path / "secret"
+    sec.write_text(f"  {SEEDS[2].hex()}\n")
+    assert Signing.from_json({}, load_secret(sec), node_id=2).keys == {2: KEYS[2]}
+    with pytest.raises(ValueError, match="secret key file"):
+        load_secret(tmp_path / "absent")
+    # node ids are the non-zero u64 (DF-PKT-2): both ends accepted, one past either end refused
+    assert set(Signing({1: KEYS[1], (1 << 64) - 1: KEYS[2]}).keys) == {1, (1 << 64) - 1}
+    for bad in (0, 1 << 64, (1 << 65) - 1, True):
+        with pytest.raises(ValueError, match="node id"):
+            Signing({bad: KEYS[1]})
 
 
 def _cluster(signed: bool, alpha: float = 0.5) -> dict[int, Engine]:
