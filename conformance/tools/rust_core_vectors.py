@@ -1,5 +1,6 @@
 """Vectors that kill mutants of the Rust core found alive by the full campaigns of ``replay.rs``,
-``engine.rs`` and ``wire.rs`` (issue 10 item 3, ``conformance/tools/mutation.py rust``; h55).
+``engine.rs`` and ``wire.rs`` (issue 10 item 3, ``conformance/tools/mutation.py rust``; h55), and of
+``compact.rs``, ``signing.rs`` and ``snapshot.rs`` (h60).
 
 Each vector pins a behaviour that a plausible wrong implementation gets wrong (a subtraction read
 as a division, a bound off by one); the mutant it kills is named in its description, in words.
@@ -20,6 +21,7 @@ from delta_fabric.encodings import ValueEncoding
 from delta_fabric.engine import Engine
 from delta_fabric.errors import ErrorCode
 from delta_fabric.signing import Signing
+from delta_fabric.wire import Packet, encode_packet
 
 TOOLS_DIR = Path(__file__).resolve().parent
 if str(TOOLS_DIR) not in sys.path:
@@ -29,6 +31,8 @@ import config_vectors as cv  # noqa: E402
 import engine_vectors as ev  # noqa: E402
 import pinning_vectors as pv  # noqa: E402
 import signed_vectors as sv  # noqa: E402
+from compact_vectors import FEAT_PACKED, PACKED, REQ_FORMS, REQ_PACKED, _entry  # noqa: E402
+from delta_fabric_conformance.runner import shorter_packed_form  # noqa: E402
 
 __all__ = ["build"]
 
@@ -61,6 +65,64 @@ def decode_cases() -> list[pv.DecodeCase]:
             ["DF-PKT-20", "DF-RCV-20", "DF-VER-1"],
             _root_vtable_of_size_4(),
             error=ErrorCode.UNSUPPORTED_VERSION,
+        ),
+    ]
+
+
+def _packed_form_case(name: str, description: str, indices: list[int], form: str) -> pv.DecodeCase:
+    """A valid PACKED F32 packet of one entry (N = 2^32 - 1) whose indices the encoder writes as
+    ``form`` (hex), the shorter form of DF-PKT-116; the encode round trip checks that form."""
+    mv = pv.mv
+    packet = Packet(
+        mv.SENDER,
+        mv.SENDER_INC,
+        mv.LARGE_MANIFEST.fingerprint,
+        (_entry(0xB2, 1, indices, [0.5 * (j + 1) for j in range(len(indices))]),),
+        ValueEncoding.F32,
+        version_minor=1,
+        index_encoding=PACKED,
+    )
+    data = encode_packet(packet)
+    assert shorter_packed_form(indices).hex() == form, (name, shorter_packed_form(indices).hex())
+    assert bytes.fromhex(form) in data, name  # the reference writes that form
+    return pv.DecodeCase(
+        name,
+        description,
+        [REQ_PACKED, REQ_FORMS],
+        data,
+        expect=packet,
+        manifest=mv.LARGE_MANIFEST,
+    )
+
+
+def packed_form_cases() -> list[pv.DecodeCase]:
+    """The encoder's choice of form where a varint's length decides it (DF-PKT-116): a mutant of
+    ``compact.rs`` ``varint_len`` that miscounts the base's varint picks the other form."""
+    return [
+        _packed_form_case(
+            "packed_tie_two_byte_base",
+            "PACKED F32 (N = 2^32 - 1): indices [200, 207], whose forms have 4 bytes each because "
+            "the base 200 takes a two-byte varint (delta 00 c8 01 07, bitmap 01 c8 01 81): the "
+            "encoder writes delta (a tie). An encoder that counts the base as one byte finds the "
+            "bitmap shorter and writes it (checked by the encode round trip).",
+            [200, 207],
+            "00c80107",
+        ),
+        _packed_form_case(
+            "packed_bitmap_one_byte_shorter",
+            "PACKED F32: indices [1, 2, 3] as the bitmap 01 01 07 (3 bytes), one byte shorter "
+            "than delta 00 01 01 01: the encoder writes the bitmap. An encoder that counts the "
+            "base's varint one byte too long finds a tie and writes delta.",
+            [1, 2, 3],
+            "010107",
+        ),
+        _packed_form_case(
+            "packed_bitmap_two_byte_base",
+            "PACKED F32 (N = 2^32 - 1): indices [200, 201, 202, 203] as the bitmap 01 c8 01 0f "
+            "(4 bytes; delta 00 c8 01 01 01 01 has 6): the encoder writes the bitmap. An encoder "
+            "that counts the two-byte base varint as 3 or more bytes writes delta.",
+            [200, 201, 202, 203],
+            "01c8010f",
         ),
     ]
 
@@ -161,6 +223,10 @@ def build(vectors_dir: Path) -> list[dict[str, Any]]:
     """Write this module's vectors under ``vectors_dir`` (the folders of ``make_vectors.py`` and
     ``engine_vectors.py``, which write theirs first); return their index rows."""
     rows = [pv._write_decode(vectors_dir, c) for c in decode_cases()]
+    for c in packed_form_cases():
+        row = pv._write_decode(vectors_dir, c)
+        row["features"] = sorted({*row.get("features", []), FEAT_PACKED})
+        rows.append(row)
     rows.append(_signed_split_vector(vectors_dir))
     for c in receive_cases():
         if (vectors_dir / "receive" / c.name).exists():
