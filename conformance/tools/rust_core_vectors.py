@@ -124,6 +124,23 @@ def packed_form_cases() -> list[pv.DecodeCase]:
             [200, 201, 202, 203],
             "01c8010f",
         ),
+        _packed_form_case(
+            "packed_tie_span_nine",
+            "PACKED F32: indices [0, 4, 8], a span of 9 indices: the bitmap needs 2 bytes after "
+            "its base (01 00 11 01) and ties with delta 00 00 04 04, so the encoder writes delta. "
+            "An encoder that takes the span as last - first (8, one bitmap byte) finds the bitmap "
+            "shorter and writes it.",
+            [0, 4, 8],
+            "00000404",
+        ),
+        _packed_form_case(
+            "packed_delta_far_apart",
+            "PACKED F32: indices [100, 300] as delta 00 64 c8 01 (4 bytes; the bitmap from 100 "
+            "takes 28). An encoder that computes the span from last / first (300 / 100 + 1 = 4 "
+            "indices, one bitmap byte) finds the bitmap shorter.",
+            [100, 300],
+            "0064c801",
+        ),
     ]
 
 
