@@ -31,7 +31,17 @@ import config_vectors as cv  # noqa: E402
 import engine_vectors as ev  # noqa: E402
 import pinning_vectors as pv  # noqa: E402
 import signed_vectors as sv  # noqa: E402
-from compact_vectors import FEAT_PACKED, PACKED, REQ_FORMS, REQ_PACKED, _entry  # noqa: E402
+from compact_vectors import (  # noqa: E402
+    CE,
+    CP,
+    FEAT_PACKED,
+    PACKED,
+    REQ_CHECKS,
+    REQ_FORMS,
+    REQ_PACKED,
+    _entry,
+    build_raw,
+)
 from delta_fabric_conformance.runner import shorter_packed_form  # noqa: E402
 
 __all__ = ["build"]
@@ -144,6 +154,58 @@ def packed_form_cases() -> list[pv.DecodeCase]:
     ]
 
 
+#: 2^32 - 8 as a varint (f8 ff ff ff 0f): a bitmap base whose first byte reaches 2^32 - 1
+_BASE_TOP = bytes([0xF8, 0xFF, 0xFF, 0xFF, 0x0F])
+
+
+def packed_bitmap_top_cases() -> list[pv.DecodeCase]:
+    """Bitmaps whose last index lies at the 2^32 bound (DF-PKT-116), read as written: a receiver
+    computes the last index from the base, the number of bytes and the last byte's highest bit."""
+    mv = pv.mv
+    large = mv.LARGE_MANIFEST
+    top = (1 << 32) - 8
+    raw = CP(
+        [CE(packed=bytes([1, *_BASE_TOP, 0x01]), values=[1.0])], encoding=int(ValueEncoding.F32)
+    )
+    expect = Packet(
+        mv.SENDER,
+        mv.SENDER_INC,
+        large.fingerprint,
+        (_entry(0xB2, 1, [top], [1.0]),),
+        ValueEncoding.F32,
+        version_minor=1,
+        index_encoding=PACKED,
+    )
+    two = CP(
+        [CE(packed=bytes([1, *_BASE_TOP, 0x01, 0x01]), values=[1.0, 1.0])],
+        encoding=int(ValueEncoding.F32),
+    )
+    return [
+        pv.DecodeCase(
+            "packed_bitmap_base_near_2_32",
+            "PACKED F32 (N = 2^32 - 1): the bitmap 01 f8 ff ff ff 0f 01 as written (delta would "
+            "be shorter): base 2^32 - 8 and bit 0 of its one byte, so the index is 2^32 - 8, below "
+            "2^32 and below N: valid. A receiver that bounds the last index by base + 8 * bytes, "
+            "or by the byte's lowest clear bit instead of its highest set bit (7 + 7 here), "
+            "finds an index of 2^32 or more and answers MALFORMED.",
+            [REQ_PACKED, REQ_CHECKS, REQ_FORMS],
+            build_raw(raw, large.fingerprint),
+            expect=expect,
+            manifest=large,
+        ),
+        pv.DecodeCase(
+            "packed_bitmap_second_byte_2_32",
+            "PACKED bitmap: base 2^32 - 8 and the bytes 01 01: the second byte's bit 0 is index "
+            "2^32 - 8 + 8 = 2^32, so MALFORMED (DF-PKT-116). A receiver that takes the last byte's "
+            "position as (bytes - 1) / 8 instead of (bytes - 1) * 8 misses it, and its u32 "
+            "indices wrap to 0 (UNSORTED_INDICES).",
+            [REQ_PACKED, REQ_CHECKS, REQ_FORMS],
+            build_raw(two, mv.VECTOR_MANIFEST.fingerprint),
+            error=ErrorCode.MALFORMED,
+        ),
+    ]
+
+
 #: A packet longer than 1 MiB + 16 bytes: accepted under the default max_packet_size of 16 MiB.
 BIG_PACKET_MIN = 1024 * 1024 + 17
 
@@ -240,7 +302,7 @@ def build(vectors_dir: Path) -> list[dict[str, Any]]:
     """Write this module's vectors under ``vectors_dir`` (the folders of ``make_vectors.py`` and
     ``engine_vectors.py``, which write theirs first); return their index rows."""
     rows = [pv._write_decode(vectors_dir, c) for c in decode_cases()]
-    for c in packed_form_cases():
+    for c in [*packed_form_cases(), *packed_bitmap_top_cases()]:
         row = pv._write_decode(vectors_dir, c)
         row["features"] = sorted({*row.get("features", []), FEAT_PACKED})
         rows.append(row)
