@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from delta_fabric.config import SyncConfig
 from delta_fabric.encodings import ValueEncoding
 from delta_fabric.engine import Engine
@@ -35,10 +36,12 @@ from compact_vectors import (  # noqa: E402
     CE,
     CP,
     FEAT_PACKED,
+    FEAT_Q8,
     PACKED,
     REQ_CHECKS,
     REQ_FORMS,
     REQ_PACKED,
+    REQ_Q8,
     _entry,
     build_raw,
 )
@@ -298,6 +301,25 @@ def _signed_split_vector(vectors_dir: Path) -> dict[str, Any]:
     )
 
 
+def q8_scale_case() -> ev.GenCase:
+    """A Q8 generation whose largest delta lies in the top 1/128 of its binade (DF-PKT-111)."""
+    active = np.zeros(ev.N, np.float32)
+    for i, v in {0: 0.998046875, 3: -0.6, 7: 0.3, 11: -0.15, 15: 0.05, 20: 0.9}.items():
+        active[i] = v
+    return ev.GenCase(
+        "compact_q8_scale_top_of_binade",
+        "Q8, k = 6 of 24: the largest delta is 0.998046875 = 1 - 2^-9, above 127 * 2^-7 = "
+        "0.9921875, so the scale is 2^-6 (not 2^-7) and it is sent as q = 64 (63.875 rounded), "
+        "decoded 1.0; the anchor moves by the decoded values. An encoder that picks the scale "
+        "by another test than 127 * 2^(e0 - 7) >= max |d| (e.g. 127 + 2^(e0 - 7), or 2^(e0 / 7)) "
+        "takes 2^-7 and clamps q to 127 (0.9921875).",
+        ["DF-GEN-4", "DF-GEN-5", REQ_Q8, "DF-PKT-115", "DF-PAR-10"],
+        active,
+        np.zeros(ev.N, np.float32),
+        SyncConfig(ratio=0.25, encoding=ValueEncoding.Q8),
+    )
+
+
 def build(vectors_dir: Path) -> list[dict[str, Any]]:
     """Write this module's vectors under ``vectors_dir`` (the folders of ``make_vectors.py`` and
     ``engine_vectors.py``, which write theirs first); return their index rows."""
@@ -307,6 +329,12 @@ def build(vectors_dir: Path) -> list[dict[str, Any]]:
         row["features"] = sorted({*row.get("features", []), FEAT_PACKED})
         rows.append(row)
     rows.append(_signed_split_vector(vectors_dir))
+    q8 = q8_scale_case()
+    if (vectors_dir / "generate" / f"{q8.name}.json").exists():
+        raise AssertionError(f"generate/{q8.name}: a vector of that name exists already")
+    row = ev._write_generate(vectors_dir, q8)
+    row["features"] = sorted({*row.get("features", []), FEAT_Q8})
+    rows.append(row)
     for c in receive_cases():
         if (vectors_dir / "receive" / c.name).exists():
             raise AssertionError(f"receive/{c.name}: a vector of that name exists already")
