@@ -69,6 +69,7 @@ RUST_FILES = (
     "config.rs",
     "manifest.rs",
     "compact.rs",
+    "signing.rs",
 )
 
 
