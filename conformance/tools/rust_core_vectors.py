@@ -31,7 +31,9 @@ if str(TOOLS_DIR) not in sys.path:
 import config_vectors as cv  # noqa: E402
 import engine_vectors as ev  # noqa: E402
 import pinning_vectors as pv  # noqa: E402
+import rust_pinning_vectors as rpv  # noqa: E402
 import signed_vectors as sv  # noqa: E402
+import snapshot_vectors as snv  # noqa: E402
 from compact_vectors import (  # noqa: E402
     CE,
     CP,
@@ -320,6 +322,21 @@ def q8_scale_case() -> ev.GenCase:
     )
 
 
+def snapshot_decode_cases() -> list[snv.DecodeCase]:
+    return [
+        snv.DecodeCase(
+            "identifier_only",
+            "Eight bytes: a root offset 0 and the identifier DFS1, nothing else. The identifier "
+            "is there (BAD_IDENTIFIER is for fewer than 8 bytes or other bytes 4..8), and the root "
+            "table is not, so the chunk is MALFORMED. A reader that wants more than 8 bytes "
+            "before it looks at the identifier answers BAD_IDENTIFIER.",
+            bytes(4) + b"DFS1",
+            "MALFORMED",
+            ["DF-ZEN-40"],
+        ),
+    ]
+
+
 def build(vectors_dir: Path) -> list[dict[str, Any]]:
     """Write this module's vectors under ``vectors_dir`` (the folders of ``make_vectors.py`` and
     ``engine_vectors.py``, which write theirs first); return their index rows."""
@@ -329,6 +346,10 @@ def build(vectors_dir: Path) -> list[dict[str, Any]]:
         row["features"] = sorted({*row.get("features", []), FEAT_PACKED})
         rows.append(row)
     rows.append(_signed_split_vector(vectors_dir))
+    for sc in snapshot_decode_cases():
+        if (vectors_dir / "snapshot" / "decode" / f"{sc.name}.dfs").exists():
+            raise AssertionError(f"snapshot/decode/{sc.name}: a vector of that name exists already")
+        rows.append(rpv._write_decode(vectors_dir, sc))
     q8 = q8_scale_case()
     if (vectors_dir / "generate" / f"{q8.name}.json").exists():
         raise AssertionError(f"generate/{q8.name}: a vector of that name exists already")
