@@ -12,6 +12,7 @@ from delta_fabric_conformance.engine_checks import check_engine_result
 from delta_fabric_conformance.live import load_scenarios
 from delta_fabric_conformance.registry import ExpectedFailures, load_registry
 from delta_fabric_conformance.report import compute_coverage, spec_requirement_ids
+from delta_fabric_conformance.runner import packed_form_problems, shorter_packed_form
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -207,3 +208,28 @@ def test_vector_contexts_are_judged_at_the_spec_bounds() -> None:
     ]
     assert parameter_problems({"max_packet_size": 295}, "ctx") != []
     assert parameter_problems({"encoding": "f16"}, "ctx") != []
+
+
+def test_encode_round_trip_checks_the_shorter_packed_form() -> None:
+    """The encode round trip checks DF-PKT-116's sender rule on the producer's bytes: the runner's own
+    shorter-form computation gives the spec's examples, accepts the delta form written for a tie and
+    flags the bitmap written for the same indices (decode vectors of section 6.8)."""
+    # REQ: DF-PKT-116, DF-PKT-110
+    assert shorter_packed_form([3, 7, 100]).hex() == "0003045d"
+    assert shorter_packed_form([8, 9, 11, *range(16, 24)]).hex() == "01080bff"
+    assert shorter_packed_form([0, 7]).hex() == "000007"  # a tie: delta
+    assert shorter_packed_form([300]).hex() == "00ac02"
+    assert shorter_packed_form([2**32 - 2]).hex() == "00feffffff0f"
+    base = ROOT / "conformance" / "vectors" / "decode" / "valid"
+    tie = json.loads((base / "packed_tie_is_delta.json").read_text())
+    assert (
+        packed_form_problems(tie["packet"], (base / "packed_tie_is_delta.dfp").read_bytes()) == []
+    )
+    bitmap = json.loads((base / "packed_bitmap_as_written.json").read_text())
+    problems = packed_form_problems(
+        bitmap["packet"], (base / "packed_bitmap_as_written.dfp").read_bytes()
+    )
+    assert problems == [
+        "entries[0] packs its indices as 01 00 81, not the shorter form 00 00 07 (DF-PKT-116)"
+    ]
+    assert packed_form_problems({"index_encoding": "PLAIN", "entries": []}, b"") == []

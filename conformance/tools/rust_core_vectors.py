@@ -1,5 +1,6 @@
 """Vectors that kill mutants of the Rust core found alive by the full campaigns of ``replay.rs``,
-``engine.rs`` and ``wire.rs`` (issue 10 item 3, ``conformance/tools/mutation.py rust``; h55).
+``engine.rs`` and ``wire.rs`` (issue 10 item 3, ``conformance/tools/mutation.py rust``; h55), and of
+``compact.rs``, ``signing.rs`` and ``snapshot.rs`` (h60).
 
 Each vector pins a behaviour that a plausible wrong implementation gets wrong (a subtraction read
 as a division, a bound off by one); the mutant it kills is named in its description, in words.
@@ -15,11 +16,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from delta_fabric.config import SyncConfig
 from delta_fabric.encodings import ValueEncoding
 from delta_fabric.engine import Engine
 from delta_fabric.errors import ErrorCode
 from delta_fabric.signing import Signing
+from delta_fabric.wire import Packet, encode_packet
 
 TOOLS_DIR = Path(__file__).resolve().parent
 if str(TOOLS_DIR) not in sys.path:
@@ -28,7 +31,23 @@ if str(TOOLS_DIR) not in sys.path:
 import config_vectors as cv  # noqa: E402
 import engine_vectors as ev  # noqa: E402
 import pinning_vectors as pv  # noqa: E402
+import rust_pinning_vectors as rpv  # noqa: E402
 import signed_vectors as sv  # noqa: E402
+import snapshot_vectors as snv  # noqa: E402
+from compact_vectors import (  # noqa: E402
+    CE,
+    CP,
+    FEAT_PACKED,
+    FEAT_Q8,
+    PACKED,
+    REQ_CHECKS,
+    REQ_FORMS,
+    REQ_PACKED,
+    REQ_Q8,
+    _entry,
+    build_raw,
+)
+from delta_fabric_conformance.runner import shorter_packed_form  # noqa: E402
 
 __all__ = ["build"]
 
@@ -61,6 +80,133 @@ def decode_cases() -> list[pv.DecodeCase]:
             ["DF-PKT-20", "DF-RCV-20", "DF-VER-1"],
             _root_vtable_of_size_4(),
             error=ErrorCode.UNSUPPORTED_VERSION,
+        ),
+    ]
+
+
+def _packed_form_case(name: str, description: str, indices: list[int], form: str) -> pv.DecodeCase:
+    """A valid PACKED F32 packet of one entry (N = 2^32 - 1) whose indices the encoder writes as
+    ``form`` (hex), the shorter form of DF-PKT-116; the encode round trip checks that form."""
+    mv = pv.mv
+    packet = Packet(
+        mv.SENDER,
+        mv.SENDER_INC,
+        mv.LARGE_MANIFEST.fingerprint,
+        (_entry(0xB2, 1, indices, [0.5 * (j + 1) for j in range(len(indices))]),),
+        ValueEncoding.F32,
+        version_minor=1,
+        index_encoding=PACKED,
+    )
+    data = encode_packet(packet)
+    assert shorter_packed_form(indices).hex() == form, (name, shorter_packed_form(indices).hex())
+    assert bytes.fromhex(form) in data, name  # the reference writes that form
+    return pv.DecodeCase(
+        name,
+        description,
+        [REQ_PACKED, REQ_FORMS],
+        data,
+        expect=packet,
+        manifest=mv.LARGE_MANIFEST,
+    )
+
+
+def packed_form_cases() -> list[pv.DecodeCase]:
+    """The encoder's choice of form where a varint's length decides it (DF-PKT-116): a mutant of
+    ``compact.rs`` ``varint_len`` that miscounts the base's varint picks the other form."""
+    return [
+        _packed_form_case(
+            "packed_tie_two_byte_base",
+            "PACKED F32 (N = 2^32 - 1): indices [200, 207], whose forms have 4 bytes each because "
+            "the base 200 takes a two-byte varint (delta 00 c8 01 07, bitmap 01 c8 01 81): the "
+            "encoder writes delta (a tie). An encoder that counts the base as one byte finds the "
+            "bitmap shorter and writes it (checked by the encode round trip).",
+            [200, 207],
+            "00c80107",
+        ),
+        _packed_form_case(
+            "packed_bitmap_one_byte_shorter",
+            "PACKED F32: indices [1, 2, 3] as the bitmap 01 01 07 (3 bytes), one byte shorter "
+            "than delta 00 01 01 01: the encoder writes the bitmap. An encoder that counts the "
+            "base's varint one byte too long finds a tie and writes delta.",
+            [1, 2, 3],
+            "010107",
+        ),
+        _packed_form_case(
+            "packed_bitmap_two_byte_base",
+            "PACKED F32 (N = 2^32 - 1): indices [200, 201, 202, 203] as the bitmap 01 c8 01 0f "
+            "(4 bytes; delta 00 c8 01 01 01 01 has 6): the encoder writes the bitmap. An encoder "
+            "that counts the two-byte base varint as 3 or more bytes writes delta.",
+            [200, 201, 202, 203],
+            "01c8010f",
+        ),
+        _packed_form_case(
+            "packed_tie_span_nine",
+            "PACKED F32: indices [0, 4, 8], a span of 9 indices: the bitmap needs 2 bytes after "
+            "its base (01 00 11 01) and ties with delta 00 00 04 04, so the encoder writes delta. "
+            "An encoder that takes the span as last - first (8, one bitmap byte) finds the bitmap "
+            "shorter and writes it.",
+            [0, 4, 8],
+            "00000404",
+        ),
+        _packed_form_case(
+            "packed_delta_far_apart",
+            "PACKED F32: indices [100, 300] as delta 00 64 c8 01 (4 bytes; the bitmap from 100 "
+            "takes 28). An encoder that computes the span from last / first (300 / 100 + 1 = 4 "
+            "indices, one bitmap byte) finds the bitmap shorter.",
+            [100, 300],
+            "0064c801",
+        ),
+    ]
+
+
+#: 2^32 - 8 as a varint (f8 ff ff ff 0f): a bitmap base whose first byte reaches 2^32 - 1
+_BASE_TOP = bytes([0xF8, 0xFF, 0xFF, 0xFF, 0x0F])
+
+
+def packed_bitmap_top_cases() -> list[pv.DecodeCase]:
+    """Bitmaps whose last index lies at the 2^32 bound (DF-PKT-116), read as written: a receiver
+    computes the last index from the base, the number of bytes and the last byte's highest bit."""
+    mv = pv.mv
+    large = mv.LARGE_MANIFEST
+    top = (1 << 32) - 8
+    raw = CP(
+        [CE(packed=bytes([1, *_BASE_TOP, 0x01]), values=[1.0])], encoding=int(ValueEncoding.F32)
+    )
+    expect = Packet(
+        mv.SENDER,
+        mv.SENDER_INC,
+        large.fingerprint,
+        (_entry(0xB2, 1, [top], [1.0]),),
+        ValueEncoding.F32,
+        version_minor=1,
+        index_encoding=PACKED,
+    )
+    two = CP(
+        [CE(packed=bytes([1, *_BASE_TOP, 0x01, 0x01]), values=[1.0, 1.0])],
+        encoding=int(ValueEncoding.F32),
+    )
+    return [
+        pv.DecodeCase(
+            "packed_bitmap_base_near_2_32",
+            "PACKED F32 (N = 2^32 - 1): the bitmap 01 f8 ff ff ff 0f 01 as written (delta would "
+            "be shorter): base 2^32 - 8 and bit 0 of its one byte, so the index is 2^32 - 8, below "
+            "2^32 and below N: valid. A receiver that bounds the last index by base + 8 * bytes, "
+            "or by the byte's lowest clear bit instead of its highest set bit (7 + 7 here), "
+            "finds an index of 2^32 or more and answers MALFORMED.",
+            [REQ_PACKED, REQ_CHECKS, REQ_FORMS],
+            build_raw(raw, large.fingerprint),
+            expect=expect,
+            manifest=large,
+        ),
+        pv.DecodeCase(
+            "packed_bitmap_second_byte_2_32",
+            "PACKED bitmap: base 2^32 - 8 and the bytes 01 01: the second byte's bit 0 is index "
+            "2^32 - 8 + 8 = 2^32, so MALFORMED (DF-PKT-116). A receiver that takes the last byte's "
+            "position as (bytes - 1) / 8 instead of (bytes - 1) * 8 misses it, and its u32 "
+            "indices wrap to 0 (UNSORTED_INDICES).",
+            [REQ_PACKED, REQ_CHECKS, REQ_FORMS],
+            build_raw(two, mv.VECTOR_MANIFEST.fingerprint),
+            error=ErrorCode.MALFORMED,
         ),
     ]
 
@@ -157,11 +303,59 @@ def _signed_split_vector(vectors_dir: Path) -> dict[str, Any]:
     )
 
 
+def q8_scale_case() -> ev.GenCase:
+    """A Q8 generation whose largest delta lies in the top 1/128 of its binade (DF-PKT-111)."""
+    active = np.zeros(ev.N, np.float32)
+    for i, v in {0: 0.998046875, 3: -0.6, 7: 0.3, 11: -0.15, 15: 0.05, 20: 0.9}.items():
+        active[i] = v
+    return ev.GenCase(
+        "compact_q8_scale_top_of_binade",
+        "Q8, k = 6 of 24: the largest delta is 0.998046875 = 1 - 2^-9, above 127 * 2^-7 = "
+        "0.9921875, so the scale is 2^-6 (not 2^-7) and it is sent as q = 64 (63.875 rounded), "
+        "decoded 1.0; the anchor moves by the decoded values. An encoder that picks the scale "
+        "by another test than 127 * 2^(e0 - 7) >= max |d| (e.g. 127 + 2^(e0 - 7), or 2^(e0 / 7)) "
+        "takes 2^-7 and clamps q to 127 (0.9921875).",
+        ["DF-GEN-4", "DF-GEN-5", REQ_Q8, "DF-PKT-115", "DF-PAR-10"],
+        active,
+        np.zeros(ev.N, np.float32),
+        SyncConfig(ratio=0.25, encoding=ValueEncoding.Q8),
+    )
+
+
+def snapshot_decode_cases() -> list[snv.DecodeCase]:
+    return [
+        snv.DecodeCase(
+            "identifier_only",
+            "Eight bytes: a root offset 0 and the identifier DFS1, nothing else. The identifier "
+            "is there (BAD_IDENTIFIER is for fewer than 8 bytes or other bytes 4..8), and the root "
+            "table is not, so the chunk is MALFORMED. A reader that wants more than 8 bytes "
+            "before it looks at the identifier answers BAD_IDENTIFIER.",
+            bytes(4) + b"DFS1",
+            "MALFORMED",
+            ["DF-ZEN-40"],
+        ),
+    ]
+
+
 def build(vectors_dir: Path) -> list[dict[str, Any]]:
     """Write this module's vectors under ``vectors_dir`` (the folders of ``make_vectors.py`` and
     ``engine_vectors.py``, which write theirs first); return their index rows."""
     rows = [pv._write_decode(vectors_dir, c) for c in decode_cases()]
+    for c in [*packed_form_cases(), *packed_bitmap_top_cases()]:
+        row = pv._write_decode(vectors_dir, c)
+        row["features"] = sorted({*row.get("features", []), FEAT_PACKED})
+        rows.append(row)
     rows.append(_signed_split_vector(vectors_dir))
+    for sc in snapshot_decode_cases():
+        if (vectors_dir / "snapshot" / "decode" / f"{sc.name}.dfs").exists():
+            raise AssertionError(f"snapshot/decode/{sc.name}: a vector of that name exists already")
+        rows.append(rpv._write_decode(vectors_dir, sc))
+    q8 = q8_scale_case()
+    if (vectors_dir / "generate" / f"{q8.name}.json").exists():
+        raise AssertionError(f"generate/{q8.name}: a vector of that name exists already")
+    row = ev._write_generate(vectors_dir, q8)
+    row["features"] = sorted({*row.get("features", []), FEAT_Q8})
+    rows.append(row)
     for c in receive_cases():
         if (vectors_dir / "receive" / c.name).exists():
             raise AssertionError(f"receive/{c.name}: a vector of that name exists already")

@@ -8,10 +8,11 @@ import fnmatch
 import json
 import secrets
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from delta_fabric._generated.deltafabric.v1 import Packet as _gen_packet
 from delta_fabric.wire import json_loads
 
 from delta_fabric_conformance.claims import claim_problems, unsupported_claim_failure
@@ -54,6 +55,60 @@ def round_trips(row: Mapping[str, Any]) -> bool:
         row["kind"] == "decode" and row.get("expect", "ok") == "ok"
     )
     return valid and bool(row.get("encode", True))
+
+
+def _varint(v: int) -> bytes:
+    out = bytearray()
+    while v >= 0x80:
+        out.append(0x80 | (v & 0x7F))
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def shorter_packed_form(indices: Sequence[int]) -> bytes:
+    """The packed indices a sender MUST write (DF-PKT-110, DF-PKT-116): the shorter of the delta and
+    bitmap forms, delta on a tie. Written here from the spec's table, not taken from
+    ``delta_fabric.compact``, so that the runner judges the reference's encoder too."""
+    delta = bytes([0]) + b"".join(
+        _varint(i - (indices[j - 1] if j else 0)) for j, i in enumerate(indices)
+    )
+    base, span = indices[0], indices[-1] - indices[0] + 1
+    head = bytes([1]) + _varint(base)
+    if len(head) + (span + 7) // 8 >= len(delta):
+        return delta
+    bitmap = bytearray((span + 7) // 8)
+    for i in indices:
+        bitmap[(i - base) // 8] |= 1 << ((i - base) % 8)
+    return head + bytes(bitmap)
+
+
+def packed_form_problems(packet: Mapping[str, Any], data: bytes) -> list[str]:
+    """DF-PKT-116 on an encoder's bytes of ``packet`` (a vector's JSON form): every entry of a
+    ``PACKED`` packet carries the shorter form of its indices. Called once a decoder read the bytes
+    as ``packet``."""
+    if packet.get("index_encoding") != "PACKED":
+        return []
+    try:
+        root = _gen_packet.Packet.GetRootAs(data, 0)
+        got: list[bytes | None] = []
+        for j in range(root.EntriesLength()):
+            e = root.Entries(j)
+            if e is None or e.PackedIndicesIsNone():
+                got.append(None)
+            else:
+                got.append(e.PackedIndicesAsNumpy().tobytes())
+    except Exception as e:  # unreadable producer bytes are a finding, not a crash
+        return [f"its packed indices are unreadable ({type(e).__name__})"]
+    problems = []
+    for j, (g, entry) in enumerate(zip(got, packet["entries"], strict=False)):
+        want = shorter_packed_form([int(i) for i in entry["indices"]])
+        if g != want:
+            problems.append(
+                f"entries[{j}] packs its indices as {g.hex(' ') if g else g}, not the shorter form "
+                f"{want.hex(' ')} (DF-PKT-116)"
+            )
+    return problems
 
 
 def vector_test_id(row: Mapping[str, Any], level: str = "REQUIRED") -> str:
@@ -595,6 +650,8 @@ class Runner:
                 cell["failed" if problem else "passed"] += 1
                 if problem:
                     problems.append(f"{cons.name} reads it differently: {problem}")
+            if not problems:
+                problems += packed_form_problems(data["packet"], base64.b64decode(r.body["packet"]))
             self.add(
                 test_id,
                 level,

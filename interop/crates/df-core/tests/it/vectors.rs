@@ -137,7 +137,70 @@ fn ctx(j: &Value) -> Result<([u8; 32], u64, u8, usize), String> {
     Ok((fp, n, h, m))
 }
 
-fn run_decode(dir: &Path, rel: &str) -> Result<(), String> {
+/// Length of the LEB128 varint of `v` (DF-PKT-116), computed here, not by `df_core::compact`.
+fn varint_len(v: u32) -> usize {
+    (1..=5).find(|&n| u64::from(v) >> (7 * n) == 0).unwrap_or(5)
+}
+
+/// The packed indices a sender MUST write for `indices` (DF-PKT-110, DF-PKT-116): the shorter of the
+/// delta and bitmap forms, delta on a tie. Written here from the spec's table, independently of
+/// `df_core::compact`, so that a mutant of the encoder cannot change what it is compared with.
+fn shorter_form(indices: &[u32]) -> Vec<u8> {
+    let mut delta = vec![0u8];
+    let mut prev = None;
+    for &i in indices {
+        let mut v = prev.map_or(i, |p| i - p);
+        prev = Some(i);
+        while v >= 0x80 {
+            delta.push(0x80 | (v & 0x7F) as u8);
+            v >>= 7;
+        }
+        delta.push(v as u8);
+    }
+    let (base, last) = (indices[0], indices[indices.len() - 1]);
+    let span = (last - base) as usize + 1;
+    if 1 + varint_len(base) + span.div_ceil(8) >= delta.len() {
+        return delta;
+    }
+    let mut bitmap = delta[..1 + varint_len(base)].to_vec();
+    bitmap[0] = 1;
+    let start = bitmap.len();
+    bitmap.resize(start + span.div_ceil(8), 0);
+    for &i in indices {
+        let r = (i - base) as usize;
+        bitmap[start + r / 8] |= 1 << (r % 8);
+    }
+    bitmap
+}
+
+/// The runner's encode round trip (`Runner.run_encode`) with this implementation as producer and
+/// consumer: it encodes the vector's packet, decodes its own bytes under the vector's context to the
+/// same packet, and (DF-PKT-116) writes each entry's packed indices in the shorter form.
+fn encode_round_trip(
+    want: &OwnedPacket,
+    (fp, n, h, m): ([u8; 32], u64, u8, usize),
+) -> Result<(), String> {
+    let bytes = encode_packet(want);
+    let got = decode_packet(&bytes, m)
+        .and_then(|p| validate_packet(&p, &fp, n, h).map(|()| p))
+        .map_err(|e| format!("encode: its own encoding is rejected: {e}"))?;
+    packet_eq("encode", &got.to_owned_packet(), want)?;
+    if want.index_encoding == df_core::compact::IndexEncoding::Packed {
+        let root = df_core::generated::packet::deltafabric::v_1::root_as_packet(&bytes)
+            .map_err(|e| format!("encode: {e}"))?;
+        for (j, (e, w)) in root.entries().iter().zip(&want.entries).enumerate() {
+            let got = e.packed_indices().map(|v| v.bytes().to_vec());
+            if got.as_deref() != Some(&shorter_form(&w.indices)[..]) {
+                return Err(format!(
+                    "encode: entries[{j}] packed as {got:02x?}, not the shorter form (DF-PKT-116)"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn run_decode(dir: &Path, rel: &str, round_trip: bool) -> Result<(), String> {
     let j = read_json(&dir.join(format!("{rel}.json")))?;
     let bytes = std::fs::read(dir.join(format!("{rel}.dfp"))).map_err(|e| e.to_string())?;
     let (fp, n, h, m) = ctx(&j)?;
@@ -158,6 +221,9 @@ fn run_decode(dir: &Path, rel: &str) -> Result<(), String> {
                 packet_eq(&format!("{label} json"), &again, &want)?;
             }
         }
+    }
+    if round_trip && j.get("error").is_none() {
+        encode_round_trip(&packet_from_json(s(&j, "packet")?)?, (fp, n, h, m))?;
     }
     Ok(())
 }
@@ -594,7 +660,12 @@ fn conformance_vectors() {
         let kind = v["kind"].as_str().unwrap_or("?");
         let path = v["path"].as_str().unwrap_or("?");
         let res = match kind {
-            "decode" => run_decode(&dir, path),
+            // the runner's rule (`round_trips`): a valid vector unless it says "encode": false
+            "decode" => run_decode(
+                &dir,
+                path,
+                v["expect"].as_str().unwrap_or("ok") == "ok" && v["encode"] != false,
+            ),
             "generate" => run_generate(&dir, path),
             "receive" => run_receive(&dir, path),
             "snapshot" => run_snapshot(&dir, path),
