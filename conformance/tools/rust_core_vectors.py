@@ -156,6 +156,25 @@ def packed_form_cases() -> list[pv.DecodeCase]:
             [100, 300],
             "0064c801",
         ),
+        # session 7 (lead): two Python survivors of h59's compact campaign
+        _packed_form_case(
+            "packed_bitmap_span_eight",
+            "PACKED F32: indices [0, 3, 7], a span of exactly 8 indices: the bitmap 01 00 89 (3 "
+            "bytes) is one byte shorter than delta 00 00 03 04, so the encoder writes the bitmap. "
+            "An encoder that rounds the span up to a byte count as (span + 8) / 8, or counts the "
+            "span one too long, finds 4 bytes, a tie, and writes delta.",
+            [0, 3, 7],
+            "010089",
+        ),
+        _packed_form_case(
+            "packed_tie_base_128",
+            "PACKED F32: indices [128, 130, 143]: the bitmap 01 80 01 05 80 and delta 00 80 01 02 "
+            "0d both take 5 bytes, so the encoder writes delta (a tie). The base 128 = 2^7 is the "
+            "smallest that takes a two-byte varint; an encoder that counts it as one byte (x <= 2^7 "
+            "for one byte) finds the bitmap shorter and writes it.",
+            [128, 130, 143],
+            "008001020d",
+        ),
     ]
 
 
