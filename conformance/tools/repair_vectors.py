@@ -1,15 +1,23 @@
-"""Vectors of anti-entropy by gap repair (spec section 7.9, DF-RCV-160..165, added in 1.1).
+"""Vectors of anti-entropy by gap repair (spec section 7.9, DF-RCV-160..165, DF-RCV-230, added in
+1.1), one file per case, kind ``repair`` (index feature and capability ``repair``, OPTIONAL; driver
+protocol section 5.11):
 
-Writes ``repair/requests.json`` (RepairRequest buffers, valid and invalid), ``repair/gaps.json``
-(receiver decisions round by round) and ``repair/resend.json`` (origin decisions). They are read by
-the unit tests of both implementations (``tests/test_repair.py``, ``df-core/tests/repair_vectors.rs``),
-not by the driver runner, so `build` returns no index row.
+- ``repair/request/<case>.dfr`` and ``.json``: a ``RepairRequest`` buffer (``DFR1``) and its decode
+  outcome (command ``repair_decode``);
+- ``repair/encode/<case>.json``: request fields and whether a sender may encode them (``repair_encode``;
+  an encoded request must decode back to the fields with the same implementation's decoder);
+- ``repair/gaps/<case>.json``: a ``GapTracker`` round by round (``repair_gaps``);
+- ``repair/resend/<case>.json``: a ``ResendBuffer``'s operations (``repair_resend``).
+
+Every expected result is computed here with the reference (``delta_fabric.repair``); the unit tests of
+both implementations read the same files (``tests/test_repair.py``, df-core's ``tests/it/vectors.rs``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import struct
 from pathlib import Path
 from typing import Any
@@ -41,13 +49,18 @@ def _req(**kw: Any) -> RepairRequest:
     return RepairRequest(**base)
 
 
+def _h(x: int) -> str:
+    return f"{x:016x}"
+
+
 def _json_req(r: RepairRequest) -> dict[str, Any]:
+    """Request fields as the driver protocol writes them (section 5.11): ids as 16 hex digits."""
     return {
-        "sender": r.sender,
-        "sender_incarnation": r.sender_incarnation,
+        "sender": _h(r.sender),
+        "sender_incarnation": _h(r.sender_incarnation),
         "fingerprint": r.fingerprint.hex(),
-        "origin": r.origin,
-        "incarnation": r.incarnation,
+        "origin": _h(r.origin),
+        "incarnation": _h(r.incarnation),
         "seqs": list(r.seqs),
         "version_minor": r.version_minor,
     }
@@ -74,12 +87,20 @@ def _patch_seq(buf: bytes, index: int, value: int) -> bytes:
     return bytes(b)
 
 
-def requests() -> dict[str, Any]:
+REQ_REQUIREMENTS = ["DF-RCV-160", "DF-RCV-161"]
+
+
+def requests() -> list[tuple[str, bytes, str, dict[str, Any] | None, str]]:
+    """``(name, buffer, outcome, request fields or None, description)`` of every decode case."""
     valid = [
-        ("three_seqs", _req()),
-        ("one_seq", _req(seqs=(1,))),
-        ("max_seqs", _req(seqs=tuple(range(100, 356)))),
-        ("u64_max_ids", _req(sender=2**64 - 1, origin=2**64 - 1, seqs=(2**64 - 1,))),
+        ("three_seqs", _req(), "seqs 3, 4, 9"),
+        ("one_seq", _req(seqs=(1,)), "one seq, the lowest allowed (1)"),
+        ("max_seqs", _req(seqs=tuple(range(100, 356))), "256 seqs, the most a request holds"),
+        (
+            "u64_max_ids",
+            _req(sender=2**64 - 1, origin=2**64 - 1, seqs=(2**64 - 1,)),
+            "sender, origin and seq 2^64 - 1",
+        ),
     ]
     good = encode_request(_req())
     invalid = [
@@ -99,7 +120,11 @@ def requests() -> dict[str, Any]:
     off = struct.unpack_from("<H", b, vt + 4 + 2 * 5)[0]
     struct.pack_into("<Q", b, pos + off, 0)
     invalid.append(("origin_zero", bytes(b), "MALFORMED", "origin 0"))
-    out_invalid = []
+    out: list[tuple[str, bytes, str, dict[str, Any] | None, str]] = []
+    for name, r, what in valid:
+        buf = encode_request(r)
+        assert decode_request(buf) == r
+        out.append((name, buf, "ok", _json_req(r), what))
     for name, buf, kind, what in invalid:
         try:
             decode_request(buf)
@@ -107,17 +132,67 @@ def requests() -> dict[str, Any]:
             assert exc.kind.value == kind, (name, exc)
         else:
             raise AssertionError(f"{name} decodes")
-        out_invalid.append({"id": name, "description": what, "hex": buf.hex(), "expect": kind})
-    out_valid = []
-    for name, r in valid:
-        buf = encode_request(r)
-        assert decode_request(buf) == r
-        out_valid.append({"id": name, "hex": buf.hex(), "request": _json_req(r)})
-    return {
-        "requirements": ["DF-RCV-160", "DF-RCV-161"],
-        "valid": out_valid,
-        "invalid": out_invalid,
-    }
+        out.append((name, buf, kind, None, what))
+    return out
+
+
+def encodes() -> list[tuple[str, dict[str, Any], str, str]]:
+    """``(name, request fields, outcome, description)``: what a sender may encode (DF-RCV-161: a
+    sender MUST NOT publish a request that does not decode)."""
+    ok = [
+        ("three_seqs", _req(), "seqs 3, 4, 9"),
+        ("max_seqs", _req(seqs=tuple(range(100, 356))), "256 seqs"),
+        (
+            "u64_max_ids",
+            _req(sender=2**64 - 1, origin=2**64 - 1, seqs=(2**64 - 1,)),
+            "ids and seq 2^64 - 1",
+        ),
+    ]
+    base = _json_req(_req())
+    bad: list[tuple[str, dict[str, Any], str]] = [
+        ("no_seq", {"seqs": []}, "no seq"),
+        ("seqs_257", {"seqs": list(range(1, 258))}, "257 seqs, one more than a request holds"),
+        ("seqs_decreasing", {"seqs": [2, 1]}, "seqs 2, 1"),
+        ("seq_zero", {"seqs": [0, 1]}, "seqs 0, 1"),
+        ("origin_zero", {"origin": _h(0)}, "origin 0"),
+        ("sender_zero", {"sender": _h(0)}, "sender 0"),
+        ("incarnation_zero", {"incarnation": _h(0)}, "incarnation 0"),
+        ("sender_incarnation_zero", {"sender_incarnation": _h(0)}, "sender_incarnation 0"),
+        ("fingerprint_one_byte", {"fingerprint": "78"}, "a fingerprint of 1 byte"),
+    ]
+    out: list[tuple[str, dict[str, Any], str, str]] = []
+    for name, r, what in ok:
+        assert decode_request(encode_request(r)) == r
+        out.append((name, _json_req(r), "ok", what))
+    for name, patch, what in bad:
+        fields = {**base, **patch}
+        r = RepairRequest(
+            int(fields["sender"], 16),
+            int(fields["sender_incarnation"], 16),
+            bytes.fromhex(fields["fingerprint"]),
+            int(fields["origin"], 16),
+            int(fields["incarnation"], 16),
+            tuple(fields["seqs"]),
+            fields["version_minor"],
+        )
+        try:
+            encode_request(r)
+        except RepairError as exc:
+            assert exc.kind.value == "MALFORMED", (name, exc)
+        else:
+            raise AssertionError(f"{name} encodes")
+        out.append((name, fields, "MALFORMED", what))
+    return out
+
+
+GAP_COUNTERS = ("requests_sent", "seqs_requested", "seqs_given_up")
+RESEND_COUNTERS = (
+    "requests_received",
+    "requests_refused",
+    "entries_resent",
+    "seqs_unavailable",
+    "seqs_deferred",
+)
 
 
 def _gap_case(
@@ -130,29 +205,36 @@ def _gap_case(
     """``reachable``: per round, the origins a request can reach (DF-RCV-230), or None (all);
     a round's ``reachable`` key is written only when it is not None."""
     g = GapTracker(**params)
-    out_rounds = []
+    in_rounds: list[dict[str, Any]] = []
+    out_rounds: list[dict[str, Any]] = []
     for n, accepted in enumerate(rounds):
         for o, i, s in accepted:
             g.observe(o, i, s)
         live = None if reachable is None else reachable[n]
         reqs = g.round(None if live is None else set(live))
-        rnd: dict[str, Any] = {
-            "accepted": [list(a) for a in accepted],
-            "requests": [[o, i, list(s)] for o, i, s in reqs],
-        }
+        rnd: dict[str, Any] = {"accepted": [[_h(o), _h(i), s] for o, i, s in accepted]}
         if live is not None:
-            rnd["reachable"] = sorted(live)
-        out_rounds.append(rnd)
+            rnd["reachable"] = [_h(x) for x in sorted(live)]
+        in_rounds.append(rnd)
+        counters = g.counters.to_json()
+        out_rounds.append(
+            {
+                "requests": [[_h(o), _h(i), list(s)] for o, i, s in reqs],
+                "counters": {k: counters[k] for k in GAP_COUNTERS},
+            }
+        )
     return {
         "id": name,
         "description": what,
+        "requirements": ["DF-RCV-162", "DF-RCV-163", "DF-RCV-165"]
+        + (["DF-RCV-230"] if reachable is not None else []),
         "params": params,
-        "rounds": out_rounds,
-        "seqs_given_up": g.counters.seqs_given_up,
+        "rounds": in_rounds,
+        "expected": {"rounds": out_rounds},
     }
 
 
-def gaps() -> dict[str, Any]:
+def gaps() -> list[dict[str, Any]]:
     p = {"window": 16, "delay": 2, "retry": 3, "attempts": 2, "max_requests": 16}
     a, b = 0x0A, 0x0C
     cases = [
@@ -233,11 +315,34 @@ def gaps() -> dict[str, Any]:
             reachable=[[b], [b], [b], [b], [a, b], [a, b], [a, b], [a, b]],
         ),
     ]
-    return {"requirements": ["DF-RCV-162", "DF-RCV-163", "DF-RCV-230"], "cases": cases}
+    return cases
 
 
 def _entry(node: int, inc: int, seq: int, n: int) -> Entry:
-    return Entry(node, inc, seq, 0, np.arange(n, dtype=np.uint32), np.ones(n, dtype=np.float32))
+    """An own entry of ``n`` values whose indices and values depend on ``seq`` (a resend of the
+    wrong entry, or of a changed one, shows)."""
+    return Entry(
+        node,
+        inc,
+        seq,
+        0,
+        np.arange(seq, seq + n, dtype=np.uint32),
+        (seq + 0.25 * np.arange(n)).astype(np.float32),
+    )
+
+
+def _entry_json(e: Entry, bits: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "origin": _h(e.origin),
+        "incarnation": _h(e.incarnation),
+        "seq": e.seq,
+        "hops": e.hops,
+        "indices": [int(x) for x in e.indices],
+        "values": [float(x) for x in e.values],
+    }
+    if bits:
+        out["values_bits"] = [f"{int(x):08x}" for x in e.values.astype("<f4").view("<u4")]
+    return out
 
 
 def _resend_case(
@@ -245,11 +350,22 @@ def _resend_case(
 ) -> dict[str, Any]:
     node, inc = 0x0A, 5
     buf = ResendBuffer(node, inc, FP, **params)
-    out_ops = []
+    in_ops: list[dict[str, Any]] = []
+    out_ops: list[dict[str, Any]] = []
+
+    def counters() -> dict[str, int]:
+        c = buf.counters.to_json()
+        return {k: c[k] for k in RESEND_COUNTERS}
+
     for op in ops:
         if "add" in op:
-            buf.add([_entry(node, inc, s, n) for s, n in op["add"]])
-            out_ops.append({"add": [list(x) for x in op["add"]], "held": buf.held})
+            entries = [
+                _entry(x[2] if len(x) > 2 else node, x[3] if len(x) > 3 else inc, x[0], x[1])
+                for x in op["add"]
+            ]
+            buf.add(entries)
+            in_ops.append({"add": [_entry_json(e) for e in entries]})
+            out_ops.append({"held": buf.held, "counters": counters()})
         elif "request" in op:
             r = op["request"]
             req = _req(
@@ -259,23 +375,32 @@ def _resend_case(
                 seqs=tuple(r["seqs"]),
             )
             ok = buf.request(req)
-            out_ops.append(
-                {"request": {**r, "seqs": list(r["seqs"])}, "queued": ok, "pending": buf.pending}
-            )
+            in_ops.append({"request": _json_req(req)})
+            out_ops.append({"queued": ok, "pending": buf.pending, "counters": counters()})
         else:
-            out_ops.append({"take": [e.seq for e in buf.take()], "pending": buf.pending})
+            took = buf.take()
+            in_ops.append({"take": True})
+            out_ops.append(
+                {
+                    "take": [_entry_json(e, bits=True) for e in took],
+                    "pending": buf.pending,
+                    "counters": counters(),
+                }
+            )
     return {
         "id": name,
         "description": what,
-        "node": node,
-        "incarnation": inc,
+        "requirements": ["DF-RCV-164", "DF-RCV-165"],
+        "node": _h(node),
+        "incarnation": _h(inc),
+        "fingerprint": FP.hex(),
         "params": params,
-        "ops": out_ops,
-        "counters": buf.counters.to_json(),
+        "ops": in_ops,
+        "expected": {"ops": out_ops},
     }
 
 
-def resend() -> dict[str, Any]:
+def resend() -> list[dict[str, Any]]:
     p = {"max_entries": 4, "max_values": 100, "max_values_per_round": 25, "max_pending": 8}
     cases = [
         _resend_case(
@@ -333,17 +458,56 @@ def resend() -> dict[str, Any]:
             "max_pending 2: seq 3 is deferred (the requester asks again later)",
         ),
     ]
-    return {"requirements": ["DF-RCV-164"], "cases": cases}
+    return cases
 
 
 def _dump(path: Path, obj: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(obj, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(obj, indent=1, sort_keys=True, allow_nan=False) + "\n", "utf-8")
+
+
+def _row(area: str, name: str, requirements: list[str], **extra: Any) -> dict[str, Any]:
+    return {
+        "id": f"repair.{area}.{name}",
+        "kind": "repair",
+        "path": f"repair/{area}/{name}",
+        "requirements": sorted(requirements),
+        "features": ["repair"],
+        **extra,
+    }
 
 
 def build(vectors_dir: Path) -> list[dict[str, Any]]:
+    """Write ``repair/`` under ``vectors_dir``; return its index rows."""
     d = vectors_dir / "repair"
-    _dump(d / "requests.json", requests())
-    _dump(d / "gaps.json", gaps())
-    _dump(d / "resend.json", resend())
-    return []
+    if d.exists():
+        shutil.rmtree(d)
+    rows: list[dict[str, Any]] = []
+    for name, buf, outcome, fields, what in requests():
+        (d / "request").mkdir(parents=True, exist_ok=True)
+        (d / "request" / f"{name}.dfr").write_bytes(buf)
+        expected: dict[str, Any] = {"outcome": outcome}
+        if fields is not None:
+            expected["request"] = fields
+        _dump(
+            d / "request" / f"{name}.json",
+            {"description": what, "requirements": REQ_REQUIREMENTS, "expected": expected},
+        )
+        rows.append(_row("request", name, REQ_REQUIREMENTS, expect=outcome))
+    for name, fields, outcome, what in encodes():
+        _dump(
+            d / "encode" / f"{name}.json",
+            {
+                "description": what,
+                "requirements": ["DF-RCV-161"],
+                "request": fields,
+                "expected": {"outcome": outcome},
+            },
+        )
+        rows.append(_row("encode", name, ["DF-RCV-161"], expect=outcome))
+    for area, cases in (("gaps", gaps()), ("resend", resend())):
+        for case in cases:
+            name = case.pop("id")
+            _dump(d / area / f"{name}.json", case)
+            rows.append(_row(area, name, case["requirements"]))
+    return rows
