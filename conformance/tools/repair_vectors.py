@@ -19,9 +19,12 @@ import hashlib
 import json
 import shutil
 import struct
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import flatbuffers
 import numpy as np
 from delta_fabric.repair import (
     GapTracker,
@@ -87,6 +90,236 @@ def _patch_seq(buf: bytes, index: int, value: int) -> bytes:
     return bytes(b)
 
 
+@dataclass(frozen=True)
+class RawRequest:
+    """A ``RepairRequest`` table field by field: None leaves a field out (a scalar then reads as 0);
+    ``unknown`` adds a u64 field after the last one of the schema (a later minor version's)."""
+
+    version_major: int | None = 1
+    version_minor: int | None = 1
+    sender: int | None = 0x0B
+    sender_incarnation: int | None = 7
+    fingerprint: bytes | None = FP
+    origin: int | None = 0x0A
+    incarnation: int | None = 5
+    seqs: Sequence[int] | None = (3, 4, 9)
+    unknown: int | None = None
+
+
+def build_raw(r: RawRequest) -> bytes:
+    """The buffer of ``r``, every present field written (zeros included)."""
+    b = flatbuffers.Builder(4096)
+    b.ForceDefaults(True)
+    seqs = None
+    if r.seqs is not None:
+        b.StartVector(8, len(r.seqs), 8)
+        for x in reversed(r.seqs):
+            b.PrependUint64(x)
+        seqs = b.EndVector()
+    fp = b.CreateByteVector(r.fingerprint) if r.fingerprint is not None else None
+    b.StartObject(9 if r.unknown is not None else 8)
+    for slot, x in (
+        (2, r.sender),
+        (3, r.sender_incarnation),
+        (5, r.origin),
+        (6, r.incarnation),
+        (8, r.unknown),
+    ):
+        if x is not None:
+            b.PrependUint64Slot(slot, x, 0)
+    for slot, off in ((4, fp), (7, seqs)):
+        if off is not None:
+            b.PrependUOffsetTRelativeSlot(slot, off, 0)
+    for slot16, x16 in ((0, r.version_major), (1, r.version_minor)):
+        if x16 is not None:
+            b.PrependUint16Slot(slot16, x16, 0)
+    b.Finish(b.EndObject(), file_identifier=b"DFR1")
+    return bytes(b.Output())
+
+
+def _root(buf: bytes) -> tuple[int, int]:
+    """(table position, vtable position) of a buffer's root table."""
+    pos = struct.unpack_from("<I", buf, 0)[0]
+    return pos, pos - struct.unpack_from("<i", buf, pos)[0]
+
+
+def _set(buf: bytes, at: int, fmt: str, value: int) -> bytes:
+    b = bytearray(buf)
+    struct.pack_into(fmt, b, at, value)
+    return bytes(b)
+
+
+def raw_cases() -> list[tuple[str, bytes, str, str]]:
+    """``(name, buffer, outcome, description)``: fields present or absent, lengths at and past their
+    bounds, and the structural rules of DF-RCV-161 (DF-PKT-6, DF-SEC-1 applied to the table)."""
+    base = RawRequest()
+    good = build_raw(base)
+    pos, vt = _root(good)
+    vsize = struct.unpack_from("<H", good, vt)[0]
+    fp_field = pos + struct.unpack_from("<H", good, vt + 4 + 2 * 4)[0]
+    seqs_field = pos + struct.unpack_from("<H", good, vt + 4 + 2 * 7)[0]
+    seqs_vec = seqs_field + struct.unpack_from("<I", good, seqs_field)[0]
+    out = [
+        (
+            "version_minor_absent",
+            build_raw(replace(base, version_minor=None)),
+            "ok",
+            "version_minor absent: read as 0, accepted (every version_minor is)",
+        ),
+        (
+            "version_minor_65535",
+            build_raw(replace(base, version_minor=65535)),
+            "ok",
+            "version_minor 65535, accepted",
+        ),
+        (
+            "unknown_field",
+            build_raw(replace(base, unknown=2**64 - 1)),
+            "ok",
+            "a field after the last one of the schema: ignored (DF-RCV-161)",
+        ),
+        (
+            "version_major_absent",
+            build_raw(replace(base, version_major=None)),
+            "UNSUPPORTED_VERSION",
+            "version_major absent: read as 0, not 1",
+        ),
+        (
+            "version_major_0",
+            build_raw(replace(base, version_major=0)),
+            "UNSUPPORTED_VERSION",
+            "version_major 0 written",
+        ),
+        (
+            "sender_absent",
+            build_raw(replace(base, sender=None)),
+            "MALFORMED",
+            "sender absent: 0",
+        ),
+        (
+            "sender_incarnation_zero",
+            build_raw(replace(base, sender_incarnation=0)),
+            "MALFORMED",
+            "sender_incarnation 0",
+        ),
+        (
+            "incarnation_zero",
+            build_raw(replace(base, incarnation=0)),
+            "MALFORMED",
+            "incarnation 0",
+        ),
+        (
+            "fingerprint_absent",
+            build_raw(replace(base, fingerprint=None)),
+            "MALFORMED",
+            "fingerprint (required) absent",
+        ),
+        (
+            "fingerprint_31_bytes",
+            build_raw(replace(base, fingerprint=FP[:31])),
+            "MALFORMED",
+            "a fingerprint of 31 bytes",
+        ),
+        (
+            "fingerprint_33_bytes",
+            build_raw(replace(base, fingerprint=FP + b"\0")),
+            "MALFORMED",
+            "a fingerprint of 33 bytes",
+        ),
+        (
+            "seqs_absent",
+            build_raw(replace(base, seqs=None)),
+            "MALFORMED",
+            "seqs (required) absent",
+        ),
+        ("seqs_empty", build_raw(replace(base, seqs=())), "MALFORMED", "no seq"),
+        (
+            "seqs_257",
+            build_raw(replace(base, seqs=tuple(range(1, 258)))),
+            "MALFORMED",
+            "257 seqs, one more than a request holds",
+        ),
+        (
+            "seqs_decreasing",
+            build_raw(replace(base, seqs=(9, 4))),
+            "MALFORMED",
+            "seqs 9, 4",
+        ),
+        (
+            "root_offset_outside",
+            _set(good, 0, "<I", len(good)),
+            "MALFORMED",
+            "the root offset points at the end of the buffer",
+        ),
+        (
+            "vtable_outside",
+            _set(good, pos, "<i", pos + 64),
+            "MALFORMED",
+            "the table's vtable offset points before the buffer",
+        ),
+        (
+            "vtable_size_odd",
+            _set(good, vt, "<H", vsize - 1),
+            "MALFORMED",
+            f"vtable size {vsize - 1} (odd)",
+        ),
+        (
+            "vtable_size_past_end",
+            _set(good, vt, "<H", len(good)),
+            "MALFORMED",
+            "a vtable size that runs past the buffer",
+        ),
+        (
+            "table_size_past_end",
+            _set(good, vt + 2, "<H", len(good)),
+            "ok",
+            "a table size (u16 at vtable + 2) that runs past the buffer: not checked (DF-PKT-20 "
+            "rule 2), accepted",
+        ),
+        (
+            "seqs_length_past_end",
+            _set(good, seqs_vec, "<I", 1000),
+            "MALFORMED",
+            "seqs claims 1000 elements; the buffer holds 3",
+        ),
+        (
+            "fingerprint_offset_outside",
+            _set(good, fp_field, "<I", len(good)),
+            "MALFORMED",
+            "the fingerprint vector's offset points past the buffer",
+        ),
+        (
+            "seqs_elements_not_8_aligned",
+            _seqs_at_4_mod_8(),
+            "ok",
+            "the seqs vector at a multiple of 4 whose u64 elements start at 4 mod 8: accepted "
+            "(DF-PKT-20 rule 4 asks a vector's position to be a multiple of 4, nothing more)",
+        ),
+        (
+            "seqs_vector_misaligned",
+            _set(good, seqs_field, "<I", struct.unpack_from("<I", good, seqs_field)[0] + 2),
+            "MALFORMED",
+            "the seqs vector's uoffset moved by 2: its position is not a multiple of 4 "
+            "(DF-PKT-20 rule 4)",
+        ),
+    ]
+    return out
+
+
+def _seqs_at_4_mod_8() -> bytes:
+    """A request written by hand: root table at 28 (vtable at 8), the fingerprint vector at 76 and
+    the seqs vector at 112 (a multiple of 4), so its u64 elements lie at 116, 124, 132."""
+    b = bytearray(140)
+    struct.pack_into("<I4s", b, 0, 28, b"DFR1")
+    # vtable: size 20, table size 48, voffsets of the 8 fields in schema order
+    struct.pack_into("<10H", b, 8, 20, 48, 4, 6, 12, 20, 8, 28, 36, 44)
+    struct.pack_into("<iHHI", b, 28, 28 - 8, 1, 1, 76 - 36)
+    struct.pack_into("<4QI", b, 40, 0x0B, 7, 0x0A, 5, 112 - 72)
+    struct.pack_into("<I32s", b, 76, 32, FP)
+    struct.pack_into("<I3Q", b, 112, 3, 3, 4, 9)
+    return bytes(b)
+
+
 REQ_REQUIREMENTS = ["DF-RCV-160", "DF-RCV-161"]
 
 
@@ -121,6 +354,11 @@ def requests() -> list[tuple[str, bytes, str, dict[str, Any] | None, str]]:
     struct.pack_into("<Q", b, pos + off, 0)
     invalid.append(("origin_zero", bytes(b), "MALFORMED", "origin 0"))
     out: list[tuple[str, bytes, str, dict[str, Any] | None, str]] = []
+    for name, buf, outcome, what in raw_cases():
+        if outcome == "ok":
+            out.append((name, buf, "ok", _json_req(decode_request(buf)), what))
+        else:
+            invalid.append((name, buf, outcome, what))
     for name, r, what in valid:
         buf = encode_request(r)
         assert decode_request(buf) == r
