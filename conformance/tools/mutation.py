@@ -5,7 +5,7 @@ The test command of every mutant is the conformance suite itself (every vector o
 the unit tests: a mutant that no vector kills is a behaviour the suite does not pin.
 
 - ``python``: a seeded AST mutator over the Python core (``delta_fabric.{wire, engine, replay,
-  selection, encodings, config, manifest}``). Each mutant runs in a forked child that imports the
+  selection, encodings, config, manifest, repair}``). Each mutant runs in a forked child that imports the
   mutated module in place of the original and drives every vector through the Python driver
   (:class:`delta_fabric_conformance.kit.driver.Driver`) in-process, judged by
   :class:`delta_fabric_conformance.runner.Runner` (JSON round trip of every answer, as on the pipe).
@@ -49,7 +49,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 MUTATION_DIR = ROOT / "conformance" / "mutation"
 PY_SRC = ROOT / "python" / "src"
-PY_MODULES = ("wire", "engine", "replay", "selection", "encodings", "config", "manifest")
+PY_MODULES = ("wire", "engine", "replay", "selection", "encodings", "config", "manifest", "repair")
 RUST_CRATE_DIR = ROOT / "interop" / "crates" / "df-core"
 #: snapshot code (DFS1, DF-ZEN-5/12) has its own vectors: not mutated here, as df-core's snapshot.rs
 OUT_OF_SCOPE = ("Snapshot", "Engine.snapshot", "Engine.restore", "Engine.from_snapshot")

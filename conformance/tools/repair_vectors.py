@@ -27,6 +27,7 @@ from typing import Any
 import flatbuffers
 import numpy as np
 from delta_fabric.repair import (
+    VERSION_MINOR,
     GapTracker,
     RepairError,
     RepairRequest,
@@ -113,8 +114,8 @@ def build_raw(r: RawRequest) -> bytes:
     seqs = None
     if r.seqs is not None:
         b.StartVector(8, len(r.seqs), 8)
-        for x in reversed(r.seqs):
-            b.PrependUint64(x)
+        for seq in reversed(r.seqs):
+            b.PrependUint64(seq)
         seqs = b.EndVector()
     fp = b.CreateByteVector(r.fingerprint) if r.fingerprint is not None else None
     b.StartObject(9 if r.unknown is not None else 8)
@@ -334,10 +335,22 @@ def requests() -> list[tuple[str, bytes, str, dict[str, Any] | None, str]]:
             _req(sender=2**64 - 1, origin=2**64 - 1, seqs=(2**64 - 1,)),
             "sender, origin and seq 2^64 - 1",
         ),
+        (
+            "ids_one",
+            _req(sender=1, sender_incarnation=1, origin=1, incarnation=1, seqs=(1,)),
+            "every id, incarnation and the seq 1, the lowest allowed",
+        ),
     ]
     good = encode_request(_req())
     invalid = [
         ("short", good[:7], "BAD_IDENTIFIER", "7 bytes"),
+        (
+            "identifier_only_8_bytes",
+            struct.pack("<I4s", 8, b"DFR1"),
+            "MALFORMED",
+            "8 bytes: a root offset and DFR1, no table (the identifier is there: not "
+            "BAD_IDENTIFIER)",
+        ),
         ("packet_identifier", good[:4] + b"DFP1" + good[8:], "BAD_IDENTIFIER", "DFP1"),
         ("version_major_2", _patch_u16(good, 0, 2), "UNSUPPORTED_VERSION", "version_major 2"),
         ("truncated", good[:-8], "MALFORMED", "the last 8 bytes cut"),
@@ -385,6 +398,11 @@ def encodes() -> list[tuple[str, dict[str, Any], str, str]]:
             _req(sender=2**64 - 1, origin=2**64 - 1, seqs=(2**64 - 1,)),
             "ids and seq 2^64 - 1",
         ),
+        (
+            "ids_one",
+            _req(sender=1, sender_incarnation=1, origin=1, incarnation=1, seqs=(1,)),
+            "every id, incarnation and the seq 1",
+        ),
     ]
     base = _json_req(_req())
     bad: list[tuple[str, dict[str, Any], str]] = [
@@ -402,6 +420,17 @@ def encodes() -> list[tuple[str, dict[str, Any], str, str]]:
     for name, r, what in ok:
         assert decode_request(encode_request(r)) == r
         out.append((name, _json_req(r), "ok", what))
+    own = _json_req(_req())
+    del own["version_minor"]
+    out.append(
+        (
+            "version_minor_own",
+            own,
+            "ok",
+            "no version_minor given: the encoder writes its own, 1 (DF-VER-1); it decodes to the "
+            "fields with version_minor 1 (decodes_to)",
+        )
+    )
     for name, patch, what in bad:
         fields = {**base, **patch}
         r = RepairRequest(
@@ -695,6 +724,64 @@ def resend() -> list[dict[str, Any]]:
             ],
             "max_pending 2: seq 3 is deferred (the requester asks again later)",
         ),
+        _resend_case(
+            "value_bound_exact",
+            p,
+            [
+                {"add": [(1, 40), (2, 60)]},
+                {"request": {"seqs": [1, 2]}},
+                {"take": True},
+                {"take": True},
+            ],
+            "100 values held with max_values 100: nothing evicted; budget 25: seq 1 (40 values) "
+            "goes alone, seq 2 the next round",
+        ),
+        _resend_case(
+            "evicted_after_request",
+            p,
+            [
+                {"add": [(1, 10)]},
+                {"request": {"seqs": [1]}},
+                {"add": [(2, 10), (3, 10), (4, 10), (5, 10)]},
+                {"take": True},
+            ],
+            "seq 1 is queued, then evicted by 4 newer entries (max_entries 4) before the round: "
+            "nothing is resent and seq 1 counts as unavailable at the round",
+        ),
+        _resend_case(
+            "budget_exact",
+            p,
+            [
+                {"add": [(1, 10), (2, 15), (3, 1)]},
+                {"request": {"seqs": [1, 2, 3]}},
+                {"take": True},
+                {"take": True},
+            ],
+            "budget 25 values: seqs 1 and 2 (10 + 15 = 25, exactly the budget) in the first round, "
+            "seq 3 in the next",
+        ),
+        _resend_case(
+            "bounds_of_one",
+            {"max_entries": 1, "max_values": 100, "max_values_per_round": 1, "max_pending": 1},
+            [
+                {"add": [(1, 5), (2, 5)]},
+                {"request": {"seqs": [1, 2]}},
+                {"take": True},
+            ],
+            "every count bound 1 (the lowest allowed): one entry held (seq 2); seq 1 unavailable; "
+            "seq 2 (5 values) resent although the round's budget is 1 value (at least one entry)",
+        ),
+        _resend_case(
+            "foreign_entries_not_held",
+            p,
+            [
+                {"add": [(1, 5, 0x0B, 5), (1, 5, 0x0A, 4), (2, 5, 0x0A, 6), (1, 5)]},
+                {"request": {"seqs": [1, 2]}},
+                {"take": True},
+            ],
+            "entries of another origin or of another incarnation of this node are not held: "
+            "only the own seq 1 is; seq 2 is unavailable",
+        ),
     ]
     return cases
 
@@ -733,16 +820,17 @@ def build(vectors_dir: Path) -> list[dict[str, Any]]:
         )
         rows.append(_row("request", name, REQ_REQUIREMENTS, expect=outcome))
     for name, fields, outcome, what in encodes():
-        _dump(
-            d / "encode" / f"{name}.json",
-            {
-                "description": what,
-                "requirements": ["DF-RCV-161"],
-                "request": fields,
-                "expected": {"outcome": outcome},
-            },
-        )
-        rows.append(_row("encode", name, ["DF-RCV-161"], expect=outcome))
+        case: dict[str, Any] = {
+            "description": what,
+            "requirements": ["DF-RCV-161"],
+            "request": fields,
+            "expected": {"outcome": outcome},
+        }
+        if "version_minor" not in fields:
+            case["requirements"] = ["DF-RCV-161", "DF-VER-1"]
+            case["decodes_to"] = {**fields, "version_minor": VERSION_MINOR}
+        _dump(d / "encode" / f"{name}.json", case)
+        rows.append(_row("encode", name, case["requirements"], expect=outcome))
     for area, cases in (("gaps", gaps()), ("resend", resend())):
         for case in cases:
             name = case.pop("id")

@@ -545,7 +545,7 @@ class Runner:
             assert isinstance(back, Reply)
             if back.kind != "ok" or back.body.get("outcome") != "ok":
                 return FAILED, f"its encoding does not decode: {back.kind} {back.body}"
-            d = diff_json(data["request"], back.body.get("request"))
+            d = diff_json(data.get("decodes_to", data["request"]), back.body.get("request"))
             if d is not None:
                 return FAILED, f"its encoding decodes to other fields: {d}"
         return PASSED, ""

@@ -16,8 +16,8 @@ use serde_json::{Map, Value, json};
 
 use crate::OwnedEntry;
 use crate::repair::{
-    GapParams, GapTracker, RepairCounters, RepairErrorKind, RepairRequest, ResendBuffer,
-    ResendParams, decode_request, encode_request,
+    GapParams, GapTracker, REQUEST_VERSION_MINOR, RepairCounters, RepairErrorKind, RepairRequest,
+    ResendBuffer, ResendParams, decode_request, encode_request,
 };
 use crate::wire::{entry_from_json, f32_to_json, hex16, u64_from_json};
 
@@ -79,7 +79,7 @@ pub fn request_from_json(j: &Value) -> Result<Result<RepairRequest, String>, Str
         .map(|s| uint(s, "seq"))
         .collect::<Result<Vec<u64>, String>>()?;
     let version_minor = match j.get("version_minor") {
-        None => 1,
+        None => REQUEST_VERSION_MINOR, // the node's own (DF-VER-1)
         Some(v) => u16::try_from(uint(v, "version_minor")?).map_err(|e| e.to_string())?,
     };
     let sender = id(get(j, "sender")?, "sender")?;

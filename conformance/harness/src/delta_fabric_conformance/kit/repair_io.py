@@ -67,7 +67,11 @@ def request_json(r: RepairRequest) -> dict[str, Any]:
 
 
 def request_fields(j: Mapping[str, Any]) -> RepairRequest:
-    """The request of a JSON object (no check: `encode_request` / `ResendBuffer.request` judge)."""
+    """The request of a JSON object (no check: `encode_request` / `ResendBuffer.request` judge);
+    without ``version_minor``, the implementation's own (the node's requests, DF-VER-1)."""
+    minor: dict[str, int] = {}
+    if "version_minor" in j:
+        minor["version_minor"] = int(j["version_minor"])
     return RepairRequest(
         sender=_id(j["sender"]),
         sender_incarnation=_id(j["sender_incarnation"]),
@@ -75,7 +79,7 @@ def request_fields(j: Mapping[str, Any]) -> RepairRequest:
         origin=_id(j["origin"]),
         incarnation=_id(j["incarnation"]),
         seqs=tuple(int(s) for s in j["seqs"]),
-        version_minor=int(j.get("version_minor", 1)),
+        **minor,
     )
 
 
