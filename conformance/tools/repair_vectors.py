@@ -530,6 +530,14 @@ def gaps() -> list[dict[str, Any]]:
             "after seq 40 with W = 16 only 25..39 can still be accepted: only they are asked for",
         ),
         _gap_case(
+            "window_slides_keeps_state",
+            p,
+            [[(a, 5, s) for s in (*range(1, 10), 11)], [(a, 5, 22)], [], [], []],
+            "seq 10 missing from round 1; in round 2 seq 22 slides the window (W = 16) past seqs "
+            "1 to 6: seqs 7 to 9 and 11 stay accepted and seq 10 keeps its round 1, so it is asked "
+            "in round 3 and 12 to 21 (missing from round 2) in round 4",
+        ),
+        _gap_case(
             "new_incarnation_replaces",
             p,
             [[(a, 5, 1), (a, 5, 3)], [(a, 6, 1), (a, 6, 4)], [], [(a, 5, 2)], []],
