@@ -67,6 +67,7 @@ RUST_FILES = (
     "encodings.rs",
     "config.rs",
     "manifest.rs",
+    "repair.rs",
 )
 
 
