@@ -15,6 +15,7 @@ import pytest
 from delta_fabric import SyncConfig
 from delta_fabric.fabric import Fabric
 from delta_fabric.repair import (
+    VERSION_MINOR,
     GapTracker,
     RepairError,
     RepairErrorKind,
@@ -33,45 +34,74 @@ VECTORS = Path(__file__).resolve().parents[1] / "conformance" / "vectors" / "rep
 FP = hashlib.sha256(b"repair-vectors").digest()
 
 
-def _load(name: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((VECTORS / name).read_text(encoding="utf-8"))
-    return data
+def _cases(area: str) -> list[tuple[str, dict[str, Any]]]:
+    """``(name, case)`` of every ``repair/<area>/<name>.json`` (kind ``repair`` of index.json)."""
+    files = sorted((VECTORS / area).glob("*.json"))
+    assert files, area
+    return [(f.stem, json.loads(f.read_text(encoding="utf-8"))) for f in files]
+
+
+def _id(h: str) -> int:
+    return int(h, 16)
+
+
+def _request(j: dict[str, Any]) -> RepairRequest:
+    """The request of fields; without ``version_minor`` the implementation's own (DF-VER-1)."""
+    return RepairRequest(
+        _id(j["sender"]),
+        _id(j["sender_incarnation"]),
+        bytes.fromhex(j["fingerprint"]),
+        _id(j["origin"]),
+        _id(j["incarnation"]),
+        tuple(j["seqs"]),
+        j.get("version_minor", VERSION_MINOR),
+    )
 
 
 def test_request_vectors() -> None:
     """REQ: DF-RCV-160, DF-RCV-161"""
-    data = _load("requests.json")
-    for v in data["valid"]:
-        want = v["request"]
-        req = RepairRequest(
-            want["sender"],
-            want["sender_incarnation"],
-            bytes.fromhex(want["fingerprint"]),
-            want["origin"],
-            want["incarnation"],
-            tuple(want["seqs"]),
-            want["version_minor"],
-        )
-        assert decode_request(bytes.fromhex(v["hex"])) == req, v["id"]
-        assert decode_request(encode_request(req)) == req, v["id"]
-    assert len(data["invalid"]) >= 7
-    for v in data["invalid"]:
-        with pytest.raises(RepairError) as info:
-            decode_request(bytes.fromhex(v["hex"]))
-        assert info.value.kind is RepairErrorKind(v["expect"]), v["id"]
+    cases = _cases("request")
+    assert len([c for _, c in cases if c["expected"]["outcome"] != "ok"]) >= 7
+    for name, case in cases:
+        buf = (VECTORS / "request" / f"{name}.dfr").read_bytes()
+        want = case["expected"]
+        if want["outcome"] == "ok":
+            req = _request(want["request"])
+            assert decode_request(buf) == req, name
+            assert decode_request(encode_request(req)) == req, name
+        else:
+            with pytest.raises(RepairError) as info:
+                decode_request(buf)
+            assert info.value.kind is RepairErrorKind(want["outcome"]), name
+
+
+def test_encode_vectors() -> None:
+    """REQ: DF-RCV-161"""
+    for name, case in _cases("encode"):
+        req = _request(case["request"])
+        if case["expected"]["outcome"] == "ok":
+            want = _request(case.get("decodes_to", case["request"]))
+            assert decode_request(encode_request(req)) == want, name
+        else:
+            with pytest.raises(RepairError) as info:
+                encode_request(req)
+            assert info.value.kind is RepairErrorKind(case["expected"]["outcome"]), name
 
 
 def test_gap_vectors() -> None:
-    """REQ: DF-RCV-162, DF-RCV-163, DF-RCV-230"""
-    for case in _load("gaps.json")["cases"]:
+    """REQ: DF-RCV-162, DF-RCV-163, DF-RCV-165, DF-RCV-230"""
+    for name, case in _cases("gaps"):
         g = GapTracker(**case["params"])
-        for i, rnd in enumerate(case["rounds"]):
+        for i, (rnd, want) in enumerate(
+            zip(case["rounds"], case["expected"]["rounds"], strict=True)
+        ):
             for o, inc, s in rnd["accepted"]:
-                g.observe(o, inc, s)
-            live = set(rnd["reachable"]) if "reachable" in rnd else None
-            got = [[o, inc, list(s)] for o, inc, s in g.round(live)]
-            assert got == rnd["requests"], (case["id"], i)
-        assert g.counters.seqs_given_up == case["seqs_given_up"], case["id"]
+                g.observe(_id(o), _id(inc), s)
+            live = {_id(x) for x in rnd["reachable"]} if "reachable" in rnd else None
+            got = [[f"{o:016x}", f"{inc:016x}", list(s)] for o, inc, s in g.round(live)]
+            assert got == want["requests"], (name, i)
+            counters = g.counters.to_json()
+            assert {k: counters[k] for k in want["counters"]} == want["counters"], (name, i)
 
 
 @settings(max_examples=200, deadline=None)
@@ -124,38 +154,43 @@ def test_gap_schedule_asks_every_seq_before_giving_it_up(
 
 
 def test_resend_vectors() -> None:
-    """REQ: DF-RCV-164"""
-    for case in _load("resend.json")["cases"]:
-        node, inc = case["node"], case["incarnation"]
-        buf = ResendBuffer(node, inc, FP, **case["params"])
-        for op in case["ops"]:
+    """REQ: DF-RCV-164, DF-RCV-165"""
+    for name, case in _cases("resend"):
+        buf = ResendBuffer(
+            _id(case["node"]),
+            _id(case["incarnation"]),
+            bytes.fromhex(case["fingerprint"]),
+            **case["params"],
+        )
+        for op, want in zip(case["ops"], case["expected"]["ops"], strict=True):
             if "add" in op:
                 buf.add(
                     [
                         Entry(
-                            node, inc, s, 0, np.arange(n, dtype=np.uint32), np.ones(n, np.float32)
+                            _id(e["origin"]),
+                            _id(e["incarnation"]),
+                            e["seq"],
+                            e["hops"],
+                            np.asarray(e["indices"], dtype=np.uint32),
+                            np.asarray(e["values"], dtype=np.float32),
                         )
-                        for s, n in op["add"]
+                        for e in op["add"]
                     ]
                 )
-                assert buf.held == op["held"], case["id"]
+                assert buf.held == want["held"], name
             elif "request" in op:
-                r = op["request"]
-                req = RepairRequest(
-                    0x0B,
-                    7,
-                    FP if r.get("fingerprint_ok", True) else bytes(32),
-                    r.get("origin", node),
-                    r.get("incarnation", inc),
-                    tuple(r["seqs"]),
-                )
-                assert buf.request(req) is op["queued"], case["id"]
-                assert buf.pending == op["pending"], case["id"]
+                assert buf.request(_request(op["request"])) is want["queued"], name
+                assert buf.pending == want["pending"], name
             else:
                 took = buf.take()
-                assert [e.seq for e in took] == op["take"], case["id"]
-                assert all(e.hops == 0 and e.origin == node for e in took)
-        assert buf.counters.to_json() == case["counters"], case["id"]
+                assert [e.seq for e in took] == [e["seq"] for e in want["take"]], name
+                for e, w in zip(took, want["take"], strict=True):
+                    assert e.hops == 0 and f"{e.origin:016x}" == w["origin"], name
+                    assert e.indices.tolist() == w["indices"], name
+                    assert e.values.tolist() == w["values"], name
+                assert buf.pending == want["pending"], name
+            counters = buf.counters.to_json()
+            assert {k: counters[k] for k in want["counters"]} == want["counters"], name
 
 
 def test_encoder_refuses_bad_fields() -> None:

@@ -5,7 +5,7 @@ The test command of every mutant is the conformance suite itself (every vector o
 the unit tests: a mutant that no vector kills is a behaviour the suite does not pin.
 
 - ``python``: a seeded AST mutator over the Python core (``delta_fabric.{wire, engine, replay,
-  selection, encodings, config, manifest, compact, signing, snapshot}``). Each mutant runs in a
+  selection, encodings, config, manifest, compact, signing, snapshot, repair}``). Each mutant runs in a
   forked child that imports the mutated module in place of the original and drives every vector
   through the Python driver
   (:class:`delta_fabric_conformance.kit.driver.Driver`) in-process, judged by
@@ -62,6 +62,7 @@ PY_MODULES = (
     "compact",
     "signing",
     "snapshot",
+    "repair",
 )
 RUST_CRATE_DIR = ROOT / "interop" / "crates" / "df-core"
 #: snapshot code outside the snapshot module (the engine's capture and restore, DF-ZEN-5/12): not
@@ -73,7 +74,7 @@ OUT_OF_SCOPE = ("Snapshot", "Engine.snapshot", "Engine.restore", "Engine.from_sn
 SKIPPED_KINDS = ("forward",)
 #: the vectors the campaigns run (``--vectors``: e.g. an older commit's, for a score before a change)
 VECTORS = ROOT / "conformance" / "vectors"
-#: df-core files mutated (json.rs and repair.rs not yet judged: see conformance/README, session 7)
+#: df-core files mutated (json.rs, the driver's JSON reader, not yet judged: see conformance/README, session 7)
 RUST_FILES = (
     "wire.rs",
     "engine.rs",
@@ -85,6 +86,7 @@ RUST_FILES = (
     "compact.rs",
     "signing.rs",
     "snapshot.rs",
+    "repair.rs",
 )
 
 

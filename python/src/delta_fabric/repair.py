@@ -29,8 +29,9 @@ from typing import Any, NoReturn
 import flatbuffers
 import numpy as np
 
+from delta_fabric import wire as _wire
 from delta_fabric._generated.deltafabric.v1 import RepairRequest as _gen
-from delta_fabric.errors import DeltaFabricError
+from delta_fabric.errors import DecodeError, DeltaFabricError
 from delta_fabric.wire import Entry
 
 __all__ = [
@@ -143,98 +144,62 @@ def encode_request(req: RepairRequest) -> bytes:
     return bytes(b.Output())
 
 
-_U16 = struct.Struct("<H")
-_U32 = struct.Struct("<I")
-_I32 = struct.Struct("<i")
 _U64 = struct.Struct("<Q")
 _VMAJ, _VMIN, _SENDER, _SINC, _FP, _ORIGIN, _INC, _SEQS = range(8)
 
 
-class _Reader:
-    """Bounds-checked FlatBuffers table reader (Python FlatBuffers has no verifier)."""
-
-    __slots__ = ("mv", "n", "pos", "vsize", "vt")
-
-    def __init__(self, mv: memoryview) -> None:
-        self.mv, self.n = mv, len(mv)
-        self.need(0, 4, "root offset")
-        pos = int(_U32.unpack_from(mv, 0)[0])
-        self.need(pos, 4, "RepairRequest table")
-        if pos % 4:
-            _malformed(f"table at misaligned offset {pos}")
-        vt = pos - int(_I32.unpack_from(mv, pos)[0])
-        self.need(vt, 4, "RepairRequest vtable")
-        if vt % 2:
-            _malformed(f"vtable at misaligned offset {vt}")
-        vsize = int(_U16.unpack_from(mv, vt)[0])
-        if vsize < 4 or vsize & 1:
-            _malformed(f"vtable size {vsize} invalid")
-        self.need(vt, vsize, "RepairRequest vtable")
-        tsize = int(_U16.unpack_from(mv, vt + 2)[0])
-        self.need(pos, max(tsize, 4), "RepairRequest table")
-        self.pos, self.vt, self.vsize = pos, vt, vsize
-
-    def need(self, pos: int, size: int, what: str) -> None:
-        if pos < 0 or size < 0 or pos + size > self.n:
-            _malformed(f"{what}: bytes [{pos}, {pos + size}) outside the {self.n}-byte buffer")
-
-    def field(self, slot: int, size: int, what: str) -> int:
-        voff = 4 + 2 * slot
-        if voff + 2 > self.vsize:
-            return 0
-        off = int(_U16.unpack_from(self.mv, self.vt + voff)[0])
-        if off == 0:
-            return 0
-        self.need(self.pos + off, size, what)
-        if (self.pos + off) % size:
-            _malformed(f"{what} misaligned")
-        return self.pos + off
-
-    def u16(self, slot: int, what: str) -> int:
-        p = self.field(slot, 2, what)
-        return 0 if p == 0 else int(_U16.unpack_from(self.mv, p)[0])
-
-    def u64(self, slot: int, what: str) -> int:
-        p = self.field(slot, 8, what)
-        return 0 if p == 0 else int(_U64.unpack_from(self.mv, p)[0])
-
-    def vector(self, slot: int, elem: int, what: str) -> tuple[int, int]:
-        p = self.field(slot, 4, what)
-        if p == 0:
-            _malformed(f"{what} (required) missing")
-        target = p + int(_U32.unpack_from(self.mv, p)[0])
-        self.need(target, 4, f"{what} length")
-        if target % 4 or (target + 4) % elem:
-            _malformed(f"{what} misaligned")
-        length = int(_U32.unpack_from(self.mv, target)[0])
-        self.need(target + 4, length * elem, f"{what} ({length} x {elem} bytes)")
-        return target + 4, length
+def _required(v: tuple[int, int] | None, name: str) -> tuple[int, int]:
+    if v is None:
+        _malformed(f"{name} (required) missing")
+    return v
 
 
 def decode_request(buf: bytes | bytearray | memoryview) -> RepairRequest:
-    """Decode and check one repair request (DF-RCV-161). Raises nothing but `RepairError`."""
+    """Decode and check one repair request (DF-RCV-161): identifier; structure by the packet
+    decoder's reader (the verifier rules of DF-PKT-20 and DF-PKT-21 and the sharing rule DF-SEC-20,
+    applied to ``RepairRequest``, as `delta_fabric.snapshot.decode_chunk` does for
+    ``SnapshotChunk``); version; required vectors and their sizes; the field rules of
+    `RepairRequest.check`. Raises nothing but `RepairError`."""
     try:
         mv = memoryview(buf).cast("B")
     except (TypeError, ValueError) as exc:
         raise RepairError(RepairErrorKind.MALFORMED, f"not a byte buffer: {exc}") from exc
     if not is_repair_request(mv):
         raise RepairError(RepairErrorKind.BAD_IDENTIFIER, "missing file identifier DFR1")
-    r = _Reader(mv)
-    vmaj = r.u16(_VMAJ, "version_major")
-    if vmaj != VERSION_MAJOR:
-        raise RepairError(RepairErrorKind.UNSUPPORTED_VERSION, f"version_major {vmaj}")
-    fp_start, fp_len = r.vector(_FP, 1, "fingerprint")
-    s_start, s_len = r.vector(_SEQS, 8, "seqs")
+    try:
+        r = _wire._Reader(mv)
+        root_off = int.from_bytes(mv[0:4], "little")
+        if root_off == 0:
+            _malformed("root uoffset 0 (points to itself)")
+        t = r.table(root_off, "RepairRequest")
+        vmaj = r.u16(t, _VMAJ, "version_major")
+        if vmaj != VERSION_MAJOR:
+            raise RepairError(RepairErrorKind.UNSUPPORTED_VERSION, f"version_major {vmaj}")
+        vmin = r.u16(t, _VMIN, "version_minor")
+        sender = r.u64(t, _SENDER, "sender")
+        sender_incarnation = r.u64(t, _SINC, "sender_incarnation")
+        fp = r.vector(t, _FP, 1, "fingerprint")
+        origin = r.u64(t, _ORIGIN, "origin")
+        incarnation = r.u64(t, _INC, "incarnation")
+        seqs = r.vector(t, _SEQS, 8, "seqs")
+        fp_start, fp_len = _required(fp, "fingerprint")
+        s_start, s_len = _required(seqs, "seqs")
+        _wire._check_disjoint(
+            np.array([a for a, _ in r.spans], dtype=np.int64),
+            np.array([b for _, b in r.spans], dtype=np.int64),
+        )
+    except DecodeError as exc:
+        raise RepairError(RepairErrorKind.MALFORMED, exc.detail) from exc
     if s_len > MAX_REQUEST_SEQS:
         _malformed(f"{s_len} seqs, expected at most {MAX_REQUEST_SEQS}")
     req = RepairRequest(
-        sender=r.u64(_SENDER, "sender"),
-        sender_incarnation=r.u64(_SINC, "sender_incarnation"),
+        sender=sender,
+        sender_incarnation=sender_incarnation,
         fingerprint=bytes(mv[fp_start : fp_start + fp_len]),
-        origin=r.u64(_ORIGIN, "origin"),
-        incarnation=r.u64(_INC, "incarnation"),
+        origin=origin,
+        incarnation=incarnation,
         seqs=tuple(int(_U64.unpack_from(mv, s_start + 8 * i)[0]) for i in range(s_len)),
-        version_minor=r.u16(_VMIN, "version_minor"),
+        version_minor=vmin,
     )
     req.check()
     return req

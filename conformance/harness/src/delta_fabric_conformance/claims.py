@@ -5,7 +5,8 @@ A driver's ``hello`` (and its registry entry) names the targets it claims: ``cod
 
 - refuses a claim whose capabilities the driver lacks (``Required.protocol.hello.claims`` fails), and
 - fails a REQUIRED test of a claimed target that comes back *unsupported*, unless the test needs an
-  OPTIONAL feature (``encoding.f16``, ``encoding.bf16``, ``generate.fast``, ``signing``) the driver does not declare.
+  OPTIONAL feature (``encoding.f16``, ``encoding.bf16``, ``generate.fast``, ``signing``, ``repair``)
+  the driver does not declare.
 """
 
 from __future__ import annotations
@@ -36,7 +37,15 @@ TARGET_CAPABILITIES: dict[str, frozenset[str]] = {
 #: The OPTIONAL features of spec DF-CNF-2 as capabilities: a test that needs one an implementation
 #: does not declare stays *unsupported* whatever it claims.
 OPTIONAL_FEATURES = frozenset(
-    {"encoding.f16", "encoding.bf16", "encoding.q8", "index.packed", "generate.fast", "signing"}
+    {
+        "encoding.f16",
+        "encoding.bf16",
+        "encoding.q8",
+        "index.packed",
+        "generate.fast",
+        "signing",
+        "repair",
+    }
 )
 #: The target whose tests a command's test ids belong to (``<Level>.<command>.<area>.<case>``).
 COMMAND_TARGET = {

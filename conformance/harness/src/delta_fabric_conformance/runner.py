@@ -368,6 +368,8 @@ class Runner:
                 result, msg = self.judge_forward(run, row, data)
             elif kind == "config":
                 result, msg = self.judge_config(run, row, data)
+            elif kind == "repair":
+                result, msg = self.judge_repair(run, row, data, base)
             else:
                 result, msg = UNSUPPORTED, f"unknown vector kind {kind!r}"
             if kind == "decode":
@@ -543,6 +545,64 @@ class Runner:
         if wrong:
             more = f" (+{len(wrong) - 3} more)" if len(wrong) > 3 else ""
             return FAILED, "; ".join(wrong[:3]) + more
+        return PASSED, ""
+
+    def judge_repair(
+        self, run: ImplRun, row: Mapping[str, Any], data: Mapping[str, Any], base: Path
+    ) -> tuple[str, str]:
+        """A ``repair`` vector (1.1, driver protocol 5.11; spec 7.9). ``repair/request``: the
+        buffer's ``repair_decode`` outcome (and fields); ``repair/encode``: ``repair_encode``'s
+        outcome, and for ``ok`` the bytes decoded back to the fields by the same driver's
+        ``repair_decode`` (its decoder is judged by the request vectors); ``repair/gaps`` and
+        ``repair/resend``: the whole case in one request, every expected member equal."""
+        if "repair" not in run.caps:
+            return UNSUPPORTED, "capability repair not declared"
+        area = Path(str(row["path"])).parent.name
+        expected = data["expected"]
+        args: dict[str, Any]
+        if area == "request":
+            buf = base.with_name(base.name + ".dfr").read_bytes()
+            cmd, args = "repair_decode", {"bytes": base64.b64encode(buf).decode()}
+        elif area == "encode":
+            cmd, args = "repair_encode", {"request": data["request"]}
+        elif area in ("gaps", "resend"):
+            vector = {
+                k: x
+                for k, x in data.items()
+                if k not in ("expected", "description", "requirements")
+            }
+            cmd, args = f"repair_{area}", {"vector": vector}
+        else:
+            return UNSUPPORTED, f"unknown repair vector area {area!r}"
+        r = run.call({"cmd": cmd, **args}, f"{cmd} {row['id']}")
+        verdict = self._reply_verdict(run, "repair", r)  # the capability, declared here
+        if verdict is not None:
+            return verdict
+        assert isinstance(r, Reply)
+        if r.kind != "ok":
+            return FAILED, f"{cmd} answered {r.kind}; ok is expected"
+        if "outcome" in expected and r.body.get("outcome") != expected["outcome"]:
+            return FAILED, (
+                f"outcome {r.body.get('outcome')} ({r.body.get('message', '')}), expected "
+                f"{expected['outcome']}"
+            )
+        d = diff_json(expected, r.body, subset=True)
+        if d is not None:
+            return FAILED, f"{cmd} result differs: {d}"
+        if area == "encode" and expected["outcome"] == "ok":
+            back = run.call(
+                {"cmd": "repair_decode", "bytes": r.body.get("bytes", "")},
+                f"repair_decode of the encoding of {row['id']}",
+            )
+            verdict = self._reply_verdict(run, "repair", back)
+            if verdict is not None:
+                return verdict
+            assert isinstance(back, Reply)
+            if back.kind != "ok" or back.body.get("outcome") != "ok":
+                return FAILED, f"its encoding does not decode: {back.kind} {back.body}"
+            d = diff_json(data.get("decodes_to", data["request"]), back.body.get("request"))
+            if d is not None:
+                return FAILED, f"its encoding decodes to other fields: {d}"
         return PASSED, ""
 
     def judge_forward(

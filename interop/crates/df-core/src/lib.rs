@@ -28,6 +28,7 @@ pub mod error;
 pub mod json;
 pub mod manifest;
 pub mod repair;
+pub mod repair_io;
 pub mod replay;
 pub mod selection;
 pub mod signing;

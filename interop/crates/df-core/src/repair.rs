@@ -14,10 +14,21 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::fmt;
 
-use flatbuffers::{FlatBufferBuilder, VerifierOptions};
+use flatbuffers::FlatBufferBuilder;
 
+use crate::error::DecodeError;
 use crate::generated::repair::deltafabric::v_1 as fb;
-use crate::wire::{FINGERPRINT_SIZE, OwnedEntry, VERSION_MAJOR, VERSION_MINOR};
+use crate::wire::{FINGERPRINT_SIZE, OwnedEntry, Reader, VERSION_MAJOR, VERSION_MINOR};
+
+// Field ids of `RepairRequest` (schema/repair.fbs, declaration order).
+const F_VERSION_MAJOR: usize = 0;
+const F_VERSION_MINOR: usize = 1;
+const F_SENDER: usize = 2;
+const F_SENDER_INCARNATION: usize = 3;
+const F_FINGERPRINT: usize = 4;
+const F_ORIGIN: usize = 5;
+const F_INCARNATION: usize = 6;
+const F_SEQS: usize = 7;
 
 /// The minor version a node writes in its requests.
 pub const REQUEST_VERSION_MINOR: u16 = VERSION_MINOR;
@@ -152,7 +163,10 @@ pub fn encode_request(req: &RepairRequest) -> Result<Vec<u8>, RepairError> {
     Ok(b.finished_data().to_vec())
 }
 
-/// Decodes and checks one repair request (DF-RCV-161). Never panics.
+/// Decodes and checks one repair request (DF-RCV-161): identifier; structure by the packet
+/// decoder's reader (the verifier rules of DF-PKT-20 and DF-PKT-21 and the sharing rule DF-SEC-20,
+/// applied to `RepairRequest`, as the snapshot decoder does for `SnapshotChunk`); version; required
+/// vectors and their sizes; the field rules of [`RepairRequest::check`]. Never panics.
 pub fn decode_request(buf: &[u8]) -> Result<RepairRequest, RepairError> {
     if !is_repair_request(buf) {
         return Err(RepairError {
@@ -160,44 +174,53 @@ pub fn decode_request(buf: &[u8]) -> Result<RepairRequest, RepairError> {
             detail: "missing file identifier DFR1".into(),
         });
     }
-    let opts = VerifierOptions {
-        max_depth: 4,
-        max_tables: 4,
-        max_apparent_size: buf.len().saturating_mul(2).saturating_add(1024),
-        ignore_missing_null_terminator: false,
-    };
-    let r =
-        fb::root_as_repair_request_with_opts(&opts, buf).map_err(|e| malformed(e.to_string()))?;
-    if r.version_major() != VERSION_MAJOR {
+    let bad = |e: DecodeError| malformed(e.detail);
+    let mut r = Reader::new(buf);
+    let t = r.root("RepairRequest").map_err(bad)?;
+    let version_major = r.u16(t, F_VERSION_MAJOR, "version_major").map_err(bad)?;
+    if version_major != VERSION_MAJOR {
         return Err(RepairError {
             kind: RepairErrorKind::UnsupportedVersion,
-            detail: format!("version_major {}", r.version_major()),
+            detail: format!("version_major {version_major}"),
         });
     }
-    let seqs = r.seqs();
-    if seqs.len() > MAX_REQUEST_SEQS {
+    let version_minor = r.u16(t, F_VERSION_MINOR, "version_minor").map_err(bad)?;
+    let sender = r.u64(t, F_SENDER, "sender").map_err(bad)?;
+    let sender_incarnation = r
+        .u64(t, F_SENDER_INCARNATION, "sender_incarnation")
+        .map_err(bad)?;
+    let fp = r.vector(t, F_FINGERPRINT, 1, "fingerprint").map_err(bad)?;
+    let origin = r.u64(t, F_ORIGIN, "origin").map_err(bad)?;
+    let incarnation = r.u64(t, F_INCARNATION, "incarnation").map_err(bad)?;
+    let seqs = r.vector(t, F_SEQS, 8, "seqs").map_err(bad)?;
+    let (Some((fp_start, fp_len)), Some((s_start, s_len))) = (fp, seqs) else {
+        let name = if fp.is_none() { "fingerprint" } else { "seqs" };
+        return Err(malformed(format!("{name} (required) missing")));
+    };
+    r.check_disjoint().map_err(bad)?;
+    if s_len > MAX_REQUEST_SEQS {
         return Err(malformed(format!(
-            "{} seqs, expected at most {MAX_REQUEST_SEQS}",
-            seqs.len()
+            "{s_len} seqs, expected at most {MAX_REQUEST_SEQS}"
         )));
     }
-    let fp = r.fingerprint();
-    if fp.len() != FINGERPRINT_SIZE {
-        return Err(malformed(format!(
-            "fingerprint has {} bytes, expected {FINGERPRINT_SIZE}",
-            fp.len()
-        )));
-    }
-    let mut fingerprint = [0u8; 32];
-    fingerprint.copy_from_slice(fp.bytes());
+    let fingerprint: [u8; FINGERPRINT_SIZE] =
+        buf[fp_start..fp_start + fp_len].try_into().map_err(|_| {
+            malformed(format!(
+                "fingerprint has {fp_len} bytes, expected {FINGERPRINT_SIZE}"
+            ))
+        })?;
+    let seqs = buf[s_start..s_start + 8 * s_len]
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect();
     let req = RepairRequest {
-        sender: r.sender(),
-        sender_incarnation: r.sender_incarnation(),
+        sender,
+        sender_incarnation,
         fingerprint,
-        origin: r.origin(),
-        incarnation: r.incarnation(),
-        seqs: seqs.iter().collect(),
-        version_minor: r.version_minor(),
+        origin,
+        incarnation,
+        seqs,
+        version_minor,
     };
     req.check()?;
     Ok(req)

@@ -43,6 +43,12 @@ from delta_fabric_conformance.kit.engine_io import (
 )
 from delta_fabric_conformance.kit.forward import ForwardKit, run_forward
 from delta_fabric_conformance.kit.peer import ModelKit, NodeFactory, PeerHost
+from delta_fabric_conformance.kit.repair_io import (
+    run_repair_decode,
+    run_repair_encode,
+    run_repair_gaps,
+    run_repair_resend,
+)
 from delta_fabric_conformance.kit.snapshot_io import (
     decode_b64,
     run_snapshot_assemble,
@@ -115,6 +121,10 @@ class Driver:
             "check_config": self.check_config,
             "snapshot_decode": self.snapshot_decode,
             "snapshot_assemble": self.snapshot_assemble,
+            "repair_decode": self.repair_decode,
+            "repair_encode": self.repair_encode,
+            "repair_gaps": self.repair_gaps,
+            "repair_resend": self.repair_resend,
             "peer": self.peer,
             "stop": self.stop,
         }
@@ -145,6 +155,7 @@ class Driver:
             "snapshot",
             "signing",
             "config",
+            "repair",
         ]
         if importlib.util.find_spec("zenoh") is None:
             return caps
@@ -227,6 +238,18 @@ class Driver:
 
     def snapshot_assemble(self, req: Mapping[str, Any]) -> dict[str, Any]:
         return run_snapshot_assemble(req["vector"], decode_b64(req["chunks"]))
+
+    def repair_decode(self, req: Mapping[str, Any]) -> dict[str, Any]:
+        return run_repair_decode(base64.b64decode(req["bytes"], validate=True))
+
+    def repair_encode(self, req: Mapping[str, Any]) -> dict[str, Any]:
+        return run_repair_encode(req["request"])
+
+    def repair_gaps(self, req: Mapping[str, Any]) -> dict[str, Any]:
+        return run_repair_gaps(req["vector"])
+
+    def repair_resend(self, req: Mapping[str, Any]) -> dict[str, Any]:
+        return run_repair_resend(req["vector"])
 
     def forward(self, req: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(self.kit, ForwardKit):

@@ -644,6 +644,63 @@ fn run_config(dir: &Path, rel: &str) -> Result<(), String> {
     }
 }
 
+/// The first difference of `got` from `want`, every member of `want` present (extra members of
+/// `got` ignored, as the runner's `diff_json(..., subset=True)`).
+fn subset_diff(want: &Value, got: &Value, at: &str) -> Option<String> {
+    match (want, got) {
+        (Value::Object(w), Value::Object(g)) => w.iter().find_map(|(k, wv)| match g.get(k) {
+            None => Some(format!("{at}/{k}: missing")),
+            Some(gv) => subset_diff(wv, gv, &format!("{at}/{k}")),
+        }),
+        (Value::Array(w), Value::Array(g)) if w.len() == g.len() => w
+            .iter()
+            .zip(g)
+            .enumerate()
+            .find_map(|(i, (wv, gv))| subset_diff(wv, gv, &format!("{at}/{i}"))),
+        _ if want == got => None,
+        _ => Some(format!("{at}: expected {want}, got {got}")),
+    }
+}
+
+/// A `repair` vector (spec 7.9) through `df_core::repair_io`, exactly as `df-driver` answers the
+/// runner's `repair_*` commands (driver protocol 5.11).
+fn run_repair(dir: &Path, rel: &str) -> Result<(), String> {
+    // REQ: DF-RCV-160, DF-RCV-161, DF-RCV-162, DF-RCV-163, DF-RCV-164, DF-RCV-165, DF-RCV-230
+    use df_core::repair_io::{repair_decode, repair_encode, repair_gaps, repair_resend};
+    let base = dir.join(rel);
+    let v = read_json(&base.with_extension("json"))?;
+    let want = s(&v, "expected")?;
+    let area = Path::new(rel)
+        .parent()
+        .and_then(Path::file_name)
+        .and_then(|a| a.to_str())
+        .unwrap_or("");
+    let got = match area {
+        "request" => {
+            let buf = std::fs::read(base.with_extension("dfr")).map_err(|e| e.to_string())?;
+            repair_decode(&buf)
+        }
+        "encode" => match repair_encode(s(&v, "request")?)? {
+            Err(refusal) => refusal,
+            Ok(buf) => {
+                let back = repair_decode(&buf);
+                let want = v.get("decodes_to").map_or_else(|| s(&v, "request"), Ok)?;
+                if back["outcome"] != "ok" || &back["request"] != want {
+                    return Err(format!("its encoding decodes to {back}"));
+                }
+                serde_json::json!({"outcome": "ok"})
+            }
+        },
+        "gaps" => repair_gaps(&v)?,
+        "resend" => repair_resend(&v)?,
+        other => return Err(format!("unknown repair area {other:?}")),
+    };
+    match subset_diff(want, &got, "") {
+        None => Ok(()),
+        Some(d) => Err(d),
+    }
+}
+
 #[test]
 fn conformance_vectors() {
     // REQ: DF-RCV-1, DF-ZEN-40, DF-ZEN-41
@@ -670,6 +727,7 @@ fn conformance_vectors() {
             "receive" => run_receive(&dir, path),
             "snapshot" => run_snapshot(&dir, path),
             "config" => run_config(&dir, path),
+            "repair" => run_repair(&dir, path),
             // the digits CNN lives in df-node: its forward vectors run in df-node's tests/forward.rs
             // and through df-driver in the conformance run
             "forward" => {

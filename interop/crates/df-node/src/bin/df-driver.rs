@@ -227,7 +227,7 @@ fn hello(req: &Value) -> Answer {
         "capabilities": ["decode", "decode.batch", "encode", "generate", "generate.fast", "receive",
                          "encoding.f16", "encoding.bf16", "encoding.q8", "index.packed", "peer",
                          "peer.snapshot", "peer.train",
-                         "snapshot", "forward", "signing", "config"],
+                         "snapshot", "forward", "signing", "config", "repair"],
         // DF-CNF-30 (driver protocol 5.1): the conformance targets claimed; node implies the others
         "claims": ["codec", "engine", "node"],
     }))
@@ -1278,6 +1278,33 @@ fn snapshot_assemble(req: &Value) -> Answer {
 // The forward check (driver protocol 5.9): the Burn digits CNN of df-node
 // ------------------------------------------------------------------------------------------------
 
+/// `repair_decode` (driver protocol 5.11, 1.1; spec DF-RCV-161).
+fn repair_decode(req: &Value) -> Answer {
+    Ok(df_core::repair_io::repair_decode(&b64_member(
+        req, "bytes",
+    )?))
+}
+
+/// `repair_gaps` (driver protocol 5.11, 1.1; spec DF-RCV-162, -163, -165, -230).
+fn repair_gaps(req: &Value) -> Answer {
+    df_core::repair_io::repair_gaps(get(req, "vector")?).map_err(err)
+}
+
+/// `repair_resend` (driver protocol 5.11, 1.1; spec DF-RCV-164, -165).
+fn repair_resend(req: &Value) -> Answer {
+    df_core::repair_io::repair_resend(get(req, "vector")?).map_err(err)
+}
+
+/// `repair_encode` (driver protocol 5.11, 1.1): the buffer in base64, or the refusal.
+fn repair_encode(req: &Value) -> Answer {
+    Ok(
+        match df_core::repair_io::repair_encode(get(req, "request")?).map_err(err)? {
+            Ok(buf) => json!({"outcome": "ok", "bytes": b64_encode(&buf)}),
+            Err(refusal) => refusal,
+        },
+    )
+}
+
 fn f32s_b64(req: &Value, key: &str) -> Result<Vec<f32>, Fail> {
     let raw = b64_member(req, key)?;
     if raw.len() % 4 != 0 {
@@ -1359,6 +1386,10 @@ fn respond(host: &mut PeerHost, req: &Value) -> Value {
         "check_config" => check_config(req),
         "snapshot_decode" => snapshot_decode(req),
         "snapshot_assemble" => snapshot_assemble(req),
+        "repair_decode" => repair_decode(req),
+        "repair_encode" => repair_encode(req),
+        "repair_gaps" => repair_gaps(req),
+        "repair_resend" => repair_resend(req),
         "forward" => forward(req),
         "peer" => host.run(req),
         "stop" => {
