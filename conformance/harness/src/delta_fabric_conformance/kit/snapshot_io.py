@@ -19,6 +19,7 @@ from delta_fabric.snapshot import (
     SnapshotAssembler,
     SnapshotChunk,
     SnapshotError,
+    SnapshotErrorKind,
     SnapshotServer,
     SnapshotSource,
     decode_chunk,
@@ -137,6 +138,8 @@ def run_snapshot_serve(v: Mapping[str, Any]) -> dict[str, Any]:
         try:
             chunk = server.answer(str(query))
         except SnapshotError as exc:
+            if exc.kind is not SnapshotErrorKind.BAD_REQUEST:
+                raise
             replies.append({"error": exc.kind.value, "message": exc.detail})
             continue
         replies.append({"chunk": base64.b64encode(chunk).decode("ascii")})
