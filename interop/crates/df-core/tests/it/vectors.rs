@@ -555,9 +555,7 @@ fn run_snapshot_serve(v: &Value) -> Result<(), String> {
         .map_err(|_| "fingerprint: not 32 bytes")?;
     let source = SnapshotSource::new(hex_u64(s(v, "incarnation")?)?, fp, anchor, "vectors")
         .map_err(|e| e.to_string())?;
-    let mps = s(v, "max_packet_size")?
-        .as_u64()
-        .ok_or("max_packet_size")? as usize;
+    let mps = s(v, "max_packet_size")?.as_u64().ok_or("max_packet_size")? as usize;
     let mut server = SnapshotServer::new(hex_u64(s(v, "node")?)?, mps)
         .map_err(|e| e.to_string())?
         .with_times(std::time::Duration::MAX, std::time::Duration::MAX);
