@@ -53,6 +53,12 @@ FAULTS: dict[str, list[str]] = {
         "Required.snapshot.assemble.duplicate_replaces",
         "Required.snapshot.assemble.duplicate_replaced_by_bad",
     ],
+    # REQ: DF-ZEN-5
+    "snapshot_serve_strict_bound": [
+        "Required.snapshot.serve.packet_size_exact",
+        "Required.snapshot.serve.packet_size_one_value",
+        "Required.snapshot.serve.packet_size_default",
+    ],
     # REQ: DF-MAN-6
     "forward_linear_transposed": [
         "Required.forward.digits_cnn.batch8",
@@ -194,12 +200,14 @@ def test_faults_are_blamed_on_the_faulty_driver_only(
         "Required.decode.invalid.duplicate_index_after_lower_third_entry",
     }
     # the model mistakes fail the forward check and nothing else: the vectors and the protocol tests
-    # cannot see them (same manifest, same fingerprint); the snapshot fault fails the two duplicate cases
+    # cannot see them (same manifest, same fingerprint); the snapshot fault fails the two duplicate cases,
+    # the strict packet-size bound the three serve vectors where 4 * c + 1024 = max_packet_size
     for fake in (
         "forward_linear_transposed",
         "forward_flatten_hwc",
         "forward_bn_flax_momentum",
         "snapshot_keep_first",
+        "snapshot_serve_strict_bound",
     ):
         assert {t for t, r in tests[fake].items() if r["result"] == "failed"} == set(FAULTS[fake])
     assert all(

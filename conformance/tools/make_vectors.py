@@ -67,6 +67,7 @@ EXTRA_VECTORS = (
     COMPACT_VECTORS,
     TOOLS_DIR / "repair_vectors.py",
     TOOLS_DIR / "rust_pinning_vectors.py",  # after snapshot_vectors.py: adds to snapshot/
+    TOOLS_DIR / "snapshot_serve_vectors.py",  # snapshot/serve: the server side (DF-ZEN-5; h63)
     TOOLS_DIR / "signed_vectors.py",  # signed entries (1.1, spec section 13.1)
     TOOLS_DIR / "pinning_vectors.py",  # vectors that kill mutants of the Python core (h22)
     TOOLS_DIR / "incarnation_vectors.py",  # the incarnation bound (1.1, DF-RCV-175; h31)

@@ -68,8 +68,9 @@ PY_MODULES = (
 )
 RUST_CRATE_DIR = ROOT / "interop" / "crates" / "df-core"
 #: snapshot code outside the snapshot module (the engine's capture and restore, DF-ZEN-5/12): not
-#: mutated here. The module ``snapshot`` itself (DFS1 chunk decode and assembly) is campaigned against the
-#: snapshot vectors (``snapshot_decode`` / ``snapshot_assemble``), which every mutant's run includes
+#: mutated here. The module ``snapshot`` itself (DFS1 chunk decode and assembly, and since h63 the server:
+#: parameters, chunk encoding, ``SnapshotServer``) is campaigned against the snapshot vectors
+#: (``snapshot_decode`` / ``snapshot_assemble`` / ``snapshot_serve``), which every mutant's run includes
 OUT_OF_SCOPE = ("Snapshot", "Engine.snapshot", "Engine.restore", "Engine.from_snapshot")
 #: vector kinds not run: ``forward`` checks a training framework's model (the kit's digits CNN, DF-CNF
 #: forward check), not the protocol core, and needs PyTorch/JAX in every mutant's child

@@ -11,7 +11,8 @@ implementation:
   or by glob, optionally per top-level function (``{"*": default, "test_name": other}``): nothing is guessed;
 * a conformance vector (``conformance/vectors/index.json``) whose ``requirements`` list names the id, when
   the implementation's entry in ``interop/implementations.json`` declares the capability the runner needs
-  to run it (the vector's kind, ``generate.fast`` for fast-mode generation) and every OPTIONAL feature the
+  to run it (the vector's kind, ``generate.fast`` for fast-mode generation, ``snapshot.serve`` for
+  ``snapshot/serve``) and every OPTIONAL feature the
   vector needs (its index row's ``features``, e.g. ``encoding.f16``: a driver without it answers
   ``skipped``), and its expected-failure list (``conformance/expected-failures/<impl>.txt``) does not name
   the test;
@@ -254,6 +255,8 @@ def _vector_needs(root: Path, row: Mapping[str, Any]) -> str:
         data = json.loads(case.read_text(encoding="utf-8")) if case.is_file() else {}
         if row.get("fast") or data.get("fast") or data.get("mode") == "fast":
             return "generate.fast"
+    if kind == "snapshot" and Path(str(row["path"])).parent.name == "serve":
+        return "snapshot.serve"  # the server side, driver protocol 5.12 (h63)
     return kind
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from delta_fabric._generated.deltafabric.v1 import Packet as _gen_packet
+from delta_fabric.snapshot import SnapshotError, decode_chunk
 from delta_fabric.wire import json_loads
 
 from delta_fabric_conformance.claims import claim_problems, unsupported_claim_failure
@@ -20,6 +21,7 @@ from delta_fabric_conformance.client import Reply
 from delta_fabric_conformance.compare import diff_json
 from delta_fabric_conformance.engine_checks import check_engine_result
 from delta_fabric_conformance.forward_checks import check_forward_result
+from delta_fabric_conformance.kit.snapshot_io import chunk_json
 from delta_fabric_conformance.live import run_scenarios
 from delta_fabric_conformance.registry import ExpectedFailures, Implementation
 from delta_fabric_conformance.results import (
@@ -109,6 +111,15 @@ def packed_form_problems(packet: Mapping[str, Any], data: bytes) -> list[str]:
                 f"{want.hex(' ')} (DF-PKT-116)"
             )
     return problems
+
+
+def _show_reply(g: object) -> str:
+    """A ``snapshot_serve`` reply, short: the error and its message, or a chunk's size."""
+    if isinstance(g, Mapping) and "chunk" in g:
+        return f"a chunk ({len(str(g['chunk']))} base64 characters)"
+    if isinstance(g, Mapping) and "error" in g:
+        return f"error {g['error']} ({str(g.get('message', ''))[:80]})"
+    return repr(g)[:80]
 
 
 def vector_test_id(row: Mapping[str, Any], level: str = "REQUIRED") -> str:
@@ -478,6 +489,8 @@ class Runner:
     def judge_snapshot(
         self, run: ImplRun, row: Mapping[str, Any], data: Mapping[str, Any], base: Path
     ) -> tuple[str, str]:
+        if Path(str(row["path"])).parent.name == "serve":
+            return self.judge_snapshot_serve(run, row, data)
         v = self._needed(run, "snapshot", "peer.snapshot")
         if v is not None:
             return v
@@ -515,6 +528,55 @@ class Runner:
             ) + (f" at chunk {expected['at']}" if "at" in expected else "")
         d = diff_json(expected, r.body, subset=True)
         return (PASSED, "") if d is None else (FAILED, f"{cmd} result differs: {d}")
+
+    def judge_snapshot_serve(
+        self, run: ImplRun, row: Mapping[str, Any], data: Mapping[str, Any]
+    ) -> tuple[str, str]:
+        """A ``snapshot/serve`` vector (driver protocol 5.12; spec DF-ZEN-5, DF-ZEN-11): the server
+        side. Every query of the vector goes, in order, to one ``snapshot_serve`` request; each chunk
+        answered is decoded with the reference decoder (:func:`delta_fabric.snapshot.decode_chunk`)
+        and every field must equal the vector's, values by bit pattern. ``snapshot_id``, which the
+        spec does not fix, must be non-zero (the decoder checks it) and the same for every chunk of
+        the vector (one capture). A query the vector expects an error reply for must get
+        ``BAD_REQUEST``."""
+        if "snapshot.serve" not in run.caps:
+            return UNSUPPORTED, "capability snapshot.serve not declared"
+        vector = {
+            k: v for k, v in data.items() if k not in ("expected", "description", "requirements")
+        }
+        r = run.call({"cmd": "snapshot_serve", "vector": vector}, f"snapshot_serve {row['id']}")
+        verdict = self._reply_verdict(run, "snapshot.serve", r)  # the capability, declared here
+        if verdict is not None:
+            return verdict
+        assert isinstance(r, Reply)
+        if r.kind != "ok":
+            return FAILED, f"snapshot_serve answered {r.kind}; replies are expected"
+        want = list(data["expected"]["replies"])
+        got = r.body.get("replies")
+        if not isinstance(got, list) or len(got) != len(want):
+            n = len(got) if isinstance(got, list) else got
+            return FAILED, f"{n} replies for {len(want)} queries"
+        ids: set[int] = set()
+        for k, (query, w, g) in enumerate(zip(data["queries"], want, got, strict=True)):
+            what = f"query {k} ({query!r})"
+            if "error" in w:
+                if "chunk" in g or g.get("error") != w["error"]:
+                    return FAILED, f"{what}: answered {_show_reply(g)}, expected the error reply"
+                continue
+            if "chunk" not in g:
+                return FAILED, f"{what}: answered {_show_reply(g)}, expected a chunk"
+            try:
+                chunk = decode_chunk(base64.b64decode(str(g["chunk"]), validate=True))
+            except (SnapshotError, ValueError) as exc:
+                return FAILED, f"{what}: the chunk does not decode ({exc})"
+            d = diff_json(w["chunk"], chunk_json(chunk), subset=True)
+            if d is not None:
+                return FAILED, f"{what}: chunk differs: {d}"
+            ids.add(chunk.snapshot_id)
+        if len(ids) > 1:
+            shown = ", ".join(f"{i:016x}" for i in sorted(ids))
+            return FAILED, f"chunks of one capture carry different snapshot ids ({shown})"
+        return PASSED, ""
 
     def judge_config(
         self, run: ImplRun, row: Mapping[str, Any], data: Mapping[str, Any]

@@ -53,6 +53,7 @@ from delta_fabric_conformance.kit.snapshot_io import (
     decode_b64,
     run_snapshot_assemble,
     run_snapshot_decode,
+    run_snapshot_serve,
 )
 
 __all__ = ["Driver", "Rejected", "Skipped", "main"]
@@ -121,6 +122,7 @@ class Driver:
             "check_config": self.check_config,
             "snapshot_decode": self.snapshot_decode,
             "snapshot_assemble": self.snapshot_assemble,
+            "snapshot_serve": self.snapshot_serve,
             "repair_decode": self.repair_decode,
             "repair_encode": self.repair_encode,
             "repair_gaps": self.repair_gaps,
@@ -153,6 +155,7 @@ class Driver:
             "encoding.q8",
             "index.packed",
             "snapshot",
+            "snapshot.serve",
             "signing",
             "config",
             "repair",
@@ -238,6 +241,9 @@ class Driver:
 
     def snapshot_assemble(self, req: Mapping[str, Any]) -> dict[str, Any]:
         return run_snapshot_assemble(req["vector"], decode_b64(req["chunks"]))
+
+    def snapshot_serve(self, req: Mapping[str, Any]) -> dict[str, Any]:
+        return run_snapshot_serve(req["vector"])
 
     def repair_decode(self, req: Mapping[str, Any]) -> dict[str, Any]:
         return run_repair_decode(base64.b64decode(req["bytes"], validate=True))

@@ -1,5 +1,6 @@
 """The ``snapshot_decode`` and ``snapshot_assemble`` commands (driver protocol section 5.8) on the
-reference snapshot module :mod:`delta_fabric.snapshot` (spec section 9.5, DF-ZEN-11, -12, -40, -41).
+reference snapshot module :mod:`delta_fabric.snapshot` (spec section 9.5, DF-ZEN-11, -12, -40, -41),
+and the server side, ``snapshot_serve`` (section 5.12: DF-ZEN-5, DF-ZEN-11).
 
 Both answer ``ok`` with an ``outcome``: ``"ok"`` or the reason of DF-ZEN-40 that refused the input
 (``BAD_IDENTIFIER``, ``UNSUPPORTED_VERSION``, ``MALFORMED``, ``FINGERPRINT_MISMATCH``, ``INCONSISTENT``,
@@ -9,14 +10,23 @@ Both answer ``ok`` with an ``outcome``: ``"ok"`` or the reason of DF-ZEN-40 that
 from __future__ import annotations
 
 import base64
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from delta_fabric.snapshot import SnapshotAssembler, SnapshotChunk, SnapshotError, decode_chunk
+from delta_fabric.snapshot import (
+    SnapshotAssembler,
+    SnapshotChunk,
+    SnapshotError,
+    SnapshotErrorKind,
+    SnapshotServer,
+    SnapshotSource,
+    decode_chunk,
+)
 from numpy.typing import NDArray
 
-__all__ = ["chunk_json", "run_snapshot_assemble", "run_snapshot_decode"]
+__all__ = ["chunk_json", "run_snapshot_assemble", "run_snapshot_decode", "run_snapshot_serve"]
 
 
 def _bits(a: NDArray[np.float32]) -> list[str]:
@@ -93,3 +103,44 @@ def run_snapshot_assemble(vector: Mapping[str, Any], chunks: Sequence[bytes]) ->
 
 def decode_b64(items: Sequence[Any]) -> list[bytes]:
     return [base64.b64decode(str(s), validate=True) for s in items]
+
+
+def _anchor(v: Mapping[str, Any]) -> NDArray[np.float32]:
+    """The served anchor: ``anchor_bits`` (binary32 patterns) if given, else ``anchor`` (JSON numbers,
+    ``"nan"``, ``"inf"``, ``"-inf"``; driver protocol section 4)."""
+    if "anchor_bits" in v:
+        return np.array([int(str(b), 16) for b in v["anchor_bits"]], dtype=np.uint32).view(
+            np.float32
+        )
+    return np.asarray([float(x) for x in v["anchor"]], dtype=np.float64).astype(np.float32)
+
+
+def run_snapshot_serve(v: Mapping[str, Any]) -> dict[str, Any]:
+    """The snapshot queryable of one node (DF-ZEN-5, DF-ZEN-11) answering ``v["queries"]`` in order:
+    a :class:`SnapshotServer` of node ``v["node"]`` with ``v["max_packet_size"]``, whose one capture
+    is the anchor ``v["anchor"]`` at ``v["incarnation"]`` with manifest fingerprint
+    ``v["fingerprint"]``. The queries come from one joiner within a second, so every chunk is cut
+    from that one capture (the reuse and keep times of DF-ZEN-11 are not reached; they are set to
+    infinity here so that no clock reaches a result, driver protocol section 4). Each reply is
+    ``{"chunk": "<base64>"}`` or ``{"error": "BAD_REQUEST", "message": ...}`` (the Zenoh error reply)."""
+    source = SnapshotSource(
+        int(str(v["incarnation"]), 16), bytes.fromhex(str(v["fingerprint"])), _anchor(v)
+    )
+    server = SnapshotServer(
+        int(str(v["node"]), 16),
+        lambda: source,
+        reuse_s=math.inf,
+        keep_s=math.inf,
+        max_packet_size=int(v["max_packet_size"]),
+    )
+    replies: list[dict[str, Any]] = []
+    for query in v["queries"]:
+        try:
+            chunk = server.answer(str(query))
+        except SnapshotError as exc:
+            if exc.kind is not SnapshotErrorKind.BAD_REQUEST:
+                raise
+            replies.append({"error": exc.kind.value, "message": exc.detail})
+            continue
+        replies.append({"chunk": base64.b64encode(chunk).decode("ascii")})
+    return {"replies": replies}

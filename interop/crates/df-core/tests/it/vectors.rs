@@ -4,7 +4,10 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use df_core::snapshot::{SnapshotAssembler, SnapshotChunk, decode_chunk};
+use df_core::snapshot::{
+    SnapshotAssembler, SnapshotChunk, SnapshotErrorKind, SnapshotServer, SnapshotSource,
+    decode_chunk,
+};
 use df_core::wire::{entry_from_json, packet_from_json};
 use df_core::{
     Admission, Engine, EngineError, Manifest, Outcome, OwnedEntry, OwnedPacket, SyncConfig,
@@ -534,9 +537,68 @@ fn chunk_matches(c: &SnapshotChunk<'_>, want: &Value) -> Result<(), String> {
     Ok(())
 }
 
-/// A snapshot vector (DF-ZEN-40, DF-ZEN-41): one chunk decoded alone, or replies assembled in order.
+/// A `snapshot/serve` vector (DF-ZEN-5, DF-ZEN-11; driver protocol 5.12): one `SnapshotServer`
+/// whose one capture is the vector's anchor answers the queries in order, at one instant (as
+/// df-driver's `snapshot_serve`); each chunk, decoded, must carry the expected fields (values by bit
+/// pattern) and one non-zero `snapshot_id` for the whole vector, each error reply must be
+/// `BAD_REQUEST`.
+fn run_snapshot_serve(v: &Value) -> Result<(), String> {
+    let anchor: Vec<f32> = s(v, "anchor")?
+        .as_array()
+        .ok_or("anchor: not a list")?
+        .iter()
+        .map(|x| df_core::wire::f32_from_json(x).map_err(|e| e.to_string()))
+        .collect::<Result<_, _>>()?;
+    let fp: [u8; 32] = hex::decode(s(v, "fingerprint")?.as_str().ok_or("fingerprint")?)
+        .map_err(|e| e.to_string())?
+        .try_into()
+        .map_err(|_| "fingerprint: not 32 bytes")?;
+    let source = SnapshotSource::new(hex_u64(s(v, "incarnation")?)?, fp, anchor, "vectors")
+        .map_err(|e| e.to_string())?;
+    let mps = s(v, "max_packet_size")?.as_u64().ok_or("max_packet_size")? as usize;
+    let mut server = SnapshotServer::new(hex_u64(s(v, "node")?)?, mps)
+        .map_err(|e| e.to_string())?
+        .with_times(std::time::Duration::MAX, std::time::Duration::MAX);
+    let now = std::time::Instant::now();
+    let queries = s(v, "queries")?.as_array().ok_or("queries")?;
+    let replies = s(s(v, "expected")?, "replies")?
+        .as_array()
+        .ok_or("replies")?;
+    if queries.len() != replies.len() {
+        return Err("as many replies as queries expected".into());
+    }
+    let mut ids = std::collections::BTreeSet::new();
+    for (q, want) in queries.iter().zip(replies) {
+        let q = q.as_str().ok_or("query: not a string")?;
+        match (server.answer(q, now, || source.clone()), want.get("chunk")) {
+            (Ok(buf), Some(w)) => {
+                let c = decode_chunk(&buf).map_err(|e| format!("{q:?}: {e}"))?;
+                if c.snapshot_id == 0 {
+                    return Err(format!("{q:?}: snapshot_id 0"));
+                }
+                ids.insert(c.snapshot_id);
+                let mut w = w.clone();
+                w["snapshot_id"] = Value::String(format!("{:016x}", c.snapshot_id));
+                chunk_matches(&c, &w).map_err(|e| format!("{q:?}: {e}"))?;
+            }
+            (Ok(_), None) => return Err(format!("{q:?}: served, expected the error reply")),
+            (Err(e), None) if e.kind == SnapshotErrorKind::BadRequest => {}
+            (Err(e), _) => return Err(format!("{q:?}: {e}, expected {want}")),
+        }
+    }
+    if ids.len() > 1 {
+        return Err(format!("several snapshot ids in one capture: {ids:?}"));
+    }
+    Ok(())
+}
+
+/// A snapshot vector (DF-ZEN-40, DF-ZEN-41): one chunk decoded alone, or replies assembled in order;
+/// `snapshot/serve/` (DF-ZEN-5, DF-ZEN-11): the server side.
 fn run_snapshot(dir: &Path, path: &str) -> Result<(), String> {
     let base = dir.join(path);
+    if path.starts_with("snapshot/serve/") {
+        return run_snapshot_serve(&read_json(&base.with_extension("json"))?);
+    }
     if !base.is_dir() {
         let v = read_json(&base.with_extension("json"))?;
         let want = s(&v, "expected")?;

@@ -18,7 +18,8 @@ use burn::tensor::{Int, Tensor, TensorData};
 use df_burn::CanonicalLayout;
 use df_core::signing::Signing;
 use df_core::snapshot::{
-    SnapshotAssembler, SnapshotChunk, SnapshotError, SnapshotErrorKind, decode_chunk,
+    SnapshotAssembler, SnapshotChunk, SnapshotError, SnapshotErrorKind, SnapshotServer,
+    SnapshotSource as CoreSnapshotSource, decode_chunk,
 };
 use df_core::wire::{hex16, packet_from_json, packet_to_json};
 use df_core::{
@@ -227,7 +228,7 @@ fn hello(req: &Value) -> Answer {
         "capabilities": ["decode", "decode.batch", "encode", "generate", "generate.fast", "receive",
                          "encoding.f16", "encoding.bf16", "encoding.q8", "index.packed", "peer",
                          "peer.snapshot", "peer.train",
-                         "snapshot", "forward", "signing", "config", "repair"],
+                         "snapshot", "snapshot.serve", "forward", "signing", "config", "repair"],
         // DF-CNF-30 (driver protocol 5.1): the conformance targets claimed; node implies the others
         "claims": ["codec", "engine", "node"],
     }))
@@ -1274,6 +1275,46 @@ fn snapshot_assemble(req: &Value) -> Answer {
     })
 }
 
+/// `snapshot_serve` (driver protocol 5.12): the snapshot queryable of one node (spec DF-ZEN-5,
+/// DF-ZEN-11), `df_core::snapshot::SnapshotServer` with the vector's `max_packet_size`, whose one
+/// capture is the vector's anchor, answering the queries in order. Every query is answered at one
+/// instant with reuse and keep times that are never reached, so no clock reaches a result (driver
+/// protocol section 4): the chunks are cut from one capture, as for a joiner's queries within a
+/// second. Each reply is `{"chunk": base64}` or `{"error": "BAD_REQUEST", "message"}`.
+fn snapshot_serve(req: &Value) -> Answer {
+    let v = get(req, "vector")?;
+    let source = CoreSnapshotSource::new(
+        id_of(get(v, "incarnation")?, "incarnation")?,
+        fingerprint(get(v, "fingerprint")?.as_str().unwrap_or(""))?,
+        f32s_from(v, "anchor")?,
+        "burn",
+    )
+    .map_err(|e| err(e.to_string()))?;
+    let mps = get(v, "max_packet_size")?
+        .as_u64()
+        .and_then(|m| usize::try_from(m).ok())
+        .ok_or_else(|| err("max_packet_size: not an integer"))?;
+    let mut server = SnapshotServer::new(id_of(get(v, "node")?, "node")?, mps)
+        .map_err(|e| err(e.to_string()))?
+        .with_times(Duration::MAX, Duration::MAX);
+    let now = Instant::now();
+    let mut replies = Vec::new();
+    for q in get(v, "queries")?
+        .as_array()
+        .ok_or_else(|| err("queries: not a list"))?
+    {
+        let q = q.as_str().ok_or_else(|| err("queries: not strings"))?;
+        replies.push(match server.answer(q, now, || source.clone()) {
+            Ok(buf) => json!({"chunk": b64_encode(&buf)}),
+            Err(e) if e.kind == SnapshotErrorKind::BadRequest => {
+                json!({"error": e.kind.as_str(), "message": e.detail})
+            }
+            Err(e) => return Err(err(e.to_string())),
+        });
+    }
+    Ok(json!({ "replies": replies }))
+}
+
 // ------------------------------------------------------------------------------------------------
 // The forward check (driver protocol 5.9): the Burn digits CNN of df-node
 // ------------------------------------------------------------------------------------------------
@@ -1386,6 +1427,7 @@ fn respond(host: &mut PeerHost, req: &Value) -> Value {
         "check_config" => check_config(req),
         "snapshot_decode" => snapshot_decode(req),
         "snapshot_assemble" => snapshot_assemble(req),
+        "snapshot_serve" => snapshot_serve(req),
         "repair_decode" => repair_decode(req),
         "repair_encode" => repair_encode(req),
         "repair_gaps" => repair_gaps(req),
