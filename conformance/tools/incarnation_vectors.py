@@ -260,6 +260,20 @@ def grace_cases() -> list[RecvCase]:
             now_us=NOW_US,
         ),
         RecvCase(
+            "live_incarnation_grace_off_clock_back",
+            "incarnation_grace = 0 (off, DF-PAR-178) with acceptance times, max_incarnations = 1: B's "
+            "tracked incarnation accepted its seq 3 at now_us + 1 (the clock went back) and C's at "
+            "now_us; without a grace neither is live, so both restarted incarnations evict the "
+            "tracked ones and are accepted (DF-RCV-4, as in 1.0), and the seqs 4 of the evicted "
+            "incarnations are stale_incarnation.",
+            GRACE_REQ,
+            _restart_packets(B_INC, C_INC),
+            config=SyncConfig(max_incarnations=1),
+            history=b3 + c3,
+            history_at=[None, None, NOW_US + 1, None, None, NOW_US],
+            now_us=NOW_US,
+        ),
+        RecvCase(
             "live_incarnation_grace_untimed_history",
             "History entries with and without an acceptance time, incarnation_grace = 10 s, "
             "max_incarnations = 1: B's seq 1 was accepted at now_us - 1 and its seqs 2 and 3 without "
