@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
@@ -61,6 +62,50 @@ def _decode_with_context(data: bytes, ctx: dict[str, Any]) -> Packet:
         hop_limit=ctx["hop_limit"],
     )
     return p
+
+
+def test_forward_staleness_allows_platform_noise_only(
+    tmp_path: Path, make_vectors: ModuleType
+) -> None:
+    # The float64 forward reference differs between CPUs by about 1e-12 (BLAS and SIMD summation
+    # order); the staleness check allows that much and no more (make_vectors.same_forward).
+    src = VECTORS_DIR / "forward" / "batch8.json"
+    base = json.loads(src.read_text(encoding="utf-8"))
+    upd = np.frombuffer(base64.b64decode(base["expected"]["update_b64"]), dtype="<f4").copy()
+    big = int(np.argmax(np.abs(upd)))
+
+    def variant(name: str, change: Any) -> Path:
+        d = json.loads(json.dumps(base))
+        change(d)
+        p = tmp_path / f"{name}.json"
+        p.write_text(json.dumps(d), encoding="utf-8")
+        return p
+
+    def set_update(d: dict[str, Any], u: np.ndarray[Any, Any]) -> None:
+        d["expected"]["update_b64"] = base64.b64encode(u.astype("<f4").tobytes()).decode()
+
+    def scaled_logit(f: float) -> Any:
+        return lambda d: d["expected"]["logits_eval"][0].__setitem__(
+            0, d["expected"]["logits_eval"][0][0] * f
+        )
+
+    def nudged(steps: int) -> Any:
+        u = upd.copy()
+        for _ in range(steps):
+            u[big] = np.nextafter(u[big], np.float32(np.inf))
+        return lambda d: set_update(d, u)
+
+    same = make_vectors.same_forward
+    assert same(src, src) is None
+    assert same(variant("noise_f64", scaled_logit(1 + 1e-12)), src) is None
+    assert same(variant("noise_f32", nudged(1)), src) is None
+    assert same(variant("change_f64", scaled_logit(1 + 1e-6)), src) is not None
+    assert same(variant("change_f32", nudged(3)), src) is not None
+    assert same(variant("lr", lambda d: d.__setitem__("lr", d["lr"] * 2)), src) is not None
+    assert (
+        same(variant("weights", lambda d: d.__setitem__("weights_b64", d["x_b64"])), src)
+        is not None
+    )
 
 
 def test_checked_in_vectors_equal_a_fresh_generation(

@@ -15,6 +15,11 @@ strength": survivors of ``conformance/tools/mutation.py python --modules config,
   fingerprint of that manifest (DF-MAN-5), so a receiver that refuses a name or the shape, or writes
   the canonical text differently, fails the case.
 
+- ``receive/manifest_names_outside_bmp``: names with U+10000, U+1F600 and U+10FFFF, which JSON writes
+  as surrogate pairs, and two names whose order differs between UTF-8 bytes (DF-MAN-2) and UTF-16
+  code units; the packets carry the fingerprint of the canonical text (DF-MAN-5), so a reader that
+  joins a pair wrongly, a sort by UTF-16, or a canonical text in UTF-16 or CESU-8 fails.
+
 - ``config/params/<parameter>`` and ``config/manifest/<area>`` (kind ``config``, added in 1.1 by h52,
   driver command ``check_config``, capability ``config``): whether a node accepts a configuration and
   a manifest (DF-PAR-11: "MUST accept every value in the allowed range, and MUST refuse to start ...
@@ -54,6 +59,13 @@ __all__ = ["build"]
 #: DF-MAN-1 allows every one of these names; N = 24, the layout of ``engine_vectors.MANIFEST``.
 ODD_MANIFEST = Manifest.from_named_shapes(
     {"fc bias": (4,), "fc.weight~\u0080": (4, 5), "z.empty": (2, 0)}
+)
+
+#: Names outside the Basic Multilingual Plane (U+10000, U+1F600, U+10FFFF: JSON writes each as a
+#: surrogate pair, ``\ud800\udc00`` .. ``\udbff\udfff``), and "w\ufffd", which sorts before
+#: "w\U0001f600" by UTF-8 bytes (DF-MAN-2) but after it by UTF-16 code units; N = 24 as above.
+ASTRAL_MANIFEST = Manifest.from_named_shapes(
+    {"fc\U00010000bias": (4,), "w\U0001f600": (4, 5), "w\ufffd": (2, 0), "z\U0010ffff": (0,)}
 )
 
 
@@ -130,6 +142,27 @@ def _odd_manifest_receive() -> ev.RecvCase:
         "receiver that refuses a name or the shape fails, one that writes the canonical text "
         "differently rejects them as FINGERPRINT_MISMATCH.",
         ["DF-MAN-1", "DF-MAN-2", "DF-MAN-5", "DF-MAN-7", "DF-RCV-1"],
+        [
+            ev.pkt(ev.ent(b, ev.B_INC, 1, 0, [0, 23], [0.5, 0.25]), fp=fp),
+            ev.pkt(ev.ent(b, ev.B_INC, 2, 0, [4], [1.5]), fp=fp),
+        ],
+    )
+
+
+def _astral_manifest_receive() -> ev.RecvCase:
+    b = ev.B
+    fp = ASTRAL_MANIFEST.fingerprint
+    return ev.RecvCase(
+        "manifest_names_outside_bmp",
+        "Tensor names with characters outside the Basic Multilingual Plane: U+10000 (the lowest), "
+        "U+1F600 and U+10FFFF (the highest). The vector's JSON writes each as a surrogate pair "
+        "(RFC 8259), which a reader must join into one character; the canonical text holds its 4-byte "
+        "UTF-8 form. 'w\\ufffd' sorts before 'w\\U0001f600' by the bytes of UTF-8 (DF-MAN-2), "
+        "after it by UTF-16 code units (a string comparison of Java, JavaScript or C#). The packets "
+        "carry that manifest's fingerprint (DF-MAN-5), so both are accepted; a receiver that joins a "
+        "pair wrongly, sorts by UTF-16, or writes the canonical text in UTF-16 or CESU-8 rejects them "
+        "as FINGERPRINT_MISMATCH.",
+        ["DF-MAN-1", "DF-MAN-2", "DF-MAN-5", "DF-RCV-1"],
         [
             ev.pkt(ev.ent(b, ev.B_INC, 1, 0, [0, 23], [0.5, 0.25]), fp=fp),
             ev.pkt(ev.ent(b, ev.B_INC, 2, 0, [4], [1.5]), fp=fp),
@@ -339,6 +372,11 @@ def _manifest_cases() -> dict[str, tuple[str, list[str], list[dict[str, Any]]]]:
                 _case("name_u001f", False, manifest=m(("w\u001f", [4]))),
                 _case("name_u007f", False, manifest=m(("w\u007f", [4]))),
                 _case("name_tab", False, manifest=m(("a\tb", [4]))),
+                # the other control characters JSON writes with a short escape (\n \r \b \f)
+                _case("name_newline", False, manifest=m(("a\nb", [4]))),
+                _case("name_carriage_return", False, manifest=m(("a\rb", [4]))),
+                _case("name_backspace", False, manifest=m(("a\bb", [4]))),
+                _case("name_form_feed", False, manifest=m(("a\fb", [4]))),
                 _case("name_u0020", True, manifest=m((" ", [4]))),
                 _case("name_u007e", True, manifest=m(("~", [4]))),
                 _case("name_u009f", True, manifest=m(("w\u009f", [4]))),
@@ -454,6 +492,13 @@ def build(vectors_dir: Path) -> list[dict[str, Any]]:
         rows.append(ev._write_receive(vectors_dir, odd))
     tensors = [{"name": t.name, "shape": list(t.shape)} for t in ODD_MANIFEST.tensors]
     _rewrite(vectors_dir / "receive" / odd.name / "case.json", manifest={"tensors": tensors})
+
+    astral = _astral_manifest_receive()
+    assert not (vectors_dir / "receive" / astral.name).exists(), astral.name
+    with _manifest(ASTRAL_MANIFEST):
+        rows.append(ev._write_receive(vectors_dir, astral))
+    tensors = [{"name": t.name, "shape": list(t.shape)} for t in ASTRAL_MANIFEST.tensors]
+    _rewrite(vectors_dir / "receive" / astral.name / "case.json", manifest={"tensors": tensors})
 
     gen = _defaults_generate()
     assert not (vectors_dir / "generate" / f"{gen.name}.json").exists(), gen.name

@@ -122,3 +122,21 @@ impl fmt::Display for DecodeError {
 }
 
 impl std::error::Error for DecodeError {}
+
+#[cfg(test)]
+mod tests {
+    use super::{DecodeError, ErrorCode};
+
+    #[test]
+    fn display_names_the_code_and_the_detail() {
+        assert_eq!(ErrorCode::NonFinite.to_string(), "NON_FINITE");
+        assert_eq!(
+            DecodeError::new(ErrorCode::Malformed, "vtable out of bounds").to_string(),
+            "MALFORMED: vtable out of bounds"
+        );
+        assert_eq!(
+            DecodeError::new(ErrorCode::Oversize, "").to_string(),
+            "OVERSIZE"
+        );
+    }
+}

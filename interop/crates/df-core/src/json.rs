@@ -311,6 +311,16 @@ mod tests {
         }
         let deep = "[".repeat(129) + &"]".repeat(129);
         assert!(from_str(&deep).is_err());
+        // objects count towards the same limit
+        let deep_objects = "{\"a\":".repeat(129) + "1" + &"}".repeat(129);
+        assert!(from_str(&deep_objects).is_err());
+        let objects = "{\"a\":".repeat(127) + "1" + &"}".repeat(127);
+        assert!(from_str(&objects).is_ok());
+        // an error says what and where
+        assert_eq!(
+            from_str("[1,]").unwrap_err(),
+            "JSON: unexpected character at byte 3"
+        );
         let ok = "[".repeat(128) + &"]".repeat(128);
         assert_eq!(
             from_str(&ok).is_ok(),
