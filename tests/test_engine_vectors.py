@@ -144,10 +144,12 @@ def test_receive_vector(row: dict[str, Any]) -> None:
     )
     eng.state = ReceiverState.from_history(
         node_id,
-        [(int(o, 16), int(i, 16), s) for o, i, s in node["accepted"]],
+        [(int(h[0], 16), int(h[1], 16), h[2]) for h in node["accepted"]],
         window=cfg.replay_window,
         max_incarnations=cfg.max_incarnations,
         max_origins=cfg.max_origins,  # REQ: DF-PAR-30
+        # REQ: DF-RCV-178 (the 4th member: the clock reading at which the entry was accepted)
+        accepted_at=[int(h[3], 16) if len(h) > 3 else None for h in node["accepted"]],
     )
     eng.state.max_seq_jump = cfg.max_seq_jump  # REQ: DF-RCV-52
     eng.state.max_incarnation_ahead = cfg.max_incarnation_ahead  # REQ: DF-RCV-175

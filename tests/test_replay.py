@@ -148,3 +148,37 @@ def test_counters_json() -> None:
     d = c.copy()
     d.count_error(ErrorCode.MALFORMED)
     assert c.errors[ErrorCode.MALFORMED] == 1
+
+
+def test_acceptance_times_are_restored() -> None:
+    """DF-RCV-178 (driver protocol 5.5, 1.1): a history's acceptance times, restored by
+    ``set_accepted_at`` or ``from_history(accepted_at=...)``, are the readings the grace measures."""
+    now = 1_795_953_600_000_000
+    st = ReceiverState(1, max_incarnations=1, incarnation_grace=10)
+    assert st.admit(2, 5, 1) is Admission.ACCEPTED
+    assert not st.set_accepted_at(2, 6, now)  # not tracked: nothing recorded
+    assert not st.set_accepted_at(3, 5, now)
+    assert st.set_accepted_at(2, 5, now - 9)
+    assert st.now_us is None  # the clock is not set by it
+    st.now_us = now
+    assert st.check(2, 6, 1) is Admission.LIVE_INCARNATION
+    assert st.set_accepted_at(2, 5, now - 10)
+    assert st.check(2, 6, 1) is Admission.ACCEPTED
+    assert st.set_accepted_at(2, 5, (1 << 64) - 1)  # the clock went back
+    assert st.check(2, 6, 1) is Admission.LIVE_INCARNATION
+    for bad in (-1, 1 << 64):
+        with pytest.raises(ValueError):
+            st.set_accepted_at(2, 5, bad)
+    # from_history: the last timed entry of an incarnation counts; an untimed one keeps it
+    h = ReceiverState.from_history(
+        1, [(2, 5, 1), (2, 5, 2), (2, 5, 3)], max_incarnations=1, accepted_at=[now - 20, now, None]
+    )
+    h.incarnation_grace, h.now_us = 10, now + 9
+    assert h.check(2, 6, 1) is Admission.LIVE_INCARNATION
+    h.now_us = now + 10
+    assert h.check(2, 6, 1) is Admission.ACCEPTED
+    untimed = ReceiverState.from_history(1, [(2, 5, 1)], max_incarnations=1)
+    untimed.incarnation_grace, untimed.now_us = 10, now
+    assert untimed.check(2, 6, 1) is Admission.ACCEPTED
+    with pytest.raises(ValueError):
+        ReceiverState.from_history(1, [(2, 5, 1)], accepted_at=[])

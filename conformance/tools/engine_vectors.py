@@ -615,6 +615,9 @@ class RecvCase:
     relay_packets: int = 1
     members: list[int] | None = None  # DF-RCV-51 (1.1); None: no membership (every origin)
     now_us: int | None = None  # DF-RCV-175 (1.1): the receiver's clock; None: no reading
+    # DF-RCV-178 (1.1): per history entry, the clock reading of its acceptance (None: without one),
+    # written as the 4th member of that ``accepted`` element; None: no entry has one
+    history_at: list[int | None] | None = None
 
 
 def ent(
@@ -1345,6 +1348,17 @@ def _counters_json(eng: Engine) -> dict[str, Any]:
     }
 
 
+def _accepted_json(case: RecvCase) -> list[list[Any]]:
+    """The vector's ``accepted`` history: ``[origin, incarnation, seq]``, and in 1.1 a 4th member,
+    the clock reading of the acceptance (hex16, DF-RCV-178), for the entries that have one."""
+    times = case.history_at or [None] * len(case.history)
+    assert len(times) == len(case.history), case.name
+    return [
+        [hex16(o), hex16(i), s, *([] if at is None else [hex16(at)])]
+        for (o, i, s), at in zip(case.history, times, strict=True)
+    ]
+
+
 def _write_receive(vectors_dir: Path, case: RecvCase) -> dict[str, Any]:
     eng = Engine(MANIFEST, case.config, NODE, NODE_INC, anchor=case.anchor)
     eng.state = ReceiverState.from_history(
@@ -1353,6 +1367,7 @@ def _write_receive(vectors_dir: Path, case: RecvCase) -> dict[str, Any]:
         window=case.config.replay_window,
         max_incarnations=case.config.max_incarnations,
         max_origins=case.config.max_origins,  # DF-PAR-30 (1.1)
+        accepted_at=case.history_at,  # DF-RCV-178 (1.1)
     )
     eng.state.max_seq_jump = case.config.max_seq_jump  # DF-RCV-52 (from_history has no jump bound)
     eng.state.max_incarnation_ahead = case.config.max_incarnation_ahead  # DF-RCV-175 (nor this one)
@@ -1418,7 +1433,7 @@ def _write_receive(vectors_dir: Path, case: RecvCase) -> dict[str, Any]:
                 "active_bits": f32_bits(case.active),
                 "anchor": floats(case.anchor),
                 "anchor_bits": f32_bits(case.anchor),
-                "accepted": [[hex16(o), hex16(i), s] for o, i, s in case.history],
+                "accepted": _accepted_json(case),
                 **({} if case.members is None else {"members": [hex16(m) for m in case.members]}),
                 **({} if case.now_us is None else {"now_us": hex16(case.now_us)}),
             },

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from delta_fabric.config import SyncConfig
+from delta_fabric.config import MAX_INCARNATION_GRACE, SyncConfig
 from engine_vectors import (
     B_INC,
     C_INC,
@@ -109,6 +109,7 @@ def cases() -> list[RecvCase]:
             now_us=NOW_US,
         ),
         *live_cases(),
+        *grace_cases(),
     ]
 
 
@@ -147,6 +148,145 @@ def live_cases() -> list[RecvCase]:
             packets,
             config=SyncConfig(max_incarnation_ahead=AHEAD, incarnation_grace=GRACE),
             history=history,
+            now_us=NOW_US,
+        ),
+    ]
+
+
+#: B's and C's restarted incarnations: their start, one second before the receiver's clock.
+B_NEW = NOW_US - 1_000_000
+C_NEW = NOW_US - 1_000_000 + 1
+GRACE_REQ = ["DF-PAR-178", "DF-RCV-178", "DF-RCV-4", "DF-RCV-10"]
+
+
+def _restart_packets(b_old: int, c_old: int | None) -> list[bytes]:
+    """An entry of B's restarted incarnation, then B's tracked one's next seq; the same for C."""
+    out = [pkt(ent(B, B_NEW, 1, 0, [1], [0.5])), pkt(ent(B, b_old, 4, 0, [2], [0.25]))]
+    if c_old is not None:
+        out += [pkt(ent(C, C_NEW, 1, 1, [3], [0.125])), pkt(ent(C, c_old, 4, 1, [4], [2.0]))]
+    return out
+
+
+def grace_cases() -> list[RecvCase]:
+    """DF-RCV-178 with acceptance times in the history (driver protocol 5.5, 1.1: the 4th member of an
+    ``accepted`` element): the boundary ``now_us - t == G``, a clock that went back, the lowest
+    incarnation's reading alone deciding, G at its largest value, and history entries without a time."""
+    one = SyncConfig(max_incarnations=1, incarnation_grace=GRACE)
+    b3 = [(B, B_INC, s) for s in (1, 2, 3)]
+    c3 = [(C, C_INC, s) for s in (1, 2, 3)]
+    return [
+        RecvCase(
+            "live_incarnation_grace_edge_live",
+            "incarnation_grace = 10 s, max_incarnations = 1: B's tracked incarnation accepted its "
+            "seqs 1, 2, 3 at now_us - G - 1, now_us - G and now_us - G + 1 (history with acceptance "
+            "times); the last one counts, so now_us = t + G - 1 and B's restarted incarnation is "
+            "dropped as live_incarnation (no state change); B's seq 4 of the tracked one is accepted.",
+            GRACE_REQ,
+            _restart_packets(B_INC, None),
+            config=one,
+            history=b3,
+            history_at=[NOW_US - GRACE - 1, NOW_US - GRACE, NOW_US - GRACE + 1],
+            now_us=NOW_US,
+        ),
+        RecvCase(
+            "live_incarnation_grace_edge_expired",
+            "The same with B's last acceptance at now_us - G (seqs 1, 2, 3 at now_us - G - 2, "
+            "now_us - G - 1, now_us - G): now_us = t + G is not inside the grace, so B's restarted "
+            "incarnation evicts the tracked one (DF-RCV-4) and is accepted; B's seq 4 of the evicted "
+            "incarnation is stale_incarnation.",
+            GRACE_REQ,
+            _restart_packets(B_INC, None),
+            config=one,
+            history=b3,
+            history_at=[NOW_US - GRACE - 2, NOW_US - GRACE - 1, NOW_US - GRACE],
+            now_us=NOW_US,
+        ),
+        RecvCase(
+            "live_incarnation_grace_clock_back",
+            "The receiver's clock went back: B's tracked incarnation accepted an entry at now_us + 1, "
+            "C's at 2^64 - 1 (t + G overflows 64 bits); with incarnation_grace = 10 s and "
+            "max_incarnations = 1 both are live (now_us < t), so the restarted incarnations of B and "
+            "C are dropped as live_incarnation, and the tracked ones accept their seq 4.",
+            GRACE_REQ,
+            _restart_packets(B_INC, C_INC),
+            config=one,
+            history=b3 + c3,
+            history_at=[None, None, NOW_US + 1, None, None, (1 << 64) - 1],
+            now_us=NOW_US,
+        ),
+        RecvCase(
+            "live_incarnation_grace_lowest_only",
+            "max_incarnations = 2, incarnation_grace = 10 s: B tracks B_INC (last acceptance now_us - "
+            "G, not live) and B_INC + 1 (now_us, live); C tracks C_INC (now_us - G + 1, live) and "
+            "C_INC + 1 (now_us - 5 G, not live). Only the lowest incarnation's reading decides "
+            "(DF-RCV-4 evicts only the lowest): B's restarted incarnation evicts B_INC and is "
+            "accepted, B_INC's seq 4 is then stale_incarnation; C's restarted incarnation is dropped "
+            "as live_incarnation and C_INC's seq 4 is accepted.",
+            GRACE_REQ,
+            _restart_packets(B_INC, C_INC),
+            config=SyncConfig(max_incarnations=2, incarnation_grace=GRACE),
+            history=[*b3, (B, B_INC + 1, 1), *c3, (C, C_INC + 1, 1)],
+            history_at=[
+                None,
+                None,
+                NOW_US - GRACE,
+                NOW_US,
+                None,
+                None,
+                NOW_US - GRACE + 1,
+                NOW_US - 5 * GRACE,
+            ],
+            now_us=NOW_US,
+        ),
+        RecvCase(
+            "live_incarnation_grace_max",
+            "incarnation_grace at its largest value, 2^40 microseconds (about 12.7 days; DF-PAR-178), "
+            "max_incarnations = 1: B's tracked incarnation accepted its seq 3 at now_us - 2^40 + 1 "
+            "(live: its restarted incarnation is dropped as live_incarnation, its seq 4 accepted); "
+            "C's at now_us - 2^40 (not live: C's restarted incarnation evicts it and is accepted, "
+            "C_INC's seq 4 is stale_incarnation).",
+            GRACE_REQ,
+            _restart_packets(B_INC, C_INC),
+            config=SyncConfig(max_incarnations=1, incarnation_grace=MAX_INCARNATION_GRACE),
+            history=b3 + c3,
+            history_at=[
+                None,
+                None,
+                NOW_US - MAX_INCARNATION_GRACE + 1,
+                None,
+                None,
+                NOW_US - MAX_INCARNATION_GRACE,
+            ],
+            now_us=NOW_US,
+        ),
+        RecvCase(
+            "live_incarnation_grace_off_clock_back",
+            "incarnation_grace = 0 (off, DF-PAR-178) with acceptance times, max_incarnations = 1: B's "
+            "tracked incarnation accepted its seq 3 at now_us + 1 (the clock went back) and C's at "
+            "now_us; without a grace neither is live, so both restarted incarnations evict the "
+            "tracked ones and are accepted (DF-RCV-4, as in 1.0), and the seqs 4 of the evicted "
+            "incarnations are stale_incarnation.",
+            GRACE_REQ,
+            _restart_packets(B_INC, C_INC),
+            config=SyncConfig(max_incarnations=1),
+            history=b3 + c3,
+            history_at=[None, None, NOW_US + 1, None, None, NOW_US],
+            now_us=NOW_US,
+        ),
+        RecvCase(
+            "live_incarnation_grace_untimed_history",
+            "History entries with and without an acceptance time, incarnation_grace = 10 s, "
+            "max_incarnations = 1: B's seq 1 was accepted at now_us - 1 and its seqs 2 and 3 without "
+            "a time, which leaves the recorded reading (DF-RCV-178: the last acceptance with a clock "
+            "reading), so B's incarnation is live and its restarted one is dropped as "
+            "live_incarnation; C's seqs 1..3 have no time (no reading, as in 1.0 vectors), so C's "
+            "restarted incarnation evicts the tracked one and is accepted, and C_INC's seq 4 is "
+            "stale_incarnation.",
+            GRACE_REQ,
+            _restart_packets(B_INC, C_INC),
+            config=one,
+            history=b3 + c3,
+            history_at=[NOW_US - 1, None, None, None, None, None],
             now_us=NOW_US,
         ),
     ]

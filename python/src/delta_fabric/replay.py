@@ -3,7 +3,7 @@ counters (module `delta_fabric.replay`; `df_core::replay` in Rust)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -256,6 +256,19 @@ class ReceiverState:
                 win.last_us = self.now_us  # DF-RCV-178
         return verdict
 
+    def set_accepted_at(self, origin: int, incarnation: int, now_us: int) -> bool:
+        """DF-RCV-178: record ``now_us`` as the clock reading at which ``origin``'s tracked
+        ``incarnation`` last accepted an entry, as `admit` does under a clock reading: what restoring
+        a history with acceptance times needs (driver protocol 5.5, 1.1). Judges nothing. ``False``
+        (and no change) when that incarnation is not tracked."""
+        if isinstance(now_us, bool) or not 0 <= now_us < 1 << 64:
+            raise ValueError(f"now_us must be in [0, 2**64), got {now_us!r}")
+        win = self._origins.get(origin, {}).get(incarnation)
+        if win is None:
+            return False
+        win.last_us = int(now_us)
+        return True
+
     def save(self, origin: int) -> dict[int, ReplayWindow] | None:
         """A copy of ``origin``'s incarnation table (``None`` when untracked), for `restore`: what a
         receiver needs to undo the admissions of a packet it refuses after admitting its entries
@@ -307,11 +320,24 @@ class ReceiverState:
         window: int = 1024,
         max_incarnations: int = 4,
         max_origins: int = DEFAULT_MAX_ORIGINS,
+        accepted_at: Sequence[int | None] | None = None,
     ) -> ReceiverState:
-        """A state that has accepted ``history`` in order. Entries it would drop raise ``ValueError``."""
+        """A state that has accepted ``history`` in order. Entries it would drop raise ``ValueError``.
+
+        ``accepted_at`` (DF-RCV-178), one per history entry when given: the clock reading at which
+        that entry was accepted, recorded for its incarnation right after it is admitted
+        (`set_accepted_at`); ``None`` for an entry accepted without one, which leaves the recorded
+        reading as it was. The history is not judged by any clock: no bound is set while it is
+        admitted."""
+        entries = list(history)
+        times: Sequence[int | None] = [None] * len(entries) if accepted_at is None else accepted_at
+        if len(times) != len(entries):
+            raise ValueError(f"accepted_at has {len(times)} readings for {len(entries)} entries")
         st = cls(own_id, window=window, max_incarnations=max_incarnations, max_origins=max_origins)
-        for origin, inc, seq in history:
+        for (origin, inc, seq), at in zip(entries, times, strict=True):
             verdict = st.admit(int(origin), int(inc), int(seq))
             if verdict is not Admission.ACCEPTED:
                 raise ValueError(f"history entry {(origin, inc, seq)} would be dropped: {verdict}")
+            if at is not None:
+                st.set_accepted_at(int(origin), int(inc), at)
         return st

@@ -297,6 +297,24 @@ impl ReceiverState {
         v
     }
 
+    /// DF-RCV-178 (1.1): records `now_us` as the clock reading at which `origin`'s tracked
+    /// incarnation `inc` last accepted an entry, as [`ReceiverState::admit`] does under a clock
+    /// reading: what restoring a history with acceptance times needs (driver protocol 5.5). Judges
+    /// nothing. `false` (and no change) when that incarnation is not tracked.
+    pub fn set_accepted_at(&mut self, origin: u64, inc: u64, now_us: u64) -> bool {
+        match self
+            .origins
+            .get_mut(&origin)
+            .and_then(|t| t.iter_mut().find(|(i, _)| *i == inc))
+        {
+            Some((_, w)) => {
+                w.last_us = Some(now_us);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// A copy of `origin`'s incarnation table (`None` when untracked), for [`ReceiverState::restore`]:
     /// what a receiver needs to undo the admissions of a packet it refuses after admitting its
     /// entries (DF-RCV-50). O(max_incarnations * W) bits.

@@ -202,6 +202,8 @@ def run_receive(
             window=cfg.replay_window,
             max_incarnations=cfg.max_incarnations,
             max_origins=cfg.max_origins,  # DF-PAR-30 (1.1)
+            # DF-RCV-178 (1.1): an optional 4th member, the clock reading (hex16) of the acceptance
+            accepted_at=[_hex_or_int(h[3]) if len(h) > 3 else None for h in history],
         )
     eng.state.max_seq_jump = cfg.max_seq_jump  # DF-RCV-52 (1.1)
     eng.state.max_incarnation_ahead = cfg.max_incarnation_ahead  # DF-RCV-175 (1.1)

@@ -110,6 +110,25 @@ fn incarnations_ahead_of_the_clock_are_dropped_when_untracked() {
 }
 
 #[test]
+fn acceptance_times_are_restored() {
+    // REQ: DF-RCV-178 (driver protocol 5.5: the 4th member of an accepted history element)
+    let now = 1_795_953_600_000_000u64;
+    let mut st = ReceiverState::new(1, 64, 1, 16);
+    st.set_incarnation_grace(10);
+    assert_eq!(st.admit(2, 5, 1), Admission::Accepted);
+    assert!(!st.set_accepted_at(2, 6, now)); // not tracked: nothing recorded
+    assert!(!st.set_accepted_at(3, 5, now));
+    assert!(st.set_accepted_at(2, 5, now - 9));
+    assert_eq!(st.now_us(), None); // the clock is not set by it
+    st.set_now_us(now);
+    assert_eq!(st.check(2, 6, 1), Admission::LiveIncarnation);
+    assert!(st.set_accepted_at(2, 5, now - 10));
+    assert_eq!(st.check(2, 6, 1), Admission::Accepted);
+    assert!(st.set_accepted_at(2, 5, u64::MAX)); // the clock went back
+    assert_eq!(st.check(2, 6, 1), Admission::LiveIncarnation);
+}
+
+#[test]
 fn a_live_incarnation_is_not_evicted() {
     // REQ: DF-RCV-178, DF-PAR-178
     let now = 1_795_953_600_000_000u64;

@@ -357,15 +357,19 @@ fn run_receive(dir: &Path, rel: &str) -> Result<(), String> {
     let mut active = bits(s(node, "active_bits")?)?;
     for t in s(node, "accepted")?.as_array().ok_or("accepted")? {
         let t = t.as_array().ok_or("accepted triple")?;
-        if t.len() != 3 {
+        if t.len() != 3 && t.len() != 4 {
             return Err("accepted triple".into());
         }
         let seq = t[2].as_u64().ok_or("seq")?;
-        let a = e
-            .receiver_state_mut()
-            .admit(hex_u64(&t[0])?, hex_u64(&t[1])?, seq);
+        let (origin, inc) = (hex_u64(&t[0])?, hex_u64(&t[1])?);
+        let a = e.receiver_state_mut().admit(origin, inc, seq);
         if a != Admission::Accepted {
             return Err(format!("history entry {t:?} not accepted: {a:?}"));
+        }
+        if let Some(at) = t.get(3) {
+            // REQ: DF-RCV-178 (the clock reading at which the history entry was accepted)
+            e.receiver_state_mut()
+                .set_accepted_at(origin, inc, hex_u64(at)?);
         }
     }
     if let Some(ms) = node.get("members").and_then(|m| m.as_array()) {

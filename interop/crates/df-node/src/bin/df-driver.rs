@@ -397,18 +397,20 @@ fn receive(req: &Value) -> Answer {
     {
         let t = h
             .as_array()
-            .filter(|t| t.len() == 3)
+            .filter(|t| t.len() == 3 || t.len() == 4)
             .ok_or_else(|| err("accepted: bad triple"))?;
         let seq = t[2].as_u64().ok_or_else(|| err("accepted: bad seq"))?;
-        let verdict = eng.receiver_state_mut().admit(
-            id_of(&t[0], "origin")?,
-            id_of(&t[1], "incarnation")?,
-            seq,
-        );
+        let (origin, inc) = (id_of(&t[0], "origin")?, id_of(&t[1], "incarnation")?);
+        let verdict = eng.receiver_state_mut().admit(origin, inc, seq);
         if verdict != Admission::Accepted {
             return Err(err(format!(
                 "accepted history entry {t:?} would be dropped"
             )));
+        }
+        if let Some(at) = t.get(3) {
+            // DF-RCV-178 (1.1): the clock reading at which the entry was accepted
+            let at = id_of(at, "accepted_at")?;
+            eng.receiver_state_mut().set_accepted_at(origin, inc, at);
         }
     }
     if let Some(ms) = node.get("members").and_then(Value::as_array) {
