@@ -227,7 +227,6 @@ class Engine:
             config.max_packet_size, signed=signing is not None
         )
         self._selector: Selector | None = None  # O(N) scratch, allocated at the first generation
-        self._d: NDArray[np.float32] | None = None
         # Relay policy NEEDED (spec section 8.6): who this node heard directly in this and the last
         # sync round, and the advertisements of those senders (with their age in rounds).
         self._heard_now: set[int] = set()
@@ -352,26 +351,21 @@ class Engine:
             raise ValueError("signed cluster: this node has no secret key to sign with")
         self._end_round()
         n = self.num_params
-        if self._selector is None or self._d is None:
+        if self._selector is None:
             self._selector = Selector(n)
-            self._d = np.empty(n, dtype=np.float32)
-        d = self._d
-        with np.errstate(invalid="ignore"):  # inf - inf = NaN is a valid delta (DF-GEN-9)
-            if flat is not None:  # DF-GEN-1: f32, round to nearest even
-                np.subtract(flat, self._anchor, out=d)
-            else:  # the same element by element, tensor by tensor
-                off = self.manifest.offsets
-                for t, piece in enumerate(parts):
-                    a, b = off[t], off[t + 1]
-                    np.subtract(piece, self._anchor[a:b], out=d[a:b])
         k = self.config.num_selected(n)  # DF-GEN-2
-        idx = self._selector.select(d, k, fast=fast)  # DF-GEN-3 (exact) / DF-GEN-7 (fast)
+        # DF-GEN-1 (d = fl32(active - anchor), element by element, tensor by tensor) and DF-GEN-3
+        # (exact) / DF-GEN-7 (fast): the selected indices and d there (the selected deltas; idx:
+        # intp, no index conversion per use). The selector reads d block by block; it keeps d whole
+        # (in its O(N) scratch) only when its sample path does not decide.
+        idx, dsel = self._selector.select_delta(
+            [flat] if flat is not None else parts, self._anchor, k, fast=fast
+        )
         self.last_correction = (_NO_INDICES, _NO_VALUES)
         if idx.size == 0:
             return []  # DF-GEN-8
         # DF-GEN-9: checked on d itself, before encoding: F16/BF16 would clamp an infinity to a
         # finite value. An infinity is the largest magnitude, so it is always among the selected.
-        dsel = d[idx]  # the selected deltas (idx: intp, no index conversion per use)
         finite = np.isfinite(dsel)
         if not bool(finite.all()):
             raise NonFiniteDelta(int(idx[int(np.argmin(finite))]))

@@ -1,0 +1,120 @@
+"""The sync path's fast paths give what the paths they replace give, bit for bit, on random inputs.
+
+- `Selector.select_delta` (one blocked pass over ``active - anchor``) against ``select(d)`` on the
+  materialised ``d`` (DF-GEN-1, 3, 7);
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from delta_fabric import selection
+from delta_fabric.selection import Selector
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from numpy.typing import NDArray
+
+_SPECIAL = [0.0, -0.0, 1.0, -1.0, 2.0, 0.5, -0.5, 3.0, 1e-30, np.inf, -np.inf, np.nan, 7.25]
+
+
+def _split(a: NDArray[np.float32], cuts: list[int]) -> list[NDArray[np.float32]]:
+    bounds = sorted({min(max(c, 0), a.size) for c in cuts} | {0, a.size})
+    return [a[x:y] for x, y in itertools.pairwise(bounds)] or [a]
+
+
+def _bits(a: NDArray[np.float32]) -> list[int]:
+    return [int(x) for x in np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)]
+
+
+def _check_select_delta(
+    active: NDArray[np.float32],
+    anchor: NDArray[np.float32],
+    cuts: list[int],
+    k: int,
+    fast: bool,
+    sample_min_n: int,
+) -> str:
+    n = active.size
+    with np.errstate(invalid="ignore"):
+        d = np.subtract(active, anchor)
+    ref = Selector(n, sample_min_n=sample_min_n)
+    want = ref.select(d, k, fast=fast)
+    sel = Selector(n, sample_min_n=sample_min_n)
+    got, dsel = sel.select_delta(_split(active, cuts), anchor, k, fast=fast)
+    assert got.dtype == want.dtype
+    assert got.tolist() == want.tolist(), (ref.last_path, sel.last_path)
+    assert _bits(dsel) == _bits(d[want])
+    assert sel.last_path == ref.last_path
+    return sel.last_path
+
+
+@st.composite
+def _cases(draw: st.DrawFn) -> tuple[NDArray[np.float32], NDArray[np.float32], list[int], int]:
+    n = draw(st.integers(1, 600))
+    kind = draw(st.sampled_from(["special", "normal", "sparse", "periodic"]))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    if kind == "special":
+        active = rng.choice(np.array(_SPECIAL, dtype=np.float32), n)
+        anchor = rng.choice(np.array(_SPECIAL[:9], dtype=np.float32), n)
+    else:
+        anchor = rng.standard_normal(n).astype(np.float32)
+        step = rng.standard_normal(n).astype(np.float32)
+        if kind == "sparse":
+            step[rng.random(n) < 0.9] = 0.0
+        elif kind == "periodic":  # aligned with a sample stride: the sample sees only zeros
+            step[::2] = 0.0
+        active = (anchor + step).astype(np.float32)
+    cuts = draw(st.lists(st.integers(0, n), max_size=6))
+    k = draw(st.integers(1, n + 3))
+    return active, anchor, cuts, k
+
+
+@given(_cases(), st.booleans(), st.sampled_from([1, 3, 64, 1 << 16]))
+@settings(max_examples=300, deadline=None)
+def test_select_delta_is_select_of_the_difference(
+    case: tuple[NDArray[np.float32], NDArray[np.float32], list[int], int], fast: bool, block: int
+) -> None:
+    # REQ: DF-GEN-3
+    # REQ: DF-GEN-7
+    active, anchor, cuts, k = case
+    saved = selection._BLOCK
+    selection._BLOCK = block
+    try:
+        for sample_min_n in (0, 1 << 30):
+            _check_select_delta(active, anchor, cuts, k, fast, sample_min_n)
+    finally:
+        selection._BLOCK = saved
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_select_delta_large_inputs(fast: bool) -> None:
+    # REQ: DF-GEN-3
+    n = 400_000
+    rng = np.random.default_rng(11)
+    anchor = rng.standard_normal(n).astype(np.float32)
+    active = (anchor + rng.standard_normal(n).astype(np.float32)).astype(np.float32)
+    active[rng.integers(0, n, 50_000)] = anchor[0]
+    active[:1000] = anchor[:1000] + np.float32(0.25)  # ties
+    active[5] = np.nan
+    cuts = [64, 1000, 70_000, 300_001]
+    paths = {
+        _check_select_delta(active, anchor, cuts, k, fast, selection._SMALL_N)
+        for k in (1, 37, 4_000, 20_000, 40_000, 150_000, n)
+    }
+    assert paths >= {"trim" if not fast else "sample", "all"}, paths
+
+
+def test_select_delta_checks_arguments() -> None:
+    sel = Selector(4)
+    z = np.zeros(4, dtype=np.float32)
+    with pytest.raises(ValueError):
+        sel.select_delta([z[:3]], z, 1)
+    with pytest.raises(ValueError):
+        sel.select_delta([z], np.zeros(5, dtype=np.float32), 1)
+    with pytest.raises(ValueError):
+        sel.select_delta([z.astype(np.float64)], z, 1)  # type: ignore[list-item]
+    with pytest.raises(ValueError):
+        sel.select_delta([z], z, 0)
