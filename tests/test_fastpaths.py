@@ -2,6 +2,10 @@
 
 - `Selector.select_delta` (one blocked pass over ``active - anchor``) against ``select(d)`` on the
   materialised ``d`` (DF-GEN-1, 3, 7);
+- the engine's union of an aggregate's indices (`delta_fabric.engine._sorted_unique`, now an
+  unstable sort) against ``np.unique`` and the stable sort it replaces;
+- `Manifest.locate` with ``checked=True`` (the store's checks already made) against the checking
+  path, and `TorchStore.gather` / `apply` against plain NumPy on the flat vector.
 """
 
 from __future__ import annotations
@@ -10,8 +14,12 @@ import itertools
 
 import numpy as np
 import pytest
+import torch
 from delta_fabric import selection
+from delta_fabric.engine import _sorted_unique
+from delta_fabric.manifest import Manifest, TensorSpec
 from delta_fabric.selection import Selector
+from delta_fabric.stores.torch import TorchStore
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.typing import NDArray
@@ -118,3 +126,55 @@ def test_select_delta_checks_arguments() -> None:
         sel.select_delta([z.astype(np.float64)], z, 1)  # type: ignore[list-item]
     with pytest.raises(ValueError):
         sel.select_delta([z], z, 0)
+
+
+@given(
+    st.lists(st.lists(st.integers(0, 5000), max_size=300), min_size=1, max_size=5),
+)
+@settings(max_examples=200, deadline=None)
+def test_sorted_unique_is_the_stable_merge(lists: list[list[int]]) -> None:
+    parts = [np.array(sorted(set(x)), dtype=np.uint32) for x in lists]
+    got = _sorted_unique(parts)
+    s = np.sort(np.concatenate(parts), kind="stable")  # the former path
+    keep = np.empty(s.size, dtype=bool)
+    keep[:1] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    assert got.dtype == np.uint32
+    assert got.tolist() == s[keep].tolist() == np.unique(np.concatenate(parts)).tolist()
+
+
+@given(
+    st.lists(st.integers(1, 40), min_size=1, max_size=6),
+    st.integers(0, 2**32 - 1),
+    st.sampled_from(["u4", "u8", "i8", "i4"]),
+)
+@settings(max_examples=200, deadline=None)
+def test_locate_checked_is_locate(sizes: list[int], seed: int, dtype: str) -> None:
+    m = Manifest(TensorSpec(f"t{i}", (s,)) for i, s in enumerate(sizes))
+    rng = np.random.default_rng(seed)
+    n = m.num_params
+    flat = np.flatnonzero(rng.random(n) < rng.random()).astype(dtype)
+    want = m.locate(flat)
+    got = m.locate(flat, checked=True)
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert (g.tensor, g.name, g.start, g.stop) == (w.tensor, w.name, w.start, w.stop)
+        assert g.local.dtype == w.local.dtype == np.int64
+        assert g.local.tolist() == w.local.tolist()
+
+
+@given(st.integers(0, 2**32 - 1), st.floats(0.0, 1.0))
+@settings(max_examples=60, deadline=None)
+def test_torch_store_gather_and_apply_match_numpy(seed: int, density: float) -> None:
+    torch.manual_seed(seed % 1000)
+    module = torch.nn.Sequential(torch.nn.Linear(7, 5), torch.nn.Linear(5, 3))
+    store = TorchStore(module)
+    flat = store.gather()
+    rng = np.random.default_rng(seed)
+    idx = np.flatnonzero(rng.random(flat.size) < density).astype(np.uint32)
+    assert _bits(store.gather(idx)) == _bits(flat[idx])
+    vals = rng.standard_normal(idx.size).astype(np.float32)
+    store.apply(idx, vals)
+    want = flat.copy()
+    want[idx] = want[idx] + vals
+    assert _bits(store.gather()) == _bits(want)
