@@ -178,3 +178,49 @@ def test_torch_store_gather_and_apply_match_numpy(seed: int, density: float) -> 
     want = flat.copy()
     want[idx] = want[idx] + vals
     assert _bits(store.gather()) == _bits(want)
+
+
+def _leb128(values: list[int]) -> bytes:
+    out = bytearray()
+    for x in values:
+        while x >= 0x80:
+            out.append((x & 0x7F) | 0x80)
+            x >>= 7
+        out.append(x)
+    return bytes(out)
+
+
+_gap_lists = st.lists(
+    st.one_of(st.integers(1, 127), st.integers(128, 1 << 20), st.integers(1 << 20, 1 << 27)),
+    min_size=1,
+    max_size=400,
+)
+
+
+@given(_gap_lists, st.integers(0, 1 << 20))
+@settings(max_examples=300, deadline=None)
+def test_varints_and_their_sums_match_leb128(gaps: list[int], first: int) -> None:
+    # the varint codec's cumulative sums run without a type conversion (compact._varints,
+    # _varint_sums, unpack_indices' one-byte path): same bytes and indices as plain LEB128
+    from delta_fabric import compact
+
+    values = [first, *gaps]
+    idx = np.cumsum(np.array(values, dtype=np.uint64))
+    if int(idx[-1]) >= 1 << 32:
+        return
+    v = np.array(values, dtype=np.uint32)
+    assert compact._varints(v) == _leb128(values)
+    assert compact._varints(v.astype(np.uint64)) == _leb128(values)
+    data = np.frombuffer(_leb128(values), dtype=np.uint8)
+    assert compact._varint_sums(data).tolist() == idx.tolist()
+    assert compact._varint_sums(data).dtype == np.uint64
+    got = compact.unpack_indices(bytes([compact.FORM_DELTA]) + _leb128(values))
+    assert got.dtype == np.uint32 and got.tolist() == idx.tolist()
+    u32 = idx.astype(np.uint32)
+    assert compact.unpack_indices(compact.encode_indices(u32)).tolist() == idx.tolist()
+    small = [first % 128, *(g % 127 + 1 for g in gaps)]  # one-byte varints only
+    one = compact.unpack_indices(bytes([compact.FORM_DELTA]) + bytes(small))
+    assert one.dtype == np.uint32 and one.tolist() == np.cumsum(small).tolist()
+    assert (
+        compact._varint_sums(np.array(small, dtype=np.uint8)).tolist() == np.cumsum(small).tolist()
+    )
