@@ -85,8 +85,6 @@ def _cases(draw: st.DrawFn) -> tuple[NDArray[np.float32], NDArray[np.float32], l
 def test_select_delta_is_select_of_the_difference(
     case: tuple[NDArray[np.float32], NDArray[np.float32], list[int], int], fast: bool, block: int
 ) -> None:
-    # REQ: DF-GEN-3
-    # REQ: DF-GEN-7
     active, anchor, cuts, k = case
     saved = selection._BLOCK
     selection._BLOCK = block
@@ -99,7 +97,6 @@ def test_select_delta_is_select_of_the_difference(
 
 @pytest.mark.parametrize("fast", [False, True])
 def test_select_delta_large_inputs(fast: bool) -> None:
-    # REQ: DF-GEN-3
     n = 400_000
     rng = np.random.default_rng(11)
     anchor = rng.standard_normal(n).astype(np.float32)
