@@ -221,3 +221,27 @@ def test_varints_and_their_sums_match_leb128(gaps: list[int], first: int) -> Non
     assert (
         compact._varint_sums(np.array(small, dtype=np.uint8)).tolist() == np.cumsum(small).tolist()
     )
+
+
+@given(
+    st.integers(1, 3000),
+    st.lists(st.floats(0.0, 1.0), min_size=1, max_size=5),
+    st.integers(0, 2**32 - 1),
+)
+@settings(max_examples=200, deadline=None)
+def test_engine_union_is_the_sorted_unique(n: int, densities: list[float], seed: int) -> None:
+    # Engine._union marks an N-value scratch when the parts hold N/8 indices or more, and sorts
+    # otherwise: both give _sorted_unique's result as intp, and the scratch is clear afterwards
+    from delta_fabric.config import SyncConfig
+    from delta_fabric.engine import Engine
+
+    rng = np.random.default_rng(seed)
+    m = Manifest([TensorSpec("w", (n,))])
+    eng = Engine(m, SyncConfig(), 1, 1)
+    parts = [np.flatnonzero(rng.random(n) < p).astype(np.uint32) for p in densities]
+    parts = [p for p in parts if p.size] or [np.array([n - 1], dtype=np.uint32)]
+    for _ in range(2):
+        got = eng._union(parts)
+        assert got.dtype == np.intp
+        assert got.tolist() == _sorted_unique(parts).tolist()
+        assert eng._mark is None or not bool(eng._mark.any())
