@@ -227,7 +227,6 @@ class Engine:
             config.max_packet_size, signed=signing is not None
         )
         self._selector: Selector | None = None  # O(N) scratch, allocated at the first generation
-        self._d: NDArray[np.float32] | None = None
         # Relay policy NEEDED (spec section 8.6): who this node heard directly in this and the last
         # sync round, and the advertisements of those senders (with their age in rounds).
         self._heard_now: set[int] = set()
@@ -242,6 +241,7 @@ class Engine:
         self._agg: NDArray[np.float32] | None = (
             None  # O(N) receive scratch (DF-RCV-6), +0 between steps
         )
+        self._mark: NDArray[np.bool_] | None = None  # O(N) scratch of `_union`, False between uses
 
     # ------------------------------------------------------------------------------------------------
     @property
@@ -352,26 +352,21 @@ class Engine:
             raise ValueError("signed cluster: this node has no secret key to sign with")
         self._end_round()
         n = self.num_params
-        if self._selector is None or self._d is None:
+        if self._selector is None:
             self._selector = Selector(n)
-            self._d = np.empty(n, dtype=np.float32)
-        d = self._d
-        with np.errstate(invalid="ignore"):  # inf - inf = NaN is a valid delta (DF-GEN-9)
-            if flat is not None:  # DF-GEN-1: f32, round to nearest even
-                np.subtract(flat, self._anchor, out=d)
-            else:  # the same element by element, tensor by tensor
-                off = self.manifest.offsets
-                for t, piece in enumerate(parts):
-                    a, b = off[t], off[t + 1]
-                    np.subtract(piece, self._anchor[a:b], out=d[a:b])
         k = self.config.num_selected(n)  # DF-GEN-2
-        idx = self._selector.select(d, k, fast=fast)  # DF-GEN-3 (exact) / DF-GEN-7 (fast)
+        # DF-GEN-1 (d = fl32(active - anchor), element by element, tensor by tensor) and DF-GEN-3
+        # (exact) / DF-GEN-7 (fast): the selected indices and d there (the selected deltas; idx:
+        # intp, no index conversion per use). The selector reads d block by block; it keeps d whole
+        # (in its O(N) scratch) only when its sample path does not decide.
+        idx, dsel = self._selector.select_delta(
+            [flat] if flat is not None else parts, self._anchor, k, fast=fast
+        )
         self.last_correction = (_NO_INDICES, _NO_VALUES)
         if idx.size == 0:
             return []  # DF-GEN-8
         # DF-GEN-9: checked on d itself, before encoding: F16/BF16 would clamp an infinity to a
         # finite value. An infinity is the largest magnitude, so it is always among the selected.
-        dsel = d[idx]  # the selected deltas (idx: intp, no index conversion per use)
         finite = np.isfinite(dsel)
         if not bool(finite.all()):
             raise NonFiniteDelta(int(idx[int(np.argmin(finite))]))
@@ -590,8 +585,8 @@ class Engine:
                 assert first_anchor is not None
                 anchor[ix] = first_anchor
             else:
-                res.indices = _sorted_unique(parts_idx)
-                ix = res.indices.astype(np.intp)
+                ix = self._union(parts_idx)
+                res.indices = ix.astype(np.uint32)
                 res.values = agg[ix]  # a copy (fancy indexing)
                 if 8 * ix.size >= agg.size:  # back to +0 for the next step: a memset is
                     agg.fill(0.0)  # cheaper than a scatter over an eighth of N or more
@@ -608,6 +603,24 @@ class Engine:
                     anchor[ix] = anchor[ix] + res.values  # DF-RCV-7 (anchor side)
             c.values_applied += int(res.indices.size)
         return res
+
+    def _union(self, parts_idx: list[NDArray[np.uint32]]) -> NDArray[np.intp]:
+        """The sorted distinct indices of the step's accepted parts (each strictly increasing), as
+        intp. With an eighth of N or more in all, one mark per index in an N-value boolean scratch
+        and one nonzero pass over it (O(N), but cheaper than the sort of that many indices); else
+        `_sorted_unique` (O(k log k)). The same array either way."""
+        n = self.num_params
+        if 8 * sum(int(p.size) for p in parts_idx) < n:
+            out: NDArray[np.intp] = _sorted_unique(parts_idx).astype(np.intp)
+            return out
+        if self._mark is None:
+            self._mark = np.zeros(n, dtype=np.bool_)
+        mark = self._mark
+        for p in parts_idx:
+            mark[p] = True
+        ix = np.flatnonzero(mark)
+        mark.fill(False)  # a memset of N bytes, cheaper than a scatter at this size
+        return ix
 
     def _damped(self, e: Entry, alpha: np.float32) -> NDArray[np.float32]:
         """DF-RCV-5 for one entry: ``fl32(alpha * v)``; in a signed cluster the origin's values are
@@ -772,7 +785,9 @@ class Engine:
             a = self._agg[ix]
         with np.errstate(over="ignore", invalid="ignore"):
             anchor_sum = self._anchor[ix] + a
-            if not bool(np.isfinite(a).all()) or not bool(np.isfinite(anchor_sum).all()):
+            # an infinite or NaN agg[i] makes anchor[i] + agg[i] infinite or NaN (IEEE 754), so
+            # this one test also finds a non-finite aggregate
+            if not bool(np.isfinite(anchor_sum).all()):
                 return False, None
             kept = (ix, anchor_sum)
             if active is None:
@@ -903,9 +918,10 @@ def _f32_at_least(x: float) -> np.float32:
 
 def _sorted_unique(parts: list[NDArray[np.uint32]]) -> NDArray[np.uint32]:
     """The sorted distinct values of ``parts`` (each already strictly increasing). O(k log k): a sort
-    and a mask (``np.unique`` takes a slower hash path for integers in NumPy 2); the stable sort
-    (timsort) merges the sorted parts in O(k log parts)."""
-    s = np.sort(np.concatenate(parts), kind="stable")  # a merge of the sorted runs
+    and a mask (``np.unique`` takes a slower hash path for integers in NumPy 2). Equal integers
+    cannot be told apart, so the default sort gives what a stable one gives (faster than timsort's
+    merge of the sorted runs here)."""
+    s = np.sort(np.concatenate(parts))
     keep = np.empty(s.size, dtype=bool)
     keep[:1] = True
     np.not_equal(s[1:], s[:-1], out=keep[1:])

@@ -193,25 +193,36 @@ class Manifest:
         """SHA-256 of `canonical_text` (32 bytes, DF-MAN-5)."""
         return self._fingerprint
 
-    def locate(self, flat_indices: NDArray[Any]) -> list[TensorSlice]:
-        """Split ascending flat indices by tensor; tensors without an index are omitted. O(k + T log k)."""
+    def locate(self, flat_indices: NDArray[Any], *, checked: bool = False) -> list[TensorSlice]:
+        """Split ascending flat indices by tensor; tensors without an index are omitted. O(k + T log k).
+
+        ``checked``: the caller has already checked that the indices are a 1-D ascending integer
+        array within ``[0, N)`` (`delta_fabric.store.check_sparse`), and this pass over them is
+        skipped."""
         flat = np.asarray(flat_indices)
-        if flat.ndim != 1:
-            raise ValueError("flat_indices must be one-dimensional")
-        if flat.size == 0:
+        if not checked:
+            if flat.ndim != 1:
+                raise ValueError("flat_indices must be one-dimensional")
+            if flat.size == 0:
+                return []
+            if flat.size > 1 and bool(np.any(flat[1:] < flat[:-1])):
+                raise ValueError("flat_indices must be ascending")
+            if int(flat[0]) < 0 or int(flat[-1]) >= self.num_params:
+                raise ValueError("flat index out of range")
+        elif flat.size == 0:
             return []
-        if flat.size > 1 and bool(np.any(flat[1:] < flat[:-1])):
-            raise ValueError("flat_indices must be ascending")
-        if int(flat[0]) < 0 or int(flat[-1]) >= self.num_params:
-            raise ValueError("flat index out of range")
         bounds = np.searchsorted(flat, np.asarray(self._offsets, dtype=np.int64), side="left")
         out = []
+        one_pass = flat.dtype.kind in "ui"  # flat - offset in int64 without a converted copy
         for i, t in enumerate(self.tensors):
             a, b = int(bounds[i]), int(bounds[i + 1])
             if a < b:
-                out.append(
-                    TensorSlice(i, t.name, a, b, flat[a:b].astype(np.int64) - self._offsets[i])
+                local: NDArray[np.int64] = (
+                    np.subtract(flat[a:b], np.int64(self._offsets[i]), dtype=np.int64)
+                    if one_pass
+                    else flat[a:b].astype(np.int64) - self._offsets[i]
                 )
+                out.append(TensorSlice(i, t.name, a, b, local))
         return out
 
     def split(self, flat: NDArray[np.float32]) -> dict[str, NDArray[np.float32]]:

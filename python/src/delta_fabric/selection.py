@@ -18,6 +18,7 @@ sync step allocates only O(k).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 from numpy.typing import NDArray
@@ -28,6 +29,7 @@ _MIN_SAMPLE = 65_536
 _MAX_SAMPLE = 1 << 18  # beyond this a strided sample costs more than the group-max path
 _SMALL_N = 1 << 17  # below this the sample buys nothing: use the reference path directly
 _MIN_SAMPLE_RANK = 64  # sample ranks below this are too noisy to aim with
+_BLOCK = 1 << 16  # values per block of `Selector.select_delta`'s pass (its scratch stays in cache)
 
 
 def reference_select(d: NDArray[np.float32], k: int) -> NDArray[np.int64]:
@@ -42,18 +44,24 @@ def reference_select(d: NDArray[np.float32], k: int) -> NDArray[np.int64]:
     return np.sort(cand[order[:k]]).astype(np.int64)
 
 
-def _trim(sel: NDArray[np.intp], vals: NDArray[np.float32], k: int) -> NDArray[np.int64]:
-    """Keep the k entries of ``sel`` (ascending indices) with the largest ``vals``, ties by lower index."""
-    c = sel.shape[0]
-    if c <= k:
-        return sel.astype(np.int64, copy=False)
+def _trim_mask(vals: NDArray[np.float32], k: int) -> NDArray[np.bool_]:
+    """Which of ``vals`` (the magnitudes at ascending indices, more than k of them) the k largest
+    are, ties by lower index."""
+    c = vals.shape[0]
     t = np.float32(np.partition(vals, c - k)[c - k])  # the k-th largest value of the set
     keep: NDArray[np.bool_] = vals > t
     need = k - int(np.count_nonzero(keep))
     if need > 0:
         eq = np.flatnonzero(vals == t)[:need]  # sel is ascending: lowest indices first
         keep[eq] = True
-    out: NDArray[np.int64] = sel[keep].astype(np.int64, copy=False)
+    return keep
+
+
+def _trim(sel: NDArray[np.intp], vals: NDArray[np.float32], k: int) -> NDArray[np.int64]:
+    """Keep the k entries of ``sel`` (ascending indices) with the largest ``vals``, ties by lower index."""
+    if sel.shape[0] <= k:
+        return sel.astype(np.int64, copy=False)
+    out: NDArray[np.int64] = sel[_trim_mask(vals, k)].astype(np.int64, copy=False)
     return out
 
 
@@ -69,6 +77,7 @@ class Selector:
         self._abs = np.empty(n, dtype=np.float32)
         self._mask = np.empty(n, dtype=np.bool_)
         self._part: NDArray[np.float32] | None = None  # allocated on the first reference fallback
+        self._d: NDArray[np.float32] | None = None  # `select_delta`'s d, allocated on its first use
         #: how the last call was resolved: "sample", "trim", "group-max", "reference",
         #: "all" (for tests and the bench)
         self.last_path = ""
@@ -108,14 +117,19 @@ class Selector:
         np.greater_equal(self._abs, np.float32(t), out=self._mask)
         return np.flatnonzero(self._mask)
 
-    def _by_sample(self, k: int, fast: bool) -> NDArray[np.int64] | None:
-        n, a = self.n, self._abs
+    def _sample_size(self, k: int) -> tuple[int, int]:
+        """The strided sample of ``|d|`` for ``k``: its size ``ms`` and its stride (positions
+        ``0, stride, 2 stride, ...``, the first ``ms`` of them)."""
+        n = self.n
         q = k / n
         ms = min(max(n // 4, 1), _MAX_SAMPLE, max(_MIN_SAMPLE, math.ceil(4 * _MIN_SAMPLE_RANK / q)))
-        stride = n // ms
-        sample = a[::stride][:ms].copy()  # deterministic strided sample
+        return ms, n // ms
+
+    def _sample_threshold(self, sample: NDArray[np.float32], k: int, fast: bool) -> float | None:
+        """The threshold ``t`` the sample aims at (``None``: the sample is too small to aim with);
+        ``sample`` (a fresh array) is partitioned in place."""
         ms = sample.shape[0]
-        expected = q * ms
+        expected = k / self.n * ms
         if fast:
             rank = round(0.65 * expected)
             if rank < _MIN_SAMPLE_RANK:
@@ -127,24 +141,149 @@ class Selector:
             # on any data and handled exactly by the group-max path, costs time, never correctness)
             rank = math.ceil(expected + 4.5 * math.sqrt(expected) + 2.0)
         rank = min(rank, ms)
-        t = float(np.partition(sample, ms - rank)[ms - rank])  # the rank-th largest of the sample
+        # the rank-th largest of the sample
+        return float(np.partition(sample, ms - rank)[ms - rank])
+
+    def _sample_verdict(self, c: int, t: float, k: int, fast: bool) -> str | None:
+        """What the candidate set ``{|d| >= t}`` (``{|d| > 0}`` when ``t == 0``) of ``c`` indices
+        gives: ``"all"`` / ``"sample"`` (the set itself), ``"trim"`` (its k largest), or ``None``
+        (too few above the estimate: the group-max or reference path decides)."""
+        lower = math.ceil(k / 2) if fast else k
+        if t == 0.0 and c <= k:  # every candidate is in the set
+            return "all"
+        if lower <= c <= k:
+            return "sample"
+        if c > k:
+            return "trim"
+        return None
+
+    def _by_sample(self, k: int, fast: bool) -> NDArray[np.int64] | None:
+        a = self._abs
+        ms, stride = self._sample_size(k)
+        sample = a[::stride][:ms].copy()  # deterministic strided sample
+        t = self._sample_threshold(sample, k, fast)
+        if t is None:
+            return None
         if t == 0.0:
             # fewer nonzero samples than the rank: candidates are few; take them all if they fit
             sel = np.flatnonzero(np.greater(a, 0.0, out=self._mask))
         else:
             sel = self._candidates_at_least(t)
-        c = sel.shape[0]
-        lower = math.ceil(k / 2) if fast else k
-        if t == 0.0 and c <= k:  # every candidate is in sel
-            self.last_path = "all"
-            return sel.astype(np.int64, copy=False)
-        if lower <= c <= k:
-            self.last_path = "sample"
-            return sel.astype(np.int64, copy=False)
-        if c > k:
-            self.last_path = "trim"
+        verdict = self._sample_verdict(sel.shape[0], t, k, fast)
+        if verdict is None:
+            return None
+        self.last_path = verdict
+        if verdict == "trim":
             return _trim(sel, a[sel], k)
-        return None  # too few above the estimate: the reference path decides
+        return sel.astype(np.int64, copy=False)
+
+    # ------------------------------------------------------------------------------------------------
+    def select_delta(
+        self,
+        parts: Sequence[NDArray[np.float32]],
+        anchor: NDArray[np.float32],
+        k: int,
+        *,
+        fast: bool = False,
+    ) -> tuple[NDArray[np.int64], NDArray[np.float32]]:
+        """`select` of ``d = fl32(active - anchor)`` (DF-GEN-1), where ``active`` is the
+        concatenation of ``parts`` (1-D f32 arrays of N values in all), without materialising ``d``
+        or ``|d|`` over N: returns the selected indices (the same as ``select(d, k, fast=fast)``) and
+        ``d`` at them.
+
+        The sample path reads the strided sample from ``parts`` and ``anchor`` first, then makes one
+        pass over N in blocks of `_BLOCK` values (subtract, magnitude, compare, nonzero, each block
+        in cache). When that path does not decide (the group-max and reference paths, small N,
+        ``k >= N``), ``d`` is computed in full (into an N-value f32 scratch, allocated then) and
+        `select` decides. ``parts`` and ``anchor`` are only read."""
+        n = self.n
+        if anchor.shape != (n,) or anchor.dtype != np.float32:
+            raise ValueError(f"anchor must be a float32 array of shape ({n},)")
+        if sum(int(p.shape[0]) for p in parts) != n or any(
+            p.ndim != 1 or p.dtype != np.float32 for p in parts
+        ):
+            raise ValueError(f"parts must be 1-D float32 arrays of {n} values in all")
+        if k < 1:
+            raise ValueError("k must be >= 1")
+        k = min(k, n)
+        with np.errstate(invalid="ignore"):  # inf - inf = NaN is a valid delta (DF-GEN-9)
+            if k < n and n >= self.sample_min_n:
+                got = self._delta_by_sample(parts, anchor, k, fast)
+                if got is not None:
+                    return got
+            if self._d is None:
+                self._d = np.empty(n, dtype=np.float32)
+            d = self._d
+            off = 0
+            for piece in parts:  # DF-GEN-1: f32, round to nearest even
+                m = piece.shape[0]
+                np.subtract(piece, anchor[off : off + m], out=d[off : off + m])
+                off += m
+        idx = self.select(d, k, fast=fast)
+        dsel: NDArray[np.float32] = d[idx]
+        return idx, dsel
+
+    def _delta_by_sample(
+        self,
+        parts: Sequence[NDArray[np.float32]],
+        anchor: NDArray[np.float32],
+        k: int,
+        fast: bool,
+    ) -> tuple[NDArray[np.int64], NDArray[np.float32]] | None:
+        """`_by_sample` on ``d = active - anchor`` read block by block (see `select_delta`)."""
+        ms, stride = self._sample_size(k)
+        # the sample: |d| at positions 0, stride, ... (the first ms), read from parts and anchor
+        pieces: list[NDArray[np.float32]] = []
+        off = 0
+        for piece in parts:
+            m = piece.shape[0]
+            first = -(-off // stride) * stride  # the first sample position in [off, off + m)
+            if first < off + m:
+                pieces.append(
+                    np.subtract(piece[first - off :: stride], anchor[first : off + m : stride])
+                )
+            off += m
+        sample = np.abs(np.concatenate(pieces)[:ms])
+        t = self._sample_threshold(sample, k, fast)
+        if t is None:
+            return None
+        t32 = np.float32(t)
+        zero = t == 0.0
+        block = min(_BLOCK, self.n)
+        diff = np.empty(block, dtype=np.float32)
+        mag = np.empty(block, dtype=np.float32)
+        mask = self._mask[:block]
+        sels: list[NDArray[np.intp]] = []
+        dvals: list[NDArray[np.float32]] = []
+        off = 0
+        for piece in parts:
+            m = piece.shape[0]
+            for s in range(0, m, block):
+                e = min(s + block, m)
+                w = e - s
+                dd, aa, mm = diff[:w], mag[:w], mask[:w]
+                np.subtract(piece[s:e], anchor[off + s : off + e], out=dd)
+                np.abs(dd, out=aa)
+                if zero:  # fewer nonzero samples than the rank: every candidate
+                    np.greater(aa, 0.0, out=mm)
+                else:
+                    np.greater_equal(aa, t32, out=mm)
+                nz = np.flatnonzero(mm)
+                if nz.size:
+                    dvals.append(dd[nz])
+                    nz += off + s
+                    sels.append(nz)
+            off += m
+        sel = np.concatenate(sels) if sels else np.empty(0, dtype=np.intp)
+        dsel = np.concatenate(dvals) if dvals else np.empty(0, dtype=np.float32)
+        verdict = self._sample_verdict(sel.shape[0], t, k, fast)
+        if verdict is None:
+            return None
+        self.last_path = verdict
+        if verdict == "trim":
+            keep = _trim_mask(np.abs(dsel), k)
+            return sel[keep].astype(np.int64, copy=False), dsel[keep]
+        return sel.astype(np.int64, copy=False), dsel
 
     def _by_group_max(self, k: int) -> NDArray[np.int64]:
         """Exact selection from a guaranteed lower bound of the k-th largest magnitude.

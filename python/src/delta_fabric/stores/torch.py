@@ -131,11 +131,12 @@ class TorchStore:
                 return out
             check_sparse(self._manifest, indices)
             res = np.empty(indices.size, dtype=np.float32)
-            for s in self._manifest.locate(indices):
+            for s in self._manifest.locate(indices, checked=True):
                 t = self._tensors[s.tensor]
                 host = _host_f32(t)
                 if host is not None:  # a copy of the f32 elements, as index_select gives
-                    np.take(host, s.local, out=res[s.start : s.stop])
+                    # (checked indices: "clip" never clips, and spares "raise"'s buffered copy)
+                    np.take(host, s.local, out=res[s.start : s.stop], mode="clip")
                     continue
                 idx = torch.from_numpy(s.local).to(t.device)
                 part = t.detach().reshape(-1).index_select(0, idx).to(torch.float32)
@@ -159,7 +160,7 @@ class TorchStore:
     def apply(self, indices: NDArray[np.uint32], values: NDArray[np.float32]) -> None:
         check_sparse(self._manifest, indices, values)
         with torch.no_grad():
-            for s in self._manifest.locate(indices):
+            for s in self._manifest.locate(indices, checked=True):
                 t = self._tensors[s.tensor]
                 vals = torch.from_numpy(np.ascontiguousarray(values[s.start : s.stop]))
                 vals = vals.to(device=t.device)
