@@ -112,6 +112,20 @@ def test_select_delta_large_inputs(fast: bool) -> None:
     assert paths >= {"trim" if not fast else "sample", "all"}, paths
 
 
+@pytest.mark.parametrize("fast", [False, True])
+def test_select_delta_nothing_to_send_on_the_sample_path(fast: bool) -> None:
+    # REQ: DF-GEN-8
+    # active == anchor at N >= 2^17 (the sample path): no candidate, so no index and no value,
+    # whatever the block structure (the empty concatenation of no selected block)
+    n = selection._SMALL_N + 12_345
+    anchor = np.linspace(-1.0, 1.0, n, dtype=np.float32)
+    for parts in ([anchor.copy()], [anchor[:70_000].copy(), anchor[70_000:].copy()]):
+        for k in (100, n // 10):  # n // 10: the sample aims (its threshold is 0: "all")
+            sel = Selector(n)
+            idx, vals = sel.select_delta(parts, anchor, k, fast=fast)
+            assert idx.size == 0 and vals.size == 0, (k, sel.last_path)
+
+
 def test_select_delta_checks_arguments() -> None:
     sel = Selector(4)
     z = np.zeros(4, dtype=np.float32)

@@ -170,6 +170,30 @@ def _astral_manifest_receive() -> ev.RecvCase:
     )
 
 
+#: N = 64: a step's few indices are below N / 8 (the Python engine's sorted union, not its mark pass)
+WIDE_MANIFEST = Manifest.from_named_shapes({"fc.bias": (4,), "fc.weight": (4, 15)})
+
+
+def _sparse_union_receive() -> ev.RecvCase:
+    b, c = ev.B, ev.C
+    fp = WIDE_MANIFEST.fingerprint
+    i = np.arange(64, dtype=np.int64)
+    return ev.RecvCase(
+        "aggregate_sparse_duplicate_index",
+        "N = 64 and one step of 3 indices in 2 packets: B's entry holds indices 1 and 7, C's holds 7. "
+        "The step's aggregate has one value per distinct index, index 7 the sum of both entries' "
+        "values (DF-RCV-6), applied once. A receiver that forms the union of the indices wrongly "
+        "(here: a duplicate that is not the first index kept) applies index 7 twice.",
+        ["DF-RCV-6", "DF-RCV-5", "DF-RCV-7"],
+        [
+            ev.pkt(ev.ent(b, ev.B_INC, 1, 0, [1, 7], [0.5, 0.25]), fp=fp),
+            ev.pkt(ev.ent(c, ev.C_INC, 1, 0, [7], [-0.125]), sender=c, fp=fp),
+        ],
+        active=ev._f32(((i * 7) % 13 - 6) / 16.0),
+        anchor=ev._f32(((i * 5) % 11 - 5) / 32.0),
+    )
+
+
 def _defaults_generate() -> ev.GenCase:
     anchor = ev._pattern(7, 13, 6, 16.0)
     active = anchor + ev._pattern(11, 29, 14, 7.0)
@@ -492,6 +516,11 @@ def build(vectors_dir: Path) -> list[dict[str, Any]]:
         rows.append(ev._write_receive(vectors_dir, odd))
     tensors = [{"name": t.name, "shape": list(t.shape)} for t in ODD_MANIFEST.tensors]
     _rewrite(vectors_dir / "receive" / odd.name / "case.json", manifest={"tensors": tensors})
+
+    wide = _sparse_union_receive()
+    assert not (vectors_dir / "receive" / wide.name).exists(), wide.name
+    with _manifest(WIDE_MANIFEST):
+        rows.append(ev._write_receive(vectors_dir, wide))
 
     astral = _astral_manifest_receive()
     assert not (vectors_dir / "receive" / astral.name).exists(), astral.name

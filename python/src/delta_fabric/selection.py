@@ -29,7 +29,8 @@ _MIN_SAMPLE = 65_536
 _MAX_SAMPLE = 1 << 18  # beyond this a strided sample costs more than the group-max path
 _SMALL_N = 1 << 17  # below this the sample buys nothing: use the reference path directly
 _MIN_SAMPLE_RANK = 64  # sample ranks below this are too noisy to aim with
-_BLOCK = 1 << 16  # values per block of `Selector.select_delta`'s pass (its scratch stays in cache)
+_BLOCK = 3 << 14  # values per block of `Selector.select_delta`'s pass (its scratch stays in cache;
+# not a divisor of 2**17, so that the N = 2**17 vectors end on a partial block)
 
 
 def reference_select(d: NDArray[np.float32], k: int) -> NDArray[np.int64]:
