@@ -130,9 +130,16 @@ def _range_edges_receive() -> ev.RecvCase:
     )
 
 
+def _named_manifest_packets(m: Manifest) -> list[bytes]:
+    """The two packets of B that the named-manifest cases receive, with ``m``'s fingerprint (N = 24)."""
+    b, fp = ev.B, m.fingerprint
+    return [
+        ev.pkt(ev.ent(b, ev.B_INC, 1, 0, [0, 23], [0.5, 0.25]), fp=fp),
+        ev.pkt(ev.ent(b, ev.B_INC, 2, 0, [4], [1.5]), fp=fp),
+    ]
+
+
 def _odd_manifest_receive() -> ev.RecvCase:
-    b = ev.B
-    fp = ODD_MANIFEST.fingerprint
     return ev.RecvCase(
         "manifest_minimal_names",
         "The manifest is given as its tensors only (no version, num_params or fingerprint) and its "
@@ -142,16 +149,11 @@ def _odd_manifest_receive() -> ev.RecvCase:
         "receiver that refuses a name or the shape fails, one that writes the canonical text "
         "differently rejects them as FINGERPRINT_MISMATCH.",
         ["DF-MAN-1", "DF-MAN-2", "DF-MAN-5", "DF-MAN-7", "DF-RCV-1"],
-        [
-            ev.pkt(ev.ent(b, ev.B_INC, 1, 0, [0, 23], [0.5, 0.25]), fp=fp),
-            ev.pkt(ev.ent(b, ev.B_INC, 2, 0, [4], [1.5]), fp=fp),
-        ],
+        _named_manifest_packets(ODD_MANIFEST),
     )
 
 
 def _astral_manifest_receive() -> ev.RecvCase:
-    b = ev.B
-    fp = ASTRAL_MANIFEST.fingerprint
     return ev.RecvCase(
         "manifest_names_outside_bmp",
         "Tensor names with characters outside the Basic Multilingual Plane: U+10000 (the lowest), "
@@ -163,10 +165,7 @@ def _astral_manifest_receive() -> ev.RecvCase:
         "pair wrongly, sorts by UTF-16, or writes the canonical text in UTF-16 or CESU-8 rejects them "
         "as FINGERPRINT_MISMATCH.",
         ["DF-MAN-1", "DF-MAN-2", "DF-MAN-5", "DF-RCV-1"],
-        [
-            ev.pkt(ev.ent(b, ev.B_INC, 1, 0, [0, 23], [0.5, 0.25]), fp=fp),
-            ev.pkt(ev.ent(b, ev.B_INC, 2, 0, [4], [1.5]), fp=fp),
-        ],
+        _named_manifest_packets(ASTRAL_MANIFEST),
     )
 
 
@@ -510,24 +509,20 @@ def build(vectors_dir: Path) -> list[dict[str, Any]]:
         rows.append(ev._write_receive(vectors_dir, case))
     _rewrite(vectors_dir / "receive" / "config_defaults" / "case.json", config={})
 
-    odd = _odd_manifest_receive()
-    assert not (vectors_dir / "receive" / odd.name).exists(), odd.name
-    with _manifest(ODD_MANIFEST):
-        rows.append(ev._write_receive(vectors_dir, odd))
-    tensors = [{"name": t.name, "shape": list(t.shape)} for t in ODD_MANIFEST.tensors]
-    _rewrite(vectors_dir / "receive" / odd.name / "case.json", manifest={"tensors": tensors})
-
-    wide = _sparse_union_receive()
-    assert not (vectors_dir / "receive" / wide.name).exists(), wide.name
-    with _manifest(WIDE_MANIFEST):
-        rows.append(ev._write_receive(vectors_dir, wide))
-
-    astral = _astral_manifest_receive()
-    assert not (vectors_dir / "receive" / astral.name).exists(), astral.name
-    with _manifest(ASTRAL_MANIFEST):
-        rows.append(ev._write_receive(vectors_dir, astral))
-    tensors = [{"name": t.name, "shape": list(t.shape)} for t in ASTRAL_MANIFEST.tensors]
-    _rewrite(vectors_dir / "receive" / astral.name / "case.json", manifest={"tensors": tensors})
+    # cases with a manifest of their own; tensors_only: the vector gives it as its tensors alone
+    for case, m, tensors_only in (
+        (_odd_manifest_receive(), ODD_MANIFEST, True),
+        (_sparse_union_receive(), WIDE_MANIFEST, False),
+        (_astral_manifest_receive(), ASTRAL_MANIFEST, True),
+    ):
+        assert not (vectors_dir / "receive" / case.name).exists(), case.name
+        with _manifest(m):
+            rows.append(ev._write_receive(vectors_dir, case))
+        if tensors_only:
+            tensors = [{"name": t.name, "shape": list(t.shape)} for t in m.tensors]
+            _rewrite(
+                vectors_dir / "receive" / case.name / "case.json", manifest={"tensors": tensors}
+            )
 
     gen = _defaults_generate()
     assert not (vectors_dir / "generate" / f"{gen.name}.json").exists(), gen.name

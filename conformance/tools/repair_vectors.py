@@ -36,6 +36,7 @@ from delta_fabric.repair import (
     encode_request,
 )
 from delta_fabric.wire import Entry
+from delta_fabric_conformance.kit.repair_io import GAP_COUNTERS, RESEND_COUNTERS
 
 FP = hashlib.sha256(b"repair-vectors").digest()
 
@@ -450,16 +451,6 @@ def encodes() -> list[tuple[str, dict[str, Any], str, str]]:
             raise AssertionError(f"{name} encodes")
         out.append((name, fields, "MALFORMED", what))
     return out
-
-
-GAP_COUNTERS = ("requests_sent", "seqs_requested", "seqs_given_up")
-RESEND_COUNTERS = (
-    "requests_received",
-    "requests_refused",
-    "entries_resent",
-    "seqs_unavailable",
-    "seqs_deferred",
-)
 
 
 def _gap_case(

@@ -68,6 +68,12 @@ def _varint(v: int) -> bytes:
     return bytes(out)
 
 
+def request_vector(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A vector as a driver receives it: without its ``expected``, ``description`` and
+    ``requirements`` (driver protocol section 5)."""
+    return {k: v for k, v in data.items() if k not in ("expected", "description", "requirements")}
+
+
 def shorter_packed_form(indices: Sequence[int]) -> bytes:
     """The packed indices a sender MUST write (DF-PKT-110, DF-PKT-116): the shorter of the delta and
     bitmap forms, delta on a tie. Written here from the spec's table, not taken from
@@ -454,10 +460,7 @@ class Runner:
             needed = "signing"  # signed entries (1.1, OPTIONAL; spec section 13.1)
         if needed not in run.caps:
             return UNSUPPORTED, f"capability {needed} not declared"
-        vector = {
-            k: v for k, v in data.items() if k not in ("expected", "description", "requirements")
-        }
-        args: dict[str, Any] = {"cmd": kind, "vector": vector}
+        args: dict[str, Any] = {"cmd": kind, "vector": request_vector(data)}
         if kind == "receive":
             folder = base if base.is_dir() else base.parent
             args["packets"] = [
@@ -541,10 +544,9 @@ class Runner:
         ``BAD_REQUEST``."""
         if "snapshot.serve" not in run.caps:
             return UNSUPPORTED, "capability snapshot.serve not declared"
-        vector = {
-            k: v for k, v in data.items() if k not in ("expected", "description", "requirements")
-        }
-        r = run.call({"cmd": "snapshot_serve", "vector": vector}, f"snapshot_serve {row['id']}")
+        r = run.call(
+            {"cmd": "snapshot_serve", "vector": request_vector(data)}, f"snapshot_serve {row['id']}"
+        )
         verdict = self._reply_verdict(run, "snapshot.serve", r)  # the capability, declared here
         if verdict is not None:
             return verdict
@@ -628,12 +630,7 @@ class Runner:
         elif area == "encode":
             cmd, args = "repair_encode", {"request": data["request"]}
         elif area in ("gaps", "resend"):
-            vector = {
-                k: x
-                for k, x in data.items()
-                if k not in ("expected", "description", "requirements")
-            }
-            cmd, args = f"repair_{area}", {"vector": vector}
+            cmd, args = f"repair_{area}", {"vector": request_vector(data)}
         else:
             return UNSUPPORTED, f"unknown repair vector area {area!r}"
         r = run.call({"cmd": cmd, **args}, f"{cmd} {row['id']}")
@@ -673,9 +670,7 @@ class Runner:
         v = self._needed(run, "forward", "peer.train")
         if v is not None:
             return v
-        vector = {
-            k: x for k, x in data.items() if k not in ("expected", "description", "requirements")
-        }
+        vector = request_vector(data)
         # the first forward call imports the framework (like hello: 120 s, driver protocol 2.7)
         r = run.call(
             {"cmd": "forward", "vector": vector}, f"forward {row['id']}", timeout=FORWARD_TIMEOUT
