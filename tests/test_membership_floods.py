@@ -274,6 +274,57 @@ def test_a_restarted_peer_does_not_hold_the_others_back() -> None:
     assert a._pace_blockers(2, peer_deadline=60.0) == 1  # 5 rounds ahead since: it holds again
 
 
+def test_a_peer_back_from_a_partition_is_behind_by_its_lag_not_by_its_stale_progress() -> None:
+    # REQ: DF-ZEN-156
+    # The lag counts from the round at which the peer's current incarnation was first heard: a
+    # partition does not change that. The bug this pins: the base was forgotten while the peer was
+    # not live and taken again at its return from its progress before the cut, so a node back from
+    # a 30-round cut ran 30 rounds ahead of it (the fault report's partition: 330 rounds, and gap
+    # repair's rounds then ran out before the slower origins' resends came).
+    hub = MemoryHub(seed=4)
+    a, b = _node(hub, 1), _node(hub, 2)
+    for _ in range(10):
+        a.step()
+        b.step()
+    a.poll()
+    assert a._pace_blockers(2, peer_deadline=60.0) == 0
+    hub.cut(1, 2)
+    for _ in range(30):  # both run on alone; a paces on nobody
+        a.step()
+        b.step()
+        assert a._pace_blockers(2, peer_deadline=60.0) == 0
+    assert 2 not in a.transport.peers()
+    hub.heal(1, 2)
+    # b is live again and a has not heard it since round 10: 30 rounds behind as far as a knows,
+    # so a waits for b's news (the stale progress never sets a lead of 30)
+    assert a.origin_progress()[2] == (102, 10)
+    assert a._pace_blockers(2, peer_deadline=60.0) == 1
+    b.step()  # round 41 of b: a hears it
+    a.poll()
+    assert a.origin_progress()[2] == (102, 41)
+    assert a._pace_blockers(2, peer_deadline=60.0) == 0
+    for _ in range(3):
+        a.step()
+    assert a._pace_blockers(2, peer_deadline=60.0) == 0  # 2 rounds ahead of b: the lead allowed
+    a.step()
+    assert a._pace_blockers(2, peer_deadline=60.0) == 1  # 3 rounds ahead: b holds a back
+
+
+def test_memory_hub_cut_and_heal() -> None:
+    hub = MemoryHub()
+    a, b, c = hub.transport(1), hub.transport(2), hub.transport(3)
+    hub.cut(1, 2)
+    assert a.peers() == {3} and b.peers() == {3} and c.peers() == {1, 2}
+    a.publish(b"x")
+    assert b.drain() == [] and c.drain() == [b"x"]
+    with pytest.raises(ValueError):
+        hub.cut(1, 1)
+    hub.heal(2, 1)
+    assert a.peers() == {2, 3}
+    a.publish(b"y")
+    assert b.drain() == [b"y"]
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The flood over Zenoh
 # ---------------------------------------------------------------------------------------------------------

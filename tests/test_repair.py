@@ -122,7 +122,8 @@ def test_gap_schedule_asks_every_seq_before_giving_it_up(
     seq that is never repaired is carried by exactly ``attempts`` requests, at least ``retry``
     rounds apart and the first at least ``delay`` rounds after it went missing, and is given up
     once, after its last request; with the bounds not reached, the rounds are exactly
-    ``m + delay + j * retry``."""
+    ``m + delay + j * retry``. The origins send one new seq a round (their highest seq grows by one
+    a round, so the origin's side of a request's wait, ``retry`` seqs, is never the longer)."""
     g = GapTracker(1024, delay=delay, retry=retry, attempts=attempts, max_requests=max_requests)
     lost_set = set(lost)
     for o in range(origins):
@@ -134,13 +135,17 @@ def test_gap_schedule_asks_every_seq_before_giving_it_up(
     for r in range(1, 200):  # a bound: every seq is given up long before
         if g.counters.seqs_given_up == len(want):  # nothing is asked after the last give-up
             break
+        for o in range(origins):
+            g.observe(0x10 + o, 1, 701 + r)  # the origin's new seq of this round
         reqs = g.round()
         assert len(reqs) <= max_requests
         for o, inc, seqs in reqs:
             assert inc == 1 and len(seqs) <= 256 and list(seqs) == sorted(seqs)
             for s in seqs:
                 asked.setdefault((o, s), []).append(r)
-    for _ in range(retry + 1):
+    for k in range(retry + 1):
+        for o in range(origins):
+            g.observe(0x10 + o, 1, 701 + r + k)
         assert g.round() == []
     assert set(asked) == want
     assert g.counters.seqs_given_up == len(want)
@@ -151,6 +156,53 @@ def test_gap_schedule_asks_every_seq_before_giving_it_up(
         assert all(b - a >= retry for a, b in itertools.pairwise(rounds))
         if not bounded:
             assert rounds == [1 + delay + j * retry for j in range(attempts)]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    lost=st.lists(st.integers(2, 300), min_size=1, max_size=300, unique=True),
+    delay=st.integers(1, 3),
+    retry=st.integers(1, 4),
+    attempts=st.integers(1, 3),
+    stall=st.integers(0, 40),
+    moves=st.integers(0, 12),
+)
+def test_a_stalled_origin_is_asked_once_and_never_given_up(
+    lost: list[int], delay: int, retry: int, attempts: int, stall: int, moves: int
+) -> None:
+    """REQ: DF-RCV-163
+
+    An origin that sends nothing new (stalled: no CPU, or waiting on pacing) has no round in which
+    to answer: each missing seq is asked once and neither asked again nor given up however many
+    rounds pass, until the origin's highest seq has grown by ``retry`` since the request; after
+    ``moves`` new seqs a seq has been asked ``min(attempts, 1 + moves // retry)`` times."""
+    g = GapTracker(1024, delay=delay, retry=retry, attempts=attempts)
+    lost_set = set(lost)
+    for s in range(1, 302):
+        if s not in lost_set:
+            g.observe(0x10, 1, s)
+    asked: dict[int, int] = {}
+    for _ in range(delay + stall + retry):  # the origin is silent
+        for _o, _inc, seqs in g.round():
+            for s in seqs:
+                asked[s] = asked.get(s, 0) + 1
+    assert asked == {s: 1 for s in lost_set} if len(lost_set) <= 256 else set(asked) <= lost_set
+    assert g.counters.seqs_given_up == 0
+    if len(lost_set) > 256:
+        return
+    for m in range(moves):  # the origin moves on: one seq a round, then retry more rounds
+        g.observe(0x10, 1, 302 + m)
+        for _o, _inc, seqs in g.round():
+            for s in seqs:
+                asked[s] += 1
+    for _ in range(retry):
+        for _o, _inc, seqs in g.round():
+            for s in seqs:
+                asked[s] += 1
+    want = min(attempts, 1 + moves // retry)
+    assert asked == {s: want for s in lost_set}
+    given = attempts + 1 <= 1 + moves // retry
+    assert g.counters.seqs_given_up == (len(lost_set) if given else 0)
 
 
 def test_resend_vectors() -> None:

@@ -499,8 +499,37 @@ def gaps() -> list[dict[str, Any]]:
         _gap_case(
             "lost_then_retried_then_given_up",
             p,
-            [[(a, 5, 1), (a, 5, 2), (a, 5, 4)], [], [], [], [], [], [], [], []],
-            "seq 3 missing from round 1: asked at rounds 3 and 6, given up at round 9",
+            [[(a, 5, 1), (a, 5, 2), (a, 5, 4)]] + [[(a, 5, 3 + r)] for r in range(2, 10)],
+            "seq 3 missing from round 1, the origin sending one new seq a round: asked at rounds "
+            "3 and 6 (3 rounds and 3 seqs of the origin after the first request), given up at "
+            "round 9",
+        ),
+        _gap_case(
+            "stalled_origin_not_asked_again",
+            p,
+            [[(a, 5, 1), (a, 5, 2), (a, 5, 4)]] + [[] for _ in range(11)],
+            "seq 3 missing from round 1 and the origin sends nothing after it (stalled: no CPU, "
+            "or waiting on pacing, so it has no round in which to answer): asked at round 3 only, "
+            "neither asked again nor given up while its highest seq stays 4 (erratum, 1.1 draft)",
+        ),
+        _gap_case(
+            "stalled_origin_resumes",
+            p,
+            [[(a, 5, 1), (a, 5, 2), (a, 5, 4)]]
+            + [[] for _ in range(6)]
+            + [[(a, 5, 5 + r)] for r in range(8)],
+            "seq 3 asked at round 3; the origin is silent until round 8, then sends one seq a "
+            "round: its highest seq reaches 4 + 3 at round 10, so seq 3 is asked again at round 10 "
+            "(not at round 6, retry rounds after the first request) and given up at round 13",
+        ),
+        _gap_case(
+            "fast_origin_waits_for_the_requesters_rounds",
+            {**p, "window": 64},
+            [[(a, 5, 1), (a, 5, 2), (a, 5, 4)]]
+            + [[(a, 5, s) for s in range(5 + 5 * r, 10 + 5 * r)] for r in range(8)],
+            "the origin sends 5 seqs a round: its highest seq grows by retry = 3 within a round, "
+            "but a request's wait is also retry rounds of this node: seq 3 is asked at rounds 3 "
+            "and 6 and given up at round 9",
         ),
         _gap_case(
             "late_arrival_never_asked",
@@ -543,7 +572,8 @@ def gaps() -> list[dict[str, Any]]:
         _gap_case(
             "max_requests_left_out_asked_next_round",
             {**p, "max_requests": 1},
-            [[(b, 2, 1), (b, 2, 3), (a, 5, 1), (a, 5, 3)], [], [], [], [], [], []],
+            [[(b, 2, 1), (b, 2, 3), (a, 5, 1), (a, 5, 3)]]
+            + [[(b, 2, 2 + r), (a, 5, 2 + r)] for r in range(2, 8)],
             "two origins, one request per round: origin 0x0C, left out in round 3, is asked in "
             "round 4 (erratum, 1.1 draft: a seq counts as asked only when a request carries it); "
             "each origin's seq then waits retry rounds from its own last request",
@@ -566,15 +596,17 @@ def gaps() -> list[dict[str, Any]]:
         _gap_case(
             "burst_over_256_seqs_given_up_once_each",
             {**p, "window": 512},
-            [[(a, 5, 1), (a, 5, 300)]] + [[] for _ in range(9)],
-            "298 seqs lost and never repaired: each is asked attempts = 2 times (2..257 at rounds "
+            [[(a, 5, 1), (a, 5, 300)]] + [[(a, 5, 299 + r)] for r in range(2, 11)],
+            "298 seqs lost and never repaired, the origin sending one new seq a round: each is "
+            "asked attempts = 2 times (2..257 at rounds "
             "3 and 6, 258..299 at rounds 4 and 7) and given up once, retry rounds after its own "
             "last request (256 at round 9, 42 at round 10)",
         ),
         _gap_case(
             "unreachable_origin_held",
             p,
-            [[(a, 5, 1), (a, 5, 3), (b, 2, 1), (b, 2, 3)], [], [], [], [], [], [], []],
+            [[(a, 5, 1), (a, 5, 3), (b, 2, 1), (b, 2, 3)]]
+            + [[(a, 5, 2 + r), (b, 2, 2 + r)] for r in range(2, 9)],
             "origin 0x0A is not reachable (not live) until round 5: its seq 2, due from round 3, "
             "is first asked in round 5, then retry rounds later; 0x0C's seq 2 is asked on schedule "
             "(DF-RCV-230)",

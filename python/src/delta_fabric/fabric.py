@@ -840,7 +840,12 @@ class Fabric:
                 blockers += 1
         for p in [p for p in self._moved_at if p not in live]:
             del self._moved_at[p]
-            self._pace_base.pop(p, None)
+        # the base of a peer that is gone for now is kept while its origin is tracked: a peer back
+        # from a partition (the same incarnation) is behind by its lag since its incarnation was
+        # first heard, not by its stale progress at its return (a base taken then let this node
+        # run hundreds of rounds ahead after a heal); a new incarnation replaces the base above
+        for p in [p for p in self._pace_base if p not in live and p not in progress]:
+            del self._pace_base[p]
         return blockers
 
     def stats(self) -> dict[str, Any]:

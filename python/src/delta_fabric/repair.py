@@ -6,7 +6,9 @@ sync round.
   which seqs of which (origin, incarnation) have been missing for ``delay`` rounds: a seq is missing
   when it lies between the first seq accepted of that incarnation (never below: what came before may
   be in the snapshot this node joined from) and the highest, inside the replay window, and was never
-  accepted. It asks again every ``retry`` rounds, ``attempts`` times in all, then gives up (counted).
+  accepted. It asks again once ``retry`` of its rounds have passed and the origin's highest seq has
+  grown by ``retry`` since the last request (the origin has moved on, so it had rounds to answer in),
+  ``attempts`` times in all, then gives up (counted) after one more such wait.
 - `RepairRequest` (wire, ``schema/repair.fbs``, identifier ``DFR1``): what the receiver publishes on
   its delta key; `encode_request` / `decode_request` (bounds-checked, typed `RepairError`).
 - `ResendBuffer` (origin side) keeps the node's own last entries (bounded in entries and values) and
@@ -244,7 +246,8 @@ class _Track:
     base: int  # lowest accepted seq of this incarnation
     highest: int
     seen: set[int] = field(default_factory=set)  # accepted seqs in (highest - window, highest]
-    # missing seq -> [round first seen missing, requests that carried it, round of the last one]
+    # missing seq -> [round first seen missing, requests that carried it, round of the last one,
+    # highest seq at the last one]; requests > attempts once given up
     since: dict[int, list[int]] = field(default_factory=dict)
 
 
@@ -254,7 +257,8 @@ class GapTracker:
     ``window``: the replay window W (seqs at or below ``highest - W`` cannot be accepted any more and
     are never asked for). ``delay``: rounds a seq must have been missing before the first request
     (>= 1; a seq still in flight on a relay path arrives within ``max_hops`` rounds). ``retry``: rounds
-    between requests for one seq; ``attempts``: requests per seq before it is given up.
+    of this node, and seqs of the origin accepted, between requests for one seq (a request's wait is
+    over when both have passed, DF-RCV-163); ``attempts``: requests per seq before it is given up.
     ``max_requests``: requests per round (one per (origin, incarnation), at most `MAX_REQUEST_SEQS`
     seqs each, lowest seqs first); a seq counts as asked only when a request carries it, so a due seq
     left out by either bound goes out in a later round. Memory: O(W) per tracked origin; only the newest incarnation of
@@ -331,15 +335,20 @@ class GapTracker:
         for origin in sorted(self._tracks):
             t = self._tracks[origin]
             now = self.missing(origin)
-            since = {s: t.since.get(s) or [r, 0, 0] for s in now}
+            since = {s: t.since.get(s) or [r, 0, 0, 0] for s in now}
             t.since = since
             due: list[int] = []
             for s in now:
-                first, asked, last = since[s]
+                first, asked, last, at = since[s]
+                # a request's wait is over once this node has had retry rounds and the origin has
+                # moved on by retry seqs: an origin that is stalled (no CPU, pacing) had no round
+                # in which to answer, so its peers' requests do not expire meanwhile
+                over = asked > 0 and r - last >= self.retry and t.highest - at >= self.retry
                 if asked >= self.attempts:
-                    if r - last == self.retry:  # the last request's wait is over: once
+                    if asked == self.attempts and over:  # given up once
                         self.counters.seqs_given_up += 1
-                elif (r - first >= self.delay) if asked == 0 else (r - last >= self.retry):
+                        since[s][1] = asked + 1
+                elif (r - first >= self.delay) if asked == 0 else over:
                     due.append(s)
             # only what a request carries counts as asked: a due seq left out by either bound
             # stays due for a later round (a burst loss of more than MAX_REQUEST_SEQS seqs)
@@ -349,6 +358,7 @@ class GapTracker:
                 for s in seqs:
                     since[s][1] += 1
                     since[s][2] = r
+                    since[s][3] = t.highest
                 out.append((origin, t.incarnation, seqs))
                 self.counters.requests_sent += 1
                 self.counters.seqs_requested += len(seqs)

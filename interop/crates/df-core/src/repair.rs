@@ -5,7 +5,9 @@
 //! - [`GapTracker`] (receiver side) sees every accepted entry's header and, once per sync round,
 //!   says which seqs of which (origin, incarnation) have been missing for `delay` rounds, between
 //!   the first seq accepted of that incarnation and the highest, inside the replay window. It asks
-//!   again every `retry` rounds, `attempts` times in all, then gives up (counted).
+//!   again once `retry` of its rounds have passed and the origin's highest seq has grown by `retry`
+//!   since the last request, `attempts` times in all, then gives up (counted) after one more such
+//!   wait.
 //! - [`RepairRequest`] (`schema/repair.fbs`, identifier `DFR1`): what the receiver publishes on its
 //!   delta key; [`encode_request`] / [`decode_request`].
 //! - [`ResendBuffer`] (origin side) keeps the node's own last entries (bounded) and publishes the
@@ -278,8 +280,11 @@ impl RepairCounters {
 #[derive(Debug, Clone, Copy)]
 struct Miss {
     first: u64,
+    /// requests that carried it (`attempts + 1` once given up)
     asked: u64,
     last: u64,
+    /// the origin's highest seq at the last request
+    at: u64,
 }
 
 #[derive(Debug)]
@@ -288,7 +293,8 @@ struct Track {
     base: u64,
     highest: u64,
     seen: HashSet<u64>,
-    /// missing seq -> (round first seen missing, requests that carried it, round of the last one)
+    /// missing seq -> (round first seen missing, requests that carried it, round of the last one,
+    /// highest seq then)
     since: HashMap<u64, Miss>,
 }
 
@@ -299,7 +305,8 @@ pub struct GapParams {
     pub window: u64,
     /// Rounds a seq must be missing before the first request.
     pub delay: u64,
-    /// Rounds between requests for one seq.
+    /// Rounds of this node, and seqs of the origin accepted, between requests for one seq (a
+    /// request's wait is over when both have passed, DF-RCV-163).
     pub retry: u64,
     /// Requests per seq before it is given up.
     pub attempts: u64,
@@ -419,6 +426,7 @@ impl GapTracker {
                         first: r,
                         asked: 0,
                         last: 0,
+                        at: 0,
                     };
                     (s, t.since.get(&s).copied().unwrap_or(fresh))
                 })
@@ -426,14 +434,19 @@ impl GapTracker {
             let mut due = Vec::new();
             for &s in &now {
                 let m = since[&s];
+                // a request's wait is over once this node has had retry rounds and the origin has
+                // moved on by retry seqs: an origin that is stalled (no CPU, pacing) had no round
+                // in which to answer, so its peers' requests do not expire meanwhile
+                let over = m.asked > 0
+                    && r - m.last >= p.retry
+                    && t.highest.saturating_sub(m.at) >= p.retry;
                 if m.asked >= p.attempts {
-                    if r - m.last == p.retry {
-                        // the last request's wait is over: given up once
+                    if m.asked == p.attempts && over {
+                        // given up once
                         self.counters.seqs_given_up += 1;
+                        since.get_mut(&s).expect("missing").asked += 1;
                     }
-                } else if (m.asked == 0 && r - m.first >= p.delay)
-                    || (m.asked > 0 && r - m.last >= p.retry)
-                {
+                } else if (m.asked == 0 && r - m.first >= p.delay) || over {
                     due.push(s);
                 }
             }
@@ -446,6 +459,7 @@ impl GapTracker {
                     let m = since.get_mut(s).expect("due seqs are missing");
                     m.asked += 1;
                     m.last = r;
+                    m.at = t.highest;
                 }
                 self.counters.requests_sent += 1;
                 self.counters.seqs_requested += due.len() as u64;

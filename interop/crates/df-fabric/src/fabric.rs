@@ -960,7 +960,13 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
             }
         }
         self.moved_at.retain(|p, _| live.contains(p));
-        self.pace_base.retain(|p, _| live.contains(p));
+        // the base of a peer that is gone for now is kept while its origin is tracked: a peer back
+        // from a partition (the same incarnation) is behind by its lag since its incarnation was
+        // first heard, not by its stale progress at its return (a base taken then let this node
+        // run hundreds of rounds ahead after a heal); a new incarnation replaces the base above
+        let progress = &self.origin_progress;
+        self.pace_base
+            .retain(|p, _| live.contains(p) || progress.contains_key(p));
         Ok(blockers)
     }
 

@@ -1,10 +1,12 @@
 //! An in-process transport: every [`MemoryTransport`] joined to a [`MemoryHub`] receives the packets
 //! published by its neighbours (every other member by default). For tests and single-process runs.
+//! [`MemoryHub::cut`] partitions two members (neither sees the other live nor gets its packets)
+//! until [`MemoryHub::heal`].
 //!
 //! Snapshots travel through the same chunk codec as on the network (`df_core::snapshot`), so a
 //! joiner on a memory hub exercises the verification path of a real join.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -35,6 +37,14 @@ struct Member {
 #[derive(Default)]
 struct HubState {
     members: HashMap<u64, Member>,
+    /// Cut pairs, the lower id first.
+    cuts: HashSet<(u64, u64)>,
+}
+
+impl HubState {
+    fn cut(&self, a: u64, b: u64) -> bool {
+        self.cuts.contains(&(a.min(b), a.max(b)))
+    }
 }
 
 #[derive(Default)]
@@ -93,6 +103,25 @@ impl MemoryHub {
             closed: false,
         })
     }
+
+    /// Partitions `a` from `b` (both ways): each stops seeing the other live and its packets are
+    /// lost, as over a cut link, until [`MemoryHub::heal`]. Ids need not be joined.
+    pub fn cut(&self, a: u64, b: u64) -> Result<(), TransportError> {
+        if a == b {
+            return Err(TransportError::Config(
+                "a node cannot be cut from itself".into(),
+            ));
+        }
+        lock(&self.hub).cuts.insert((a.min(b), a.max(b)));
+        self.hub.changed.notify_all();
+        Ok(())
+    }
+
+    /// Ends the cut between `a` and `b` (nothing lost meanwhile is delivered).
+    pub fn heal(&self, a: u64, b: u64) {
+        lock(&self.hub).cuts.remove(&(a.min(b), a.max(b)));
+        self.hub.changed.notify_all();
+    }
 }
 
 /// One member of a [`MemoryHub`]; leaves the hub on [`Transport::close`] or drop.
@@ -112,7 +141,11 @@ impl MemoryTransport {
     }
 
     fn live(s: &HubState, me: u64) -> BTreeSet<u64> {
-        s.members.keys().copied().filter(|&p| p != me).collect()
+        s.members
+            .keys()
+            .copied()
+            .filter(|&p| p != me && !s.cut(p, me))
+            .collect()
     }
 }
 
@@ -124,8 +157,12 @@ impl Transport for MemoryTransport {
     fn publish(&self, packet: &[u8]) -> Result<(), TransportError> {
         let mut s = self.state()?;
         let me = self.id;
-        for (&dst, m) in s.members.iter_mut() {
-            if dst == me || !m.neighbours.as_ref().is_none_or(|n| n.contains(&me)) {
+        let st = &mut *s;
+        for (&dst, m) in st.members.iter_mut() {
+            if dst == me
+                || !m.neighbours.as_ref().is_none_or(|n| n.contains(&me))
+                || st.cuts.contains(&(dst.min(me), dst.max(me)))
+            {
                 continue;
             }
             m.queue.push_back(packet.to_vec());
@@ -133,7 +170,7 @@ impl Transport for MemoryTransport {
             m.stats.received_packets += 1;
             m.stats.received_bytes += packet.len() as u64;
         }
-        if let Some(m) = s.members.get_mut(&me) {
+        if let Some(m) = st.members.get_mut(&me) {
             m.stats.published_packets += 1;
             m.stats.published_bytes += packet.len() as u64;
         }
@@ -224,7 +261,8 @@ impl Transport for MemoryTransport {
         // codec and the joiner's assembler.
         let (provider, id) = {
             let mut s = self.state()?;
-            let m = s.members.get_mut(&peer).ok_or_else(|| {
+            let cut = s.cut(self.id, peer);
+            let m = s.members.get_mut(&peer).filter(|_| !cut).ok_or_else(|| {
                 SnapshotError::new(
                     SnapshotErrorKind::NoServer,
                     format!("node {} is not on the hub", node_hex(peer)),

@@ -194,3 +194,43 @@ fn screen_agrees_with_the_decoder() {
         }
     }
 }
+
+#[test]
+fn a_peer_back_from_a_partition_is_behind_by_its_lag_not_by_its_stale_progress() {
+    // REQ: DF-ZEN-156
+    // The lag counts from the round at which the peer's current incarnation was first heard; a
+    // partition does not change that (the mirror of the Python test of the same name).
+    let hub = MemoryHub::new();
+    let mut a = node(&hub, 1, 101, false, Duration::ZERO);
+    let mut b = node(&hub, 2, 102, false, Duration::ZERO);
+    let long = Duration::from_secs(60);
+    let short = Duration::from_millis(200);
+    for _ in 0..10 {
+        train(&mut a);
+        train(&mut b);
+    }
+    a.poll().unwrap();
+    assert!(a.pace(2, long, long).unwrap() < long);
+    hub.cut(1, 2).unwrap();
+    assert!(hub.cut(1, 1).is_err());
+    for _ in 0..30 {
+        train(&mut a);
+        train(&mut b);
+        assert!(a.pace(2, long, long).unwrap() < long); // b is not live: a paces on nobody
+    }
+    assert!(!a.transport().peers().unwrap().contains(&2));
+    hub.heal(1, 2);
+    // b is live again and a has not heard it since round 10: a waits for b's news
+    assert_eq!(a.origin_progress()[&2], (102, 10));
+    assert!(a.pace(2, long, short).unwrap() >= short);
+    train(&mut b); // round 41 of b
+    a.poll().unwrap();
+    assert_eq!(a.origin_progress()[&2], (102, 41));
+    assert!(a.pace(2, long, long).unwrap() < long);
+    for _ in 0..3 {
+        train(&mut a);
+    }
+    assert!(a.pace(2, long, long).unwrap() < long); // 2 rounds ahead: the lead allowed
+    train(&mut a);
+    assert!(a.pace(2, long, short).unwrap() >= short); // 3 rounds ahead: b holds a back
+}

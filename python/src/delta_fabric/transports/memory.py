@@ -13,7 +13,8 @@ neighbour), so delivery is deterministic. Fault injection, all deterministic for
 - ``snapshot_hook(server, chunk, buf) -> bytes``: rewrite snapshot chunk replies (corruption tests).
 
 Liveliness: a transport is a live peer of every other transport of the hub from creation until
-:meth:`MemoryTransport.close`. Snapshot queries go through the same chunk encoding and verification as
+:meth:`MemoryTransport.close`, except while :meth:`MemoryHub.cut` separates the two (a partition:
+neither sees the other live nor receives its packets, until :meth:`MemoryHub.heal`). Snapshot queries go through the same chunk encoding and verification as
 over Zenoh (:mod:`delta_fabric.snapshot`).
 """
 
@@ -84,6 +85,23 @@ class MemoryHub:
         self._changed = threading.Condition(self._lock)
         self._nodes: dict[int, MemoryTransport] = {}
         self._held: dict[int, bytes] = {}
+        self._cuts: set[frozenset[int]] = set()
+
+    def cut(self, a: int, b: int) -> None:
+        """Partition ``a`` from ``b`` (both ways): each stops seeing the other live and its packets
+        are not delivered (lost, as over a cut link), until :meth:`heal`. Ids need not be live."""
+        a, b = check_node_id(a), check_node_id(b)
+        if a == b:
+            raise ValueError("a node cannot be cut from itself")
+        with self._lock:
+            self._cuts.add(frozenset((a, b)))
+            self._changed.notify_all()
+
+    def heal(self, a: int, b: int) -> None:
+        """Ends the cut between ``a`` and ``b`` (nothing lost meanwhile is delivered)."""
+        with self._lock:
+            self._cuts.discard(frozenset((check_node_id(a), check_node_id(b))))
+            self._changed.notify_all()
 
     def transport(
         self,
@@ -117,14 +135,17 @@ class MemoryHub:
             self._held.pop(t.node_id, None)
             self._changed.notify_all()
 
-    def _live(self) -> frozenset[int]:
+    def _live(self, me: int) -> frozenset[int]:
+        """The live transports that ``me`` sees (itself excluded): not cut from it."""
         with self._lock:
-            return frozenset(self._nodes)
+            return frozenset(
+                n for n in self._nodes if n != me and frozenset((n, me)) not in self._cuts
+            )
 
     def _deliver(self, src: int, packet: bytes) -> None:
         with self._lock:
             for dst, t in sorted(self._nodes.items()):
-                if dst == src or not t._subscribes_to(src):
+                if dst == src or not t._subscribes_to(src) or frozenset((src, dst)) in self._cuts:
                     continue
                 bufs: Sequence[bytes] = [packet]
                 if self.intercept is not None:
@@ -155,9 +176,9 @@ class MemoryHub:
             if held is not None and t is not None:
                 t._queue.push(held)
 
-    def _query(self, server: int, chunk: int, chunk_size: int) -> bytes:
+    def _query(self, requester: int, server: int, chunk: int, chunk_size: int) -> bytes:
         with self._lock:
-            t = self._nodes.get(server)
+            t = None if frozenset((requester, server)) in self._cuts else self._nodes.get(server)
             srv = None if t is None else t._server
         if srv is None:
             raise SnapshotError(
@@ -229,7 +250,7 @@ class MemoryTransport:
     def peers(self) -> frozenset[int]:
         if self._closed:
             return frozenset()
-        return self._hub._live() - {self._node_id}
+        return self._hub._live(self._node_id)
 
     def wait_for_peers(
         self, n: int, timeout: float, *, expected: Collection[int] | None = None
@@ -274,7 +295,7 @@ class MemoryTransport:
             return [target] if target is not None else sorted(self.peers())
 
         def request_for(server: int) -> ChunkRequest:
-            return lambda chunk, size, _left: self._hub._query(server, chunk, size)
+            return lambda chunk, size, _left: self._hub._query(self._node_id, server, chunk, size)
 
         anchor, first = fetch_snapshot_from(
             request_for,
