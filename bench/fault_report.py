@@ -405,6 +405,28 @@ class Attacker:
         self.pubs: dict[int, Any] = {}
         self.puts = 0
         self.bytes = 0
+        # until every member's token reached this session: a node declares its delta subscriber
+        # before its token (transports/zenoh.py), so each member's subscription is known here and
+        # every put reaches every member (a publisher's matching status says "some subscriber":
+        # a put made then could miss a member whose session was still opening, and that member's
+        # verdict then hung on timing)
+        from delta_fabric.transports.zenoh import alive_key
+
+        want = {alive_key(cl.ns, m) for m in MEMBERS}
+        deadline = time.monotonic() + 30.0
+        while time.monotonic() < deadline:
+            seen = {
+                str(r.ok.key_expr)
+                for r in self.session.liveliness().get(f"{cl.ns}/v1/alive/*", timeout=1.0)
+                if r.ok is not None
+            }
+            links = len(list(self.session.info.peers_zid()))
+            if want <= seen and links >= len(MEMBERS):
+                break
+            time.sleep(0.05)
+        else:
+            self.session.close()  # type: ignore[no-untyped-call]
+            raise RuntimeError(f"the attacker did not see every member live: {sorted(want)}")
 
     def put(self, key_node: int, buf: bytes) -> None:
         if key_node not in self.pubs:

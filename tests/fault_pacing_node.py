@@ -1,7 +1,8 @@
 """One node of tests/test_fault_pacing.py (not a test module): a Zenoh node on tcp/127.0.0.1 that trains
 a quadratic towards a target shared by every node, paces on its live peers (DF-ZEN-156) and
 prints one JSON line per step: ``{"t": monotonic seconds, "step": n, "loss": RMS distance of its
-weights to the target}``. It stops at the given ``time.monotonic()`` reading (bounded).
+weights to the target, "live": the peers its transport saw live when it began to wait,
+"held_by": the peers that held its pacing back then (`Fabric.pace_blockers`), "paced": seconds it waited}``. It stops at the given ``time.monotonic()`` reading (bounded).
 
 usage: fault_pacing_node.py NODE_ID NAMESPACE LISTEN_PORT CONNECT_PORTS(comma, may be empty) END JOIN(0/1)
 (END: the time.monotonic() reading at which to stop, the same clock in every process)
@@ -23,6 +24,7 @@ N = 256
 TARGET = np.random.default_rng(0).normal(size=N).astype(np.float32)
 LR = 0.05 / 4  # four nodes add each other's deltas
 STEP_S = 0.01  # the emulated compute of one step
+PEER_DEADLINE = 5.0
 
 
 def main() -> None:
@@ -59,10 +61,20 @@ def main() -> None:
         w -= np.float32(LR) * (w - TARGET)
         time.sleep(STEP_S)
         fabric.step()
-        fabric.pace(2, peer_deadline=5.0, timeout=10.0)
+        live = sorted(transport.peers())  # seen at the same moment as held_by
+        held_by = sorted(fabric.pace_blockers(2, peer_deadline=PEER_DEADLINE))
+        paced = fabric.pace(2, peer_deadline=PEER_DEADLINE, timeout=10.0)
         step += 1
         loss = float(np.sqrt(np.mean((w - TARGET) ** 2)))
-        print(json.dumps({"t": time.monotonic(), "step": step, "loss": loss}), flush=True)
+        line = {
+            "t": time.monotonic(),
+            "step": step,
+            "loss": loss,
+            "live": live,
+            "held_by": held_by,
+            "paced": paced,
+        }
+        print(json.dumps(line), flush=True)
     fabric.close()
 
 

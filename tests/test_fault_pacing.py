@@ -2,10 +2,15 @@
 
 Four Python nodes on tcp/127.0.0.1 (scouting off, a namespace of this test) train a noisy quadratic
 towards one shared target (no noise: the loss falls all along a clean run), pacing on their live peers with a maximum lead of 2 rounds. Node 3 is
-killed with SIGKILL, then restarted from a peer's snapshot. The survivors' steps per second in the
-5 s after the kill are compared with the 5 s before it (a ratio measured in the same run: the machine's
-load moves both windows); the loss (RMS distance to the target) after the rejoin is compared with the
-loss before the kill. Bounded: every node stops after its duration, the test after 120 s.
+killed with SIGKILL, then restarted from a peer's snapshot. Judged on state, not on time: each survivor
+logs, every step, the peers it sees live and the peers that held its pacing back
+(`Fabric.pace_blockers`). After the kill the dead node holds a survivor back in at most 2 steps (the
+wait in progress at the kill and one more: its deadline counts once, DF-ZEN-156), every survivor sees
+its token go, and after that it never holds anybody back until it rejoins. The survivors' steps per
+second in the 5 s after the kill against the 5 s before are printed, not asserted (they move with the
+machine's load: a ratio bar of 0.9 failed under a load of 8). The loss (RMS distance to the target)
+after the rejoin is compared with the loss before the kill. Bounded: every node stops after its
+duration, the test after 120 s.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from delta_fabric.ports import free_port as _free_port
@@ -42,17 +48,17 @@ def _start(
         )
 
 
-def _lines(out: Path) -> list[dict[str, float]]:
+def _lines(out: Path) -> list[dict[str, Any]]:
     text = out.read_text() if out.exists() else ""
     return [json.loads(line) for line in text.splitlines() if line.endswith("}")]
 
 
-def _rate(rows: list[dict[str, float]], t0: float, t1: float) -> float:
+def _rate(rows: list[dict[str, Any]], t0: float, t1: float) -> float:
     steps = [r["step"] for r in rows if "step" in r and t0 <= r["t"] < t1]
     return (max(steps) - min(steps)) / (t1 - t0) if len(steps) > 1 else 0.0
 
 
-def _mean_loss(rows: list[dict[str, float]], t0: float, t1: float) -> float:
+def _mean_loss(rows: list[dict[str, Any]], t0: float, t1: float) -> float:
     losses = [r["loss"] for r in rows if "loss" in r and t0 <= r["t"] < t1]
     assert losses, (t0, t1)
     return sum(losses) / len(losses)
@@ -107,7 +113,19 @@ def test_kill_one_of_four_and_restart_it(tmp_path: Path) -> None:
         f"at the end {[round(x, 5) for x in loss_after]}, restarted node {new_loss:.5f} "
         f"({rows_new[0]})"
     )
-    assert all(x >= 0.9 for x in ratios), ratios  # survivors slowed by at most 10 %
+    dead = 4  # node 3's id
+    for i, r in enumerate(rows):
+        window = [x for x in r if "step" in x and t_kill < x["t"] < t_rejoin]
+        held = [x for x in window if dead in x["held_by"]]
+        # the dead node costs a survivor at most the wait in progress at the kill and one more
+        # (its progress deadline counts once, not once per round)
+        assert len(held) <= 2, (i, held)
+        gone = [k for k, x in enumerate(window) if dead not in x["live"]]
+        assert gone, f"survivor {i} still saw the killed node live at the rejoin"
+        # once its token went it holds nobody back, and it does not come back before its rejoin
+        assert all(dead not in x["held_by"] and dead not in x["live"] for x in window[gone[0] :])
+        # only live peers ever hold a node back (DF-ZEN-156)
+        assert all(set(x["held_by"]) <= set(x["live"]) for x in r if "step" in x)
     # the restarted node rejoined from a snapshot: it trains with the others, pulls nobody away
     assert rows_new[0].get("bootstrapped") is True
     assert all(la <= lb for la, lb in zip(loss_after, loss_before, strict=True))

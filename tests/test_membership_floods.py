@@ -237,20 +237,20 @@ def test_fake_ids_and_dead_peers_do_not_hold_pacing() -> None:
     a.poll()
     assert 0xFA4E in a.origin_progress()
     # b and the stranger are live and silent: they hold a back, until the deadline
-    assert a._pace_blockers(2, peer_deadline=60.0) == 2
+    assert len(a.pace_blockers(2, peer_deadline=60.0)) == 2
     time.sleep(0.01)
-    assert a._pace_blockers(2, peer_deadline=0.005) == 0  # silent for longer than the deadline
+    assert len(a.pace_blockers(2, peer_deadline=0.005)) == 0  # silent for longer than the deadline
     stranger.close()
     for _ in range(20):
         b.step()
     a.poll()
-    assert a._pace_blockers(2, peer_deadline=60.0) == 0  # b caught up; the stranger is gone
+    assert len(a.pace_blockers(2, peer_deadline=60.0)) == 0  # b caught up; the stranger is gone
     for _ in range(25):
         a.step()
-    assert a._pace_blockers(2, peer_deadline=60.0) == 1  # b is 25 rounds behind and moving
+    assert len(a.pace_blockers(2, peer_deadline=60.0)) == 1  # b is 25 rounds behind and moving
     # a dead peer: b closes while behind; pace returns without waiting for it
     b.close(close_transport=True)
-    assert a._pace_blockers(2, peer_deadline=60.0) == 0
+    assert len(a.pace_blockers(2, peer_deadline=60.0)) == 0
     assert a.pace(2, peer_deadline=60.0, timeout=60.0) < 60.0
 
 
@@ -262,16 +262,16 @@ def test_a_restarted_peer_does_not_hold_the_others_back() -> None:
         a.step()
         b.step()
     a.poll()
-    assert a._pace_blockers(2, peer_deadline=60.0) == 0
+    assert len(a.pace_blockers(2, peer_deadline=60.0)) == 0
     b.close(close_transport=True)
     b2 = _node(hub, 2, incarnation=999)
     b2.step()  # seq 1 of the new incarnation, 30 rounds behind a
     a.poll()
     assert a.origin_progress()[2] == (999, 1)
-    assert a._pace_blockers(2, peer_deadline=60.0) == 0  # the lead counts from its rejoin
+    assert len(a.pace_blockers(2, peer_deadline=60.0)) == 0  # the lead counts from its rejoin
     for _ in range(5):
         a.step()
-    assert a._pace_blockers(2, peer_deadline=60.0) == 1  # 5 rounds ahead since: it holds again
+    assert len(a.pace_blockers(2, peer_deadline=60.0)) == 1  # 5 rounds ahead since: it holds again
 
 
 def test_a_peer_back_from_a_partition_is_behind_by_its_lag_not_by_its_stale_progress() -> None:
@@ -287,27 +287,27 @@ def test_a_peer_back_from_a_partition_is_behind_by_its_lag_not_by_its_stale_prog
         a.step()
         b.step()
     a.poll()
-    assert a._pace_blockers(2, peer_deadline=60.0) == 0
+    assert len(a.pace_blockers(2, peer_deadline=60.0)) == 0
     hub.cut(1, 2)
     for _ in range(30):  # both run on alone; a paces on nobody
         a.step()
         b.step()
-        assert a._pace_blockers(2, peer_deadline=60.0) == 0
+        assert len(a.pace_blockers(2, peer_deadline=60.0)) == 0
     assert 2 not in a.transport.peers()
     hub.heal(1, 2)
     # b is live again and a has not heard it since round 10: 30 rounds behind as far as a knows,
     # so a waits for b's news (the stale progress never sets a lead of 30)
     assert a.origin_progress()[2] == (102, 10)
-    assert a._pace_blockers(2, peer_deadline=60.0) == 1
+    assert len(a.pace_blockers(2, peer_deadline=60.0)) == 1
     b.step()  # round 41 of b: a hears it
     a.poll()
     assert a.origin_progress()[2] == (102, 41)
-    assert a._pace_blockers(2, peer_deadline=60.0) == 0
+    assert len(a.pace_blockers(2, peer_deadline=60.0)) == 0
     for _ in range(3):
         a.step()
-    assert a._pace_blockers(2, peer_deadline=60.0) == 0  # 2 rounds ahead of b: the lead allowed
+    assert len(a.pace_blockers(2, peer_deadline=60.0)) == 0  # 2 rounds ahead of b: the lead allowed
     a.step()
-    assert a._pace_blockers(2, peer_deadline=60.0) == 1  # 3 rounds ahead: b holds a back
+    assert len(a.pace_blockers(2, peer_deadline=60.0)) == 1  # 3 rounds ahead: b holds a back
 
 
 def test_memory_hub_cut_and_heal() -> None:

@@ -804,7 +804,7 @@ class Fabric:
             raise ValueError("max_lead, peer_deadline and timeout must be >= 0")
         t0 = time.monotonic()
         while True:
-            if self._pace_blockers(max_lead, peer_deadline) == 0:
+            if not self.pace_blockers(max_lead, peer_deadline=peer_deadline):
                 break
             if time.monotonic() - t0 >= timeout:
                 break
@@ -812,14 +812,18 @@ class Fabric:
             self.poll()
         return time.monotonic() - t0
 
-    def _pace_blockers(self, max_lead: int, peer_deadline: float) -> int:
-        """How many live member peers hold pacing back now (see `pace`)."""
+    def pace_blockers(
+        self, max_lead: int, *, peer_deadline: float = DEFAULT_PEER_DEADLINE
+    ) -> frozenset[int]:
+        """The live member peers that hold pacing back now (see `pace`, which waits while this set is
+        not empty): for logging who a node waits for, and for tests."""
+        self._check_open()
         now = time.monotonic()
         mine = self.engine.next_seq - 1
         live = self.transport.peers()
         members = self._effective
         progress = self._origin_progress
-        blockers = 0
+        blockers: set[int] = set()
         for p in live:
             if members is not None and p not in members:
                 continue
@@ -837,7 +841,7 @@ class Fabric:
             if now - moved_t > peer_deadline:
                 continue  # no progress for peer_deadline: it no longer holds this node back
             if mine - seq - base[1] > max_lead:
-                blockers += 1
+                blockers.add(p)
         for p in [p for p in self._moved_at if p not in live]:
             del self._moved_at[p]
         # the base of a peer that is gone for now is kept while its origin is tracked: a peer back
@@ -846,7 +850,7 @@ class Fabric:
         # run hundreds of rounds ahead after a heal); a new incarnation replaces the base above
         for p in [p for p in self._pace_base if p not in live and p not in progress]:
             del self._pace_base[p]
-        return blockers
+        return frozenset(blockers)
 
     def stats(self) -> dict[str, Any]:
         """Counters: steps, syncs, bytes and packets sent, own/relayed entries, receive counters."""

@@ -907,23 +907,25 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
     ) -> Result<Duration, FabricError> {
         self.check_open()?;
         let t0 = Instant::now();
-        while self.pace_blockers(max_lead, peer_deadline)? > 0 && t0.elapsed() < timeout {
+        while !self.pace_blockers(max_lead, peer_deadline)?.is_empty() && t0.elapsed() < timeout {
             self.transport.wait_for_packets(Duration::from_millis(20))?;
             self.poll()?;
         }
         Ok(t0.elapsed())
     }
 
-    /// How many live member peers hold pacing back now (see [`Fabric::pace`]).
-    fn pace_blockers(
+    /// The live member peers that hold pacing back now ([`Fabric::pace`] waits while this set is not
+    /// empty): for logging who a node waits for, and for tests.
+    pub fn pace_blockers(
         &mut self,
         max_lead: u64,
         peer_deadline: Duration,
-    ) -> Result<usize, FabricError> {
+    ) -> Result<BTreeSet<u64>, FabricError> {
+        self.check_open()?;
         let now = Instant::now();
         let mine = self.lock()?.next_seq().saturating_sub(1);
         let live = self.transport.peers()?;
-        let mut blockers = 0;
+        let mut blockers = BTreeSet::new();
         for p in &live {
             if self.effective.as_ref().is_some_and(|m| !m.contains(p)) {
                 continue;
@@ -956,7 +958,7 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
                 continue; // no progress for peer_deadline: it no longer holds this node back
             }
             if mine.saturating_sub(seq).saturating_sub(base.1) > max_lead {
-                blockers += 1;
+                blockers.insert(*p);
             }
         }
         self.moved_at.retain(|p, _| live.contains(p));

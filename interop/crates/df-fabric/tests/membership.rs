@@ -2,7 +2,7 @@
 //! and 5; DF-ZEN-150, -154, -156), over the in-memory hub (its live set is the binding's
 //! liveliness). The mirror of tests/test_membership_floods.py.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::time::Duration;
 
 use df_core::{
@@ -222,6 +222,7 @@ fn a_peer_back_from_a_partition_is_behind_by_its_lag_not_by_its_stale_progress()
     hub.heal(1, 2);
     // b is live again and a has not heard it since round 10: a waits for b's news
     assert_eq!(a.origin_progress()[&2], (102, 10));
+    assert_eq!(a.pace_blockers(2, long).unwrap(), BTreeSet::from([2]));
     assert!(a.pace(2, long, short).unwrap() >= short);
     train(&mut b); // round 41 of b
     a.poll().unwrap();
