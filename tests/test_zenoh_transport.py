@@ -190,7 +190,17 @@ def test_options_validate_namespace_mode_and_ids() -> None:
 
 def test_config_file_is_used_as_is(tmp_path: Path) -> None:
     # REQ: DF-ZEN-14
-    file_port, ignored_port = free_port(), free_port()
+    file_port = free_port()
+    # The ignored port stays reserved for the whole test: bound (so no other test or process can take
+    # it, which made "nothing listens there" fail by chance) but never listening (so a connection to it
+    # is refused; a session that tried to listen there too would fail to open).
+    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as hold:
+        hold.bind(("127.0.0.1", 0))
+        ignored_port = hold.getsockname()[1]
+        _config_file_is_used_as_is(tmp_path, file_port, ignored_port)
+
+
+def _config_file_is_used_as_is(tmp_path: Path, file_port: int, ignored_port: int) -> None:
     cfg = tmp_path / "zenoh.json5"
     cfg.write_text(
         textwrap.dedent(

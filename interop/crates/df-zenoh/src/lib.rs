@@ -42,6 +42,8 @@ use zenoh::query::{ConsolidationMode, QueryTarget, Queryable};
 use zenoh::sample::SampleKind;
 use zenoh::{Config, Session};
 
+pub mod ports;
+
 /// Default cluster namespace.
 pub const DEFAULT_NAMESPACE: &str = "deltafabric/default";
 /// Encoding schema of delta packets (DF-ZEN-1).

@@ -12,7 +12,6 @@
 //! make the test flaky.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -24,9 +23,9 @@ use df_zenoh::{TransportConfig, ZenohTransport};
 /// Bound on every wait of this test (the target exit time is 2 s).
 const BOUND: Duration = Duration::from_secs(30);
 
+/// A port below the kernel's ephemeral range (never the source port of another connection).
 fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
+    df_zenoh::ports::free_port().expect("free port")
 }
 
 fn config(id: u64, ns: &str, listen: u16, connect: Option<u16>) -> TransportConfig {

@@ -631,11 +631,9 @@ fn binary_speaks_the_line_protocol() {
     assert!(String::from_utf8_lossy(&missing.stderr).contains("meta.json"));
 }
 
+/// A port below the kernel's ephemeral range (never the source port of another connection).
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+    df_zenoh::ports::free_port().expect("free port")
 }
 
 /// Two df-node processes over Zenoh on loopback: the demo runner's path (stdio protocol, `stop`).

@@ -4,7 +4,6 @@
 mod requirements;
 mod tls;
 
-use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,9 +23,9 @@ pub(crate) fn framed(body: &[u8]) -> Vec<u8> {
     v
 }
 
+/// A port below the kernel's ephemeral range (never the source port of another connection).
 fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
+    df_zenoh::ports::free_port().expect("free port")
 }
 
 fn node(id: u64, ns: &str, listen: u16, connect: Option<u16>) -> ZenohTransport {

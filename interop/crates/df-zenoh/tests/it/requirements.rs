@@ -6,7 +6,7 @@
 //! Every session listens on tcp/127.0.0.1 (free ports) with multicast and gossip scouting off;
 //! every wait is bounded.
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -25,9 +25,9 @@ use zenoh::sample::Sample;
 /// Bound on every wait (generous: the operations take milliseconds).
 const WAIT: Duration = Duration::from_secs(15);
 
+/// A port below the kernel's ephemeral range (never the source port of another connection).
 fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
+    df_zenoh::ports::free_port().expect("free port")
 }
 
 fn ep(port: u16) -> String {
@@ -272,7 +272,20 @@ fn samples_are_accepted_on_their_payload_only() {
 #[test]
 fn a_user_configuration_file_is_used_as_is() {
     let ns = ns("config-file");
-    let (file_port, ignored_port) = (free_port(), free_port());
+    let file_port = free_port();
+    // The ignored port stays reserved for the whole test: bound (so no other test or process can
+    // take it, which made "nothing listens there" fail by chance) but never listening (so a
+    // connection to it is refused; a session that tried to listen there too fails to open).
+    let hold =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    hold.bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .expect("bind");
+    let ignored_port = hold
+        .local_addr()
+        .expect("addr")
+        .as_socket()
+        .expect("inet")
+        .port();
     let path =
         std::env::temp_dir().join(format!("df-zenoh-{}-{file_port}.json5", std::process::id()));
     std::fs::write(

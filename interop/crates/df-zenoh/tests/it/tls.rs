@@ -4,7 +4,6 @@
 //!
 //! Every session has multicast and gossip scouting off; every wait is bounded.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -15,9 +14,9 @@ const WAIT: Duration = Duration::from_secs(15);
 /// How long the stranger is given to join (it never can: the listener refuses its handshake).
 const STRANGER_WAIT: Duration = Duration::from_secs(3);
 
+/// A port below the kernel's ephemeral range (never the source port of another connection).
 fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
+    df_zenoh::ports::free_port().expect("free port")
 }
 
 fn openssl(dir: &Path, args: &[&str]) {
