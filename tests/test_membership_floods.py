@@ -528,3 +528,8 @@ def test_snapshot_answers_only_members() -> None:
             assert a.stats.snapshot_refused >= 2
     assert query_from("chunk=0&from=0000000000000002") == 2
     assert query_from("chunk=0;from=2") is None
+    # REQ: DF-ZEN-42 -- the first `from` counts; only spaces and tabs around it are removed
+    assert query_from("from=0000000000000002&from=0000000000000003") == 2
+    assert query_from("chunk=0&from=x;from=0000000000000002") is None
+    assert query_from(" from \t= 0000000000000002\t") == 2
+    assert query_from("from=\u00a00000000000000002") is None

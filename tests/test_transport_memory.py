@@ -26,6 +26,7 @@ from delta_fabric.snapshot import (
     max_chunk_size,
     parse_chunk_params,
     snapshot_digest,
+    trim_blanks,
 )
 from delta_fabric.transports import (
     MemoryHub,
@@ -320,15 +321,25 @@ def test_corrupted_chunk_is_rejected_by_the_digest() -> None:
 
 
 def test_non_finite_snapshot_values_are_rejected() -> None:
-    # REQ: DF-ZEN-12
-    values = np.ones(10, dtype=np.float32)
+    # REQ: DF-ZEN-12 -- a joiner refuses a chunk holding a NaN (a server that is not conforming: one
+    # value of a served chunk patched to a NaN, which row 7 finds before the digest of row 9)
+    values = np.arange(1, 11, dtype=np.float32)
+    buf = bytearray(encode_chunk(SnapshotSource(3, FP, values), 1, 7, 0, 10))
+    at = bytes(buf).index(np.float32(5.0).tobytes())
+    buf[at : at + 4] = np.float32(np.nan).tobytes()
+    assembler = SnapshotAssembler(FP, 10, expected_node=1)
+    with pytest.raises(SnapshotError) as ei:
+        assembler.add(0, decode_chunk(bytes(buf)))
+    assert ei.value.kind is SnapshotErrorKind.NON_FINITE
+    # REQ: DF-ZEN-43 -- a conforming server never serves it: the joiner gets the error reply
     values[4] = np.nan
     hub = MemoryHub()
     server, joiner = hub.transport(1), hub.transport(2)
     server.serve_snapshot(lambda: SnapshotSource(3, FP, values))
     with pytest.raises(SnapshotError) as ei:
         joiner.fetch_snapshot(1, FP, 5.0, attempts=1)
-    assert ei.value.kind is SnapshotErrorKind.NON_FINITE
+    assert ei.value.kind is SnapshotErrorKind.SERVER_ERROR
+    assert "value 4 is not finite" in str(ei.value)
 
 
 def test_joiner_restarts_when_the_server_switches_snapshots() -> None:
@@ -452,6 +463,58 @@ def test_chunk_parameters_accept_both_separators_and_reject_garbage() -> None:
     )
     with pytest.raises(SnapshotError):
         parse_chunk_params("chunk=0&chunk_size=2001", max_packet_size=9024)
+
+
+def test_chunk_parameters_are_read_by_the_rules_of_df_zen_42() -> None:
+    # REQ: DF-ZEN-42
+    ok = {
+        "chunk=1;chunk_size=5&x": (1, 5),  # rule 1: separators in any mix
+        "&chunk=1&&chunk_size=5;": (1, 5),  # rule 1: empty pieces skipped
+        "=1&chunk=1&chunk_size=5": (1, 5),  # rule 2: an empty key is unknown
+        " \tchunk\t = 01 \t&chunk_size= 5": (1, 5),  # rule 3: spaces and tabs; rule 4: zeros
+        "chunk=00000000000000000001&chunk_size=5": (1, 5),  # rule 4: 20 digits
+        "chunk=1&chunk=x&chunk_size=5&chunk_size=4": (1, 5),  # rule 5: the first counts
+        "chunk=1& chunk =2&chunk_size=5": (1, 5),  # rule 5: the same key once trimmed
+    }
+    for query, want in ok.items():
+        assert parse_chunk_params(query) == want, query
+    for bad in (
+        "chunk=x&chunk=1&chunk_size=5",  # rule 5: the first is not an integer
+        "chunk=1=1&chunk_size=5",  # rule 2: '=' in the value
+        "Chunk=1&chunk_size=5",  # rule 3: keys compare exactly
+        "chunk=\u00a01&chunk_size=5",  # rule 3: a no-break space is not removed
+        "chunk=1\n&chunk_size=5",  # rule 3: nor a line feed
+        "chunk=1&chunk_size=\x0b5",  # nor a vertical tab
+        "chunk=+1&chunk_size=5",  # rule 4: no sign
+        "chunk=-0&chunk_size=5",
+        "chunk=000000000000000000001&chunk_size=5",  # rule 4: 21 digits
+        "chunk=\uff11&chunk_size=5",  # rule 4: a fullwidth digit
+    ):
+        with pytest.raises(SnapshotError) as ei:
+            parse_chunk_params(bad)
+        assert ei.value.kind is SnapshotErrorKind.BAD_REQUEST, repr(bad)
+    assert trim_blanks(" \t x \t ") == "x"
+    assert trim_blanks("\u00a0x\n") == "\u00a0x\n"
+
+
+def test_a_snapshot_holding_a_non_finite_value_is_never_served() -> None:
+    # REQ: DF-ZEN-43
+    for bad_at, bad in ((11, np.inf), (0, np.nan), (6, -np.inf)):
+        anchor = np.arange(12, dtype=np.float32)
+        anchor[bad_at] = bad
+        src = SnapshotSource(1, b"\x01" * 32, anchor)
+        assert src.non_finite_at == bad_at
+        srv = SnapshotServer(3, lambda src=src: src)  # type: ignore[misc]
+        for query in ("chunk=0&chunk_size=5", "chunk=2&chunk_size=5", "chunk=0&chunk_size=12"):
+            with pytest.raises(SnapshotError) as ei:
+                srv.answer(query)
+            assert ei.value.kind is SnapshotErrorKind.NON_FINITE, query
+            assert f"value {bad_at} is not finite" in ei.value.detail
+        # a query that DF-ZEN-5 refuses anyway is refused as before
+        with pytest.raises(SnapshotError) as ei:
+            srv.answer("chunk=3&chunk_size=5")
+        assert ei.value.kind is SnapshotErrorKind.BAD_REQUEST
+    assert SnapshotSource(1, b"\x01" * 32, np.zeros(3, np.float32)).non_finite_at is None
 
 
 def test_server_reuses_a_recent_capture_for_chunk_zero() -> None:

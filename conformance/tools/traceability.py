@@ -426,5 +426,19 @@ def report(root: Path = ROOT) -> str:
     return "\n".join(lines)
 
 
+def main(argv: list[str] | None = None) -> int:
+    """``traceability.py [ROOT]``: print the report for the checkout ROOT (default: this one). A bad
+    argument is one line on stderr and exit 2."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Per-implementation requirement traceability.")
+    ap.add_argument("root", nargs="?", type=Path, default=ROOT, help="a DeltaFabric checkout")
+    args = ap.parse_args(argv)
+    if not (args.root / "spec" / "protocol.md").is_file():
+        ap.error(f"{args.root} is not a DeltaFabric checkout (no spec/protocol.md)")
+    print(report(args.root))
+    return 0
+
+
 if __name__ == "__main__":
-    print(report(Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT))
+    sys.exit(main())

@@ -53,6 +53,7 @@ __all__ = [
     "max_chunk_size",
     "parse_chunk_params",
     "snapshot_digest",
+    "trim_blanks",
 ]
 
 FILE_IDENTIFIER = b"DFS1"
@@ -122,6 +123,7 @@ class SnapshotSource:
     anchor: NDArray[np.float32]
     framework: str = "numpy"
     _digest: bytes = field(default=b"", init=False, repr=False)
+    _non_finite_at: int | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         _check_u64_nonzero("incarnation", self.incarnation)
@@ -135,6 +137,8 @@ class SnapshotSource:
         object.__setattr__(self, "fingerprint", fp)
         object.__setattr__(self, "anchor", a)
         object.__setattr__(self, "_digest", snapshot_digest(a))
+        bad = np.flatnonzero(~np.isfinite(a))
+        object.__setattr__(self, "_non_finite_at", int(bad[0]) if bad.size else None)
 
     @property
     def total(self) -> int:
@@ -144,6 +148,12 @@ class SnapshotSource:
     def digest(self) -> bytes:
         """SHA-256 of the whole snapshot's little-endian f32 bytes."""
         return self._digest
+
+    @property
+    def non_finite_at(self) -> int | None:
+        """The flat index of the first NaN or infinity, None when every value is finite: such a
+        snapshot is never served (DF-ZEN-43)."""
+        return self._non_finite_at
 
 
 @dataclass(frozen=True, eq=False)
@@ -189,24 +199,33 @@ def format_chunk_params(chunk: int, chunk_size: int, separator: str = "&") -> st
     return f"chunk={int(chunk)}{separator}chunk_size={int(chunk_size)}"
 
 
+def trim_blanks(text: str) -> str:
+    """``text`` without the spaces (U+0020) and horizontal tabs (U+0009) at its start and end
+    (DF-ZEN-42, rule 3: no other character is removed)."""
+    return text.strip(" \t")
+
+
 def parse_chunk_params(
     params: str | Mapping[str, str],
     *,
     max_packet_size: int = DEFAULT_MAX_PACKET_SIZE,
 ) -> tuple[int, int]:
-    """Parse the chunk request parameters (server side) -> ``(chunk, chunk_size)``.
+    """Parse the chunk request parameters (server side) -> ``(chunk, chunk_size)``, by the rules of
+    DF-ZEN-42.
 
     Accepts the spec's ``chunk=<i>&chunk_size=<c>`` and Zenoh's native ``chunk=<i>;chunk_size=<c>``
-    (pairs split on ``&`` and ``;``; unknown keys ignored). Both parameters are required decimal
-    integers with ``1 <= c`` and ``4 * c + 1024 <= max_packet_size``; anything else raises
-    ``SnapshotError(BAD_REQUEST)``. The chunk index range is checked by :func:`encode_chunk`."""
+    (pieces split on ``&`` and ``;`` in any mix, empty pieces skipped, key and value split at the
+    first ``=``, spaces and tabs around them removed, unknown keys ignored, the first occurrence of a
+    key wins). Both parameters are required decimal integers (1 to 20 ASCII digits) with ``1 <= c``
+    and ``4 * c + 1024 <= max_packet_size``; anything else raises ``SnapshotError(BAD_REQUEST)``.
+    The chunk index range is checked by :func:`encode_chunk`."""
     if isinstance(params, str):
         pairs: dict[str, str] = {}
         for part in params.replace(";", "&").split("&"):
             if not part:
                 continue
             key, _, value = part.partition("=")
-            pairs.setdefault(key.strip(), value)
+            pairs.setdefault(trim_blanks(key), value)
     else:
         pairs = dict(params)
 
@@ -214,7 +233,7 @@ def parse_chunk_params(
         raw = pairs.get(name)
         if raw is None:
             raise SnapshotError(SnapshotErrorKind.BAD_REQUEST, f"parameter {name} missing")
-        raw = raw.strip()
+        raw = trim_blanks(raw)
         if not raw.isascii() or not raw.isdigit() or len(raw) > 20:
             raise SnapshotError(
                 SnapshotErrorKind.BAD_REQUEST,
@@ -248,7 +267,8 @@ def encode_chunk(
 ) -> bytes:
     """Chunk ``chunk`` of ``source`` at ``chunk_size`` values per chunk, as a ``SnapshotChunk`` buffer.
 
-    ``SnapshotError(BAD_REQUEST)`` when the chunk index or size is out of range (DF-ZEN-5).
+    ``SnapshotError(BAD_REQUEST)`` when the chunk index or size is out of range (DF-ZEN-5),
+    ``SnapshotError(NON_FINITE)`` when the source holds a NaN or an infinity (DF-ZEN-43).
     """
     limit = max_chunk_size(max_packet_size)
     if not 1 <= chunk_size <= limit:
@@ -260,6 +280,12 @@ def encode_chunk(
         raise SnapshotError(
             SnapshotErrorKind.BAD_REQUEST,
             f"chunk {chunk} not in [0, {n_chunks}) for {source.total} values",
+        )
+    if source.non_finite_at is not None:
+        # DF-ZEN-43: a capture holding a NaN or an infinity is never served, whichever chunk
+        raise SnapshotError(
+            SnapshotErrorKind.NON_FINITE,
+            f"the snapshot is not served: value {source.non_finite_at} is not finite",
         )
     offset = chunk * chunk_size
     values = source.anchor[offset : offset + chunk_size]

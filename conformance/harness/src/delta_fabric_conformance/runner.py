@@ -540,8 +540,8 @@ class Runner:
         answered is decoded with the reference decoder (:func:`delta_fabric.snapshot.decode_chunk`)
         and every field must equal the vector's, values by bit pattern. ``snapshot_id``, which the
         spec does not fix, must be non-zero (the decoder checks it) and the same for every chunk of
-        the vector (one capture). A query the vector expects an error reply for must get
-        ``BAD_REQUEST``."""
+        the vector (one capture). A query the vector expects an error reply for must get it, of the
+        kind expected: ``BAD_REQUEST`` (DF-ZEN-5, DF-ZEN-42) or ``NON_FINITE`` (DF-ZEN-43)."""
         if "snapshot.serve" not in run.caps:
             return UNSUPPORTED, "capability snapshot.serve not declared"
         r = run.call(

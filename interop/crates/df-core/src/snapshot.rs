@@ -167,12 +167,21 @@ pub fn format_chunk_params(chunk: u64, chunk_size: usize) -> String {
     format!("chunk={chunk}&chunk_size={chunk_size}")
 }
 
-/// Parses the chunk request parameters (server side) into `(chunk, chunk_size)` (DF-ZEN-5).
+/// `s` without the spaces (U+0020) and horizontal tabs (U+0009) at its start and end (DF-ZEN-42,
+/// rule 3: no other character is removed).
+pub fn trim_blanks(s: &str) -> &str {
+    s.trim_matches([' ', '\t'])
+}
+
+/// Parses the chunk request parameters (server side) into `(chunk, chunk_size)` (DF-ZEN-5), read by
+/// the rules of DF-ZEN-42.
 ///
 /// Accepts the spec's `chunk=<i>&chunk_size=<c>` and Zenoh's native `chunk=<i>;chunk_size=<c>`
-/// (pairs split on `&` and `;`, unknown keys ignored, the first occurrence of a key wins). Both are
-/// required decimal integers with `1 <= c` and `4 * c + 1024 <= max_packet_size`; anything else is
-/// a [`SnapshotErrorKind::BadRequest`]. The chunk index range is checked by [`encode_chunk`].
+/// (pieces split on `&` and `;` in any mix, empty pieces skipped, a key and value split at the
+/// first `=`, spaces and tabs around them removed, unknown keys ignored, the first occurrence of a
+/// key wins). Both are required decimal integers (1 to 20 ASCII digits) with `1 <= c` and
+/// `4 * c + 1024 <= max_packet_size`; anything else is a [`SnapshotErrorKind::BadRequest`]. The
+/// chunk index range is checked by [`encode_chunk`].
 pub fn parse_chunk_params(
     params: &str,
     max_packet_size: usize,
@@ -184,20 +193,19 @@ pub fn parse_chunk_params(
         if part.is_empty() {
             continue;
         }
+        // DF-ZEN-42: split at the first `=`; only spaces and tabs around a key or value are removed
         let (k, v) = part.split_once('=').unwrap_or((part, ""));
-        let v = v.trim();
+        let (k, v) = (trim_blanks(k), trim_blanks(v));
         let num = || -> Result<u64, SnapshotError> {
             if v.is_empty() || v.len() > 20 || !v.bytes().all(|b| b.is_ascii_digit()) {
                 let shown: String = v.chars().take(40).collect();
                 return Err(bad(format!(
-                    "{}={shown:?} is not a non-negative decimal integer",
-                    k.trim()
+                    "{k}={shown:?} is not a non-negative decimal integer"
                 )));
             }
-            v.parse::<u64>()
-                .map_err(|e| bad(format!("{}={v}: {e}", k.trim())))
+            v.parse::<u64>().map_err(|e| bad(format!("{k}={v}: {e}")))
         };
-        match k.trim() {
+        match k {
             "chunk" if chunk.is_none() => chunk = Some(num()?),
             "chunk_size" if size.is_none() => size = Some(num()?),
             _ => {}
@@ -222,6 +230,7 @@ pub struct SnapshotSource {
     values: Arc<[f32]>,
     framework: String,
     digest: [u8; 32],
+    non_finite_at: Option<u64>,
 }
 
 impl SnapshotSource {
@@ -246,12 +255,14 @@ impl SnapshotSource {
             ));
         }
         let digest = snapshot_digest(&values);
+        let non_finite_at = values.iter().position(|v| !v.is_finite()).map(|p| p as u64);
         Ok(SnapshotSource {
             incarnation,
             fingerprint,
             values,
             framework: framework.into(),
             digest,
+            non_finite_at,
         })
     }
     /// The serving node's incarnation.
@@ -277,6 +288,11 @@ impl SnapshotSource {
     /// SHA-256 of the whole snapshot's little-endian f32 bytes.
     pub fn digest(&self) -> &[u8; 32] {
         &self.digest
+    }
+    /// The flat index of the first NaN or infinity, `None` when every value is finite: such a
+    /// snapshot is never served (DF-ZEN-43).
+    pub fn non_finite_at(&self) -> Option<u64> {
+        self.non_finite_at
     }
 }
 
@@ -378,6 +394,13 @@ pub fn encode_chunk(
                 "chunk {chunk} not in [0, {n_chunks}) for {} values",
                 source.total()
             ),
+        ));
+    }
+    // DF-ZEN-43: a capture holding a NaN or an infinity is never served, whichever chunk
+    if let Some(at) = source.non_finite_at() {
+        return Err(err(
+            SnapshotErrorKind::NonFinite,
+            format!("the snapshot is not served: value {at} is not finite"),
         ));
     }
     // chunk < n_chunks, so the start is below N, which fits in usize

@@ -25,7 +25,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use df_core::ErrorCode;
-pub use df_core::snapshot::{DEFAULT_CHUNK_SIZE, parse_chunk_params};
+pub use df_core::snapshot::{DEFAULT_CHUNK_SIZE, parse_chunk_params, trim_blanks};
 use df_core::snapshot::{
     SnapshotAssembler, SnapshotError, SnapshotErrorKind, SnapshotServer, fetch_snapshot_chunks,
     format_chunk_params,
@@ -219,13 +219,14 @@ impl TransportConfig {
 }
 
 /// The `from=<hex16>` parameter of a snapshot query (DF-ZEN-155), or `None` when it is absent or
-/// not 16 lowercase hex digits naming a non-zero id.
+/// not 16 lowercase hex digits naming a non-zero id. Read by the rules of DF-ZEN-42 (the first
+/// `from` counts; only spaces and tabs around the key and value are removed).
 pub fn query_from(params: &str) -> Option<u64> {
     params
         .split(['&', ';'])
         .find_map(|part| {
             let (k, v) = part.split_once('=').unwrap_or((part, ""));
-            (k.trim() == "from").then(|| v.trim())
+            (trim_blanks(k) == "from").then(|| trim_blanks(v))
         })
         .and_then(parse_node)
 }

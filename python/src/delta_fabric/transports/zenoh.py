@@ -64,6 +64,7 @@ from delta_fabric.snapshot import (
     SnapshotServer,
     fetch_snapshot_from,
     format_chunk_params,
+    trim_blanks,
 )
 from delta_fabric.transports.base import (
     DEFAULT_QUEUE_BYTES,
@@ -199,11 +200,12 @@ def _parse_node(key: str) -> int | None:
 
 def query_from(params: str) -> int | None:
     """The ``from=<hex16>`` parameter of a snapshot query (DF-ZEN-155), or None when it is absent or
-    not 16 lowercase hex digits naming a non-zero id."""
+    not 16 lowercase hex digits naming a non-zero id. Read by the rules of DF-ZEN-42 (the first
+    ``from`` counts; only spaces and tabs around the key and value are removed)."""
     for part in params.replace(";", "&").split("&"):
         key, _, value = part.partition("=")
-        if key.strip() == "from":
-            return _parse_node(value.strip())
+        if trim_blanks(key) == "from":
+            return _parse_node(trim_blanks(value))
     return None
 
 

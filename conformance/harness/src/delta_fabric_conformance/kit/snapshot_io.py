@@ -122,7 +122,8 @@ def run_snapshot_serve(v: Mapping[str, Any]) -> dict[str, Any]:
     ``v["fingerprint"]``. The queries come from one joiner within a second, so every chunk is cut
     from that one capture (the reuse and keep times of DF-ZEN-11 are not reached; they are set to
     infinity here so that no clock reaches a result, driver protocol section 4). Each reply is
-    ``{"chunk": "<base64>"}`` or ``{"error": "BAD_REQUEST", "message": ...}`` (the Zenoh error reply)."""
+    ``{"chunk": "<base64>"}`` or ``{"error": "BAD_REQUEST" | "NON_FINITE", "message": ...}`` (the
+    Zenoh error reply; ``NON_FINITE`` for a query DF-ZEN-43 refuses, a capture that is not finite)."""
     source = SnapshotSource(
         int(str(v["incarnation"]), 16), bytes.fromhex(str(v["fingerprint"])), _anchor(v)
     )
@@ -138,7 +139,7 @@ def run_snapshot_serve(v: Mapping[str, Any]) -> dict[str, Any]:
         try:
             chunk = server.answer(str(query))
         except SnapshotError as exc:
-            if exc.kind is not SnapshotErrorKind.BAD_REQUEST:
+            if exc.kind not in (SnapshotErrorKind.BAD_REQUEST, SnapshotErrorKind.NON_FINITE):
                 raise
             replies.append({"error": exc.kind.value, "message": exc.detail})
             continue

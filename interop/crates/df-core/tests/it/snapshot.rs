@@ -8,7 +8,7 @@ use df_core::snapshot::{
     ChunkHeader, SnapshotAssembler, SnapshotError, SnapshotErrorKind as K, SnapshotServer,
     SnapshotSource, VerifiedSnapshot, chunk_count, decode_chunk, encode_chunk,
     encode_snapshot_chunk, fetch_snapshot_chunks, format_chunk_params, max_chunk_size,
-    parse_chunk_params, snapshot_digest,
+    parse_chunk_params, snapshot_digest, trim_blanks,
 };
 
 const FP: [u8; 32] = [7; 32];
@@ -122,12 +122,88 @@ fn a_non_finite_snapshot_is_refused() {
     for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
         let mut v: Vec<f32> = vec![1.0; 6];
         v[4] = bad;
-        // a server that serves a non-finite anchor, digest and all consistent
-        let src = SnapshotSource::new(5, FP, v, "test").expect("source");
-        let e = assemble(&src, 3).expect_err("non-finite refused");
+        // a server that is not conforming serves the non-finite anchor, digest and all consistent
+        let src = SnapshotSource::new(5, FP, v.clone(), "test").expect("source");
+        let h = header(&src);
+        let mut a = SnapshotAssembler::new(FP, 3)
+            .expect("assembler")
+            .expect_node(9)
+            .expect_total(6);
+        let first = encode_snapshot_chunk(&h, 0, &v[..3]);
+        a.add(0, &decode_chunk(&first).expect("decodes"))
+            .expect("chunk 0 is finite");
+        let second = encode_snapshot_chunk(&h, 3, &v[3..]);
+        let e = a
+            .add(1, &decode_chunk(&second).expect("decodes"))
+            .expect_err("non-finite refused");
         assert_eq!(e.kind, K::NonFinite);
         assert!(e.detail.contains("value 4"), "{e}");
     }
+}
+
+#[test]
+fn a_snapshot_holding_a_non_finite_value_is_never_served() {
+    // REQ: DF-ZEN-43
+    for (at, bad) in [(11, f32::INFINITY), (0, f32::NAN), (6, f32::NEG_INFINITY)] {
+        let mut v: Vec<f32> = (0..12).map(|i| i as f32).collect();
+        v[at] = bad;
+        let src = SnapshotSource::new(5, FP, v, "test").expect("source");
+        assert_eq!(src.non_finite_at(), Some(at as u64));
+        let mut srv = SnapshotServer::new(3, MPS).expect("server");
+        let now = Instant::now();
+        for q in [
+            "chunk=0&chunk_size=5",
+            "chunk=2&chunk_size=5",
+            "chunk=0&chunk_size=12",
+        ] {
+            let e = srv
+                .answer(q, now, || src.clone())
+                .expect_err("never served");
+            assert_eq!(e.kind, K::NonFinite, "{q}");
+            assert!(
+                e.detail.contains(&format!("value {at} is not finite")),
+                "{e}"
+            );
+        }
+        // a query that DF-ZEN-5 refuses anyway is refused as before
+        assert_eq!(
+            kind(srv.answer("chunk=3&chunk_size=5", now, || src.clone())),
+            K::BadRequest
+        );
+    }
+    assert_eq!(source(3).non_finite_at(), None);
+}
+
+#[test]
+fn chunk_params_are_read_by_the_rules_of_df_zen_42() {
+    // REQ: DF-ZEN-42
+    for (q, want) in [
+        ("chunk=1;chunk_size=5&x", (1, 5)),
+        ("&chunk=1&&chunk_size=5;", (1, 5)),
+        ("=1&chunk=1&chunk_size=5", (1, 5)),
+        (" \tchunk\t = 01 \t&chunk_size= 5", (1, 5)),
+        ("chunk=00000000000000000001&chunk_size=5", (1, 5)),
+        ("chunk=1&chunk=x&chunk_size=5&chunk_size=4", (1, 5)),
+        ("chunk=1& chunk =2&chunk_size=5", (1, 5)),
+    ] {
+        assert_eq!(parse_chunk_params(q, MPS), Ok(want), "{q:?}");
+    }
+    for bad in [
+        "chunk=x&chunk=1&chunk_size=5",
+        "chunk=1=1&chunk_size=5",
+        "Chunk=1&chunk_size=5",
+        "chunk=\u{a0}1&chunk_size=5",
+        "chunk=1\n&chunk_size=5",
+        "chunk=1&chunk_size=\u{b}5",
+        "chunk=+1&chunk_size=5",
+        "chunk=-0&chunk_size=5",
+        "chunk=000000000000000000001&chunk_size=5",
+        "chunk=\u{ff11}&chunk_size=5",
+    ] {
+        assert_eq!(kind(parse_chunk_params(bad, MPS)), K::BadRequest, "{bad:?}");
+    }
+    assert_eq!(trim_blanks(" \t x \t "), "x");
+    assert_eq!(trim_blanks("\u{a0}x\n"), "\u{a0}x\n");
 }
 
 #[test]

@@ -5,8 +5,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use df_core::snapshot::{
-    SnapshotAssembler, SnapshotChunk, SnapshotErrorKind, SnapshotServer, SnapshotSource,
-    decode_chunk,
+    SnapshotAssembler, SnapshotChunk, SnapshotServer, SnapshotSource, decode_chunk,
 };
 use df_core::wire::{entry_from_json, packet_from_json};
 use df_core::{
@@ -544,15 +543,27 @@ fn chunk_matches(c: &SnapshotChunk<'_>, want: &Value) -> Result<(), String> {
 /// A `snapshot/serve` vector (DF-ZEN-5, DF-ZEN-11; driver protocol 5.12): one `SnapshotServer`
 /// whose one capture is the vector's anchor answers the queries in order, at one instant (as
 /// df-driver's `snapshot_serve`); each chunk, decoded, must carry the expected fields (values by bit
-/// pattern) and one non-zero `snapshot_id` for the whole vector, each error reply must be
-/// `BAD_REQUEST`.
+/// pattern) and one non-zero `snapshot_id` for the whole vector, each error reply must be of the
+/// kind expected (`BAD_REQUEST`, or `NON_FINITE` for DF-ZEN-43).
 fn run_snapshot_serve(v: &Value) -> Result<(), String> {
-    let anchor: Vec<f32> = s(v, "anchor")?
-        .as_array()
-        .ok_or("anchor: not a list")?
-        .iter()
-        .map(|x| df_core::wire::f32_from_json(x).map_err(|e| e.to_string()))
-        .collect::<Result<_, _>>()?;
+    // `anchor_bits` (binary32 patterns, a NaN's payload kept) when given, else `anchor`
+    let anchor: Vec<f32> = match v.get("anchor_bits").and_then(Value::as_array) {
+        Some(bits) => bits
+            .iter()
+            .map(|b| {
+                b.as_str()
+                    .and_then(|h| u32::from_str_radix(h, 16).ok())
+                    .map(f32::from_bits)
+                    .ok_or_else(|| format!("anchor_bits: bad pattern {b}"))
+            })
+            .collect::<Result<_, _>>()?,
+        None => s(v, "anchor")?
+            .as_array()
+            .ok_or("anchor: not a list")?
+            .iter()
+            .map(|x| df_core::wire::f32_from_json(x).map_err(|e| e.to_string()))
+            .collect::<Result<_, _>>()?,
+    };
     let fp: [u8; 32] = hex::decode(s(v, "fingerprint")?.as_str().ok_or("fingerprint")?)
         .map_err(|e| e.to_string())?
         .try_into()
@@ -586,7 +597,8 @@ fn run_snapshot_serve(v: &Value) -> Result<(), String> {
                 chunk_matches(&c, &w).map_err(|e| format!("{q:?}: {e}"))?;
             }
             (Ok(_), None) => return Err(format!("{q:?}: served, expected the error reply")),
-            (Err(e), None) if e.kind == SnapshotErrorKind::BadRequest => {}
+            (Err(e), None)
+                if want.get("error").and_then(Value::as_str) == Some(e.kind.as_str()) => {}
             (Err(e), _) => return Err(format!("{q:?}: {e}, expected {want}")),
         }
     }

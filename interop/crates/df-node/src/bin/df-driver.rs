@@ -1282,7 +1282,8 @@ fn snapshot_assemble(req: &Value) -> Answer {
 /// capture is the vector's anchor, answering the queries in order. Every query is answered at one
 /// instant with reuse and keep times that are never reached, so no clock reaches a result (driver
 /// protocol section 4): the chunks are cut from one capture, as for a joiner's queries within a
-/// second. Each reply is `{"chunk": base64}` or `{"error": "BAD_REQUEST", "message"}`.
+/// second. Each reply is `{"chunk": base64}` or `{"error": "BAD_REQUEST" | "NON_FINITE", "message"}`
+/// (`NON_FINITE`: a query DF-ZEN-43 refuses, the capture is not finite).
 fn snapshot_serve(req: &Value) -> Answer {
     let v = get(req, "vector")?;
     let source = CoreSnapshotSource::new(
@@ -1308,7 +1309,12 @@ fn snapshot_serve(req: &Value) -> Answer {
         let q = q.as_str().ok_or_else(|| err("queries: not strings"))?;
         replies.push(match server.answer(q, now, || source.clone()) {
             Ok(buf) => json!({"chunk": b64_encode(&buf)}),
-            Err(e) if e.kind == SnapshotErrorKind::BadRequest => {
+            Err(e)
+                if matches!(
+                    e.kind,
+                    SnapshotErrorKind::BadRequest | SnapshotErrorKind::NonFinite
+                ) =>
+            {
                 json!({"error": e.kind.as_str(), "message": e.detail})
             }
             Err(e) => return Err(err(e.to_string())),

@@ -236,4 +236,18 @@ fn snapshot_answers_only_members() {
         Some(2)
     );
     assert_eq!(df_zenoh::query_from("chunk=0;from=2"), None);
+    // REQ: DF-ZEN-42 -- the first `from` counts; only spaces and tabs around it are removed
+    assert_eq!(
+        df_zenoh::query_from("from=0000000000000002&from=0000000000000003"),
+        Some(2)
+    );
+    assert_eq!(
+        df_zenoh::query_from("chunk=0&from=x;from=0000000000000002"),
+        None
+    );
+    assert_eq!(
+        df_zenoh::query_from(" from \t= 0000000000000002\t"),
+        Some(2)
+    );
+    assert_eq!(df_zenoh::query_from("from=\u{a0}0000000000000002"), None);
 }
