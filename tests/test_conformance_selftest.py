@@ -46,6 +46,13 @@ FAULTS: dict[str, list[str]] = {
         # session 7: the smallest signed max_packet_size, 392, one value per signed entry
         "Required.generate.exact.signed_smallest_packet_size",
     ],
+    # REQ: DF-GEN-7 (fast mode judged by its bounds, 1.1: the first k candidates by index fail (d))
+    "fast_first_k_by_index": [
+        "Required.generate.fast.fast_basic",
+        "Required.generate.fast.fast_large_dense",
+        "Required.generate.fast.fast_large_sample_overestimates",
+        "Required.generate.fast.fast_large_sample_underestimates",
+    ],
     # REQ: DF-RCV-30
     "relayed_excludes_dropped": ["Required.receive.step.relay_dropped_oversize"],
     # REQ: DF-ZEN-41

@@ -73,6 +73,7 @@ EXTRA_VECTORS = (
     TOOLS_DIR / "incarnation_vectors.py",  # the incarnation bound (1.1, DF-RCV-175; h31)
     TOOLS_DIR / "config_vectors.py",  # parameters and manifest as the driver reads them (h40)
     TOOLS_DIR / "selection_vectors.py",  # N = 2^17: the sampled top-k paths (h40)
+    TOOLS_DIR / "fast_vectors.py",  # fast mode judged by DF-GEN-7's bounds (1.1; session 11)
     TOOLS_DIR / "strength_vectors.py",  # kill survivors of the session-6 mutation campaign (h54)
     TOOLS_DIR / "rust_core_vectors.py",  # kill mutants of the Rust core (h55)
     TOOLS_DIR / "python_core_vectors.py",  # kill mutants of signing, compact, snapshot (h59)

@@ -130,13 +130,16 @@ def cases() -> list[ev.GenCase]:
     ]
 
 
+def write_compact(vectors_dir: Path, case: ev.GenCase) -> dict[str, Any]:
+    """Write one exact generate vector of N = 2^17 without indentation; return its index row."""
+    path = vectors_dir / "generate" / f"{case.name}.json"
+    assert not path.exists(), case.name
+    row = ev._write_generate(vectors_dir, case)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    path.write_text(json.dumps(data, separators=(",", ":"), allow_nan=False) + "\n", "utf-8")
+    return row
+
+
 def build(vectors_dir: Path) -> list[dict[str, Any]]:
     """Write this module's vectors under ``vectors_dir``; return their index rows."""
-    rows = []
-    for case in cases():
-        path = vectors_dir / "generate" / f"{case.name}.json"
-        assert not path.exists(), case.name
-        rows.append(ev._write_generate(vectors_dir, case))
-        data = json.loads(path.read_text(encoding="utf-8"))
-        path.write_text(json.dumps(data, separators=(",", ":"), allow_nan=False) + "\n", "utf-8")
-    return rows
+    return [write_compact(vectors_dir, case) for case in cases()]

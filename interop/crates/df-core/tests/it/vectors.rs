@@ -281,6 +281,17 @@ fn run_generate(dir: &Path, rel: &str) -> Result<(), String> {
             other => Err(format!("expected the error {code}, got {other:?}")),
         };
     }
+    if let Some(bounds) = x.get("fast") {
+        // 1.1: a fast vector is judged by DF-GEN-7's bounds, not by one set
+        let anchor = bits(s(&j, "anchor_bits")?)?;
+        let out = e.generate(&active, fast).map_err(|x| x.to_string())?;
+        fast_problem(&e, &j, bounds, &active, &anchor, &out)?;
+        let ns = s(x, "next_seq")?.as_u64().ok_or("next_seq")?;
+        if e.next_seq() != ns {
+            return Err(format!("next_seq {} want {ns}", e.next_seq()));
+        }
+        return Ok(());
+    }
     let out = e.generate(&active, fast).map_err(|x| x.to_string())?;
     let want: Vec<OwnedEntry> = s(x, "entries")?
         .as_array()
@@ -344,6 +355,115 @@ fn run_generate(dir: &Path, rel: &str) -> Result<(), String> {
     let ns = s(x, "next_seq")?.as_u64().ok_or("next_seq")?;
     if e.next_seq() != ns {
         return Err(format!("next_seq {} want {ns}", e.next_seq()));
+    }
+    Ok(())
+}
+
+/// DF-GEN-7 (a)-(d) on a fast generation's set S, and DF-GEN-4/5/6 on what was made of it (`F32`
+/// values: a sent value is `d[i]`, the anchor becomes `fl32(anchor + d)` at S). The vector's pinned
+/// bounds (`expected.fast`) must be the ones computed here from its inputs.
+fn fast_problem(
+    e: &Engine,
+    j: &Value,
+    bounds: &Value,
+    active: &[f32],
+    anchor: &[f32],
+    out: &[OwnedEntry],
+) -> Result<(), String> {
+    let n = active.len();
+    let k = s(j, "k")?.as_u64().ok_or("k")? as usize;
+    let d: Vec<f32> = active.iter().zip(anchor).map(|(a, b)| a - b).collect();
+    let mag = |x: f32| if x.is_nan() { 0.0 } else { x.abs() };
+    let c = d.iter().filter(|&&x| mag(x) > 0.0).count();
+    let t = if 2 * k <= n {
+        let mut m: Vec<f32> = d.iter().map(|&x| mag(x)).collect();
+        m.sort_unstable_by(f32::total_cmp);
+        m[n - 2 * k]
+    } else {
+        0.0
+    };
+    let min_sel = k.div_ceil(2).min(c);
+    let pinned = (
+        s(bounds, "k")?.as_u64(),
+        s(bounds, "candidates")?.as_u64(),
+        s(bounds, "min_selected")?.as_u64(),
+        s(bounds, "max_selected")?.as_u64(),
+        s(bounds, "threshold_bits")?.as_str(),
+    );
+    let mine = format!("{:08x}", t.to_bits());
+    if pinned
+        != (
+            Some(k as u64),
+            Some(c as u64),
+            Some(min_sel as u64),
+            Some(k as u64),
+            Some(mine.as_str()),
+        )
+    {
+        return Err(format!(
+            "the vector's fast bounds {pinned:?} are not its own"
+        ));
+    }
+    let seq_start = s(j, "seq_start")?.as_u64().ok_or("seq_start")?;
+    let mut sel: Vec<u32> = Vec::new();
+    for (i, en) in out.iter().enumerate() {
+        if en.seq != seq_start + i as u64
+            || en.hops != 0
+            || en.origin != e.node_id()
+            || en.incarnation != e.incarnation()
+            || en.indices.is_empty()
+        {
+            return Err(format!("fast entries[{i}]: bad header or empty {en:?}"));
+        }
+        if bit_vec(&en.values)
+            != en
+                .indices
+                .iter()
+                .map(|&x| d[x as usize].to_bits())
+                .collect::<Vec<_>>()
+        {
+            return Err(format!(
+                "fast entries[{i}]: values are not d at the indices"
+            ));
+        }
+        if en.indices.len() > e.config().max_values_per_entry() {
+            return Err(format!(
+                "fast entries[{i}]: more values than DF-GEN-6 allows"
+            ));
+        }
+        let pk = e.pack(std::slice::from_ref(en), &[]);
+        if pk.len() != 1 || pk[0].len() > e.config().max_packet_size {
+            return Err(format!("fast entries[{i}]: does not fit a packet alone"));
+        }
+        sel.extend_from_slice(&en.indices);
+    }
+    if sel.windows(2).any(|w| w[1] <= w[0]) {
+        return Err("fast: indices not strictly increasing over the entries".into());
+    }
+    if sel.len() > k {
+        return Err(format!("DF-GEN-7 (a): {} selected, k = {k}", sel.len()));
+    }
+    if sel.len() < min_sel {
+        return Err(format!(
+            "DF-GEN-7 (b): {} selected, min(ceil(k/2), C) = {min_sel}",
+            sel.len()
+        ));
+    }
+    if let Some(&i) = sel.iter().find(|&&i| mag(d[i as usize]) == 0.0) {
+        return Err(format!("DF-GEN-7 (c): index {i} is not a candidate"));
+    }
+    if let Some(&i) = sel.iter().find(|&&i| mag(d[i as usize]) < t) {
+        return Err(format!("DF-GEN-7 (d): |d[{i}]| is below T = {t}"));
+    }
+    let mut want = anchor.to_vec();
+    for &i in &sel {
+        want[i as usize] += d[i as usize];
+    }
+    if bit_vec(e.anchor()) != bit_vec(&want) {
+        return Err("fast: the anchor is not anchor + sent values at S".into());
+    }
+    if !e.last_correction().0.is_empty() {
+        return Err("fast: a correction of active with average_over 1".into());
     }
     Ok(())
 }
