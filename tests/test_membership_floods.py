@@ -67,6 +67,28 @@ def test_a_flood_evicts_only_its_own_packets() -> None:
     assert q.drain(1) == [b"\x01" * 10]
 
 
+def test_a_member_that_holds_the_most_is_evicted_first() -> None:
+    # REQ: DF-ZEN-152
+    # the share rule's other half: a burst of one member's packets (22 queued against two flood
+    # keys' 20 each) makes that member the largest sender, and its oldest packet leaves first
+    q = PacketQueue(64, 1 << 20)
+    for i in range(22):
+        q.push(b"m" + i.to_bytes(2, "little"), 3)
+    q.push(b"n", 2)
+    for i in range(40):
+        q.push(b"\xee" * 5, 0x5EED + i % 2)
+    assert len(q) == 63 and q.queued_by_sender() == {3: 22, 2: 1, 0x5EED: 20, 0x5EEE: 20}
+    q.push(b"\xee" * 5, 0x5EED)  # fills the queue: nothing leaves
+    q.push(b"\xee" * 5, 0x5EEE)  # one over: the member with 22 loses its oldest
+    assert q.queued_by_sender() == {3: 21, 2: 1, 0x5EED: 21, 0x5EEE: 21}
+    assert q.dropped_packets == 1
+    q.push(b"\xee" * 5, 0x5EED)  # 21 each and a tie: the sender whose oldest packet is oldest
+    assert q.queued_by_sender() == {3: 20, 2: 1, 0x5EED: 22, 0x5EEE: 21}
+    drained = q.drain()
+    assert drained[0] == b"m" + (2).to_bytes(2, "little")  # m0 and m1 were evicted, order kept
+    assert b"n" in drained
+
+
 def test_single_sender_is_drop_oldest_and_partial_drain_keeps_order() -> None:
     # REQ: DF-ZEN-17
     q = PacketQueue(4)
@@ -444,7 +466,20 @@ def test_a_flood_does_not_evict_members_and_memory_stays_bounded(membership: str
             for t in members:
                 flood_seqs[t.node_id].append(put(t))
                 sent[t.node_id] += 1
-            # the victim is slower than the flood: it drains a few times per round
+            # judged by state: the victim drains once each member's packet of this round has
+            # reached its queue, so a member holds at most one packet there, as a member that
+            # sends no faster than the victim drains does. Without this wait, a starved process
+            # (CI, two busy loops: 2 of 6 runs) had Zenoh deliver 20 rounds of one member's
+            # packets at once; that member then held 22 queued packets against the flood keys'
+            # 20 each, and DF-ZEN-152 rightly evicted its oldest (its share rule is pinned by
+            # test_a_member_that_holds_the_most_is_evicted_first). The flood is not waited for.
+            wait_deadline = time.monotonic() + 30.0
+            while not all(flood_seqs[n][-1] in pushed[n] for n in pushed):
+                if time.monotonic() > wait_deadline:
+                    pytest.fail(
+                        f"a member packet did not reach the victim's queue in 30 s: {pushed}"
+                    )
+                time.sleep(0.001)
             victim.poll()
             st = victim_t.stats
             assert st.queued_packets <= qcap and st.queued_bytes <= qbytes
