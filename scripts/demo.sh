@@ -5,8 +5,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${DELTA_FABRIC_VENV:-.venv}
-case " $* " in
-  *burn*)
+# Burn nodes are asked for only by the value of --frameworks (not by any argument that contains
+# "burn", such as --output burn-out); with --burn-bin the given binary is used and nothing is built.
+burn=0
+bin=0
+prev=
+for a in "$@"; do
+  case "$prev" in --frameworks) [[ ",$a," == *,burn,* ]] && burn=1 ;; esac
+  case "$a" in
+    --frameworks=*) [[ ",${a#--frameworks=}," == *,burn,* ]] && burn=1 ;;
+    --burn-bin | --burn-bin=*) bin=1 ;;
+  esac
+  prev=$a
+done
+case "$burn$bin" in
+  10)
     scripts/setup.sh --demo --rust
     export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/delta-fabric/target}
     echo "demo: building the Rust node df-node (first time takes several minutes)" >&2

@@ -621,6 +621,8 @@ def test_status_optional_encodings(info: dict[str, Any] | None, want: str) -> No
         ["--connect", "tcp/127.0.0.1:1", "--namespace", "a/*"],
         ["--zenoh-config", "/nonexistent.json5"],
         ["--expect", "x"],
+        ["--connect", "tcp/127.0.0.1:1", "--expect", "-2"],
+        ["--connect", "tcp/127.0.0.1:1", "--expect", "0"],
     ],
 )
 def test_bad_status_option_is_one_line_and_exit_2(argv: list[str]) -> None:

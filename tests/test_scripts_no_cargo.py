@@ -44,7 +44,7 @@ def _venv_seeing_this_interpreter(where: Path) -> Path:
     return where
 
 
-def test_demo_sh_runs_without_cargo(tmp_path: Path) -> None:
+def _no_cargo_env(tmp_path: Path) -> dict[str, str]:
     env_dir = _venv_seeing_this_interpreter(tmp_path / "venv")
     stamp = subprocess.run(
         ["bash", "scripts/setup.sh", "--print-stamp", "demo"],
@@ -62,6 +62,11 @@ def test_demo_sh_runs_without_cargo(tmp_path: Path) -> None:
             str(ROOT / p) for p in ("python/src", "conformance/harness/src", "python/demo/src")
         ),
     )
+    return env
+
+
+def test_demo_sh_runs_without_cargo(tmp_path: Path) -> None:
+    env = _no_cargo_env(tmp_path)
     out = tmp_path / "demo-out"
     proc = subprocess.run(
         [
@@ -105,3 +110,36 @@ def test_setup_with_rust_but_no_cargo_says_so(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1
     assert "needs cargo" in proc.stderr and "rustup.rs" in proc.stderr
+
+
+def test_only_the_frameworks_value_asks_for_burn(tmp_path: Path) -> None:
+    # an argument that merely contains "burn" (an output folder) does not set up Rust or build
+    # df-node, and a --burn-bin that does not exist is one line and exit 2, with nothing built
+    env = _no_cargo_env(tmp_path)
+    cases = [
+        (
+            ["--output", str(tmp_path / "burn-out"), "--steps", "0"],
+            "demo: --steps must be >= 1, got 0",
+        ),
+        (
+            ["--frameworks", "torch,burn", "--burn-bin", str(tmp_path / "nope"), "--steps", "5"],
+            f"demo: --burn-bin {tmp_path / 'nope'}: no such file",
+        ),
+        (
+            ["--frameworks=torch,burn", f"--burn-bin={tmp_path / 'nope'}", "--steps", "5"],
+            f"demo: --burn-bin {tmp_path / 'nope'}: no such file",
+        ),
+    ]
+    for argv, line in cases:
+        proc = subprocess.run(
+            ["bash", "scripts/demo.sh", *argv],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 2, (argv, proc.stderr[-2000:])
+        assert proc.stderr.strip().splitlines()[-1] == line, proc.stderr[-2000:]
+        assert "cargo" not in proc.stderr and "--rust" not in proc.stderr, proc.stderr[-2000:]
+        assert "setup: ok (demo," in proc.stderr

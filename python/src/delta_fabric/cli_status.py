@@ -19,7 +19,13 @@ import os
 import sys
 from typing import Any
 
-from delta_fabric.launch import HelpFormatter, _endpoint_list, _positive_float, one_line_errors
+from delta_fabric.launch import (
+    HelpFormatter,
+    _endpoint_list,
+    _positive_float,
+    _positive_int,
+    one_line_errors,
+)
 
 __all__ = ["add_arguments", "collect", "format_table", "run"]
 
@@ -51,7 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument(
         "--expect",
-        type=int,
+        type=_positive_int,
         default=None,
         help="exit 1 unless at least this many nodes are live",
     )

@@ -138,7 +138,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--lr",
         type=float,
         default=None,
-        help=f"local SGD learning rate (default: {BASE_LR} divided by the number of nodes)",
+        help=f"local SGD learning rate (default: {BASE_LR}; divided by the number of nodes when "
+        "deltas are summed, --average-over 1)",
     )
     p.add_argument("--batch", type=int, default=32, help="mini-batch size")
     p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum, in [0, 1)")
@@ -152,8 +153,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--bn-momentum",
         type=float,
         default=None,
-        help="BatchNorm momentum of the PyTorch nodes (default: 0.1, divided by the cluster size "
-        "in the sync run when BatchNorm statistics are synced, like the learning rate)",
+        help="BatchNorm momentum of the PyTorch nodes (default: 0.1; divided by the cluster size "
+        "when deltas are summed, --average-over 1, and BatchNorm statistics are synced, like the "
+        "learning rate)",
     )
     p.add_argument(
         "--max-lead",
@@ -1033,7 +1035,10 @@ def _run(args: argparse.Namespace) -> int:
         name = NODE_LAUNCHERS[fw].binary
         if name is None:
             continue
-        found = getattr(args, f"{fw}_bin", None) or shutil.which(name)
+        given = getattr(args, f"{fw}_bin", None)
+        if given is not None and not Path(given).is_file():
+            raise UsageError(f"--{fw}-bin {given}: no such file")
+        found = given or shutil.which(name)
         if not found or not Path(found).exists():
             raise UsageError(
                 f"a {fw} node was asked for but the {name} binary was not found "
