@@ -635,6 +635,19 @@ def test_bad_status_option_is_one_line_and_exit_2(argv: list[str]) -> None:
     assert res.stderr.startswith("delta-fabric status: error: ")
 
 
+def test_status_says_when_nothing_answers_at_the_endpoints() -> None:
+    # a dead endpoint is not an empty cluster: one line and exit 1, nothing on stdout
+    from delta_fabric.ports import free_ports
+
+    (port,) = free_ports(1)
+    res = cli("status", "--connect", f"tcp/127.0.0.1:{port}", "--timeout", "0.5")
+    assert res.returncode == 1, res
+    assert res.stdout == "" and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert res.stderr.startswith(
+        f"delta-fabric status: no Zenoh peer or router reached at tcp/127.0.0.1:{port} "
+    )
+
+
 def test_run_falls_back_to_exported_variables(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)

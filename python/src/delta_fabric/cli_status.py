@@ -191,8 +191,19 @@ def run(args: argparse.Namespace) -> int:
         return 1
     try:
         rows = collect(session, options.namespace, args.timeout)
+        reached = bool(rows) or bool(
+            list(session.info.peers_zid()) or list(session.info.routers_zid())
+        )
     finally:
         session.close()  # type: ignore[no-untyped-call]
+    if not reached:
+        where = ",".join(options.connect) or f"the endpoints of {options.config_file}"
+        print(
+            f"delta-fabric status: no Zenoh peer or router reached at {where} "
+            f"within {args.timeout:g} s (is the cluster up, is the endpoint right?)",
+            file=sys.stderr,
+        )
+        return 1
     try:
         if args.json:
             print(json.dumps({"namespace": options.namespace, "nodes": rows}, indent=2))
