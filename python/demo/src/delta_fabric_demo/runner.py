@@ -802,6 +802,11 @@ def _plot(
         mb = 1e-6
         for col, label in ((1, "sent"), (2, "received"), (3, "relayed (share of sent)")):
             keep = traffic[:, col] > 0
+            if (
+                not keep.any()
+            ):  # e.g. relays under NEEDED in a full mesh: nothing to draw on a log axis
+                ax.plot([], [], " ", label=f"{label}: none")
+                continue
             ax.plot(st[keep], traffic[keep, col] * mb, marker=".", label=label)
         ax.plot(st, st * dense_per_step * mb, "k--", lw=1, label="dense fp32 every step")
         ax.set_yscale("log")
@@ -823,7 +828,7 @@ def _plot(
             if ag["final"] is not None and ag["final"] > 0:
                 end = max(float(r[0]) for r in ag["curve"])
                 ax.plot([end], [ag["final"]], "*", ms=11, color=line.get_color())
-    ax.plot([], [], "*", color="gray", ms=9, label="at the end (after the drain)")
+    ax.plot([], [], "*", color="gray", ms=9, label="at the end, after the drain (run's colour)")
     ax.axhline(AGREEMENT_TOLERANCE, color="tab:red", lw=1, ls="--", label="DF-NUM-1 tolerance")
     ax.set_yscale("log")
     ag = agreement.get("sync", {})
@@ -1231,7 +1236,8 @@ def _run(args: argparse.Namespace) -> int:
             n * manifest.num_params * 4,
             plot,
             f"DeltaFabric demo: {n} nodes ({args.topology}, {args.partition}), "
-            f"{compression:.0f}x fewer bytes than dense fp32",
+            f"{compression:.0f}x fewer payload bytes than dense fp32"
+            + (f", {dense / wire:.0f}x on the wire" if wire else ""),
         )
         summary["plot"] = str(plot)
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
