@@ -17,7 +17,8 @@ the unit tests: a mutant that no vector kills is a behaviour the suite does not 
 A surviving mutant is either killed by a new vector (``conformance/tools/make_vectors.py``,
 ``engine_vectors.py``) or listed with the reason it is equivalent in
 ``conformance/mutation/equivalent-{python,rust}.txt`` (``<key>  # <reason>``). The command prints the
-score per implementation and every survivor that is not listed, and exits 1 if there is one.
+score per implementation, every survivor that is not listed and every listed mutant that a vector kills
+(stale: its reason is wrong), and exits 1 if there is either.
 
     python conformance/tools/mutation.py python [--sample N --seed S] [--timeout-factor F]
     python conformance/tools/mutation.py rust   [--sample N --seed S] [--cargo-mutants-args ...]
@@ -43,7 +44,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -503,10 +504,17 @@ class Campaign:
     equivalent: dict[str, str]
     seconds: float
     unviable: int = 0
+    #: keys of the mutants a vector killed (not by timeout, which load can cause)
+    caught: list[str] = field(default_factory=list)
 
     @property
     def unlisted(self) -> list[str]:
         return [s for s in self.survivors if s not in self.equivalent]
+
+    @property
+    def stale(self) -> list[str]:
+        """Listed keys whose mutant a vector killed: the listed reason is wrong (delete the line)."""
+        return [k for k in self.caught if k in self.equivalent]
 
     def report(self) -> str:
         viable = self.total - self.unviable
@@ -523,6 +531,8 @@ class Campaign:
         ]
         for s in self.unlisted:
             lines.append(f"  SURVIVED {s}")
+        for s in self.stale:
+            lines.append(f"  STALE    {s}  (listed, but a vector kills it: delete its line)")
         return "\n".join(lines)
 
 
@@ -570,6 +580,7 @@ def python_campaign(
         )
         killed = timeouts = 0
         survivors: list[str] = []
+        caught: list[str] = []
         t0 = time.monotonic()
         for i, m in enumerate(mutants):
             if m in uncovered:
@@ -580,6 +591,7 @@ def python_campaign(
             r = _run_forked(m, out, timeout)
             if r == "killed":
                 killed += 1
+                caught.append(m.key)
             elif r == "timeout":
                 timeouts += 1
             else:
@@ -587,7 +599,9 @@ def python_campaign(
             if verbose:
                 print(f"[{i + 1}/{len(mutants)}] {r:8s} {m.key}", flush=True)
         seconds = time.monotonic() - t0
-    return Campaign("python", len(mutants), killed, timeouts, survivors, equivalent, seconds)
+    return Campaign(
+        "python", len(mutants), killed, timeouts, survivors, equivalent, seconds, caught=caught
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -708,6 +722,7 @@ def rust_campaign(
         eq,
         seconds,
         unviable=len(unviable),
+        caught=[keys.get(x.strip(), x.strip()) for x in caught],
     )
 
 
@@ -801,7 +816,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
         print(camps[-1].report(), flush=True)
-    return 1 if any(c.unlisted for c in camps) else 0
+    return 1 if any(c.unlisted or c.stale for c in camps) else 0
 
 
 def _iter_keys(c: Campaign) -> Iterator[str]:
