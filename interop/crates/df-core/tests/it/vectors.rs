@@ -405,12 +405,15 @@ fn fast_problem(
         ));
     }
     let seq_start = s(j, "seq_start")?.as_u64().ok_or("seq_start")?;
+    // the header is judged against the vector's node, not the engine's own accessors
+    let node = s(j, "node")?;
+    let (id, inc) = (hex_u64(s(node, "id")?)?, hex_u64(s(node, "incarnation")?)?);
     let mut sel: Vec<u32> = Vec::new();
     for (i, en) in out.iter().enumerate() {
         if en.seq != seq_start + i as u64
             || en.hops != 0
-            || en.origin != e.node_id()
-            || en.incarnation != e.incarnation()
+            || en.origin != id
+            || en.incarnation != inc
             || en.indices.is_empty()
         {
             return Err(format!("fast entries[{i}]: bad header or empty {en:?}"));
