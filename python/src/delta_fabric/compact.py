@@ -31,6 +31,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from delta_fabric.errors import DecodeError, ErrorCode
+from delta_fabric.native import kernels
 
 __all__ = [
     "FORM_BITMAP",
@@ -124,6 +125,16 @@ def _varints(values: NDArray[np.unsignedinteger[Any]]) -> bytes:
             chunk[np.searchsorted(pos, more)] |= 0x80
         out[starts[pos] + k] = chunk
     return out.tobytes()
+
+
+#: The faults of `_varint_sums` and `unpack_indices` by the native decoder's code (its negation).
+_VARINT_FAULTS = {
+    1: "packed indices: truncated varint",
+    2: "packed indices: varint longer than 5 bytes",
+    3: "packed indices: overlong varint",
+    4: "packed indices: varint value >= 2**32",
+    5: "packed indices: an index >= 2**32",
+}
 
 
 def _varint_sums(data: NDArray[np.uint8]) -> NDArray[np.uint64]:
@@ -230,7 +241,13 @@ def encode_indices(indices: NDArray[np.uint32]) -> bytes:
     bitmap_len = 1 + _varint_len(int(idx[0])) + (span + 7) // 8  # the bitmap's exact length
     if bitmap_len < 1 + idx.size:  # the delta form has at least one byte per index
         return _bitmap(idx)
-    delta = bytes([FORM_DELTA]) + _varints(_gaps(idx))
+    nat = kernels() if idx.dtype == np.uint32 else None
+    if nat is not None:  # the same bytes in one native pass
+        buf = np.empty(1 + _MAX_VARINT * idx.size, dtype=np.uint8)
+        buf[0] = FORM_DELTA
+        delta = buf[: 1 + nat.varint_gaps(idx, buf[1:])].tobytes()
+    else:
+        delta = bytes([FORM_DELTA]) + _varints(_gaps(idx))
     return _bitmap(idx) if bitmap_len < len(delta) else delta
 
 
@@ -248,6 +265,13 @@ def unpack_indices(packed: bytes | memoryview | NDArray[np.uint8]) -> NDArray[np
     if form == FORM_DELTA:
         if body.size == 0:
             return np.empty(0, dtype=np.uint32)
+        nat = kernels()
+        if nat is not None:  # the same sums and faults in one native pass
+            sums = np.empty(body.size, dtype=np.uint32)
+            got = int(nat.varint_sums(body, sums))
+            if got < 0:
+                raise DecodeError(ErrorCode.MALFORMED, _VARINT_FAULTS[-got])
+            return sums[:got]
         if body.size * 0x7F < _U32_LIMIT and int(body.max()) < 0x80:
             # one-byte gaps whose sum stays below 2**32: the indices are their u32 running sums
             one: NDArray[np.uint32] = np.cumsum(body.astype(np.uint32), dtype=np.uint32)

@@ -24,6 +24,7 @@ from delta_fabric.encodings import codec
 from delta_fabric.errors import DecodeError, ErrorCode
 from delta_fabric.influence import InfluenceBound
 from delta_fabric.manifest import Manifest
+from delta_fabric.native import kernels
 from delta_fabric.replay import (
     Admission,
     Counters,
@@ -60,9 +61,14 @@ _NO_INDICES: NDArray[np.uint32] = np.empty(0, dtype=np.uint32)
 _NO_VALUES: NDArray[np.float32] = np.empty(0, dtype=np.float32)
 _F32_ZERO = np.float32(0.0)  # +0: the aggregate before a step's first sum (DF-RCV-6)
 
-#: The node's active weights as `Engine.receive` reads them for DF-RCV-50: a flat f32 array, or a
-#: function returning the values at the given flat indices (``WeightStore.gather``).
-ActiveView = NDArray[np.float32] | Callable[[NDArray[np.uint32]], NDArray[np.float32]]
+#: The node's active weights as `Engine.receive` reads them for DF-RCV-50: a flat f32 array, a
+#: function returning the values at the given flat indices (``WeightStore.gather``), or a list of
+#: 1-D f32 arrays whose concatenation is the canonical vector (``TorchStore.host_parts``), only read.
+ActiveView = (
+    NDArray[np.float32]
+    | Callable[[NDArray[np.uint32]], NDArray[np.float32]]
+    | list[NDArray[np.float32]]
+)
 
 
 def _check_id(name: str, value: int) -> int:
@@ -242,6 +248,9 @@ class Engine:
             None  # O(N) receive scratch (DF-RCV-6), +0 between steps
         )
         self._mark: NDArray[np.bool_] | None = None  # O(N) scratch of `_union`, False between uses
+        #: the OPTIONAL native kernels (`delta_fabric.native`), None: NumPy only. Either gives the
+        #: same bits; set it to None to run this engine on NumPy alone.
+        self.native = kernels()
 
     # ------------------------------------------------------------------------------------------------
     @property
@@ -354,6 +363,7 @@ class Engine:
         n = self.num_params
         if self._selector is None:
             self._selector = Selector(n)
+        self._selector.native = self.native
         k = self.config.num_selected(n)  # DF-GEN-2
         # DF-GEN-1 (d = fl32(active - anchor), element by element, tensor by tensor) and DF-GEN-3
         # (exact) / DF-GEN-7 (fast): the selected indices and d there (the selected deltas; idx:
@@ -389,7 +399,10 @@ class Engine:
                 corr.append(np.subtract(sent, dpart, dtype=np.float32))
             else:
                 sent = vc.quantize(dpart)
-            self._anchor[ipart] = self._anchor[ipart] + sent
+            if self.native is not None:  # the same fl32(anchor + sent), distinct indices
+                self.native.scatter_add(self._anchor, part, sent)
+            else:
+                self._anchor[ipart] = self._anchor[ipart] + sent
             entry = Entry(
                 origin=self.node_id,
                 incarnation=self.incarnation,
@@ -456,8 +469,16 @@ class Engine:
         )
         # per accepted packet: the indices it touched and fl32(anchor + agg) there just after it
         # (its DF-RCV-50 check); with `anchor_writes`, their element count
-        parts_anchor: list[tuple[NDArray[np.intp], NDArray[np.float32]]] = []
+        parts_anchor: list[tuple[NDArray[np.intp] | NDArray[np.uint32], NDArray[np.float32]]] = []
         anchor_writes = 0
+        # With the native kernels, the step's aggregate is kept sparse while every accepted packet
+        # has one accepted entry: the sorted union of the indices (sp_idx) and the sums there
+        # (sp_val), merged entry by entry (the same sums as the dense scratch; agg is not touched).
+        # A packet with several accepted entries writes it into agg and the step goes on dense.
+        nat = self.native
+        sparse = nat is not None
+        sp_idx: NDArray[np.uint32] | None = None
+        sp_val: NDArray[np.float32] | None = None
         for i, buf in enumerate(packets):
             c.packets_received += 1
             try:
@@ -483,6 +504,7 @@ class Engine:
             p_new: list[NDArray[np.float32]] = []
             undo: list[tuple[NDArray[np.intp], NDArray[np.float32]]] = []
             owned = isinstance(buf, bytes)  # immutable: relays may keep views over it
+            pend: tuple[NDArray[np.uint32], NDArray[np.float32]] | None = None  # sparse, if accepted
             acc_e: list[Entry] = []  # the accepted entries, in packet order
             for j, e in enumerate(pkt.entries):
                 # only an entry that will be accepted changes the state: save its origin's table
@@ -500,7 +522,26 @@ class Engine:
                     continue
                 accepted.append(AcceptedEntry(e.origin, e.incarnation, e.seq, e.hops, i, j))
                 acc_e.append(e)
-            if len(acc_e) == 1:
+            if len(acc_e) == 1 and sparse:
+                assert nat is not None
+                e = acc_e[0]
+                u = self._damped(e, alpha)  # DF-RCV-5: fl32(alpha_f32 * v)
+                # DF-RCV-6, index by index from +0 (an entry's indices are distinct)
+                if sp_idx is None or sp_val is None:
+                    new = np.add(u, _F32_ZERO, dtype=np.float32)
+                    pend = (e.indices, new)
+                else:
+                    room = sp_idx.size + e.indices.size
+                    o_idx = np.empty(room, dtype=np.uint32)
+                    o_val = np.empty(room, dtype=np.float32)
+                    new = np.empty(e.indices.size, dtype=np.float32)
+                    m = nat.merge_add(sp_idx, sp_val, e.indices, u, o_idx, o_val, new)
+                    pend = (o_idx[:m], o_val[:m])
+                p_idx.append(e.indices)
+                p_ix.append(e.indices)  # the kernels take u32 indices as they are
+                p_new.append(new)
+                self._relay_entries(relay, acc_e, u, thr32, owned)
+            elif len(acc_e) == 1:
                 e = acc_e[0]
                 u = self._damped(e, alpha)  # DF-RCV-5: fl32(alpha_f32 * v)
                 # DF-RCV-6, index by index from +0 (an entry's indices are distinct)
@@ -521,6 +562,16 @@ class Engine:
                 p_new.append(new)
                 self._relay_entries(relay, acc_e, u, thr32, owned)
             elif acc_e:  # several entries: one pass over all of them
+                if sparse:  # the sparse aggregate goes into agg; the step goes on dense
+                    assert nat is not None
+                    if sp_idx is not None and sp_val is not None:
+                        nat.scatter(agg, sp_idx, sp_val)
+                    sparse = False
+                    parts_ix = [p.astype(np.intp) for p in parts_idx]
+                    parts_anchor = [(p.astype(np.intp), v) for p, v in parts_anchor]
+                    anchor_writes = sum(int(p.size) for p, _ in parts_anchor)
+                    if len(parts_anchor) == 1:  # as if the dense path had taken the first part
+                        first_anchor = parts_anchor[0][1]
                 if deferred:
                     agg[parts_ix[0]] = parts_new[0]
                     deferred = False
@@ -547,7 +598,9 @@ class Engine:
                     self.state.restore(origin, table)
                 self._reject(res, i, ErrorCode.NON_FINITE_RESULT)
                 continue
-            if p_idx and not parts_idx and len(p_idx) == 1:
+            if pend is not None:
+                sp_idx, sp_val = pend
+            if p_idx and not parts_idx and len(p_idx) == 1 and not sparse:
                 deferred = not undo  # the first part, its sums not written to agg
                 first_anchor = p_anchor[1] if p_anchor is not None else None
             if p_anchor is not None:
@@ -574,7 +627,16 @@ class Engine:
             res.relay = kept
         c.entries_accepted += res.accepted_entries
         c.entries_relayed += len(res.relay)
-        if parts_idx:
+        if parts_idx and sparse:  # agg untouched: the sparse aggregate is the result
+            assert nat is not None and sp_idx is not None and sp_val is not None
+            res.indices = np.array(sp_idx, dtype=np.uint32) if len(parts_idx) == 1 else sp_idx
+            res.values = sp_val
+            # DF-RCV-7 (anchor side) from the DF-RCV-50 checks, written in acceptance order (the
+            # last write at an index is the last packet's, which saw agg's final value there)
+            for p_ix_, p_sum in parts_anchor:
+                nat.scatter(anchor, p_ix_, p_sum)
+            c.values_applied += int(res.indices.size)
+        elif parts_idx:
             if len(parts_idx) == 1:  # one accepted entry: agg at its indices is its sum
                 res.indices = np.array(parts_idx[0], dtype=np.uint32)
                 ix = parts_ix[0]
@@ -769,7 +831,7 @@ class Engine:
         p_ix: list[NDArray[np.intp]],
         p_new: list[NDArray[np.float32]],
         active: ActiveView | None,
-    ) -> tuple[bool, tuple[NDArray[np.intp], NDArray[np.float32]] | None]:
+    ) -> tuple[bool, tuple[NDArray[np.intp] | NDArray[np.uint32], NDArray[np.float32]] | None]:
         """DF-RCV-50 at the indices a packet touched (its accepted entries' ``p_idx``, as intp
         ``p_ix``; ``p_new``: the aggregate at them after each entry's sum): the running aggregate
         ``agg[i]``, ``fl32(anchor[i] + agg[i])`` and ``fl32(active[i] + agg[i])`` are all finite.
@@ -783,17 +845,26 @@ class Engine:
             idx = _sorted_unique(p_idx)
             ix = idx.astype(np.intp)
             a = self._agg[ix]
+        nat = self.native
         with np.errstate(over="ignore", invalid="ignore"):
-            anchor_sum = self._anchor[ix] + a
-            # an infinite or NaN agg[i] makes anchor[i] + agg[i] infinite or NaN (IEEE 754), so
-            # this one test also finds a non-finite aggregate
-            if not bool(np.isfinite(anchor_sum).all()):
-                return False, None
+            if nat is not None:  # the same sums and verdict in one pass
+                anchor_sum = np.empty(a.size, dtype=np.float32)
+                if not nat.gather_add(self._anchor, idx, a, anchor_sum):
+                    return False, None
+            else:
+                anchor_sum = self._anchor[ix] + a
+                # an infinite or NaN agg[i] makes anchor[i] + agg[i] infinite or NaN (IEEE 754),
+                # so this one test also finds a non-finite aggregate
+                if not bool(np.isfinite(anchor_sum).all()):
+                    return False, None
             kept = (ix, anchor_sum)
             if active is None:
                 return True, kept
-            act = active[ix] if isinstance(active, np.ndarray) else active(idx)
-            ok = bool(np.isfinite(np.asarray(act, dtype=np.float32) + a).all())
+            if isinstance(active, list):
+                ok = _parts_add_finite(nat, active, idx, a)
+            else:
+                act = active[ix] if isinstance(active, np.ndarray) else active(idx)
+                ok = bool(np.isfinite(np.asarray(act, dtype=np.float32) + a).all())
             return ok, (kept if ok else None)
 
     def pack(self, own: Sequence[Entry], relay: Sequence[Entry]) -> list[bytes]:
@@ -914,6 +985,26 @@ def _f32_at_least(x: float) -> np.float32:
         up: np.float32 = np.nextafter(f, np.float32(np.inf), dtype=np.float32)
         return up
     return f
+
+
+def _parts_add_finite(
+    nat: object | None,
+    parts: list[NDArray[np.float32]],
+    idx: NDArray[np.uint32],
+    a: NDArray[np.float32],
+) -> bool:
+    """Whether ``fl32(active[idx] + a)`` is finite everywhere, ``active`` being the concatenation of
+    ``parts`` and ``idx`` strictly increasing (DF-RCV-50 on the active side)."""
+    if nat is not None:
+        return bool(nat.parts_add_finite(parts, idx, a))  # type: ignore[attr-defined]
+    bounds = np.cumsum([0, *(int(p.shape[0]) for p in parts)])
+    cuts = np.searchsorted(idx, bounds)
+    for p, lo, hi, start in zip(parts, cuts[:-1], cuts[1:], bounds[:-1], strict=True):
+        if hi > lo:
+            local = idx[lo:hi].astype(np.intp) - int(start)
+            if not bool(np.isfinite(p[local] + a[lo:hi]).all()):
+                return False
+    return True
 
 
 def _sorted_unique(parts: list[NDArray[np.uint32]]) -> NDArray[np.uint32]:

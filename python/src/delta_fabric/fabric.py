@@ -38,7 +38,7 @@ from numpy.typing import NDArray
 
 from delta_fabric.config import RelayPolicy, SyncConfig
 from delta_fabric.encodings import supports
-from delta_fabric.engine import AcceptedEntry, Engine, ReceiveResult, Snapshot
+from delta_fabric.engine import AcceptedEntry, ActiveView, Engine, ReceiveResult, Snapshot
 from delta_fabric.errors import DeltaFabricError
 from delta_fabric.influence import InfluenceBound
 from delta_fabric.manifest import Manifest
@@ -625,7 +625,7 @@ class Fabric:
             if packets:
                 # DF-RCV-175: the node's clock, once per step, for the engine's incarnation bound
                 self.engine.set_now_us(time.time_ns() // 1000)
-                res = self.engine.receive(packets, active=self.store.gather)
+                res = self.engine.receive(packets, active=self._active_for_receive())
                 if res.indices.size:
                     self.store.apply(res.indices, res.values)
                     self.values_received_applied += int(res.indices.size)
@@ -668,6 +668,18 @@ class Fabric:
             self.bytes_sent += len(pkt)
             self.packets_sent += 1
         return len(out)
+
+    def _active_for_receive(self) -> ActiveView:
+        """The active weights for the DF-RCV-50 checks of a receive: with the native kernels, the
+        store's OPTIONAL ``host_parts`` when it has them (views of the live f32 host tensors, read
+        in place), else ``gather`` (the values at the checked indices)."""
+        if self.engine.native is not None:
+            host = getattr(self.store, "host_parts", None)
+            if callable(host):
+                got: list[NDArray[np.float32]] | None = host()
+                if got is not None:
+                    return got
+        return self.store.gather
 
     def _active_for_generate(self) -> NDArray[np.float32] | list[NDArray[np.float32]]:
         """The active weights for a generation: the store's per-tensor parts when it has the

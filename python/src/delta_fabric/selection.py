@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -79,6 +80,11 @@ class Selector:
         self._mask = np.empty(n, dtype=np.bool_)
         self._part: NDArray[np.float32] | None = None  # allocated on the first reference fallback
         self._d: NDArray[np.float32] | None = None  # `select_delta`'s d, allocated on its first use
+        #: the OPTIONAL native kernels (`delta_fabric.native`; the engine sets them): the candidate
+        #: pass of `select_delta` in one native loop, the same candidates
+        self.native: Any = None
+        self._cand_idx: NDArray[np.intp] | None = None  # the native pass's output (grown on need)
+        self._cand_d: NDArray[np.float32] | None = None
         #: how the last call was resolved: "sample", "trim", "group-max", "reference",
         #: "all" (for tests and the bench)
         self.last_path = ""
@@ -250,6 +256,53 @@ class Selector:
             return None
         t32 = np.float32(t)
         zero = t == 0.0
+        if self.native is not None:
+            sel, dsel = self._candidates_native(parts, anchor, t32, zero, k)
+        else:
+            sel, dsel = self._candidates_numpy(parts, anchor, t32, zero)
+        verdict = self._sample_verdict(sel.shape[0], t, k, fast)
+        if verdict is None:
+            return None
+        self.last_path = verdict
+        if verdict == "trim":
+            keep = _trim_mask(np.abs(dsel), k)
+            return sel[keep].astype(np.int64, copy=False), dsel[keep]
+        if self.native is not None:  # views of the native scratch: copies for the caller
+            return sel.astype(np.int64, copy=True), dsel.copy()
+        return sel.astype(np.int64, copy=False), dsel
+
+    def _candidates_native(
+        self,
+        parts: Sequence[NDArray[np.float32]],
+        anchor: NDArray[np.float32],
+        t32: np.float32,
+        zero: bool,
+        k: int,
+    ) -> tuple[NDArray[np.intp], NDArray[np.float32]]:
+        """`_candidates_numpy` in one native pass, into scratch that grows when it is short (the
+        returned arrays are views of it, valid until the next call)."""
+        plist = list(parts)
+        if self._cand_idx is None:
+            room = min(self.n, 4 * k + 4096)
+            self._cand_idx = np.empty(room, dtype=np.intp)
+            self._cand_d = np.empty(room, dtype=np.float32)
+        assert self._cand_d is not None
+        c = int(self.native.collect_at_least(plist, anchor, t32, zero, self._cand_idx, self._cand_d))
+        if c > self._cand_idx.shape[0]:  # more candidates than room: grow and read them again
+            self._cand_idx = np.empty(c, dtype=np.intp)
+            self._cand_d = np.empty(c, dtype=np.float32)
+            c = int(self.native.collect_at_least(plist, anchor, t32, zero, self._cand_idx, self._cand_d))
+        return self._cand_idx[:c], self._cand_d[:c]
+
+    def _candidates_numpy(
+        self,
+        parts: Sequence[NDArray[np.float32]],
+        anchor: NDArray[np.float32],
+        t32: np.float32,
+        zero: bool,
+    ) -> tuple[NDArray[np.intp], NDArray[np.float32]]:
+        """The candidates of threshold ``t32`` (with ``zero``: every nonzero ``|d|``), ascending, and
+        ``d = fl32(active - anchor)`` at them; NaN is never one. Block by block, in cache."""
         block = min(_BLOCK, self.n)
         diff = np.empty(block, dtype=np.float32)
         mag = np.empty(block, dtype=np.float32)
@@ -277,14 +330,7 @@ class Selector:
             off += m
         sel = np.concatenate(sels) if sels else np.empty(0, dtype=np.intp)
         dsel = np.concatenate(dvals) if dvals else np.empty(0, dtype=np.float32)
-        verdict = self._sample_verdict(sel.shape[0], t, k, fast)
-        if verdict is None:
-            return None
-        self.last_path = verdict
-        if verdict == "trim":
-            keep = _trim_mask(np.abs(dsel), k)
-            return sel[keep].astype(np.int64, copy=False), dsel[keep]
-        return sel.astype(np.int64, copy=False), dsel
+        return sel, dsel
 
     def _by_group_max(self, k: int) -> NDArray[np.int64]:
         """Exact selection from a guaranteed lower bound of the k-th largest magnitude.

@@ -16,6 +16,7 @@ from numpy.typing import NDArray
 
 from delta_fabric.extras import raise_missing_extra
 from delta_fabric.manifest import Manifest, TensorSpec
+from delta_fabric.native import kernels
 from delta_fabric.store import check_flat, check_sparse
 
 try:  # an optional dependency: a missing one names the extra to install
@@ -157,8 +158,31 @@ class TorchStore:
                 out.append(host)
             return out
 
+    def host_parts(self) -> list[NDArray[np.float32]] | None:
+        """The canonical vector as flat views of the live tensors, one per tensor in canonical
+        order, when every tensor is a contiguous f32 CPU tensor; None otherwise (no copy is ever
+        made). Read in place by `Engine.receive` for its DF-RCV-50 checks, never written."""
+        with torch.no_grad():
+            out: list[NDArray[np.float32]] = []
+            for t in self._tensors:
+                host = _host_f32(t)
+                if host is None:
+                    return None
+                out.append(host)
+            return out
+
     def apply(self, indices: NDArray[np.uint32], values: NDArray[np.float32]) -> None:
         check_sparse(self._manifest, indices, values)
+        nat = kernels()
+        if nat is not None and indices.dtype == np.uint32:
+            host = self.host_parts()
+            if host is not None:  # the same fl32(active + agg) in one native pass over the views
+                nat.parts_scatter_add(host, indices, np.ascontiguousarray(values, dtype=np.float32))
+                for i in self._var_pos:  # a variance is never negative (section 5.10)
+                    lo, hi = np.searchsorted(indices, self._offsets[i : i + 2])
+                    if hi > lo:  # clamped only when this apply touched it, as below
+                        self._tensors[i].data.clamp_(min=0.0)
+                return
         with torch.no_grad():
             for s in self._manifest.locate(indices, checked=True):
                 t = self._tensors[s.tensor]

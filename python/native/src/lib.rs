@@ -1,0 +1,635 @@
+//! Optional native kernels of the DeltaFabric Python core (`delta_fabric_native`).
+//!
+//! Each function is one numeric pass of the NumPy reference core (`delta_fabric.kernels` names the
+//! NumPy function it replaces) and gives the same bits: IEEE 754 f32 arithmetic, round to nearest
+//! even, in the same order. The protocol's decisions stay in Python; these only read and write
+//! buffers (NumPy arrays, or any object with the buffer protocol) that the caller passes.
+//!
+//! Safety: no `unsafe`. Buffers are read and written through `Cell` views (PyO3's `as_slice` /
+//! `as_mut_slice`), so two arguments that are the same array are well defined. Every index is
+//! bounds-checked; a bad argument raises `ValueError` (or `TypeError` for a wrong element type)
+//! before anything is written.
+
+use std::cell::Cell;
+
+use pyo3::buffer::{Element, PyBuffer, ReadOnlyCell};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+
+/// The largest number of bytes a LEB128 varint of a u32 takes.
+const MAX_VARINT: usize = 5;
+
+// --- buffers ------------------------------------------------------------------------------------
+
+fn buffer<T: Element>(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<PyBuffer<T>> {
+    let buf = PyBuffer::<T>::get(obj)
+        .map_err(|e| PyTypeError::new_err(format!("{what}: {e}")))?;
+    if !buf.is_c_contiguous() {
+        return Err(PyValueError::new_err(format!("{what}: not C-contiguous")));
+    }
+    Ok(buf)
+}
+
+fn ro<'a, T: Element>(py: Python<'a>, b: &'a PyBuffer<T>, what: &str) -> PyResult<&'a [ReadOnlyCell<T>]> {
+    b.as_slice(py)
+        .ok_or_else(|| PyValueError::new_err(format!("{what}: not a contiguous buffer")))
+}
+
+fn rw<'a, T: Element>(py: Python<'a>, b: &'a PyBuffer<T>, what: &str) -> PyResult<&'a [Cell<T>]> {
+    b.as_mut_slice(py)
+        .ok_or_else(|| PyValueError::new_err(format!("{what}: read-only or not contiguous")))
+}
+
+/// An index array: NumPy `uint32` or `intp` (`int64`), read as `usize`.
+enum Index {
+    U32(PyBuffer<u32>),
+    I64(PyBuffer<i64>),
+}
+
+impl Index {
+    fn get(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Index> {
+        if let Ok(b) = PyBuffer::<u32>::get(obj) {
+            if b.is_c_contiguous() {
+                return Ok(Index::U32(b));
+            }
+        }
+        Ok(Index::I64(buffer::<i64>(obj, what)?))
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Index::U32(b) => b.item_count(),
+            Index::I64(b) => b.item_count(),
+        }
+    }
+
+    /// Every index, checked `< n`, as one `Vec<usize>`-free pass: `f(position, index)`.
+    fn for_each(
+        &self,
+        py: Python<'_>,
+        n: usize,
+        what: &str,
+        mut f: impl FnMut(usize, usize),
+    ) -> PyResult<()> {
+        match self {
+            Index::U32(b) => {
+                let s = ro(py, b, what)?;
+                for (j, v) in s.iter().enumerate() {
+                    let i = v.get() as usize;
+                    if i >= n {
+                        return Err(out_of_range(what, i, n));
+                    }
+                    f(j, i);
+                }
+            }
+            Index::I64(b) => {
+                let s = ro(py, b, what)?;
+                for (j, v) in s.iter().enumerate() {
+                    let i = usize::try_from(v.get()).map_err(|_| out_of_range(what, 0, n))?;
+                    if i >= n {
+                        return Err(out_of_range(what, i, n));
+                    }
+                    f(j, i);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks every index `< n` (and, with `ascending`, strictly increasing) before a write pass.
+    fn check(&self, py: Python<'_>, n: usize, ascending: bool, what: &str) -> PyResult<()> {
+        let mut prev: Option<usize> = None;
+        let mut bad = false;
+        self.for_each(py, n, what, |_, i| {
+            if ascending {
+                if let Some(p) = prev {
+                    bad |= i <= p;
+                }
+                prev = Some(i);
+            }
+        })?;
+        if bad {
+            return Err(PyValueError::new_err(format!("{what}: not strictly increasing")));
+        }
+        Ok(())
+    }
+}
+
+fn out_of_range(what: &str, i: usize, n: usize) -> PyErr {
+    PyValueError::new_err(format!("{what}: index {i} out of range for {n} values"))
+}
+
+fn same_len(what: &str, a: usize, b: usize) -> PyResult<()> {
+    if a != b {
+        return Err(PyValueError::new_err(format!("{what}: lengths differ ({a} and {b})")));
+    }
+    Ok(())
+}
+
+/// The f32 parts of a flat vector (1-D, in order) with their start offsets.
+struct Parts {
+    bufs: Vec<PyBuffer<f32>>,
+    starts: Vec<usize>,
+    total: usize,
+}
+
+impl Parts {
+    fn get(parts: &Bound<'_, PyList>, what: &str) -> PyResult<Parts> {
+        let mut bufs = Vec::with_capacity(parts.len());
+        let mut starts = Vec::with_capacity(parts.len());
+        let mut total = 0usize;
+        for p in parts.iter() {
+            let b = buffer::<f32>(&p, what)?;
+            starts.push(total);
+            total += b.item_count();
+            bufs.push(b);
+        }
+        Ok(Parts { bufs, starts, total })
+    }
+}
+
+// --- packed indices (replaces compact._varint_sums) ---------------------------------------------
+
+/// The running sums of the LEB128 varints of `data` into `out` (u32, at least as long as the number
+/// of varints; `len(data)` always is). Returns the number of varints, or a negative code of the
+/// first fault class found over the whole string, in `compact._varint_sums`'s order: -1 truncated
+/// (the last byte continues), -2 a varint longer than 5 bytes, -3 overlong (a 0 last byte after a
+/// continuation byte), -4 a varint value >= 2**32 (a 5th byte above 4 bits), -5 a running sum >= 2**32.
+#[pyfunction]
+fn varint_sums(py: Python<'_>, data: &Bound<'_, PyAny>, out: &Bound<'_, PyAny>) -> PyResult<i64> {
+    let db = buffer::<u8>(data, "data")?;
+    let ob = buffer::<u32>(out, "out")?;
+    let d = ro(py, &db, "data")?;
+    let o = rw(py, &ob, "out")?;
+    let n = d.len();
+    if n == 0 {
+        return Ok(0);
+    }
+    if d[n - 1].get() >= 0x80 {
+        return Ok(-1);
+    }
+    // classes found anywhere (the first class in order wins, as in the NumPy pass)
+    let (mut too_long, mut overlong, mut too_big) = (false, false, false);
+    let mut count = 0usize;
+    let mut sum: u64 = 0;
+    let mut value: u64 = 0;
+    let mut k = 0usize; // the position of the current byte in its varint
+    for c in d.iter() {
+        let b = c.get();
+        if k >= MAX_VARINT {
+            too_long = true;
+        }
+        if k == MAX_VARINT - 1 && b >= 0x10 {
+            too_big = true;
+        }
+        if k < MAX_VARINT {
+            value |= u64::from(b & 0x7F) << (7 * k);
+        }
+        if b < 0x80 {
+            if k > 0 && b == 0 {
+                overlong = true;
+            }
+            sum += value;
+            if count < o.len() {
+                o[count].set(sum as u32);
+            }
+            count += 1;
+            value = 0;
+            k = 0;
+        } else {
+            k += 1;
+        }
+    }
+    if too_long {
+        return Ok(-2);
+    }
+    if overlong {
+        return Ok(-3);
+    }
+    if too_big {
+        return Ok(-4);
+    }
+    if sum >= 1 << 32 {
+        return Ok(-5);
+    }
+    if count > o.len() {
+        return Err(PyValueError::new_err("out: shorter than the number of varints"));
+    }
+    Ok(count as i64)
+}
+
+/// The LEB128 varints of the first index and of every gap of strictly increasing u32 `indices`
+/// into `out` (at least `5 * len(indices)` bytes). Returns the number of bytes (replaces
+/// `compact._varints(compact._gaps(indices))`).
+#[pyfunction]
+fn varint_gaps(py: Python<'_>, indices: &Bound<'_, PyAny>, out: &Bound<'_, PyAny>) -> PyResult<usize> {
+    let ib = buffer::<u32>(indices, "indices")?;
+    let ob = buffer::<u8>(out, "out")?;
+    let (ix, o) = (ro(py, &ib, "indices")?, rw(py, &ob, "out")?);
+    if o.len() < MAX_VARINT * ix.len() {
+        return Err(PyValueError::new_err("out: shorter than 5 bytes per index"));
+    }
+    if ix.windows(2).any(|w| w[1].get() <= w[0].get()) {
+        return Err(PyValueError::new_err("indices: not strictly increasing"));
+    }
+    let mut m = 0usize;
+    let mut prev = 0u32;
+    for c in ix.iter() {
+        let i = c.get();
+        let mut x = i - prev;
+        prev = i;
+        while x >= 0x80 {
+            o[m].set((x as u8 & 0x7F) | 0x80);
+            x >>= 7;
+            m += 1;
+        }
+        o[m].set(x as u8);
+        m += 1;
+    }
+    Ok(m)
+}
+
+// --- gathers and scatters ---------------------------------------------------------------------
+
+/// `out[j] = fl32(src[ix[j]] + a[j])`; returns whether every result is finite
+/// (replaces `src[ix] + a` and `np.isfinite(...).all()`).
+#[pyfunction]
+fn gather_add(
+    py: Python<'_>,
+    src: &Bound<'_, PyAny>,
+    ix: &Bound<'_, PyAny>,
+    a: &Bound<'_, PyAny>,
+    out: &Bound<'_, PyAny>,
+) -> PyResult<bool> {
+    let sb = buffer::<f32>(src, "src")?;
+    let ab = buffer::<f32>(a, "a")?;
+    let ob = buffer::<f32>(out, "out")?;
+    let index = Index::get(ix, "ix")?;
+    let (s, av, o) = (ro(py, &sb, "src")?, ro(py, &ab, "a")?, rw(py, &ob, "out")?);
+    same_len("ix and a", index.len(), av.len())?;
+    same_len("ix and out", index.len(), o.len())?;
+    let mut finite = true;
+    index.for_each(py, s.len(), "ix", |j, i| {
+        let r = s[i].get() + av[j].get();
+        finite &= r.is_finite();
+        o[j].set(r);
+    })?;
+    Ok(finite)
+}
+
+/// `out[j] = src[ix[j]]` (replaces `src[ix]`).
+#[pyfunction]
+fn gather(
+    py: Python<'_>,
+    src: &Bound<'_, PyAny>,
+    ix: &Bound<'_, PyAny>,
+    out: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let sb = buffer::<f32>(src, "src")?;
+    let ob = buffer::<f32>(out, "out")?;
+    let index = Index::get(ix, "ix")?;
+    let (s, o) = (ro(py, &sb, "src")?, rw(py, &ob, "out")?);
+    same_len("ix and out", index.len(), o.len())?;
+    index.for_each(py, s.len(), "ix", |j, i| o[j].set(s[i].get()))
+}
+
+/// `dst[ix[j]] = vals[j]` in order (replaces `dst[ix] = vals`: the last write wins).
+#[pyfunction]
+fn scatter(
+    py: Python<'_>,
+    dst: &Bound<'_, PyAny>,
+    ix: &Bound<'_, PyAny>,
+    vals: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let db = buffer::<f32>(dst, "dst")?;
+    let vb = buffer::<f32>(vals, "vals")?;
+    let index = Index::get(ix, "ix")?;
+    let (d, v) = (rw(py, &db, "dst")?, ro(py, &vb, "vals")?);
+    same_len("ix and vals", index.len(), v.len())?;
+    index.check(py, d.len(), false, "ix")?;
+    index.for_each(py, d.len(), "ix", |j, i| d[i].set(v[j].get()))
+}
+
+/// `dst[ix[j]] = value` (replaces `dst[ix] = value`).
+#[pyfunction]
+fn scatter_value(
+    py: Python<'_>,
+    dst: &Bound<'_, PyAny>,
+    ix: &Bound<'_, PyAny>,
+    value: f32,
+) -> PyResult<()> {
+    let db = buffer::<f32>(dst, "dst")?;
+    let index = Index::get(ix, "ix")?;
+    let d = rw(py, &db, "dst")?;
+    index.check(py, d.len(), false, "ix")?;
+    index.for_each(py, d.len(), "ix", |_, i| d[i].set(value))
+}
+
+/// `dst[ix[j]] = fl32(dst[ix[j]] + vals[j])` for strictly increasing `ix` (replaces
+/// `dst[ix] = dst[ix] + vals`, which is the same for distinct indices).
+#[pyfunction]
+fn scatter_add(
+    py: Python<'_>,
+    dst: &Bound<'_, PyAny>,
+    ix: &Bound<'_, PyAny>,
+    vals: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let db = buffer::<f32>(dst, "dst")?;
+    let vb = buffer::<f32>(vals, "vals")?;
+    let index = Index::get(ix, "ix")?;
+    let (d, v) = (rw(py, &db, "dst")?, ro(py, &vb, "vals")?);
+    same_len("ix and vals", index.len(), v.len())?;
+    index.check(py, d.len(), true, "ix")?;
+    index.for_each(py, d.len(), "ix", |j, i| d[i].set(d[i].get() + v[j].get()))
+}
+
+// --- the active weights as parts ----------------------------------------------------------------
+
+/// Walks strictly increasing `ix` over `parts`: `f(position, part, offset in the part)`.
+fn walk_parts(
+    py: Python<'_>,
+    parts: &Parts,
+    index: &Index,
+    mut f: impl FnMut(usize, usize, usize),
+) -> PyResult<()> {
+    index.check(py, parts.total, true, "ix")?;
+    let mut p = 0usize;
+    index.for_each(py, parts.total, "ix", |j, i| {
+        while i >= parts.starts[p] + parts.bufs[p].item_count() {
+            p += 1;
+        }
+        f(j, p, i - parts.starts[p]);
+    })
+}
+
+/// Whether `fl32(active[ix[j]] + a[j])` is finite for every `j`, where `active` is the
+/// concatenation of `parts` and `ix` is strictly increasing (replaces a gather of the active
+/// weights, the sum and `np.isfinite(...).all()`).
+#[pyfunction]
+fn parts_add_finite(
+    py: Python<'_>,
+    parts: &Bound<'_, PyList>,
+    ix: &Bound<'_, PyAny>,
+    a: &Bound<'_, PyAny>,
+) -> PyResult<bool> {
+    let ps = Parts::get(parts, "parts")?;
+    let views = ps.bufs.iter().map(|b| ro(py, b, "parts")).collect::<PyResult<Vec<_>>>()?;
+    let ab = buffer::<f32>(a, "a")?;
+    let av = ro(py, &ab, "a")?;
+    let index = Index::get(ix, "ix")?;
+    same_len("ix and a", index.len(), av.len())?;
+    let mut finite = true;
+    walk_parts(py, &ps, &index, |j, p, k| finite &= (views[p][k].get() + av[j].get()).is_finite())?;
+    Ok(finite)
+}
+
+/// `active[ix[j]] = fl32(active[ix[j]] + vals[j])` over the writable `parts` of `active`, for
+/// strictly increasing `ix` (replaces an `index_add_` per tensor).
+#[pyfunction]
+fn parts_scatter_add(
+    py: Python<'_>,
+    parts: &Bound<'_, PyList>,
+    ix: &Bound<'_, PyAny>,
+    vals: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let ps = Parts::get(parts, "parts")?;
+    let views = ps.bufs.iter().map(|b| rw(py, b, "parts")).collect::<PyResult<Vec<_>>>()?;
+    let vb = buffer::<f32>(vals, "vals")?;
+    let v = ro(py, &vb, "vals")?;
+    let index = Index::get(ix, "ix")?;
+    same_len("ix and vals", index.len(), v.len())?;
+    walk_parts(py, &ps, &index, |j, p, k| {
+        let c = &views[p][k];
+        c.set(c.get() + v[j].get());
+    })
+}
+
+// --- union of sorted index lists (replaces engine._union) ----------------------------------------
+
+/// The sorted distinct union of strictly increasing u32 index lists, all `< n`, written to `out`
+/// (intp, at least the sum of the lengths). Returns its length.
+#[pyfunction]
+fn union(py: Python<'_>, lists: &Bound<'_, PyList>, n: usize, out: &Bound<'_, PyAny>) -> PyResult<usize> {
+    let ob = buffer::<i64>(out, "out")?;
+    let o = rw(py, &ob, "out")?;
+    let bufs = lists.iter().map(|l| buffer::<u32>(&l, "lists")).collect::<PyResult<Vec<_>>>()?;
+    let views = bufs.iter().map(|b| ro(py, b, "lists")).collect::<PyResult<Vec<_>>>()?;
+    let total: usize = views.iter().map(|v| v.len()).sum();
+    if o.len() < total {
+        return Err(PyValueError::new_err("out: shorter than the lists together"));
+    }
+    for v in &views {
+        let mut prev: Option<u32> = None;
+        for c in v.iter() {
+            let i = c.get();
+            if i as usize >= n {
+                return Err(out_of_range("lists", i as usize, n));
+            }
+            if prev.is_some_and(|p| i <= p) {
+                return Err(PyValueError::new_err("lists: not strictly increasing"));
+            }
+            prev = Some(i);
+        }
+    }
+    let mut m = 0usize;
+    if views.len() == 2 {
+        // a two-way merge
+        let (a, b) = (views[0], views[1]);
+        let (mut x, mut y) = (0usize, 0usize);
+        while x < a.len() && y < b.len() {
+            let (u, w) = (a[x].get(), b[y].get());
+            let v = u.min(w);
+            x += usize::from(u == v);
+            y += usize::from(w == v);
+            o[m].set(i64::from(v));
+            m += 1;
+        }
+        for c in a[x..].iter().chain(b[y..].iter()) {
+            o[m].set(i64::from(c.get()));
+            m += 1;
+        }
+    } else if 8 * total >= n {
+        let mut mark = vec![false; n];
+        for v in &views {
+            for c in v.iter() {
+                mark[c.get() as usize] = true;
+            }
+        }
+        for (i, &b) in mark.iter().enumerate() {
+            if b {
+                o[m].set(i as i64);
+                m += 1;
+            }
+        }
+    } else {
+        let mut all: Vec<u32> = Vec::with_capacity(total);
+        for v in &views {
+            all.extend(v.iter().map(|c| c.get()));
+        }
+        all.sort_unstable();
+        all.dedup();
+        for (j, &i) in all.iter().enumerate() {
+            o[j].set(i64::from(i));
+        }
+        m = all.len();
+    }
+    Ok(m)
+}
+
+// --- selection (replaces the block loop of Selector._delta_by_sample) ---------------------------
+
+/// The candidates of a threshold: every `i` with `|d_i| >= t` (with `zero`: `|d_i| > 0`), where
+/// `d = fl32(active - anchor)` and `active` is the concatenation of `parts`, ascending; NaN is never a
+/// candidate. Writes up to `len(out_idx)` of them (`out_idx`: intp, `out_d`: `d` there) and returns
+/// how many there are (a count above the room means: call again with more).
+#[pyfunction]
+fn collect_at_least(
+    py: Python<'_>,
+    parts: &Bound<'_, PyList>,
+    anchor: &Bound<'_, PyAny>,
+    t: f32,
+    zero: bool,
+    out_idx: &Bound<'_, PyAny>,
+    out_d: &Bound<'_, PyAny>,
+) -> PyResult<usize> {
+    let ps = Parts::get(parts, "parts")?;
+    let views = ps.bufs.iter().map(|b| ro(py, b, "parts")).collect::<PyResult<Vec<_>>>()?;
+    let anb = buffer::<f32>(anchor, "anchor")?;
+    let an = ro(py, &anb, "anchor")?;
+    same_len("parts and anchor", ps.total, an.len())?;
+    let (ib, db) = (buffer::<i64>(out_idx, "out_idx")?, buffer::<f32>(out_d, "out_d")?);
+    let (oi, od) = (rw(py, &ib, "out_idx")?, rw(py, &db, "out_d")?);
+    same_len("out_idx and out_d", oi.len(), od.len())?;
+    let room = oi.len();
+    let mut m = 0usize;
+    const BLOCK: usize = 1024;
+    let mut dd = [0f32; BLOCK];
+    for (p, view) in views.iter().enumerate() {
+        let off = ps.starts[p];
+        let anc = &an[off..off + view.len()];
+        for (c, (xs, ys)) in view.chunks(BLOCK).zip(anc.chunks(BLOCK)).enumerate() {
+            let w = xs.len();
+            let xs: &[f32] = unsafe { std::slice::from_raw_parts(xs.as_ptr() as *const f32, w) };
+            let ys: &[f32] = unsafe { std::slice::from_raw_parts(ys.as_ptr() as *const f32, w) };
+            for ((d, x), y) in dd[..w].iter_mut().zip(xs).zip(ys) {
+                *d = x - y;
+            }
+            let base = off + c * BLOCK;
+            for (g, group) in dd[..w].chunks(64).enumerate() {
+                let mut bits = 0u64;
+                if zero {
+                    for (k, &d) in group.iter().enumerate() {
+                        bits |= u64::from(d.abs() > 0.0) << k;
+                    }
+                } else {
+                    for (k, &d) in group.iter().enumerate() {
+                        bits |= u64::from(d.abs() >= t) << k;
+                    }
+                }
+                while bits != 0 {
+                    let k = bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    if m < room {
+                        oi[m].set((base + g * 64 + k) as i64);
+                        od[m].set(group[k]);
+                    }
+                    m += 1;
+                }
+            }
+        }
+    }
+    Ok(m)
+}
+
+// --- a sparse aggregate (replaces the dense scratch of Engine.receive) ----------------------------
+
+/// Adds an entry to a sparse aggregate: `agg_idx` (strictly increasing u32) with `agg_val`, and
+/// the entry's strictly increasing `idx` with damped values `u`. Writes the union of the indices to
+/// `out_idx` and the aggregate there to `out_val` (at least `len(agg_idx) + len(idx)` each):
+/// `fl32(agg + u)` where both have the index, `fl32(+0 + u)` where only the entry has it, `agg`
+/// where only the aggregate has it; and the aggregate at the entry's indices to `new` (`len(idx)`).
+/// These are the sums of the dense pass (`agg[ix] = agg[ix] + u` over an aggregate that is +0
+/// elsewhere). Returns the union's length.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn merge_add(
+    py: Python<'_>,
+    agg_idx: &Bound<'_, PyAny>,
+    agg_val: &Bound<'_, PyAny>,
+    idx: &Bound<'_, PyAny>,
+    u: &Bound<'_, PyAny>,
+    out_idx: &Bound<'_, PyAny>,
+    out_val: &Bound<'_, PyAny>,
+    new: &Bound<'_, PyAny>,
+) -> PyResult<usize> {
+    let (aib, avb) = (buffer::<u32>(agg_idx, "agg_idx")?, buffer::<f32>(agg_val, "agg_val")?);
+    let (ib, ub) = (buffer::<u32>(idx, "idx")?, buffer::<f32>(u, "u")?);
+    let (oib, ovb, nb) = (
+        buffer::<u32>(out_idx, "out_idx")?,
+        buffer::<f32>(out_val, "out_val")?,
+        buffer::<f32>(new, "new")?,
+    );
+    let (ai, av) = (ro(py, &aib, "agg_idx")?, ro(py, &avb, "agg_val")?);
+    let (ei, eu) = (ro(py, &ib, "idx")?, ro(py, &ub, "u")?);
+    let (oi, ov, nw) = (rw(py, &oib, "out_idx")?, rw(py, &ovb, "out_val")?, rw(py, &nb, "new")?);
+    same_len("agg_idx and agg_val", ai.len(), av.len())?;
+    same_len("idx and u", ei.len(), eu.len())?;
+    same_len("idx and new", ei.len(), nw.len())?;
+    same_len("out_idx and out_val", oi.len(), ov.len())?;
+    if oi.len() < ai.len() + ei.len() {
+        return Err(PyValueError::new_err("out_idx: shorter than the two lists together"));
+    }
+    for (what, s) in [("agg_idx", ai), ("idx", ei)] {
+        if s.windows(2).any(|w| w[1].get() <= w[0].get()) {
+            return Err(PyValueError::new_err(format!("{what}: not strictly increasing")));
+        }
+    }
+    // branch-free: the aggregate never holds -0 (its first values are fl32(+0 + u) and a sum is
+    // -0 only of two -0), so `agg + 0` is `agg` and one expression covers the three cases
+    let (mut x, mut y, mut m) = (0usize, 0usize, 0usize);
+    while x < ai.len() && y < ei.len() {
+        let (p, q) = (ai[x].get(), ei[y].get());
+        let (va, vb) = (av[x].get(), eu[y].get());
+        let (le, ge) = (p <= q, q <= p);
+        let s = if le { va } else { 0.0 } + if ge { vb } else { 0.0 };
+        oi[m].set(p.min(q));
+        ov[m].set(s);
+        nw[y].set(s); // kept only when the entry has the index (else written again)
+        x += usize::from(le);
+        y += usize::from(ge);
+        m += 1;
+    }
+    for j in x..ai.len() {
+        oi[m].set(ai[j].get());
+        ov[m].set(av[j].get());
+        m += 1;
+    }
+    for j in y..ei.len() {
+        let s = 0.0f32 + eu[j].get();
+        oi[m].set(ei[j].get());
+        ov[m].set(s);
+        nw[j].set(s);
+        m += 1;
+    }
+    Ok(m)
+}
+
+#[pymodule]
+fn delta_fabric_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(varint_sums, m)?)?;
+    m.add_function(wrap_pyfunction!(gather_add, m)?)?;
+    m.add_function(wrap_pyfunction!(gather, m)?)?;
+    m.add_function(wrap_pyfunction!(scatter, m)?)?;
+    m.add_function(wrap_pyfunction!(scatter_value, m)?)?;
+    m.add_function(wrap_pyfunction!(scatter_add, m)?)?;
+    m.add_function(wrap_pyfunction!(parts_add_finite, m)?)?;
+    m.add_function(wrap_pyfunction!(parts_scatter_add, m)?)?;
+    m.add_function(wrap_pyfunction!(union, m)?)?;
+    m.add_function(wrap_pyfunction!(collect_at_least, m)?)?;
+    m.add_function(wrap_pyfunction!(merge_add, m)?)?;
+    m.add_function(wrap_pyfunction!(varint_gaps, m)?)?;
+    m.add("MAX_VARINT", MAX_VARINT)?;
+    m.add("API", 1)?;
+    Ok(())
+}

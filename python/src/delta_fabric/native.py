@@ -1,0 +1,66 @@
+"""The OPTIONAL native kernels: ``delta_fabric_native``, a Rust extension (``python/native``).
+
+The NumPy core is the reference and is complete without it. When the extension is installed, the
+engine hands a few numeric passes to it: the sparse aggregate of a receive step (a merge of sorted
+index lists instead of a dense N-value scratch), the DF-RCV-50 sums and checks, the anchor writes,
+the candidate pass of the selection and the packed-index decoder. Each kernel gives the bits of the
+NumPy pass it replaces (``tests/test_native.py`` compares them, and the engine vectors and the
+conformance suite run with it on and off). Nothing in the protocol's decisions moves to Rust.
+
+``DELTA_FABRIC_NATIVE`` chooses: ``auto`` (the default: the extension when it is installed), ``off``
+(never), ``on`` (required: an error when it is missing). Install it with ``pip install
+./python/native`` (needs cargo) or ``scripts/setup.sh`` (which builds it when cargo is there).
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+from delta_fabric.errors import DeltaFabricError
+
+__all__ = ["API", "NativeError", "kernels", "mode"]
+
+#: The kernel set this core calls (``delta_fabric_native.API`` must be equal).
+API = 1
+_MODES = {"auto": "auto", "": "auto", "on": "on", "1": "on", "off": "off", "0": "off"}
+_loaded: dict[str, ModuleType | None] = {}
+
+
+class NativeError(DeltaFabricError, ImportError):
+    """``DELTA_FABRIC_NATIVE=on`` without a usable ``delta_fabric_native``, or a bad value of it."""
+
+
+def mode() -> str:
+    """``auto``, ``on`` or ``off``, from ``DELTA_FABRIC_NATIVE`` (`NativeError` for another value)."""
+    raw = os.environ.get("DELTA_FABRIC_NATIVE", "auto").strip().lower()
+    if raw not in _MODES:
+        raise NativeError(f"DELTA_FABRIC_NATIVE={raw!r}: expected auto, on or off")
+    return _MODES[raw]
+
+
+def kernels() -> ModuleType | None:
+    """The native kernel module, or None (NumPy only). Read once per mode per process."""
+    m = mode()
+    if m in _loaded:
+        return _loaded[m]
+    mod: ModuleType | None = None
+    if m != "off":
+        try:
+            import delta_fabric_native as mod  # type: ignore[import-not-found,no-redef]
+        except ImportError as exc:
+            if m == "on":
+                raise NativeError(
+                    "DELTA_FABRIC_NATIVE=on but delta_fabric_native is not installed "
+                    "(pip install ./python/native)"
+                ) from exc
+            mod = None
+        if mod is not None and getattr(mod, "API", None) != API:
+            if m == "on":
+                raise NativeError(
+                    f"delta_fabric_native has kernel API {getattr(mod, 'API', None)}, this core "
+                    f"needs {API}: reinstall it from this checkout"
+                )
+            mod = None
+    _loaded[m] = mod
+    return mod
