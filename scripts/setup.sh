@@ -4,6 +4,8 @@
 #   scripts/setup.sh              the library, harness and demo with dev tools (pytest, mypy, ruff, flatc)
 #   scripts/setup.sh --demo       only what the demo needs (torch, zenoh, scikit-learn, matplotlib, tqdm)
 #   scripts/setup.sh --rust       also fetch the Rust crates (the Burn node, df-driver; needs cargo)
+#   scripts/setup.sh --no-native  do not build the optional native kernels (python/native), which are
+#                                 otherwise built whenever cargo is on PATH (the NumPy core runs without)
 #   scripts/setup.sh --print-stamp PROFILE   print the stamp a finished PROFILE (demo|full) leaves
 #
 # The PyTorch-only path never needs Rust or cargo. Idempotent: a second run only checks. The venv is
@@ -14,12 +16,14 @@ PY=${PYTHON:-python3}
 VENV=${DELTA_FABRIC_VENV:-.venv}
 profile=full
 rust=0
+native=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --demo) profile=demo ;;
     --rust) rust=1 ;;
+    --no-native) native=0 ;;
     --print-stamp) profile=${2:?--print-stamp needs demo or full}; shift; print_stamp=1 ;;
-    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup: unknown option $1 (see scripts/setup.sh --help)" >&2; exit 2 ;;
   esac
   shift
@@ -70,4 +74,19 @@ if [ "$rust" = 1 ]; then
   echo "setup: fetching the Rust crates (the first time downloads several hundred)" >&2
   (cd interop && cargo fetch --locked)
 fi
-echo "setup: ok ($profile$([ "$rust" = 1 ] && echo ', rust'), $(( $(date +%s) - t0 ))s)" >&2
+# The OPTIONAL native kernels (delta_fabric_native, python/native): the same bits as the NumPy passes
+# they replace, faster; built with cargo (maturin comes from PyPI), skipped without it.
+native_stamp() { cat python/native/Cargo.toml python/native/Cargo.lock python/native/pyproject.toml \
+  python/native/src/*.rs | sha256sum | cut -c1-16; }
+if [ "$native" = 1 ]; then
+  if ! command -v cargo >/dev/null 2>&1; then
+    [ "$profile" = demo ] || echo "setup: no cargo: the optional native kernels (python/native) are not built; the NumPy" \
+      "core is used (same results, slower on big models)" >&2
+  elif [ "$(cat "$VENV/.deltafabric-native" 2>/dev/null)" != "$(native_stamp)" ]; then
+    echo "setup: building the native kernels (python/native, about 30 s the first time)" >&2
+    CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/delta-fabric/target} MATURIN_PEP517_ARGS=--locked \
+      "$VENV/bin/pip" install -q ./python/native
+    native_stamp > "$VENV/.deltafabric-native"
+  fi
+fi
+echo "setup: ok ($profile$([ "$rust" = 1 ] && echo ', rust')$([ "$native" = 1 ] && command -v cargo >/dev/null 2>&1 && echo ', native'), $(( $(date +%s) - t0 ))s)" >&2

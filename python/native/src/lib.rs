@@ -23,15 +23,18 @@ const MAX_VARINT: usize = 5;
 // --- buffers ------------------------------------------------------------------------------------
 
 fn buffer<T: Element>(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<PyBuffer<T>> {
-    let buf = PyBuffer::<T>::get(obj)
-        .map_err(|e| PyTypeError::new_err(format!("{what}: {e}")))?;
+    let buf = PyBuffer::<T>::get(obj).map_err(|e| PyTypeError::new_err(format!("{what}: {e}")))?;
     if !buf.is_c_contiguous() {
         return Err(PyValueError::new_err(format!("{what}: not C-contiguous")));
     }
     Ok(buf)
 }
 
-fn ro<'a, T: Element>(py: Python<'a>, b: &'a PyBuffer<T>, what: &str) -> PyResult<&'a [ReadOnlyCell<T>]> {
+fn ro<'a, T: Element>(
+    py: Python<'a>,
+    b: &'a PyBuffer<T>,
+    what: &str,
+) -> PyResult<&'a [ReadOnlyCell<T>]> {
     b.as_slice(py)
         .ok_or_else(|| PyValueError::new_err(format!("{what}: not a contiguous buffer")))
 }
@@ -49,10 +52,10 @@ enum Index {
 
 impl Index {
     fn get(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Index> {
-        if let Ok(b) = PyBuffer::<u32>::get(obj) {
-            if b.is_c_contiguous() {
-                return Ok(Index::U32(b));
-            }
+        if let Ok(b) = PyBuffer::<u32>::get(obj)
+            && b.is_c_contiguous()
+        {
+            return Ok(Index::U32(b));
         }
         Ok(Index::I64(buffer::<i64>(obj, what)?))
     }
@@ -110,7 +113,9 @@ impl Index {
             }
         })?;
         if bad {
-            return Err(PyValueError::new_err(format!("{what}: not strictly increasing")));
+            return Err(PyValueError::new_err(format!(
+                "{what}: not strictly increasing"
+            )));
         }
         Ok(())
     }
@@ -122,7 +127,9 @@ fn out_of_range(what: &str, i: usize, n: usize) -> PyErr {
 
 fn same_len(what: &str, a: usize, b: usize) -> PyResult<()> {
     if a != b {
-        return Err(PyValueError::new_err(format!("{what}: lengths differ ({a} and {b})")));
+        return Err(PyValueError::new_err(format!(
+            "{what}: lengths differ ({a} and {b})"
+        )));
     }
     Ok(())
 }
@@ -145,7 +152,11 @@ impl Parts {
             total += b.item_count();
             bufs.push(b);
         }
-        Ok(Parts { bufs, starts, total })
+        Ok(Parts {
+            bufs,
+            starts,
+            total,
+        })
     }
 }
 
@@ -214,7 +225,9 @@ fn varint_sums(py: Python<'_>, data: &Bound<'_, PyAny>, out: &Bound<'_, PyAny>) 
         return Ok(-5);
     }
     if count > o.len() {
-        return Err(PyValueError::new_err("out: shorter than the number of varints"));
+        return Err(PyValueError::new_err(
+            "out: shorter than the number of varints",
+        ));
     }
     Ok(count as i64)
 }
@@ -223,7 +236,11 @@ fn varint_sums(py: Python<'_>, data: &Bound<'_, PyAny>, out: &Bound<'_, PyAny>) 
 /// into `out` (at least `5 * len(indices)` bytes). Returns the number of bytes (replaces
 /// `compact._varints(compact._gaps(indices))`).
 #[pyfunction]
-fn varint_gaps(py: Python<'_>, indices: &Bound<'_, PyAny>, out: &Bound<'_, PyAny>) -> PyResult<usize> {
+fn varint_gaps(
+    py: Python<'_>,
+    indices: &Bound<'_, PyAny>,
+    out: &Bound<'_, PyAny>,
+) -> PyResult<usize> {
     let ib = buffer::<u32>(indices, "indices")?;
     let ob = buffer::<u8>(out, "out")?;
     let (ix, o) = (ro(py, &ib, "indices")?, rw(py, &ob, "out")?);
@@ -374,13 +391,19 @@ fn parts_add_finite(
     a: &Bound<'_, PyAny>,
 ) -> PyResult<bool> {
     let ps = Parts::get(parts, "parts")?;
-    let views = ps.bufs.iter().map(|b| ro(py, b, "parts")).collect::<PyResult<Vec<_>>>()?;
+    let views = ps
+        .bufs
+        .iter()
+        .map(|b| ro(py, b, "parts"))
+        .collect::<PyResult<Vec<_>>>()?;
     let ab = buffer::<f32>(a, "a")?;
     let av = ro(py, &ab, "a")?;
     let index = Index::get(ix, "ix")?;
     same_len("ix and a", index.len(), av.len())?;
     let mut finite = true;
-    walk_parts(py, &ps, &index, |j, p, k| finite &= (views[p][k].get() + av[j].get()).is_finite())?;
+    walk_parts(py, &ps, &index, |j, p, k| {
+        finite &= (views[p][k].get() + av[j].get()).is_finite()
+    })?;
     Ok(finite)
 }
 
@@ -394,7 +417,11 @@ fn parts_scatter_add(
     vals: &Bound<'_, PyAny>,
 ) -> PyResult<()> {
     let ps = Parts::get(parts, "parts")?;
-    let views = ps.bufs.iter().map(|b| rw(py, b, "parts")).collect::<PyResult<Vec<_>>>()?;
+    let views = ps
+        .bufs
+        .iter()
+        .map(|b| rw(py, b, "parts"))
+        .collect::<PyResult<Vec<_>>>()?;
     let vb = buffer::<f32>(vals, "vals")?;
     let v = ro(py, &vb, "vals")?;
     let index = Index::get(ix, "ix")?;
@@ -410,14 +437,27 @@ fn parts_scatter_add(
 /// The sorted distinct union of strictly increasing u32 index lists, all `< n`, written to `out`
 /// (intp, at least the sum of the lengths). Returns its length.
 #[pyfunction]
-fn union(py: Python<'_>, lists: &Bound<'_, PyList>, n: usize, out: &Bound<'_, PyAny>) -> PyResult<usize> {
+fn union(
+    py: Python<'_>,
+    lists: &Bound<'_, PyList>,
+    n: usize,
+    out: &Bound<'_, PyAny>,
+) -> PyResult<usize> {
     let ob = buffer::<i64>(out, "out")?;
     let o = rw(py, &ob, "out")?;
-    let bufs = lists.iter().map(|l| buffer::<u32>(&l, "lists")).collect::<PyResult<Vec<_>>>()?;
-    let views = bufs.iter().map(|b| ro(py, b, "lists")).collect::<PyResult<Vec<_>>>()?;
+    let bufs = lists
+        .iter()
+        .map(|l| buffer::<u32>(&l, "lists"))
+        .collect::<PyResult<Vec<_>>>()?;
+    let views = bufs
+        .iter()
+        .map(|b| ro(py, b, "lists"))
+        .collect::<PyResult<Vec<_>>>()?;
     let total: usize = views.iter().map(|v| v.len()).sum();
     if o.len() < total {
-        return Err(PyValueError::new_err("out: shorter than the lists together"));
+        return Err(PyValueError::new_err(
+            "out: shorter than the lists together",
+        ));
     }
     for v in &views {
         let mut prev: Option<u32> = None;
@@ -494,11 +534,18 @@ fn collect_at_least(
     out_d: &Bound<'_, PyAny>,
 ) -> PyResult<usize> {
     let ps = Parts::get(parts, "parts")?;
-    let views = ps.bufs.iter().map(|b| ro(py, b, "parts")).collect::<PyResult<Vec<_>>>()?;
+    let views = ps
+        .bufs
+        .iter()
+        .map(|b| ro(py, b, "parts"))
+        .collect::<PyResult<Vec<_>>>()?;
     let anb = buffer::<f32>(anchor, "anchor")?;
     let an = ro(py, &anb, "anchor")?;
     same_len("parts and anchor", ps.total, an.len())?;
-    let (ib, db) = (buffer::<i64>(out_idx, "out_idx")?, buffer::<f32>(out_d, "out_d")?);
+    let (ib, db) = (
+        buffer::<i64>(out_idx, "out_idx")?,
+        buffer::<f32>(out_d, "out_d")?,
+    );
     let (oi, od) = (rw(py, &ib, "out_idx")?, rw(py, &db, "out_d")?);
     same_len("out_idx and out_d", oi.len(), od.len())?;
     let room = oi.len();
@@ -510,10 +557,8 @@ fn collect_at_least(
         let anc = &an[off..off + view.len()];
         for (c, (xs, ys)) in view.chunks(BLOCK).zip(anc.chunks(BLOCK)).enumerate() {
             let w = xs.len();
-            let xs: &[f32] = unsafe { std::slice::from_raw_parts(xs.as_ptr() as *const f32, w) };
-            let ys: &[f32] = unsafe { std::slice::from_raw_parts(ys.as_ptr() as *const f32, w) };
             for ((d, x), y) in dd[..w].iter_mut().zip(xs).zip(ys) {
-                *d = x - y;
+                *d = x.get() - y.get();
             }
             let base = off + c * BLOCK;
             for (g, group) in dd[..w].chunks(64).enumerate() {
@@ -563,7 +608,10 @@ fn merge_add(
     out_val: &Bound<'_, PyAny>,
     new: &Bound<'_, PyAny>,
 ) -> PyResult<usize> {
-    let (aib, avb) = (buffer::<u32>(agg_idx, "agg_idx")?, buffer::<f32>(agg_val, "agg_val")?);
+    let (aib, avb) = (
+        buffer::<u32>(agg_idx, "agg_idx")?,
+        buffer::<f32>(agg_val, "agg_val")?,
+    );
     let (ib, ub) = (buffer::<u32>(idx, "idx")?, buffer::<f32>(u, "u")?);
     let (oib, ovb, nb) = (
         buffer::<u32>(out_idx, "out_idx")?,
@@ -572,45 +620,65 @@ fn merge_add(
     );
     let (ai, av) = (ro(py, &aib, "agg_idx")?, ro(py, &avb, "agg_val")?);
     let (ei, eu) = (ro(py, &ib, "idx")?, ro(py, &ub, "u")?);
-    let (oi, ov, nw) = (rw(py, &oib, "out_idx")?, rw(py, &ovb, "out_val")?, rw(py, &nb, "new")?);
+    let (oi, ov, nw) = (
+        rw(py, &oib, "out_idx")?,
+        rw(py, &ovb, "out_val")?,
+        rw(py, &nb, "new")?,
+    );
     same_len("agg_idx and agg_val", ai.len(), av.len())?;
     same_len("idx and u", ei.len(), eu.len())?;
     same_len("idx and new", ei.len(), nw.len())?;
     same_len("out_idx and out_val", oi.len(), ov.len())?;
     if oi.len() < ai.len() + ei.len() {
-        return Err(PyValueError::new_err("out_idx: shorter than the two lists together"));
+        return Err(PyValueError::new_err(
+            "out_idx: shorter than the two lists together",
+        ));
     }
     for (what, s) in [("agg_idx", ai), ("idx", ei)] {
         if s.windows(2).any(|w| w[1].get() <= w[0].get()) {
-            return Err(PyValueError::new_err(format!("{what}: not strictly increasing")));
+            return Err(PyValueError::new_err(format!(
+                "{what}: not strictly increasing"
+            )));
         }
     }
-    // branch-free: the aggregate never holds -0 (its first values are fl32(+0 + u) and a sum is
-    // -0 only of two -0), so `agg + 0` is `agg` and one expression covers the three cases
-    let (mut x, mut y, mut m) = (0usize, 0usize, 0usize);
-    while x < ai.len() && y < ei.len() {
-        let (p, q) = (ai[x].get(), ei[y].get());
-        let (va, vb) = (av[x].get(), eu[y].get());
-        let (le, ge) = (p <= q, q <= p);
-        let s = if le { va } else { 0.0 } + if ge { vb } else { 0.0 };
-        oi[m].set(p.min(q));
-        ov[m].set(s);
-        nw[y].set(s); // kept only when the entry has the index (else written again)
-        x += usize::from(le);
-        y += usize::from(ge);
-        m += 1;
+    // The union through a bitmap of the indices (N / 8 bytes, in cache) and the rank of an index in
+    // it (a popcount): no data-dependent branch per index, unlike a two-way merge.
+    let top = ai
+        .last()
+        .map_or(0, |c| c.get())
+        .max(ei.last().map_or(0, |c| c.get()));
+    let words = top as usize / 64 + 1;
+    let mut bits = vec![0u64; words];
+    for c in ai.iter().chain(ei.iter()) {
+        let i = c.get() as usize;
+        bits[i / 64] |= 1u64 << (i % 64);
     }
-    for j in x..ai.len() {
-        oi[m].set(ai[j].get());
-        ov[m].set(av[j].get());
-        m += 1;
+    let mut base = Vec::with_capacity(words);
+    let mut m = 0usize;
+    for (w, &word) in bits.iter().enumerate() {
+        base.push(m);
+        let mut b = word;
+        while b != 0 {
+            oi[m].set((w * 64) as u32 + b.trailing_zeros());
+            b &= b - 1;
+            m += 1;
+        }
     }
-    for j in y..ei.len() {
-        let s = 0.0f32 + eu[j].get();
-        oi[m].set(ei[j].get());
-        ov[m].set(s);
-        nw[j].set(s);
-        m += 1;
+    let rank =
+        |i: usize| base[i / 64] + (bits[i / 64] & ((1u64 << (i % 64)) - 1)).count_ones() as usize;
+    for c in &ov[..m] {
+        c.set(0.0);
+    }
+    // the aggregate where it has the index (it never holds -0: its first values are fl32(+0 + u)
+    // and a sum is -0 only of two -0), then fl32(agg + u) there, +0 + u elsewhere
+    for (c, v) in ai.iter().zip(av.iter()) {
+        ov[rank(c.get() as usize)].set(v.get());
+    }
+    for ((c, v), w) in ei.iter().zip(eu.iter()).zip(nw.iter()) {
+        let slot = &ov[rank(c.get() as usize)];
+        let s = slot.get() + v.get();
+        slot.set(s);
+        w.set(s);
     }
     Ok(m)
 }

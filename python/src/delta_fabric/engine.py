@@ -452,7 +452,8 @@ class Engine:
         needed = cfg.relay_policy is RelayPolicy.NEEDED
         copies: dict[tuple[int, int, int], set[int]] = {}  # senders of every copy of an entry
         parts_idx: list[NDArray[np.uint32]] = []
-        parts_ix: list[NDArray[np.intp]] = []  # the same indices as intp (no conversion per use)
+        # the same indices as intp (no conversion per use; u32 on the sparse path, for the kernels)
+        parts_ix: list[NDArray[np.intp] | NDArray[np.uint32]] = []
         parts_new: list[NDArray[np.float32]] = []  # agg at an entry's indices after its sum
         thr32 = _f32_at_least(threshold)  # |u| >= threshold as real numbers, |u| being f32
         c = self.counters
@@ -500,11 +501,13 @@ class Engine:
             accepted: list[AcceptedEntry] = []
             relay: list[Entry] = []
             p_idx: list[NDArray[np.uint32]] = []
-            p_ix: list[NDArray[np.intp]] = []
+            p_ix: list[NDArray[np.intp] | NDArray[np.uint32]] = []
             p_new: list[NDArray[np.float32]] = []
             undo: list[tuple[NDArray[np.intp], NDArray[np.float32]]] = []
             owned = isinstance(buf, bytes)  # immutable: relays may keep views over it
-            pend: tuple[NDArray[np.uint32], NDArray[np.float32]] | None = None  # sparse, if accepted
+            pend: tuple[NDArray[np.uint32], NDArray[np.float32]] | None = (
+                None  # sparse, if accepted
+            )
             acc_e: list[Entry] = []  # the accepted entries, in packet order
             for j, e in enumerate(pkt.entries):
                 # only an entry that will be accepted changes the state: save its origin's table
@@ -639,7 +642,7 @@ class Engine:
         elif parts_idx:
             if len(parts_idx) == 1:  # one accepted entry: agg at its indices is its sum
                 res.indices = np.array(parts_idx[0], dtype=np.uint32)
-                ix = parts_ix[0]
+                ix = np.asarray(parts_ix[0], dtype=np.intp)  # intp on the dense path: no copy
                 res.values = parts_new[0]
                 if not deferred:
                     agg[ix] = 0.0  # back to +0 for the next step
@@ -828,7 +831,7 @@ class Engine:
     def _finite_result(
         self,
         p_idx: list[NDArray[np.uint32]],
-        p_ix: list[NDArray[np.intp]],
+        p_ix: list[NDArray[np.intp] | NDArray[np.uint32]],
         p_new: list[NDArray[np.float32]],
         active: ActiveView | None,
     ) -> tuple[bool, tuple[NDArray[np.intp] | NDArray[np.uint32], NDArray[np.float32]] | None]:

@@ -14,6 +14,7 @@ conformance suite run with it on and off). Nothing in the protocol's decisions m
 
 from __future__ import annotations
 
+import importlib
 import os
 from types import ModuleType
 
@@ -47,7 +48,7 @@ def kernels() -> ModuleType | None:
     mod: ModuleType | None = None
     if m != "off":
         try:
-            import delta_fabric_native as mod  # type: ignore[import-not-found,no-redef]
+            mod = importlib.import_module("delta_fabric_native")
         except ImportError as exc:
             if m == "on":
                 raise NativeError(

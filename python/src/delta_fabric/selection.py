@@ -287,11 +287,15 @@ class Selector:
             self._cand_idx = np.empty(room, dtype=np.intp)
             self._cand_d = np.empty(room, dtype=np.float32)
         assert self._cand_d is not None
-        c = int(self.native.collect_at_least(plist, anchor, t32, zero, self._cand_idx, self._cand_d))
+        c = int(
+            self.native.collect_at_least(plist, anchor, t32, zero, self._cand_idx, self._cand_d)
+        )
         if c > self._cand_idx.shape[0]:  # more candidates than room: grow and read them again
             self._cand_idx = np.empty(c, dtype=np.intp)
             self._cand_d = np.empty(c, dtype=np.float32)
-            c = int(self.native.collect_at_least(plist, anchor, t32, zero, self._cand_idx, self._cand_d))
+            c = int(
+                self.native.collect_at_least(plist, anchor, t32, zero, self._cand_idx, self._cand_d)
+            )
         return self._cand_idx[:c], self._cand_d[:c]
 
     def _candidates_numpy(
