@@ -33,6 +33,9 @@ Times are the main thread's CPU time by default (``--clock cpu``): on a machine 
 jobs, wall time mostly measures the scheduler. Zenoh's own I/O threads are then not counted in the
 sync time (``--clock wall`` counts what the main thread waits for).
 
+The optional native kernels (``python/native``) are used when installed; ``DELTA_FABRIC_NATIVE=off``
+measures the NumPy core alone (the header line says which ran).
+
 Prints only; asserts nothing about timings. Usage:
 ``python bench/bench_bigmodel.py [--width 1536] [--steps 200] [--transport zenoh|memory] [--json F]
 [--ratio R] [--interval K] [--encoding F32|F16|Q8] [--index-encoding PLAIN|PACKED] [--relay all|needed]
@@ -265,6 +268,7 @@ def main() -> int:
         "encoding": args.encoding,
         "index_encoding": args.index_encoding,
         "average_over": args.average_over,
+        "native": fabrics[0].engine.native is not None,
         "train_s": train_s,
         "sync_s": sync_s,
         "sync_over_train": sync_s / train_s,
@@ -289,7 +293,8 @@ def main() -> int:
         f"{NODES} nodes, MLP width {args.width}: {params:,} params, {args.steps} steps, "
         f"transport {args.transport}, relay {args.relay}, torch threads 1, clock {args.clock}; "
         f"ratio {args.ratio}, every {args.interval}, {args.encoding}+{args.index_encoding}, "
-        f"average_over {args.average_over}"
+        f"average_over {args.average_over}; native kernels "
+        f"{'on' if fabrics[0].engine.native is not None else 'off'} (DELTA_FABRIC_NATIVE)"
     )
     print(
         f"sync / train: {100 * sync_s / train_s:.1f} %  (train {out['train_ms_per_step']:.2f} "

@@ -407,6 +407,56 @@ fn parts_add_finite(
     Ok(finite)
 }
 
+/// `gather_add` of the anchor and `parts_add_finite` of the active weights in one walk over
+/// strictly increasing `ix`: writes `out[j] = fl32(anchor[ix[j]] + a[j])` and returns whether that
+/// and `fl32(active[ix[j]] + a[j])` are finite for every `j` (DF-RCV-50 of one packet).
+#[pyfunction]
+fn check_sums(
+    py: Python<'_>,
+    anchor: &Bound<'_, PyAny>,
+    parts: &Bound<'_, PyList>,
+    ix: &Bound<'_, PyAny>,
+    a: &Bound<'_, PyAny>,
+    out: &Bound<'_, PyAny>,
+) -> PyResult<bool> {
+    let anb = buffer::<f32>(anchor, "anchor")?;
+    let an = ro(py, &anb, "anchor")?;
+    let ps = Parts::get(parts, "parts")?;
+    let views = ps
+        .bufs
+        .iter()
+        .map(|b| ro(py, b, "parts"))
+        .collect::<PyResult<Vec<_>>>()?;
+    same_len("parts and anchor", ps.total, an.len())?;
+    let (ab, ob) = (buffer::<f32>(a, "a")?, buffer::<f32>(out, "out")?);
+    let (av, o) = (ro(py, &ab, "a")?, rw(py, &ob, "out")?);
+    let index = Index::get(ix, "ix")?;
+    same_len("ix and a", index.len(), av.len())?;
+    same_len("ix and out", index.len(), o.len())?;
+    let mut finite = true;
+    let mut p = 0usize;
+    let mut prev: Option<usize> = None;
+    let mut ascending = true;
+    index.for_each(py, ps.total, "ix", |j, i| {
+        ascending &= prev.is_none_or(|q| i > q);
+        prev = Some(i);
+        if i < ps.starts[p] {
+            p = 0; // out of order (refused below): walk from the first part
+        }
+        while i >= ps.starts[p] + views[p].len() {
+            p += 1;
+        }
+        let x = av[j].get();
+        let s = an[i].get() + x;
+        o[j].set(s);
+        finite &= s.is_finite() & (views[p][i - ps.starts[p]].get() + x).is_finite();
+    })?;
+    if !ascending {
+        return Err(PyValueError::new_err("ix: not strictly increasing"));
+    }
+    Ok(finite)
+}
+
 /// `active[ix[j]] = fl32(active[ix[j]] + vals[j])` over the writable `parts` of `active`, for
 /// strictly increasing `ix` (replaces an `index_add_` per tensor).
 #[pyfunction]
@@ -697,6 +747,7 @@ fn delta_fabric_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(collect_at_least, m)?)?;
     m.add_function(wrap_pyfunction!(merge_add, m)?)?;
     m.add_function(wrap_pyfunction!(varint_gaps, m)?)?;
+    m.add_function(wrap_pyfunction!(check_sums, m)?)?;
     m.add("MAX_VARINT", MAX_VARINT)?;
     m.add("API", 1)?;
     Ok(())

@@ -850,6 +850,10 @@ class Engine:
             a = self._agg[ix]
         nat = self.native
         with np.errstate(over="ignore", invalid="ignore"):
+            if nat is not None and isinstance(active, list):  # both sides in one native walk
+                anchor_sum = np.empty(a.size, dtype=np.float32)
+                ok = bool(nat.check_sums(self._anchor, active, idx, a, anchor_sum))
+                return ok, ((ix, anchor_sum) if ok else None)
             if nat is not None:  # the same sums and verdict in one pass
                 anchor_sum = np.empty(a.size, dtype=np.float32)
                 if not nat.gather_add(self._anchor, idx, a, anchor_sum):

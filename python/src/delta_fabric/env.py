@@ -44,6 +44,8 @@ variable                                  meaning
                                           needs ``SECRET_KEY``
 ``DELTA_FABRIC_SECRET_KEY``               a file holding this node's Ed25519 secret seed (64 hex
                                           digits); needs ``KEYS``
+``DELTA_FABRIC_NATIVE``                   ``auto`` (default), ``on`` or ``off``: the OPTIONAL native
+                                          kernels (`delta_fabric.native`); same results either way
 ========================================  =========================================================
 """
 
