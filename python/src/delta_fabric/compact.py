@@ -31,7 +31,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from delta_fabric.errors import DecodeError, ErrorCode
-from delta_fabric.native import kernels
+from delta_fabric.native import kernels, ready
 
 __all__ = [
     "FORM_BITMAP",
@@ -241,7 +241,7 @@ def encode_indices(indices: NDArray[np.uint32]) -> bytes:
     bitmap_len = 1 + _varint_len(int(idx[0])) + (span + 7) // 8  # the bitmap's exact length
     if bitmap_len < 1 + idx.size:  # the delta form has at least one byte per index
         return _bitmap(idx)
-    nat = kernels() if idx.dtype == np.uint32 else None
+    nat = kernels() if ready(idx, np.uint32) else None
     if nat is not None:  # the same bytes in one native pass
         buf = np.empty(1 + _MAX_VARINT * idx.size, dtype=np.uint8)
         buf[0] = FORM_DELTA
@@ -265,7 +265,7 @@ def unpack_indices(packed: bytes | memoryview | NDArray[np.uint8]) -> NDArray[np
     if form == FORM_DELTA:
         if body.size == 0:
             return np.empty(0, dtype=np.uint32)
-        nat = kernels()
+        nat = kernels() if ready(body, np.uint8) else None
         if nat is not None:  # the same sums and faults in one native pass
             sums = np.empty(body.size, dtype=np.uint32)
             got = int(nat.varint_sums(body, sums))

@@ -24,7 +24,7 @@ from delta_fabric.encodings import codec
 from delta_fabric.errors import DecodeError, ErrorCode
 from delta_fabric.influence import InfluenceBound
 from delta_fabric.manifest import Manifest
-from delta_fabric.native import kernels
+from delta_fabric.native import aligned, kernels, ready
 from delta_fabric.replay import (
     Admission,
     Counters,
@@ -400,7 +400,7 @@ class Engine:
             else:
                 sent = vc.quantize(dpart)
             if self.native is not None:  # the same fl32(anchor + sent), distinct indices
-                self.native.scatter_add(self._anchor, part, sent)
+                self.native.scatter_add(self._anchor, part, aligned(sent, np.float32))
             else:
                 self._anchor[ipart] = self._anchor[ipart] + sent
             entry = Entry(
@@ -445,6 +445,16 @@ class Engine:
         to the anchor here and to the active weights by the caller (DF-RCV-7).
         """
         cfg = self.config
+        if isinstance(active, list) and (
+            any(
+                not isinstance(p, np.ndarray) or p.dtype.str[1:] != "f4" or p.ndim != 1
+                for p in active
+            )
+            or sum(int(p.shape[0]) for p in active) != self.num_params
+        ):
+            raise ValueError(
+                f"active parts must be 1-D float32 arrays of {self.num_params} values in all"
+            )
         alpha = np.float32(cfg.alpha)
         threshold = cfg.relay_threshold
         hop_limit = cfg.hop_limit
@@ -528,20 +538,21 @@ class Engine:
             if len(acc_e) == 1 and sparse:
                 assert nat is not None
                 e = acc_e[0]
-                u = self._damped(e, alpha)  # DF-RCV-5: fl32(alpha_f32 * v)
+                u = aligned(self._damped(e, alpha), np.float32)  # DF-RCV-5: fl32(alpha_f32 * v)
+                eidx = aligned(e.indices, np.uint32)  # a copy only of unaligned wire indices
                 # DF-RCV-6, index by index from +0 (an entry's indices are distinct)
                 if sp_idx is None or sp_val is None:
                     new = np.add(u, _F32_ZERO, dtype=np.float32)
-                    pend = (e.indices, new)
+                    pend = (eidx, new)
                 else:
-                    room = sp_idx.size + e.indices.size
+                    room = sp_idx.size + eidx.size
                     o_idx = np.empty(room, dtype=np.uint32)
                     o_val = np.empty(room, dtype=np.float32)
-                    new = np.empty(e.indices.size, dtype=np.float32)
-                    m = nat.merge_add(sp_idx, sp_val, e.indices, u, o_idx, o_val, new)
+                    new = np.empty(eidx.size, dtype=np.float32)
+                    m = nat.merge_add(sp_idx, sp_val, eidx, u, o_idx, o_val, new)
                     pend = (o_idx[:m], o_val[:m])
-                p_idx.append(e.indices)
-                p_ix.append(e.indices)  # the kernels take u32 indices as they are
+                p_idx.append(eidx)
+                p_ix.append(eidx)  # the kernels take u32 indices as they are
                 p_new.append(new)
                 self._relay_entries(relay, acc_e, u, thr32, owned)
             elif len(acc_e) == 1:
@@ -849,8 +860,11 @@ class Engine:
             ix = idx.astype(np.intp)
             a = self._agg[ix]
         nat = self.native
+        if nat is not None:
+            idx, a = aligned(idx, np.uint32), aligned(a, np.float32)
+        views = isinstance(active, list) and all(ready(p, np.float32) for p in active)
         with np.errstate(over="ignore", invalid="ignore"):
-            if nat is not None and isinstance(active, list):  # both sides in one native walk
+            if nat is not None and isinstance(active, list) and views:  # one native walk
                 anchor_sum = np.empty(a.size, dtype=np.float32)
                 ok = bool(nat.check_sums(self._anchor, active, idx, a, anchor_sum))
                 return ok, ((ix, anchor_sum) if ok else None)
@@ -868,7 +882,7 @@ class Engine:
             if active is None:
                 return True, kept
             if isinstance(active, list):
-                ok = _parts_add_finite(nat, active, idx, a)
+                ok = _parts_add_finite(nat if views else None, active, idx, a)
             else:
                 act = active[ix] if isinstance(active, np.ndarray) else active(idx)
                 ok = bool(np.isfinite(np.asarray(act, dtype=np.float32) + a).all())

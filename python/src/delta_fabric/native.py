@@ -17,10 +17,14 @@ from __future__ import annotations
 import importlib
 import os
 from types import ModuleType
+from typing import Any
+
+import numpy as np
+from numpy.typing import DTypeLike
 
 from delta_fabric.errors import DeltaFabricError
 
-__all__ = ["API", "NativeError", "kernels", "mode"]
+__all__ = ["API", "NativeError", "aligned", "kernels", "mode", "ready"]
 
 #: The kernel set this core calls (``delta_fabric_native.API`` must be equal).
 API = 1
@@ -65,3 +69,25 @@ def kernels() -> ModuleType | None:
             mod = None
     _loaded[m] = mod
     return mod
+
+
+def ready(a: object, dtype: DTypeLike) -> bool:
+    """Whether ``a`` can go to a kernel as it is: a 1-D NumPy array of ``dtype`` in this host's byte
+    order, C-contiguous and aligned. The callers fall back to NumPy (or to `aligned`) otherwise."""
+    return (
+        isinstance(a, np.ndarray)
+        and a.ndim == 1
+        and a.dtype == np.dtype(dtype)
+        and a.dtype.isnative
+        and bool(a.flags.c_contiguous)
+        and bool(a.flags.aligned)
+    )
+
+
+def aligned(a: Any, dtype: DTypeLike) -> Any:
+    """``a`` as a kernel takes it (see `ready`): ``a`` itself when it is, else a copy."""
+    if ready(a, dtype):
+        return a
+    return np.require(
+        np.asarray(a, dtype=np.dtype(dtype).newbyteorder("=")), requirements=["C", "A"]
+    )

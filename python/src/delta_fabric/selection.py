@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from delta_fabric.native import ready
+
 __all__ = ["Selector", "reference_select"]
 
 _MIN_SAMPLE = 65_536
@@ -256,7 +258,7 @@ class Selector:
             return None
         t32 = np.float32(t)
         zero = t == 0.0
-        if self.native is not None:
+        if self.native is not None and all(ready(p, np.float32) for p in parts):
             sel, dsel = self._candidates_native(parts, anchor, t32, zero, k)
         else:
             sel, dsel = self._candidates_numpy(parts, anchor, t32, zero)
@@ -267,7 +269,7 @@ class Selector:
         if verdict == "trim":
             keep = _trim_mask(np.abs(dsel), k)
             return sel[keep].astype(np.int64, copy=False), dsel[keep]
-        if self.native is not None:  # views of the native scratch: copies for the caller
+        if self.native is not None and sel.base is self._cand_idx:  # views of the native scratch
             return sel.astype(np.int64, copy=True), dsel.copy()
         return sel.astype(np.int64, copy=False), dsel
 

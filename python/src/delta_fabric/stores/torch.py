@@ -16,7 +16,7 @@ from numpy.typing import NDArray
 
 from delta_fabric.extras import raise_missing_extra
 from delta_fabric.manifest import Manifest, TensorSpec
-from delta_fabric.native import kernels
+from delta_fabric.native import aligned, kernels, ready
 from delta_fabric.store import check_flat, check_sparse
 
 try:  # an optional dependency: a missing one names the extra to install
@@ -174,10 +174,10 @@ class TorchStore:
     def apply(self, indices: NDArray[np.uint32], values: NDArray[np.float32]) -> None:
         check_sparse(self._manifest, indices, values)
         nat = kernels()
-        if nat is not None and indices.dtype == np.uint32:
+        if nat is not None and ready(indices, np.uint32):
             host = self.host_parts()
             if host is not None:  # the same fl32(active + agg) in one native pass over the views
-                nat.parts_scatter_add(host, indices, np.ascontiguousarray(values, dtype=np.float32))
+                nat.parts_scatter_add(host, indices, aligned(values, np.float32))
                 for i in self._var_pos:  # a variance is never negative (section 5.10)
                     lo, hi = np.searchsorted(indices, self._offsets[i : i + 2])
                     if hi > lo:  # clamped only when this apply touched it, as below
