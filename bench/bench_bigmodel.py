@@ -8,7 +8,8 @@ Model: ``Linear(64, W) -> ReLU -> Linear(W, W) -> ReLU -> Linear(W, 10)``; ``--w
 Sync settings default to the demo's (``DEMO_DEFAULTS`` of ``delta_fabric_demo.lockstep``): ratio 0.10,
 sync_interval 20, Q8 values with PACKED indices, relay policy NEEDED, alpha 1, averaging over the 3
 nodes (DF-GEN-70) with SGD lr 0.05 (the demo's rule: 0.05 / 3 when summed, ``--average-over 1``),
-momentum 0.9, batch 32. ``--ratio``, ``--interval``, ``--encoding``, ``--index-encoding``,
+momentum 0.9, batch 32 (``--batch``: the sync cost is per step, the training cost grows with
+the batch). ``--ratio``, ``--interval``, ``--encoding``, ``--index-encoding``,
 ``--relay``, ``--average-over`` override them (the figures of closing-note-2 were taken with
 ``--ratio 0.05 --interval 10 --encoding F32 --index-encoding PLAIN --relay all``).
 
@@ -163,6 +164,7 @@ def main() -> int:
         "--average-over", type=int, default=NODES,
         help="SyncConfig.average_over (1: summed, lr 0.05 / 3), %(default)s",
     )  # fmt: skip
+    ap.add_argument("--batch", type=int, default=32, help="samples per local step, %(default)s")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None, help="also write the figures to this file")
     ap.add_argument(
@@ -173,8 +175,8 @@ def main() -> int:
         "own threads are not counted); wall: wall time",
     )
     args = ap.parse_args()
-    if args.width < 1 or args.steps < 1:
-        print("bench_bigmodel: --width and --steps must be >= 1", file=sys.stderr)
+    if args.width < 1 or args.steps < 1 or args.batch < 1:
+        print("bench_bigmodel: --width, --steps and --batch must be >= 1", file=sys.stderr)
         return 2
     try:
         cfg = SyncConfig(
@@ -221,7 +223,7 @@ def main() -> int:
         for step in range(1, args.steps + 1):
             for i in range(NODES):
                 wait_s += barrier(ts, i, 30.0)
-                b = torch.from_numpy(rngs[i].integers(0, ys[i].numel(), size=32))
+                b = torch.from_numpy(rngs[i].integers(0, ys[i].numel(), size=args.batch))
                 t0 = clock()
                 opts[i].zero_grad()
                 loss_fn(models[i](xs[i][b]), ys[i][b]).backward()
@@ -268,6 +270,7 @@ def main() -> int:
         "encoding": args.encoding,
         "index_encoding": args.index_encoding,
         "average_over": args.average_over,
+        "batch": args.batch,
         "native": fabrics[0].engine.native is not None,
         "train_s": train_s,
         "sync_s": sync_s,
@@ -290,7 +293,7 @@ def main() -> int:
         "accuracy": acc,
     }
     print(
-        f"{NODES} nodes, MLP width {args.width}: {params:,} params, {args.steps} steps, "
+        f"{NODES} nodes, MLP width {args.width}: {params:,} params, {args.steps} steps, batch {args.batch}, "
         f"transport {args.transport}, relay {args.relay}, torch threads 1, clock {args.clock}; "
         f"ratio {args.ratio}, every {args.interval}, {args.encoding}+{args.index_encoding}, "
         f"average_over {args.average_over}; native kernels "
