@@ -645,10 +645,10 @@ class Engine:
             assert nat is not None and sp_idx is not None and sp_val is not None
             res.indices = np.array(sp_idx, dtype=np.uint32) if len(parts_idx) == 1 else sp_idx
             res.values = sp_val
-            # DF-RCV-7 (anchor side) from the DF-RCV-50 checks, written in acceptance order (the
-            # last write at an index is the last packet's, which saw agg's final value there)
-            for p_ix_, p_sum in parts_anchor:
-                nat.scatter(anchor, p_ix_, p_sum)
+            if len(parts_anchor) == 1:  # DF-RCV-7 (anchor side), computed by the DF-RCV-50 check
+                nat.scatter(anchor, parts_anchor[0][0], parts_anchor[0][1])
+            else:  # fl32(anchor + agg) once over the union: one pass over the anchor, not one per
+                nat.scatter_add(anchor, sp_idx, sp_val)  # packet (the same sums the checks made)
             c.values_applied += int(res.indices.size)
         elif parts_idx:
             if len(parts_idx) == 1:  # one accepted entry: agg at its indices is its sum
