@@ -39,7 +39,7 @@ def test_version_on_every_entry_point(module: str, prog: str) -> None:
     assert len(line.splitlines()) == 1
     assert line.startswith(f"{prog} 0.1.0 (") and "protocol 1.1" in line
     v = software_versions()
-    for dist in ("torch", "eclipse-zenoh"):
+    for dist in ("torch", "eclipse-zenoh", "delta-fabric-native"):
         if v[dist] is not None:
             assert f"{dist} {v[dist]}" in line
         else:

@@ -29,7 +29,11 @@ __all__ = [
 PROTOCOL_VERSION = f"{VERSION_MAJOR}.{VERSION_MINOR}"
 
 #: distribution name -> import name, for the optional dependencies reported by ``--version``
-_OPTIONAL = {"torch": "torch", "eclipse-zenoh": "zenoh"}
+_OPTIONAL = {
+    "torch": "torch",
+    "eclipse-zenoh": "zenoh",
+    "delta-fabric-native": "delta_fabric_native",
+}
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
