@@ -32,7 +32,7 @@ from delta_fabric.errors import DecodeError, ErrorCode
 from delta_fabric.fabric import Fabric
 from delta_fabric.manifest import Manifest
 from delta_fabric.native import NativeError
-from delta_fabric.selection import _SMALL_N, Selector
+from delta_fabric.selection import _SMALL_N, Selector, _trim_mask
 from delta_fabric.wire import (
     Entry,
     IndexEncoding,
@@ -605,6 +605,57 @@ def test_merge_add_first_part_and_signed_zeros(nat: ModuleType) -> None:
     got = _check_merge(nat, 101, a, av, b2, bv)
     assert not np.signbit(got[0]) and np.isnan(got[1]) and got[2] == 5.0
     assert not np.signbit(got[3]) and got[4] == 3.0
+
+
+# --- trim -----------------------------------------------------------------------------------------
+
+
+@given(
+    _SEEDS,
+    st.integers(1, 400),
+    st.integers(1, 420),  # k >= 1, as the selector asks
+    st.sampled_from(["normal", "ties", "tiny"]),
+)
+@settings(max_examples=300)
+def test_trim_matches_the_trim_mask(nat: ModuleType, seed: int, c: int, k: int, kind: str) -> None:
+    """`trim` keeps what `selection._trim_mask` keeps: the k largest |d|, ties by lower index."""
+    rng = np.random.default_rng(seed)
+    sel = np.sort(rng.choice(1 << 20, c, replace=False)).astype(np.intp)
+    if kind == "ties":  # many equal magnitudes of both signs, infinities among them
+        pool = np.array([0.5, -0.5, 1.0, -2.0, 2.0, np.inf, -np.inf], dtype=np.float32)
+        d = rng.choice(pool, c)
+    elif kind == "tiny":  # subnormals and one-ulp differences
+        d = (rng.integers(1, 4, c) * np.float32(1e-45)).astype(np.float32)
+    else:
+        d = rng.standard_normal(c).astype(np.float32)
+    room = max(k, 1)
+    oi = np.full(room, -7, dtype=np.intp)
+    od = np.full(room, 7.0, dtype=np.float32)
+    m = nat.trim(sel, d, k, oi, od)
+    if c <= k:
+        want_i, want_d = sel, d
+    else:
+        keep = _trim_mask(np.abs(d), k)
+        want_i, want_d = sel[keep], d[keep]
+    assert m == want_i.size
+    assert oi[:m].tolist() == want_i.tolist()
+    _same_bits(od[:m], want_d)
+
+
+def test_trim_refuses_bad_arguments(nat: ModuleType) -> None:
+    sel = np.arange(4, dtype=np.intp)
+    d = np.ones(4, dtype=np.float32)
+    oi, od = np.zeros(2, np.intp), np.zeros(2, np.float32)
+    for args in [
+        (sel, d[:3], 2, oi, od),  # lengths differ
+        (sel, d, 3, oi, od),  # outputs shorter than k
+        (sel, np.array([1, np.nan, 1, 1], np.float32), 2, oi, od),  # NaN is never a candidate
+    ]:
+        with pytest.raises(ValueError):
+            nat.trim(*args)
+    with pytest.raises(TypeError):
+        nat.trim(sel.astype(np.float64), d, 2, oi, od)
+    assert oi.tolist() == [0, 0] and od.tolist() == [0.0, 0.0]
 
 
 # --- collect_at_least ------------------------------------------------------------------------------

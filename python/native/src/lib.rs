@@ -743,6 +743,70 @@ fn merge_add(
     Ok(m)
 }
 
+/// The `k` largest magnitudes of the candidates `sel` (ascending intp indices) with `d` there, ties
+/// by lower index (replaces `selection._trim_mask` and the two fancy indexings after it): writes
+/// the kept indices to `out_idx` (intp) and `d` there to `out_d` (each at least `k` long) and
+/// returns `k` (or `len(sel)` when it is not above `k`: everything is kept). No `d` may be NaN.
+#[pyfunction]
+fn trim(
+    py: Python<'_>,
+    sel: &Bound<'_, PyAny>,
+    d: &Bound<'_, PyAny>,
+    k: usize,
+    out_idx: &Bound<'_, PyAny>,
+    out_d: &Bound<'_, PyAny>,
+) -> PyResult<usize> {
+    let (sb, db) = (buffer::<i64>(sel, "sel")?, buffer::<f32>(d, "d")?);
+    let (s, dv) = (ro(py, &sb, "sel")?, ro(py, &db, "d")?);
+    let (ib, ob) = (
+        buffer::<i64>(out_idx, "out_idx")?,
+        buffer::<f32>(out_d, "out_d")?,
+    );
+    let (oi, od) = (rw(py, &ib, "out_idx")?, rw(py, &ob, "out_d")?);
+    same_len("sel and d", s.len(), dv.len())?;
+    let c = s.len();
+    let keep = k.min(c);
+    if oi.len() < keep || od.len() < keep {
+        return Err(PyValueError::new_err("out_idx / out_d: shorter than k"));
+    }
+    // the magnitudes' bits: for non-negative floats their order is the numbers' order
+    let mut mags: Vec<u32> = dv.iter().map(|x| x.get().to_bits() & 0x7FFF_FFFF).collect();
+    if mags.iter().any(|&m| m > 0x7F80_0000) {
+        return Err(PyValueError::new_err("d: NaN among the candidates"));
+    }
+    let t = if keep == 0 || keep == c {
+        0 // every candidate is kept (or none is asked for)
+    } else {
+        let (_, nth, _) = mags.select_nth_unstable(c - keep);
+        *nth
+    };
+    let above = if keep == c {
+        c
+    } else {
+        dv.iter()
+            .filter(|x| x.get().to_bits() & 0x7FFF_FFFF > t)
+            .count()
+    };
+    let mut ties = keep.saturating_sub(above); // taken from the lowest indices first
+    let mut m = 0usize;
+    for (x, y) in s.iter().zip(dv.iter()) {
+        if m == keep {
+            break;
+        }
+        let mag = y.get().to_bits() & 0x7FFF_FFFF;
+        let take = keep == c || mag > t || (mag == t && ties > 0);
+        if take {
+            if keep != c && mag == t {
+                ties -= 1;
+            }
+            oi[m].set(x.get());
+            od[m].set(y.get());
+            m += 1;
+        }
+    }
+    Ok(m)
+}
+
 #[pymodule]
 fn delta_fabric_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(varint_sums, m)?)?;
@@ -758,6 +822,7 @@ fn delta_fabric_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(merge_add, m)?)?;
     m.add_function(wrap_pyfunction!(varint_gaps, m)?)?;
     m.add_function(wrap_pyfunction!(check_sums, m)?)?;
+    m.add_function(wrap_pyfunction!(trim, m)?)?;
     m.add("MAX_VARINT", MAX_VARINT)?;
     m.add("API", 1)?;
     Ok(())

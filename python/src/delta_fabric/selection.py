@@ -266,6 +266,11 @@ class Selector:
         if verdict is None:
             return None
         self.last_path = verdict
+        if verdict == "trim" and self.native is not None and ready(sel, np.intp):
+            out_idx = np.empty(k, dtype=np.intp)  # the same k as `_trim_mask` keeps, one pass
+            out_d = np.empty(k, dtype=np.float32)
+            m = int(self.native.trim(sel, dsel, k, out_idx, out_d))
+            return out_idx[:m].astype(np.int64, copy=False), out_d[:m]
         if verdict == "trim":
             keep = _trim_mask(np.abs(dsel), k)
             return sel[keep].astype(np.int64, copy=False), dsel[keep]
