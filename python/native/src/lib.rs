@@ -313,23 +313,6 @@ fn gather_add(
     Ok(finite)
 }
 
-/// `out[j] = src[ix[j]]` (replaces `src[ix]`).
-#[pyfunction]
-fn gather(
-    py: Python<'_>,
-    src: &Bound<'_, PyAny>,
-    ix: &Bound<'_, PyAny>,
-    out: &Bound<'_, PyAny>,
-) -> PyResult<()> {
-    let sb = buffer::<f32>(src, "src")?;
-    let ob = buffer::<f32>(out, "out")?;
-    let index = Index::get(ix, "ix")?;
-    let (s, o) = (ro(py, &sb, "src")?, rw(py, &ob, "out")?);
-    same_len("ix and out", index.len(), o.len())?;
-    index.check(py, s.len(), false, "ix")?;
-    index.for_each(py, s.len(), "ix", |j, i| o[j].set(s[i].get()))
-}
-
 /// `dst[ix[j]] = vals[j]` in order (replaces `dst[ix] = vals`: the last write wins).
 #[pyfunction]
 fn scatter(
@@ -399,34 +382,7 @@ fn walk_parts(
     })
 }
 
-/// Whether `fl32(active[ix[j]] + a[j])` is finite for every `j`, where `active` is the
-/// concatenation of `parts` and `ix` is strictly increasing (replaces a gather of the active
-/// weights, the sum and `np.isfinite(...).all()`).
-#[pyfunction]
-fn parts_add_finite(
-    py: Python<'_>,
-    parts: &Bound<'_, PyList>,
-    ix: &Bound<'_, PyAny>,
-    a: &Bound<'_, PyAny>,
-) -> PyResult<bool> {
-    let ps = Parts::get(parts, "parts")?;
-    let views = ps
-        .bufs
-        .iter()
-        .map(|b| ro(py, b, "parts"))
-        .collect::<PyResult<Vec<_>>>()?;
-    let ab = buffer::<f32>(a, "a")?;
-    let av = ro(py, &ab, "a")?;
-    let index = Index::get(ix, "ix")?;
-    same_len("ix and a", index.len(), av.len())?;
-    let mut finite = true;
-    walk_parts(py, &ps, &index, |j, p, k| {
-        finite &= (views[p][k].get() + av[j].get()).is_finite()
-    })?;
-    Ok(finite)
-}
-
-/// `gather_add` of the anchor and `parts_add_finite` of the active weights in one walk over
+/// `gather_add` of the anchor and the same sums on the active weights' parts in one walk over
 /// strictly increasing `ix`: writes `out[j] = fl32(anchor[ix[j]] + a[j])` and returns whether that
 /// and `fl32(active[ix[j]] + a[j])` are finite for every `j` (DF-RCV-50 of one packet).
 #[pyfunction]
@@ -811,11 +767,9 @@ fn trim(
 fn delta_fabric_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(varint_sums, m)?)?;
     m.add_function(wrap_pyfunction!(gather_add, m)?)?;
-    m.add_function(wrap_pyfunction!(gather, m)?)?;
     m.add_function(wrap_pyfunction!(scatter, m)?)?;
     m.add_function(wrap_pyfunction!(scatter_value, m)?)?;
     m.add_function(wrap_pyfunction!(scatter_add, m)?)?;
-    m.add_function(wrap_pyfunction!(parts_add_finite, m)?)?;
     m.add_function(wrap_pyfunction!(parts_scatter_add, m)?)?;
     m.add_function(wrap_pyfunction!(union, m)?)?;
     m.add_function(wrap_pyfunction!(collect_at_least, m)?)?;

@@ -666,6 +666,8 @@ class Engine:
                 res.values = agg[ix]  # a copy (fancy indexing)
                 if 8 * ix.size >= agg.size:  # back to +0 for the next step: a memset is
                     agg.fill(0.0)  # cheaper than a scatter over an eighth of N or more
+                elif self.native is not None:
+                    self.native.scatter_value(agg, ix, 0.0)
                 else:
                     agg[ix] = 0.0
                 if anchor_writes <= 2 * ix.size:
@@ -686,7 +688,12 @@ class Engine:
         and one nonzero pass over it (O(N), but cheaper than the sort of that many indices); else
         `_sorted_unique` (O(k log k)). The same array either way."""
         n = self.num_params
-        if 8 * sum(int(p.size) for p in parts_idx) < n:
+        total = sum(int(p.size) for p in parts_idx)
+        nat = self.native
+        if nat is not None and all(ready(p, np.uint32) for p in parts_idx):
+            got = np.empty(total, dtype=np.intp)  # the same array in one native pass
+            return got[: nat.union(parts_idx, n, got)]
+        if 8 * total < n:
             out: NDArray[np.intp] = _sorted_unique(parts_idx).astype(np.intp)
             return out
         if self._mark is None:
