@@ -82,7 +82,9 @@ if [ "$native" = 1 ]; then
   if ! command -v cargo >/dev/null 2>&1; then
     [ "$profile" = demo ] || echo "setup: no cargo: the optional native kernels (python/native) are not built; the NumPy" \
       "core is used (same results, slower on big models)" >&2
-  elif [ "$(cat "$VENV/.deltafabric-native" 2>/dev/null)" != "$(native_stamp)" ]; then
+  elif [ "$(cat "$VENV/.deltafabric-native" 2>/dev/null)" != "$(native_stamp)" ] \
+      || ! "$VENV/bin/python" -c "import delta_fabric_native as n, delta_fabric.native as d; assert n.API == d.API" \
+        >/dev/null 2>&1; then
     echo "setup: building the native kernels (python/native, about 30 s the first time)" >&2
     CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/delta-fabric/target} MATURIN_PEP517_ARGS=--locked \
       "$VENV/bin/pip" install -q ./python/native

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import subprocess
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -84,6 +85,59 @@ def test_a_bad_mode_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
         native.kernels()
     monkeypatch.delenv(ENV)
     assert native.mode() == "auto"
+
+
+def test_describe_says_whether_the_kernels_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What ``--version`` and the demo's summary print about the kernels, in every state."""
+    monkeypatch.setattr(native, "_loaded", {})
+    monkeypatch.setenv(ENV, "off")
+    assert native.describe() == "off by DELTA_FABRIC_NATIVE"
+    monkeypatch.setenv(ENV, "maybe")
+    assert native.describe().startswith("error: DELTA_FABRIC_NATIVE='maybe'")
+    monkeypatch.setenv(ENV, "auto")
+    monkeypatch.setitem(sys.modules, "delta_fabric_native", None)
+    assert native.describe() == "not installed"
+    monkeypatch.setenv(ENV, "on")
+    assert native.describe().startswith("error: DELTA_FABRIC_NATIVE=on but")
+    other = ModuleType("delta_fabric_native")
+    other.API = native.API + 1  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "delta_fabric_native", other)
+    monkeypatch.setattr(native, "_loaded", {})
+    monkeypatch.setenv(ENV, "auto")
+    assert (
+        native.describe() == f"not used: kernel API {native.API + 1}, this core needs {native.API}"
+    )
+    current = ModuleType("delta_fabric_native")
+    current.API = native.API  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "delta_fabric_native", current)
+    monkeypatch.setattr(native, "_loaded", {})
+    assert native.describe() == "used"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["run", "--nodes", "1", "--", sys.executable, "-c", "pass"],
+        ["demo", "--steps", "2", "--output", "{tmp}"],
+    ],
+    ids=["run", "demo"],
+)
+def test_launchers_check_the_switch_before_any_node(tmp_path: Any, command: list[str]) -> None:
+    """A bad DELTA_FABRIC_NATIVE is one line and exit 2 before a node starts (the nodes inherit it)."""
+    env = {**os.environ, ENV: "maybe"}
+    argv = [a.replace("{tmp}", str(tmp_path / "out")) for a in command]
+    r = subprocess.run(
+        [sys.executable, "-m", "delta_fabric.cli", *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert r.returncode == 2, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert "DELTA_FABRIC_NATIVE='maybe'" in r.stderr
+    assert not (tmp_path / "out" / "logs").exists()  # no node was started
 
 
 # --- helpers ------------------------------------------------------------------------------------

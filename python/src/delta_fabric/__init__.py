@@ -22,6 +22,7 @@ from delta_fabric.fabric import Fabric, FabricClosedError, SnapshotUnavailable
 from delta_fabric.layout import CONV_HWIO, DENSE_IN_OUT, CanonicalLayout, LayoutError
 from delta_fabric.log import _configure_from_env
 from delta_fabric.manifest import Manifest, TensorSlice, TensorSpec
+from delta_fabric.native import NativeError
 from delta_fabric.replay import Admission, Counters, ReceiverState, ReplayWindow
 from delta_fabric.selection import Selector, reference_select
 from delta_fabric.store import FunctionalStore, StoreError, WeightStore
@@ -64,6 +65,7 @@ __all__ = [
     "Manifest",
     "MemoryHub",
     "MemoryTransport",
+    "NativeError",
     "NumpyStore",
     "Packet",
     "ReceiveResult",

@@ -99,6 +99,12 @@ def version_text(prog: str, own_version: str | None = None) -> str:
     if own_version is not None:
         parts.insert(0, f"delta-fabric {lib}")
     found = [f"{k} {val}" for k, val in v.items() if val is not None]
+    if v.get("delta-fabric-native") is not None:  # installed: say whether it runs here
+        from delta_fabric.native import describe
+
+        found = [
+            f"{f} ({describe()})" if f.startswith("delta-fabric-native ") else f for f in found
+        ]
     missing = [k for k, val in v.items() if val is None]
     if found:
         parts.append(", ".join(found))

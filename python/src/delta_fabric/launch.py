@@ -42,6 +42,7 @@ from typing import IO
 
 from delta_fabric import env as dfenv
 from delta_fabric.cli_support import one_line_errors
+from delta_fabric.native import kernels
 from delta_fabric.ports import free_port
 
 __all__ = ["NodePlan", "add_arguments", "one_line_errors", "plan_nodes", "run"]
@@ -424,7 +425,8 @@ def run(args: argparse.Namespace) -> int:
         args.namespace = os.environ.get(dfenv.NAMESPACE, "").strip() or None
     try:
         plans = plan_nodes(args)
-    except (ValueError, argparse.ArgumentTypeError, OSError) as exc:  # UsageError, EnvError
+        kernels()  # DELTA_FABRIC_NATIVE (the nodes inherit it), checked before any node starts
+    except (ValueError, argparse.ArgumentTypeError, OSError, ImportError) as exc:  # + NativeError
         print(f"delta-fabric run: error: {exc}", file=sys.stderr)
         return 2
     if args.namespace is not None and (

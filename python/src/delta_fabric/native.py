@@ -15,6 +15,7 @@ conformance suite run with it on and off). Nothing in the protocol's decisions m
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 from types import ModuleType
 from typing import Any
@@ -24,12 +25,13 @@ from numpy.typing import DTypeLike
 
 from delta_fabric.errors import DeltaFabricError
 
-__all__ = ["API", "NativeError", "aligned", "kernels", "mode", "ready"]
+__all__ = ["API", "NativeError", "aligned", "describe", "kernels", "mode", "ready"]
 
 #: The kernel set this core calls (``delta_fabric_native.API`` must be equal).
 API = 1
 _MODES = {"auto": "auto", "": "auto", "on": "on", "1": "on", "off": "off", "0": "off"}
 _loaded: dict[str, ModuleType | None] = {}
+log = logging.getLogger("delta_fabric.native")
 
 
 class NativeError(DeltaFabricError, ImportError):
@@ -40,7 +42,7 @@ def mode() -> str:
     """``auto``, ``on`` or ``off``, from ``DELTA_FABRIC_NATIVE`` (`NativeError` for another value)."""
     raw = os.environ.get("DELTA_FABRIC_NATIVE", "auto").strip().lower()
     if raw not in _MODES:
-        raise NativeError(f"DELTA_FABRIC_NATIVE={raw!r}: expected auto, on or off")
+        raise NativeError(f"DELTA_FABRIC_NATIVE={raw!r}: expected auto, on or off (or 1, 0)")
     return _MODES[raw]
 
 
@@ -61,14 +63,36 @@ def kernels() -> ModuleType | None:
                 ) from exc
             mod = None
         if mod is not None and getattr(mod, "API", None) != API:
+            why = (
+                f"delta_fabric_native has kernel API {getattr(mod, 'API', None)}, this core "
+                f"needs {API}: reinstall it from this checkout (pip install ./python/native)"
+            )
             if m == "on":
-                raise NativeError(
-                    f"delta_fabric_native has kernel API {getattr(mod, 'API', None)}, this core "
-                    f"needs {API}: reinstall it from this checkout"
-                )
+                raise NativeError(why)
+            log.warning("%s; the NumPy core runs instead", why)
             mod = None
     _loaded[m] = mod
     return mod
+
+
+def describe() -> str:
+    """Whether the kernels run in this process, in words: ``used``, ``off by DELTA_FABRIC_NATIVE``,
+    ``not used: ...`` (a stale build), or the `NativeError` of a bad setting. Imports the extension
+    only (for ``--version`` and the demo's summary)."""
+    try:
+        m = mode()
+        if m == "off":
+            return "off by DELTA_FABRIC_NATIVE"
+        mod = kernels()
+    except NativeError as exc:
+        return f"error: {exc}"
+    if mod is not None:
+        return "used"
+    try:
+        got = getattr(importlib.import_module("delta_fabric_native"), "API", None)
+    except ImportError:
+        return "not installed"
+    return f"not used: kernel API {got}, this core needs {API}"
 
 
 def ready(a: object, dtype: DTypeLike) -> bool:

@@ -871,10 +871,13 @@ def _versions(bins: dict[str, str]) -> dict[str, str | None]:
     """The software of the run: delta-fabric, the protocol, the demo, Python, torch, zenoh, and the
     ``--version`` line of each native node binary used (``burn``: df-node)."""
     from delta_fabric.cli_support import software_versions
+    from delta_fabric.native import describe
 
     from delta_fabric_demo import __version__
 
     out = software_versions()
+    if out.get("delta-fabric-native") is not None:  # installed: whether the nodes used it
+        out["delta-fabric-native"] = f"{out['delta-fabric-native']} ({describe()})"
     out["delta-fabric-demo"] = __version__
     for fw, binary in sorted(bins.items()):
         name = NODE_LAUNCHERS[fw].binary or fw
@@ -1021,6 +1024,13 @@ def _check_output(out: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from delta_fabric.native import NativeError, kernels
+
+    try:
+        kernels()  # DELTA_FABRIC_NATIVE is checked before any node starts
+    except NativeError as exc:
+        print(f"demo: {exc}", file=sys.stderr)
+        return 2
     try:
         return _run(args)
     except UsageError as exc:
