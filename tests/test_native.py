@@ -1440,6 +1440,67 @@ def test_receive_sparse_then_dense_then_refused(nat: ModuleType) -> None:
         off.state = type(off.state)(9, window=1024)
 
 
+@pytest.mark.parametrize(
+    "case",
+    ["below", "at_limit_anchor", "at_limit_active", "nan_active", "inf_anchor", "agg_at_limit"],
+)
+def test_receive_proof_edges(nat: ModuleType, monkeypatch: pytest.MonkeyPatch, case: str) -> None:
+    """Packets of N / 16 values or more are judged by the bound max(|anchor|, |active|, |agg|) <
+    2**127 when it holds (no sums made) and by the exact sums otherwise: the same outcome, anchor and
+    result as the NumPy core, on each side of the limit."""
+    limit = np.float32(2.0**127)
+    below = np.nextafter(limit, np.float32(0))  # the largest f32 below 2**127
+    rng = np.random.default_rng(3)
+    anchor = rng.standard_normal(NP).astype(np.float32)
+    active = anchor + np.float32(0.01)
+    idx = np.sort(rng.choice(NP, NP // 8, replace=False)).astype(np.uint32)
+    vals = rng.standard_normal(idx.size).astype(np.float32)
+    if case == "below":  # every magnitude just below the limit: proven finite
+        anchor[idx[0]] = below
+        active[idx[0]] = -below
+        vals[0] = -below
+        vals[1] = below
+    elif case == "at_limit_anchor":  # a value at 2**127 where the packet writes: exact, refused
+        anchor[idx[1]] = limit
+        vals[1] = limit
+    elif case == "at_limit_active":  # 2**127 elsewhere: exact, accepted (no sum at that index)
+        active[int(np.setdiff1d(np.arange(NP), idx)[0])] = limit
+    elif case == "nan_active":  # a NaN where the packet writes: exact, refused
+        active[idx[2]] = np.nan
+    elif case == "inf_anchor":  # an infinite anchor elsewhere: exact, accepted
+        anchor[int(np.setdiff1d(np.arange(NP), idx)[0])] = np.inf
+    else:  # two packets each just below the limit: the first is proven; their sum is FLT_MAX, so
+        vals[:] = below  # the second is exact, and refused where the anchor is 1e32 (overflow)
+        anchor[idx[0]] = np.float32(1e32)
+    proved = []
+    orig = Engine._finite_result
+
+    def spy(self: Engine, *a: Any, **kw: Any) -> Any:
+        got = orig(self, *a, **kw)
+        proved.append(got[1] is not None and got[1][1] is None)
+        return got
+
+    monkeypatch.setattr(Engine, "_finite_result", spy)
+    packets = [_pkt(1, _ent(1, 1, idx.tolist(), vals.tolist()))]
+    if case == "agg_at_limit":
+        packets.append(_pkt(2, _ent(2, 1, idx.tolist(), vals.tolist())))
+    for form in ("parts", "flat"):
+        on, off = _pair(SyncConfig(alpha=1.0), anchor, 9, nat)
+        act_on, act_off = active.copy(), active.copy()
+        views_on = _split(act_on, [100, 2000]) if form == "parts" else act_on
+        views_off = _split(act_off, [100, 2000]) if form == "parts" else act_off
+        proved.clear()
+        r_on = on.receive(packets, active=views_on)
+        n_on = list(proved)
+        r_off = off.receive(packets, active=views_off)
+        _same_receive(r_on, r_off)
+        _same_engines(on, off)
+        want_proof = {"below": [True], "agg_at_limit": [True, False]}.get(case, [False])
+        assert n_on == want_proof, (case, form, n_on)
+        refused = {"at_limit_anchor", "nan_active", "agg_at_limit"}
+        assert (ErrorCode.NON_FINITE_RESULT in r_on.outcomes) is (case in refused), r_on.outcomes
+
+
 # Inputs whose layout NumPy reads as it is but the kernels refuse (C-contiguous, aligned buffers
 # only): the public calls below raise with the kernels and work without them.
 
