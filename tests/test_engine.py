@@ -203,8 +203,10 @@ def test_first_entry_summed_from_positive_zero_then_later_packets() -> None:
     follows = ([], [packet(entry(3, 1, [1, 2], [2.0, 3.0]))], [packet(entry(3, 1, [1], [3e38]))])
     for case, follow in enumerate(follows):
         e = engine()
-        e.anchor[1] = np.float32(3e38)  # the engine's own buffer: a huge anchor at index 1
-        e.anchor[2] = np.float32(-0.0)
+        a = e.anchor.copy()  # a huge anchor at index 1
+        a[1] = np.float32(3e38)
+        a[2] = np.float32(-0.0)
+        e._set_anchor(a)
         res = e.receive([packet(entry(2, 1, [1, 2, 5], [1.0, neg0, neg0])), *follow])
         assert e._agg is not None and not e._agg.any() and not np.signbit(e._agg).any()
         got = dict(zip(res.indices.tolist(), res.values.tolist(), strict=True))
@@ -570,11 +572,15 @@ def test_anchor_moves_by_the_step_aggregate_after_many_overlapping_packets(
     # unchanged elsewhere (the engine writes it from the DF-RCV-50 sums, or in one pass when the
     # packets overlap heavily).
     e = engine(alpha=data.draw(st.sampled_from([1.0, 0.3])))
-    e.anchor[:] = np.array(
-        data.draw(
-            st.lists(st.sampled_from([0.0, -0.0, 1.5, -2.0, 3e38, 1e-40]), min_size=N, max_size=N)
-        ),
-        dtype=np.float32,
+    e._set_anchor(
+        np.array(
+            data.draw(
+                st.lists(
+                    st.sampled_from([0.0, -0.0, 1.5, -2.0, 3e38, 1e-40]), min_size=N, max_size=N
+                )
+            ),
+            dtype=np.float32,
+        )
     )
     before = e.anchor.copy()
     seq = itertools.count(1)

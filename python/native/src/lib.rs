@@ -726,22 +726,40 @@ fn trim(
         return Err(PyValueError::new_err("out_idx / out_d: shorter than k"));
     }
     // the magnitudes' bits: for non-negative floats their order is the numbers' order
-    let mut mags: Vec<u32> = dv.iter().map(|x| x.get().to_bits() & 0x7FFF_FFFF).collect();
-    if mags.iter().any(|&m| m > 0x7F80_0000) {
+    let mag = |x: &ReadOnlyCell<f32>| x.get().to_bits() & 0x7FFF_FFFF;
+    // the keep-th largest magnitude `t`, by a radix select: a histogram of the top 16 bits finds
+    // its bucket, a selection among that bucket's low 15 bits finds it there (O(c), no sort)
+    let mut hist = vec![0u32; 1 << 16];
+    let mut nan = false;
+    for x in dv.iter() {
+        let b = mag(x);
+        nan |= b > 0x7F80_0000;
+        hist[(b >> 15) as usize] += 1;
+    }
+    if nan {
         return Err(PyValueError::new_err("d: NaN among the candidates"));
     }
-    let t = if keep == 0 || keep == c {
-        0 // every candidate is kept (or none is asked for)
+    let (t, above) = if keep == 0 || keep == c {
+        (0, c) // every candidate is kept (or none is asked for)
     } else {
-        let (_, nth, _) = mags.select_nth_unstable(c - keep);
-        *nth
-    };
-    let above = if keep == c {
-        c
-    } else {
-        dv.iter()
-            .filter(|x| x.get().to_bits() & 0x7FFF_FFFF > t)
-            .count()
+        // the bucket where the count from the top reaches `keep`, and the count above it
+        let (mut bucket, mut higher) = (hist.len() - 1, 0usize);
+        while higher + (hist[bucket] as usize) < keep {
+            higher += hist[bucket] as usize;
+            bucket -= 1;
+        }
+        let mut low: Vec<u32> = dv
+            .iter()
+            .map(mag)
+            .filter(|&b| (b >> 15) as usize == bucket)
+            .map(|b| b & 0x7FFF)
+            .collect();
+        let need = keep - higher; // 1 ..= low.len(): the need-th largest of the bucket
+        let pos = low.len() - need;
+        let tl = *low.select_nth_unstable(pos).1;
+        let above = higher + low.iter().filter(|&&b| b > tl).count();
+        let t = ((bucket as u32) << 15) | tl;
+        (t, above)
     };
     let mut ties = keep.saturating_sub(above); // taken from the lowest indices first
     let mut m = 0usize;
@@ -788,6 +806,150 @@ fn max_abs(py: Python<'_>, parts: &Bound<'_, PyList>) -> PyResult<f32> {
     })
 }
 
+// --- Q8 values (replaces compact.q8_encode / q8_quantize) ---------------------------------------
+
+/// `2**e` as an f64, for `e` in f64's normal range.
+fn pow2(e: i32) -> f64 {
+    f64::from_bits(((e + 1023) as u64) << 52)
+}
+
+/// The Q8 scale of a finite, positive largest magnitude `m` (`compact.q8_scale`): the smallest
+/// `2**e` (`e >= -149`) with `127 * 2**e >= m`.
+fn q8_scale_of(m: f32) -> f32 {
+    let m = f64::from(m);
+    let e0 = ((m.to_bits() >> 52) & 0x7FF) as i32 - 1022; // frexp: m < 2**e0
+    let e = if 127.0 * pow2(e0 - 7) >= m {
+        e0 - 7
+    } else {
+        e0 - 6
+    };
+    let e = e.max(-149);
+    if e >= -126 {
+        f32::from_bits(((e + 127) as u32) << 23)
+    } else {
+        f32::from_bits(1u32 << (e + 149))
+    }
+}
+
+/// Q8 of f32 `values` (`compact.q8_encode`): writes the codes to `out_q` (int8, as long) and,
+/// unless None, the decoded values `fl32(q * scale)` to `out_v` (`compact.q8_quantize`). Returns
+/// the scale (0 when every value is 0), or NaN, with nothing written, when a value is not finite.
+#[pyfunction]
+#[pyo3(signature = (values, out_q, out_v=None))]
+fn q8(
+    py: Python<'_>,
+    values: &Bound<'_, PyAny>,
+    out_q: &Bound<'_, PyAny>,
+    out_v: Option<&Bound<'_, PyAny>>,
+) -> PyResult<f32> {
+    let vb = buffer::<f32>(values, "values")?;
+    let v = ro(py, &vb, "values")?;
+    let qb = buffer::<i8>(out_q, "out_q")?;
+    let q = rw(py, &qb, "out_q")?;
+    same_len("values and out_q", v.len(), q.len())?;
+    let ob = out_v.map(|o| buffer::<f32>(o, "out_v")).transpose()?;
+    let o = match &ob {
+        Some(b) => Some(rw(py, b, "out_v")?),
+        None => None,
+    };
+    if let Some(o) = o {
+        same_len("values and out_v", v.len(), o.len())?;
+    }
+    let top_bits = v
+        .chunks(1024)
+        .map(|c| {
+            c.iter()
+                .map(|x| (x.get().to_bits() & 0x7FFF_FFFF) as i32)
+                .fold(0, i32::max)
+        })
+        .fold(0, i32::max);
+    if top_bits >= 0x7F80_0000 {
+        return Ok(f32::NAN);
+    }
+    if top_bits == 0 {
+        for c in q.iter() {
+            c.set(0);
+        }
+        if let Some(o) = o {
+            for c in o.iter() {
+                c.set(0.0);
+            }
+        }
+        return Ok(0.0);
+    }
+    let scale = q8_scale_of(f32::from_bits(top_bits as u32));
+    // the largest code whose value stays finite: min(127, floor(FLT_MAX / scale))
+    let top = (f64::from(f32::MAX) / f64::from(scale)).floor().min(127.0) as f32;
+    // v / scale is exact (a power of two; a quotient below the normal range rounds to 0 either
+    // way) and at most 127 in magnitude, rounded to nearest even by adding and subtracting
+    // 1.5 * 2**23 (exact for magnitudes below 2**22; `round_ties_even` is a libm call per value
+    // on baseline x86-64), clamped
+    const ROUND: f32 = 12_582_912.0;
+    if scale >= f32::MIN_POSITIVE {
+        // 1 / scale is a power of two in range: the product is the same exact quotient
+        let inv = 1.0 / scale;
+        for (c, x) in q.iter().zip(v.iter()) {
+            c.set(((x.get() * inv + ROUND) - ROUND).clamp(-top, top) as i8);
+        }
+    } else {
+        for (c, x) in q.iter().zip(v.iter()) {
+            c.set(((x.get() / scale + ROUND) - ROUND).clamp(-top, top) as i8);
+        }
+    }
+    if let Some(o) = o {
+        for (c, x) in o.iter().zip(q.iter()) {
+            c.set(f32::from(x.get()) * scale);
+        }
+    }
+    Ok(scale)
+}
+
+// --- the strided sample of the selection (replaces the sample pass of Selector._delta_by_sample)
+
+/// `out[j] = |fl32(active[j * stride] - anchor[j * stride])|` for `j < len(out)`, where `active`
+/// is the concatenation of `parts` (every position must lie inside it).
+#[pyfunction]
+fn sample_abs(
+    py: Python<'_>,
+    parts: &Bound<'_, PyList>,
+    anchor: &Bound<'_, PyAny>,
+    stride: usize,
+    out: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let ps = Parts::get(parts, "parts")?;
+    let views = ps
+        .bufs
+        .iter()
+        .map(|b| ro(py, b, "parts"))
+        .collect::<PyResult<Vec<_>>>()?;
+    let anb = buffer::<f32>(anchor, "anchor")?;
+    let an = ro(py, &anb, "anchor")?;
+    same_len("parts and anchor", ps.total, an.len())?;
+    let ob = buffer::<f32>(out, "out")?;
+    let o = rw(py, &ob, "out")?;
+    if stride == 0 {
+        return Err(PyValueError::new_err("stride: must be at least 1"));
+    }
+    if let Some(last) = o.len().checked_sub(1)
+        && last.checked_mul(stride).is_none_or(|i| i >= ps.total)
+    {
+        return Err(PyValueError::new_err(format!(
+            "out: {} samples of stride {stride} do not fit in {} values",
+            o.len(),
+            ps.total
+        )));
+    }
+    let mut p = 0usize;
+    for (j, c) in o.iter().enumerate() {
+        let i = j * stride;
+        while i >= ps.starts[p] + views[p].len() {
+            p += 1;
+        }
+        c.set((views[p][i - ps.starts[p]].get() - an[i].get()).abs());
+    }
+    Ok(())
+}
+
 #[pymodule]
 fn delta_fabric_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(varint_sums, m)?)?;
@@ -803,7 +965,9 @@ fn delta_fabric_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(check_sums, m)?)?;
     m.add_function(wrap_pyfunction!(trim, m)?)?;
     m.add_function(wrap_pyfunction!(max_abs, m)?)?;
+    m.add_function(wrap_pyfunction!(q8, m)?)?;
+    m.add_function(wrap_pyfunction!(sample_abs, m)?)?;
     m.add("MAX_VARINT", MAX_VARINT)?;
-    m.add("API", 1)?;
+    m.add("API", 2)?;
     Ok(())
 }

@@ -210,6 +210,12 @@ class Engine:
         self.incarnation = _check_id("incarnation", incarnation)
         n = manifest.num_params
         self._anchor = np.zeros(n, dtype=np.float32)
+        self._anchor_view = self._anchor.view()  # what `anchor` hands out: read-only
+        self._anchor_view.flags.writeable = False
+        # an upper bound of max |anchor| (inf with a NaN or an infinity) kept across steps for the
+        # DF-RCV-50 proof, or None (unknown: `_step_bound` reads the anchor). Every write to the
+        # anchor grows it or clears it; the anchor is private, so nothing else writes it.
+        self._anchor_bound: float | None = None
         if anchor is not None:
             self._set_anchor(anchor)
         self.next_seq = 1
@@ -261,8 +267,9 @@ class Engine:
 
     @property
     def anchor(self) -> NDArray[np.float32]:
-        """The anchor buffer itself (not a copy): treat as read-only."""
-        return self._anchor
+        """A read-only view of the anchor buffer (not a copy): it changes as the engine steps.
+        `restore` (or ``Engine(anchor=...)``) sets it."""
+        return self._anchor_view
 
     @property
     def fingerprint(self) -> bytes:
@@ -334,6 +341,7 @@ class Engine:
         if a.shape != (self.num_params,) or a.dtype != np.float32:
             raise ValueError(f"anchor must be a float32 array of shape ({self.num_params},)")
         np.copyto(self._anchor, a)
+        self._anchor_bound = None
 
     # generation (DF-GEN) ------------------------------------------------------------------------------
     def generate(
@@ -402,9 +410,12 @@ class Engine:
             else:
                 sent = vc.quantize(dpart)
             if self.native is not None:  # the same fl32(anchor + sent), distinct indices
-                self.native.scatter_add(self._anchor, part, aligned(sent, np.float32))
+                sent = aligned(sent, np.float32)
+                self.native.scatter_add(self._anchor, part, sent)
+                self._anchor_grew(float(self.native.max_abs([sent])))
             else:
                 self._anchor[ipart] = self._anchor[ipart] + sent
+                self._anchor_bound = None
             entry = Entry(
                 origin=self.node_id,
                 incarnation=self.incarnation,
@@ -660,8 +671,10 @@ class Engine:
             # DF-RCV-7 (anchor side): fl32(anchor + agg) once over the union (one pass over the
             # anchor, not one per packet; the sums the DF-RCV-50 checks made, where they made them)
             nat.scatter_add(anchor, sp_idx, sp_val)
+            self._anchor_grew(float(nat.max_abs([sp_val])))
             c.values_applied += int(res.indices.size)
         elif parts_idx:
+            self._anchor_bound = None  # written below: read again when next needed
             if len(parts_idx) == 1:  # one accepted entry: agg at its indices is its sum
                 res.indices = np.array(parts_idx[0], dtype=np.uint32)
                 ix = np.asarray(parts_ix[0], dtype=np.intp)  # intp on the dense path: no copy
@@ -935,8 +948,17 @@ class Engine:
                 act = float(nat.max_abs([active]))
             else:
                 return None
-            self._bound = max(act, float(nat.max_abs([self._anchor])))
+            if self._anchor_bound is None or not self._anchor_bound < _PROOF_LIMIT:
+                self._anchor_bound = float(nat.max_abs([self._anchor]))  # exact again
+            self._bound = max(act, self._anchor_bound)
         return self._bound
+
+    def _anchor_grew(self, top: float) -> None:
+        """The anchor moved by values of magnitude at most ``top`` (inf: not finite) at distinct
+        indices: |fl32(a + v)| <= fl32(|a| + |v|) <= (|a| + |v|)(1 + 2**-24), so the bound grows by
+        ``top`` and that factor (rounded up once more); an unknown bound stays unknown."""
+        if self._anchor_bound is not None:
+            self._anchor_bound = (self._anchor_bound + top) * (1.0 + 2.0**-22)
 
     def pack(self, own: Sequence[Entry], relay: Sequence[Entry]) -> list[bytes]:
         """DF-RLY-3/4: own entries first, then relay entries in acceptance order, greedily packed into

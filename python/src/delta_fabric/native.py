@@ -28,7 +28,7 @@ from delta_fabric.errors import DeltaFabricError
 __all__ = ["API", "NativeError", "aligned", "describe", "kernels", "mode", "ready"]
 
 #: The kernel set this core calls (``delta_fabric_native.API`` must be equal).
-API = 1
+API = 2
 _MODES = {"auto": "auto", "": "auto", "on": "on", "1": "on", "off": "off", "0": "off"}
 _loaded: dict[str, ModuleType | None] = {}
 log = logging.getLogger("delta_fabric.native")

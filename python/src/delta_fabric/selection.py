@@ -242,17 +242,22 @@ class Selector:
         """`_by_sample` on ``d = active - anchor`` read block by block (see `select_delta`)."""
         ms, stride = self._sample_size(k)
         # the sample: |d| at positions 0, stride, ... (the first ms), read from parts and anchor
-        pieces: list[NDArray[np.float32]] = []
-        off = 0
-        for piece in parts:
-            m = piece.shape[0]
-            first = -(-off // stride) * stride  # the first sample position in [off, off + m)
-            if first < off + m:
-                pieces.append(
-                    np.subtract(piece[first - off :: stride], anchor[first : off + m : stride])
-                )
-            off += m
-        sample = np.abs(np.concatenate(pieces)[:ms])
+        nat = self.native
+        if nat is not None and ready(anchor, np.float32) and all(ready(p, np.float32) for p in parts):
+            sample = np.empty(ms, dtype=np.float32)  # the same values in one native pass
+            nat.sample_abs(list(parts), anchor, stride, sample)
+        else:
+            pieces: list[NDArray[np.float32]] = []
+            off = 0
+            for piece in parts:
+                m = piece.shape[0]
+                first = -(-off // stride) * stride  # the first sample position in [off, off + m)
+                if first < off + m:
+                    pieces.append(
+                        np.subtract(piece[first - off :: stride], anchor[first : off + m : stride])
+                    )
+                off += m
+            sample = np.abs(np.concatenate(pieces)[:ms])
         t = self._sample_threshold(sample, k, fast)
         if t is None:
             return None
