@@ -752,11 +752,17 @@ class Engine:
         DF-RCV-5, concatenated): hops below the limit, the values of magnitude >= relay_threshold,
         if any. One pass over all the values, then slices per entry."""
         hop_limit = self.config.hop_limit
-        keep = np.abs(damped) >= thr32  # |u| >= relay_threshold, compared as real numbers
         sizes = [e.indices.size for e in entries]
-        if len(entries) == 1:
+        nat = self.native
+        if len(entries) == 1 and nat is not None and ready(damped, np.float32):
+            # the count in one native pass; the mask only when some values stay behind
+            kept = [int(nat.count_at_least(damped, thr32))]
+            keep = (np.abs(damped) >= thr32) if 0 < kept[0] < sizes[0] else None
+        elif len(entries) == 1:
+            keep = np.abs(damped) >= thr32  # |u| >= relay_threshold, compared as real numbers
             kept = [int(np.count_nonzero(keep))]
         else:
+            keep = np.abs(damped) >= thr32
             starts = np.cumsum([0, *sizes[:-1]])
             kept = np.add.reduceat(keep, starts, dtype=np.int64).tolist()
         a = 0
@@ -784,6 +790,7 @@ class Engine:
                 r_idx = e.indices if owned else e.indices.copy()
                 r_val = u
             else:
+                assert keep is not None
                 m = keep[a:b]
                 r_idx, r_val = e.indices[m], u[m]
             relay.append(Entry(e.origin, e.incarnation, e.seq, e.hops + 1, r_idx, r_val))

@@ -243,7 +243,11 @@ class Selector:
         ms, stride = self._sample_size(k)
         # the sample: |d| at positions 0, stride, ... (the first ms), read from parts and anchor
         nat = self.native
-        if nat is not None and ready(anchor, np.float32) and all(ready(p, np.float32) for p in parts):
+        if (
+            nat is not None
+            and ready(anchor, np.float32)
+            and all(ready(p, np.float32) for p in parts)
+        ):
             sample = np.empty(ms, dtype=np.float32)  # the same values in one native pass
             nat.sample_abs(list(parts), anchor, stride, sample)
         else:

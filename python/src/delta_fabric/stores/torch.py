@@ -172,17 +172,31 @@ class TorchStore:
             return out
 
     def apply(self, indices: NDArray[np.uint32], values: NDArray[np.float32]) -> None:
-        check_sparse(self._manifest, indices, values)
         nat = kernels()
-        if nat is not None and ready(indices, np.uint32):
-            host = self.host_parts()
-            if host is not None:  # the same fl32(active + agg) in one native pass over the views
+        host = self.host_parts() if nat is not None and ready(indices, np.uint32) else None
+        fast = (
+            nat is not None
+            and host is not None
+            and isinstance(values, np.ndarray)
+            and values.dtype == np.float32
+            and values.shape == np.shape(indices)
+        )
+        if not fast:
+            check_sparse(self._manifest, indices, values)
+        elif nat is not None and host is not None:
+            # the same fl32(active + agg) in one native pass over the views; the kernel checks
+            # the indices (strictly increasing, below N) before it writes anything, and such a
+            # refusal is reported as check_sparse's StoreError
+            try:
                 nat.parts_scatter_add(host, indices, aligned(values, np.float32))
-                for i in self._var_pos:  # a variance is never negative (section 5.10)
-                    lo, hi = np.searchsorted(indices, self._offsets[i : i + 2])
-                    if hi > lo:  # clamped only when this apply touched it, as below
-                        self._tensors[i].data.clamp_(min=0.0)
-                return
+            except (TypeError, ValueError):
+                check_sparse(self._manifest, indices, values)
+                raise
+            for i in self._var_pos:  # a variance is never negative (section 5.10)
+                lo, hi = np.searchsorted(indices, self._offsets[i : i + 2])
+                if hi > lo:  # clamped only when this apply touched it, as below
+                    self._tensors[i].data.clamp_(min=0.0)
+            return
         with torch.no_grad():
             for s in self._manifest.locate(indices, checked=True):
                 t = self._tensors[s.tensor]
