@@ -380,23 +380,6 @@ fn scatter_add(
 
 // --- the active weights as parts ----------------------------------------------------------------
 
-/// Walks strictly increasing `ix` over `parts`: `f(position, part, offset in the part)`.
-fn walk_parts(
-    py: Python<'_>,
-    parts: &Parts,
-    index: &Index,
-    mut f: impl FnMut(usize, usize, usize),
-) -> PyResult<()> {
-    index.check(py, parts.total, true, "ix")?;
-    let mut p = 0usize;
-    index.for_each(py, parts.total, "ix", |j, i| {
-        while i >= parts.starts[p] + parts.bufs[p].item_count() {
-            p += 1;
-        }
-        f(j, p, i - parts.starts[p]);
-    })
-}
-
 /// `gather_add` of the anchor and the same sums on the active weights' parts in one walk over
 /// strictly increasing `ix`: writes `out[j] = fl32(anchor[ix[j]] + a[j])` and returns whether that
 /// and `fl32(active[ix[j]] + a[j])` are finite for every `j` (DF-RCV-50 of one packet).
@@ -457,10 +440,35 @@ fn parts_scatter_add(
     let v = ro(py, &vb, "vals")?;
     let index = Index::get(ix, "ix")?;
     same_len("ix and vals", index.len(), v.len())?;
-    walk_parts(py, &ps, &index, |j, p, k| {
-        let c = &views[p][k];
-        c.set(c.get() + v[j].get());
-    })
+    index.check(py, ps.total, true, "ix")?; // nothing is written before the indices are known good
+    match &index {
+        Index::U32(b) => {
+            let s = ro(py, b, "ix")?;
+            add_to_parts(&views, s.iter().map(|c| c.get() as usize), v);
+        }
+        Index::I64(b) => {
+            let s = ro(py, b, "ix")?;
+            add_to_parts(&views, s.iter().map(|c| c.get() as usize), v);
+        }
+    }
+    Ok(())
+}
+
+/// `active[i] = fl32(active[i] + v[j])` for checked, strictly increasing flat indices `i` over
+/// the parts `views` (a tight loop per part: no per-index lookup of the part).
+fn add_to_parts(views: &[&[Cell<f32>]], ix: impl Iterator<Item = usize>, v: &[ReadOnlyCell<f32>]) {
+    let mut p = 0usize;
+    let mut start = 0usize;
+    let mut dst: &[Cell<f32>] = views.first().copied().unwrap_or(&[]);
+    for (i, x) in ix.zip(v) {
+        while i >= start + dst.len() {
+            start += dst.len();
+            p += 1;
+            dst = views[p];
+        }
+        let c = &dst[i - start];
+        c.set(c.get() + x.get());
+    }
 }
 
 // --- union of sorted index lists (replaces engine._union) ----------------------------------------
