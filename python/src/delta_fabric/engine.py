@@ -387,9 +387,14 @@ class Engine:
             return []  # DF-GEN-8
         # DF-GEN-9: checked on d itself, before encoding: F16/BF16 would clamp an infinity to a
         # finite value. An infinity is the largest magnitude, so it is always among the selected.
-        finite = np.isfinite(dsel)
-        if not bool(finite.all()):
-            raise NonFiniteDelta(int(idx[int(np.argmin(finite))]))
+        if (
+            self.native is None
+            or not ready(dsel, np.float32)
+            or self.native.max_abs([dsel]) == np.inf
+        ):
+            finite = np.isfinite(dsel)  # (max_abs is inf exactly when a value is not finite)
+            if not bool(finite.all()):
+                raise NonFiniteDelta(int(idx[int(np.argmin(finite))]))
         # DF-GEN-6: split into entries that fit a packet alone; then, per entry, the values are the
         # decoded values of what is sent (DF-GEN-4, by the encodings table) and the anchor moves by
         # them (DF-GEN-5, error feedback).
@@ -435,7 +440,7 @@ class Engine:
             for e in entries:
                 self.influence.note_own(e.values)
         if averaging:
-            self.last_correction = (indices, np.concatenate(corr))
+            self.last_correction = (indices, corr[0] if len(corr) == 1 else np.concatenate(corr))
         return entries
 
     # receive (DF-RCV) and relay (DF-RLY) --------------------------------------------------------------

@@ -29,6 +29,9 @@ from delta_fabric.native import ready
 __all__ = ["Selector", "reference_select"]
 
 _MIN_SAMPLE = 65_536
+# the exact mode's floor: its result does not depend on the sample (a miss falls back to the exact
+# path), so a smaller sample trades a few more candidates for fewer cache lines read
+_MIN_EXACT_SAMPLE = 16_384
 _MAX_SAMPLE = 1 << 18  # beyond this a strided sample costs more than the group-max path
 _SMALL_N = 1 << 17  # below this the sample buys nothing: use the reference path directly
 _MIN_SAMPLE_RANK = 64  # sample ranks below this are too noisy to aim with
@@ -126,12 +129,13 @@ class Selector:
         np.greater_equal(self._abs, np.float32(t), out=self._mask)
         return np.flatnonzero(self._mask)
 
-    def _sample_size(self, k: int) -> tuple[int, int]:
+    def _sample_size(self, k: int, fast: bool = True) -> tuple[int, int]:
         """The strided sample of ``|d|`` for ``k``: its size ``ms`` and its stride (positions
         ``0, stride, 2 stride, ...``, the first ``ms`` of them)."""
         n = self.n
         q = k / n
-        ms = min(max(n // 4, 1), _MAX_SAMPLE, max(_MIN_SAMPLE, math.ceil(4 * _MIN_SAMPLE_RANK / q)))
+        floor = _MIN_SAMPLE if fast else _MIN_EXACT_SAMPLE
+        ms = min(max(n // 4, 1), _MAX_SAMPLE, max(floor, math.ceil(4 * _MIN_SAMPLE_RANK / q)))
         return ms, n // ms
 
     def _sample_threshold(self, sample: NDArray[np.float32], k: int, fast: bool) -> float | None:
@@ -168,7 +172,7 @@ class Selector:
 
     def _by_sample(self, k: int, fast: bool) -> NDArray[np.int64] | None:
         a = self._abs
-        ms, stride = self._sample_size(k)
+        ms, stride = self._sample_size(k, fast)
         sample = a[::stride][:ms].copy()  # deterministic strided sample
         t = self._sample_threshold(sample, k, fast)
         if t is None:
@@ -240,7 +244,7 @@ class Selector:
         fast: bool,
     ) -> tuple[NDArray[np.int64], NDArray[np.float32]] | None:
         """`_by_sample` on ``d = active - anchor`` read block by block (see `select_delta`)."""
-        ms, stride = self._sample_size(k)
+        ms, stride = self._sample_size(k, fast)
         # the sample: |d| at positions 0, stride, ... (the first ms), read from parts and anchor
         nat = self.native
         if (

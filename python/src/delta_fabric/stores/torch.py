@@ -11,6 +11,8 @@ read-add-round-trip otherwise (DF-MAN-4). ``gather()`` is one ``torch.cat`` move
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -97,6 +99,7 @@ class TorchStore:
         self._tensors: list[torch.Tensor] = [named[n] for n in self._manifest.names]
         self._offsets = np.asarray(self._manifest.offsets, dtype=np.int64)
         self.gathers = 0
+        self._host: tuple[tuple[Any, ...], tuple[NDArray[np.float32], ...]] | None = None
         params = {id(p) for p in module.parameters()}
         self._stats = tuple(n for n, t in named.items() if id(t) not in params)
         #: canonical positions of the BatchNorm running variances, clamped at >= 0 after `apply`
@@ -161,14 +164,25 @@ class TorchStore:
     def host_parts(self) -> list[NDArray[np.float32]] | None:
         """The canonical vector as flat views of the live tensors, one per tensor in canonical
         order, when every tensor is a contiguous f32 CPU tensor; None otherwise (no copy is ever
-        made). Read in place by `Engine.receive` for its DF-RCV-50 checks, never written."""
+        made). Read in place by `Engine.receive` for its DF-RCV-50 checks, never written.
+
+        The views are kept while every tensor keeps its storage, dtype, device, shape and layout
+        (``t.data`` may be replaced between calls: then they are taken again)."""
+        key = tuple(
+            (t.data_ptr(), t.dtype, t.device, t.shape, t.is_contiguous(), t.is_neg(), t.is_conj())
+            for t in self._tensors
+        )
+        if self._host is not None and self._host[0] == key:
+            return list(self._host[1])
         with torch.no_grad():
             out: list[NDArray[np.float32]] = []
             for t in self._tensors:
                 host = _host_f32(t)
                 if host is None:
+                    self._host = None
                     return None
                 out.append(host)
+            self._host = (key, tuple(out))
             return out
 
     def apply(self, indices: NDArray[np.uint32], values: NDArray[np.float32]) -> None:
