@@ -912,23 +912,9 @@ fn q8(
         return Ok(0.0);
     }
     let scale = q8_scale_of(f32::from_bits(top_bits as u32));
-    // the largest code whose value stays finite: min(127, floor(FLT_MAX / scale))
-    let top = (f64::from(f32::MAX) / f64::from(scale)).floor().min(127.0) as f32;
-    // v / scale is exact (a power of two; a quotient below the normal range rounds to 0 either
-    // way) and at most 127 in magnitude, rounded to nearest even by adding and subtracting
-    // 1.5 * 2**23 (exact for magnitudes below 2**22; `round_ties_even` is a libm call per value
-    // on baseline x86-64), clamped
-    const ROUND: f32 = 12_582_912.0;
-    if scale >= f32::MIN_POSITIVE {
-        // 1 / scale is a power of two in range: the product is the same exact quotient
-        let inv = 1.0 / scale;
-        for (c, x) in q.iter().zip(v.iter()) {
-            c.set(((x.get() * inv + ROUND) - ROUND).clamp(-top, top) as i8);
-        }
-    } else {
-        for (c, x) in q.iter().zip(v.iter()) {
-            c.set(((x.get() / scale + ROUND) - ROUND).clamp(-top, top) as i8);
-        }
+    let coder = Q8Coder::new(scale);
+    for (c, x) in q.iter().zip(v.iter()) {
+        c.set(coder.code(x.get()));
     }
     if let Some(o) = o {
         for (c, x) in o.iter().zip(q.iter()) {
@@ -936,6 +922,117 @@ fn q8(
         }
     }
     Ok(scale)
+}
+
+/// What a node sends of its delta `d` under DF-GEN-70 with Q8 values: `v = fl32(weight * d)`, its
+/// Q8 codes to `out_q`, the decoded `sent = fl32(q * scale)` to `out_sent` and the correction
+/// `fl32(sent - d)` to `out_corr` (each as long as `d`); returns the scale, or NaN, with nothing
+/// written, when a `v` is not finite (replaces `q8_quantize(fl32(w * d))` and the subtraction).
+#[pyfunction]
+fn q8_send(
+    py: Python<'_>,
+    d: &Bound<'_, PyAny>,
+    weight: f32,
+    out_q: &Bound<'_, PyAny>,
+    out_sent: &Bound<'_, PyAny>,
+    out_corr: &Bound<'_, PyAny>,
+) -> PyResult<f32> {
+    let db = buffer::<f32>(d, "d")?;
+    let dv = ro(py, &db, "d")?;
+    let qb = buffer::<i8>(out_q, "out_q")?;
+    let (sb, cb) = (
+        buffer::<f32>(out_sent, "out_sent")?,
+        buffer::<f32>(out_corr, "out_corr")?,
+    );
+    let (q, sent, corr) = (
+        rw(py, &qb, "out_q")?,
+        rw(py, &sb, "out_sent")?,
+        rw(py, &cb, "out_corr")?,
+    );
+    same_len("d and out_q", dv.len(), q.len())?;
+    same_len("d and out_sent", dv.len(), sent.len())?;
+    same_len("d and out_corr", dv.len(), corr.len())?;
+    let top_bits = dv
+        .chunks(1024)
+        .map(|c| {
+            c.iter()
+                .map(|x| ((weight * x.get()).to_bits() & 0x7FFF_FFFF) as i32)
+                .fold(0, i32::max)
+        })
+        .fold(0, i32::max);
+    if top_bits >= 0x7F80_0000 {
+        return Ok(f32::NAN);
+    }
+    let scale = if top_bits == 0 {
+        0.0
+    } else {
+        q8_scale_of(f32::from_bits(top_bits as u32))
+    };
+    let coder = (top_bits != 0).then(|| Q8Coder::new(scale));
+    for (((c, s), r), x) in q.iter().zip(sent).zip(corr).zip(dv) {
+        let code = coder.as_ref().map_or(0, |k| k.code(weight * x.get()));
+        let v = f32::from(code) * scale;
+        c.set(code);
+        s.set(v);
+        r.set(v - x.get());
+    }
+    Ok(scale)
+}
+
+/// The Q8 codes of finite values under an entry's positive scale (`compact.q8_encode`).
+struct Q8Coder {
+    scale: f32,
+    /// `1 / scale` when it is a power of two in range (a normal scale): the product by it is the
+    /// same exact quotient as the division
+    inv: Option<f32>,
+    /// the largest code whose value stays finite: min(127, floor(FLT_MAX / scale))
+    top: f32,
+}
+
+impl Q8Coder {
+    fn new(scale: f32) -> Q8Coder {
+        Q8Coder {
+            scale,
+            inv: (scale >= f32::MIN_POSITIVE).then(|| 1.0 / scale),
+            top: (f64::from(f32::MAX) / f64::from(scale)).floor().min(127.0) as f32,
+        }
+    }
+
+    /// `v / scale` is exact (a quotient below the normal range rounds to 0 either way) and at
+    /// most 127 in magnitude; rounded to nearest even by adding and subtracting 1.5 * 2**23 (exact
+    /// below 2**22 in magnitude; `round_ties_even` is a libm call per value on baseline x86-64),
+    /// then clamped.
+    fn code(&self, v: f32) -> i8 {
+        const ROUND: f32 = 12_582_912.0;
+        let y = match self.inv {
+            Some(inv) => v * inv,
+            None => v / self.scale,
+        };
+        ((y + ROUND) - ROUND).clamp(-self.top, self.top) as i8
+    }
+}
+
+/// `out = fl32(q * scale)` of Q8 codes; returns whether every value is finite (a scale near
+/// FLT_MAX can overflow; replaces the decode's product and its finite check).
+#[pyfunction]
+fn q8_decode(
+    py: Python<'_>,
+    codes: &Bound<'_, PyAny>,
+    scale: f32,
+    out: &Bound<'_, PyAny>,
+) -> PyResult<bool> {
+    let qb = buffer::<i8>(codes, "codes")?;
+    let q = ro(py, &qb, "codes")?;
+    let ob = buffer::<f32>(out, "out")?;
+    let o = rw(py, &ob, "out")?;
+    same_len("codes and out", q.len(), o.len())?;
+    let mut finite = true;
+    for (c, x) in o.iter().zip(q) {
+        let v = f32::from(x.get()) * scale;
+        finite &= v.is_finite();
+        c.set(v);
+    }
+    Ok(finite)
 }
 
 // --- the strided sample of the selection (replaces the sample pass of Selector._delta_by_sample)
@@ -1000,6 +1097,8 @@ fn delta_fabric_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(trim, m)?)?;
     m.add_function(wrap_pyfunction!(max_abs, m)?)?;
     m.add_function(wrap_pyfunction!(q8, m)?)?;
+    m.add_function(wrap_pyfunction!(q8_send, m)?)?;
+    m.add_function(wrap_pyfunction!(q8_decode, m)?)?;
     m.add_function(wrap_pyfunction!(count_at_least, m)?)?;
     m.add_function(wrap_pyfunction!(sample_abs, m)?)?;
     m.add("MAX_VARINT", MAX_VARINT)?;

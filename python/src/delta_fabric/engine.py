@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from delta_fabric.config import RelayPolicy, SyncConfig
-from delta_fabric.encodings import codec
+from delta_fabric.encodings import ValueEncoding, codec
 from delta_fabric.errors import DecodeError, ErrorCode
 from delta_fabric.influence import InfluenceBound
 from delta_fabric.manifest import Manifest
@@ -405,11 +405,22 @@ class Engine:
         averaging = self.config.average_over > 1
         w = np.float32(self.config.send_weight_f32)
         corr: list[NDArray[np.float32]] = []
+        q8_native = (
+            self.native is not None and vc.encoding is ValueEncoding.Q8 and ready(dsel, np.float32)
+        )
         for start in range(0, indices.size, step):
             part = indices[start : start + step]
             ipart = idx[start : start + step]
             dpart = dsel[start : start + step]
-            if averaging:  # DF-GEN-70: send fl32(w * d); the own weights keep only what is sent
+            if averaging and q8_native:  # the same codes, sent values and correction in one call
+                assert self.native is not None
+                sent = np.empty(dpart.size, dtype=np.float32)
+                fix = np.empty(dpart.size, dtype=np.float32)
+                scale = self.native.q8_send(dpart, w, np.empty(dpart.size, np.int8), sent, fix)
+                if scale != scale:  # as Q8 refuses a value that is not finite
+                    raise ValueError("Q8 encodes finite values only")
+                corr.append(fix)
+            elif averaging:  # DF-GEN-70: send fl32(w * d); the own weights keep only what is sent
                 sent = vc.quantize(np.multiply(dpart, w, dtype=np.float32))
                 corr.append(np.subtract(sent, dpart, dtype=np.float32))
             else:

@@ -65,7 +65,7 @@ from delta_fabric.compact import (
 )
 from delta_fabric.encodings import CODECS, MAX_VALUE_BYTES, ValueEncoding, codec, quantize
 from delta_fabric.errors import DecodeError, ErrorCode
-from delta_fabric.native import kernels
+from delta_fabric.native import kernels, ready
 
 __all__ = [
     "DEFAULT_MAX_PACKET_SIZE",
@@ -906,6 +906,7 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
     idx_all = idx_views[0] if count == 1 else np.concatenate(idx_views)
     _check_order(idx_all, idx_count)
     val_views: list[NDArray[np.float32]]
+    finite: bool | None = None  # known from the native decode of Q8 values
     if vc.field == "values":
         val_views = [
             a8[s : s + 4 * c].view("<f4") for s, c in zip(val_start.tolist(), counts, strict=True)
@@ -924,14 +925,19 @@ def _decode(mv: memoryview, max_packet_size: int) -> Packet:
         if (
             scales.size
         ):  # fl32(q * scale), the scale of each value's entry (may overflow: NON_FINITE)
-            with np.errstate(over="ignore"):
-                per_value = scales[0] if count == 1 else np.repeat(scales, idx_count)
-                val_all = np.multiply(bits_all, per_value, dtype=np.float32)
+            nat = kernels() if count == 1 and ready(bits_all, np.int8) else None
+            if nat is not None:  # the same products and their finite check in one pass
+                val_all = np.empty(bits_all.size, dtype=np.float32)
+                finite = bool(nat.q8_decode(bits_all, float(scales[0]), val_all))
+            else:
+                with np.errstate(over="ignore"):
+                    per_value = scales[0] if count == 1 else np.repeat(scales, idx_count)
+                    val_all = np.multiply(bits_all, per_value, dtype=np.float32)
         else:
             val_all = vc.decode(bits_all, np.float32(0.0))
         val_all = _readonly(val_all)
         val_views = [val_all] if count == 1 else np.split(val_all, np.cumsum(idx_count)[:-1])
-    if not _all_finite(val_all):
+    if not (finite if finite is not None else _all_finite(val_all)):
         pos = int(np.argmax(~np.isfinite(val_all)))
         j = int(np.searchsorted(np.cumsum(idx_count), pos, side="right"))
         raise DecodeError(ErrorCode.NON_FINITE, f"entries[{j}]: NaN or infinite value")
