@@ -963,16 +963,22 @@ fn q8_send(
     if top_bits >= 0x7F80_0000 {
         return Ok(f32::NAN);
     }
-    let scale = if top_bits == 0 {
-        0.0
-    } else {
-        q8_scale_of(f32::from_bits(top_bits as u32))
-    };
-    let coder = (top_bits != 0).then(|| Q8Coder::new(scale));
+    if top_bits == 0 {
+        // every v is 0: codes 0, sent +0, correction fl32(+0 - d)
+        for (((c, s), r), x) in q.iter().zip(sent).zip(corr).zip(dv) {
+            c.set(0);
+            s.set(0.0);
+            r.set(0.0 - x.get());
+        }
+        return Ok(0.0);
+    }
+    let scale = q8_scale_of(f32::from_bits(top_bits as u32));
+    let coder = Q8Coder::new(scale);
+    for (c, x) in q.iter().zip(dv) {
+        c.set(coder.code(weight * x.get()));
+    }
     for (((c, s), r), x) in q.iter().zip(sent).zip(corr).zip(dv) {
-        let code = coder.as_ref().map_or(0, |k| k.code(weight * x.get()));
-        let v = f32::from(code) * scale;
-        c.set(code);
+        let v = f32::from(c.get()) * scale;
         s.set(v);
         r.set(v - x.get());
     }
