@@ -1766,3 +1766,280 @@ def test_torch_apply_on_and_off(nat: ModuleType, monkeypatch: pytest.MonkeyPatch
     r_off = e_off.receive(packets, active=view_off)
     _same_receive(r_on, r_off)
     _same_engines(e_on, e_off)
+
+
+# --- kernel API 2: Q8, the sample, counts; the anchor's bound across steps ------------------------
+
+
+def _q8_numpy(v: NDArray[np.float32]) -> tuple[np.float32, NDArray[np.int8], NDArray[np.float32]]:
+    with _mode("off"):
+        scale, q = compact.q8_encode(v)
+        return scale, q, compact.q8_quantize(v)
+
+
+def _f32_bits(rng: np.random.Generator, n: int) -> NDArray[np.float32]:
+    """Finite f32 values of every magnitude: random bit patterns below inf's, both signs."""
+    bits = rng.integers(0, 0x7F800000, n, dtype=np.uint32) | (
+        rng.integers(0, 2, n, dtype=np.uint32) << np.uint32(31)
+    )
+    return bits.view(np.float32)
+
+
+_Q8_KINDS = ["normal", "bits", "subnormal", "huge", "zeros", "one"]
+
+
+def _q8_values(rng: np.random.Generator, n: int, kind: str) -> NDArray[np.float32]:
+    if kind == "bits":
+        return _f32_bits(rng, n)
+    if kind == "subnormal":  # scales below the normal range (division, not a product by 1/scale)
+        return (rng.integers(-300, 300, n) * np.float32(1e-45)).astype(np.float32)
+    if kind == "huge":  # scales whose 127 * scale overflows: codes clamped below 127
+        return (rng.uniform(-1, 1, n) * np.float32(3.4e38)).astype(np.float32)
+    if kind == "zeros":
+        return np.where(rng.integers(0, 2, n) == 1, np.float32(-0.0), np.float32(0.0))
+    if kind == "one":  # halfway quotients: ties to even
+        return (rng.integers(-254, 255, n) * np.float32(0.5)).astype(np.float32)
+    return (rng.standard_normal(n) * 10.0 ** rng.uniform(-30, 30)).astype(np.float32)
+
+
+@given(_SEEDS, st.integers(1, 300), st.sampled_from(_Q8_KINDS))
+@settings(max_examples=300)
+def test_q8_is_the_numpy_q8(nat: ModuleType, seed: int, n: int, kind: str) -> None:
+    """`q8` gives compact.q8_encode's scale and codes and q8_quantize's values, bit for bit."""
+    v = _q8_values(np.random.default_rng(seed), n, kind)
+    scale, q, dec = _q8_numpy(v)
+    codes = np.full(n, 99, dtype=np.int8)
+    out = np.full(n, 7.0, dtype=np.float32)
+    got = nat.q8(v, codes, out)
+    assert np.float32(got).view(np.uint32) == np.float32(scale).view(np.uint32)
+    assert codes.tolist() == q.tolist()
+    _same_bits(out, dec)
+    with _mode("on"):  # the public functions with the kernels
+        s2, q2 = compact.q8_encode(v)
+        assert np.float32(s2).view(np.uint32) == np.float32(scale).view(np.uint32)
+        assert q2.tolist() == q.tolist()
+        _same_bits(compact.q8_quantize(v), dec)
+
+
+@given(_SEEDS, st.integers(1, 300), st.sampled_from(_Q8_KINDS), st.sampled_from([1 / 3, 1.0, 0.2]))
+@settings(max_examples=200)
+def test_q8_send_is_generates_numpy_passes(
+    nat: ModuleType, seed: int, n: int, kind: str, w: float
+) -> None:
+    """`q8_send` = q8_quantize(fl32(w * d)) and fl32(sent - d) (DF-GEN-70 with Q8 values)."""
+    d = _q8_values(np.random.default_rng(seed), n, kind)
+    w32 = np.float32(w)
+    with np.errstate(over="ignore"):
+        v = np.multiply(d, w32, dtype=np.float32)
+    scale, q, sent = _q8_numpy(v)
+    with np.errstate(over="ignore", invalid="ignore"):
+        corr = np.subtract(sent, d, dtype=np.float32)
+    codes = np.full(n, 99, dtype=np.int8)
+    s_out, c_out = np.full(n, 7.0, np.float32), np.full(n, 7.0, np.float32)
+    got = nat.q8_send(d, w32, codes, s_out, c_out)
+    assert np.float32(got).view(np.uint32) == np.float32(scale).view(np.uint32)
+    assert codes.tolist() == q.tolist()
+    _same_bits(s_out, sent)
+    _same_bits(c_out, corr)
+
+
+def test_q8_kernels_refuse_non_finite_and_bad_arguments(nat: ModuleType) -> None:
+    for bad in (np.inf, -np.inf, np.nan):
+        v = np.array([1.0, bad, 2.0], dtype=np.float32)
+        codes, out = np.full(3, 5, np.int8), np.full(3, 7.0, np.float32)
+        assert np.isnan(nat.q8(v, codes, out))
+        assert codes.tolist() == [5, 5, 5] and out.tolist() == [7.0] * 3  # nothing written
+        s_out, c_out = np.full(3, 7.0, np.float32), np.full(3, 7.0, np.float32)
+        assert np.isnan(nat.q8_send(v, np.float32(0.5), codes, s_out, c_out))
+        assert codes.tolist() == [5, 5, 5] and s_out.tolist() == c_out.tolist() == [7.0] * 3
+        for mode in ("on", "off"):  # the public functions: ValueError either way
+            with _mode(mode), pytest.raises(ValueError, match="finite"):
+                compact.q8_encode(v)
+            with _mode(mode), pytest.raises(ValueError, match="finite"):
+                compact.q8_quantize(v)
+    v = np.ones(4, np.float32)
+    for args in [
+        (v, np.zeros(3, np.int8)),  # short codes
+        (v, np.zeros(4, np.uint8)),  # wrong code type
+        (v, np.zeros(4, np.int8), np.zeros(3, np.float32)),  # short values
+        (v.astype(np.float64), np.zeros(4, np.int8)),
+    ]:
+        with pytest.raises((TypeError, ValueError)):
+            nat.q8(*args)
+    with pytest.raises(ValueError):
+        nat.q8_send(
+            v, np.float32(1), np.zeros(4, np.int8), np.zeros(4, np.float32), np.zeros(3, np.float32)
+        )
+
+
+@given(_SEEDS, st.integers(1, 300), st.sampled_from(["small", "huge", "zero", "bits"]))
+@settings(max_examples=200)
+def test_q8_decode_is_the_product(nat: ModuleType, seed: int, n: int, kind: str) -> None:
+    rng = np.random.default_rng(seed)
+    q = rng.integers(-128, 128, n).astype(np.int8)
+    scale = {
+        "small": np.float32(2.0**-140),
+        "huge": np.float32(2.0**121),  # 127 * 2**121 overflows: not finite
+        "zero": np.float32(0.0),
+        "bits": _f32_bits(rng, 1)[0],
+    }[kind]
+    scale = np.abs(scale)
+    with np.errstate(over="ignore"):
+        want = np.multiply(q, scale, dtype=np.float32)
+    out = np.full(n, 7.0, np.float32)
+    assert nat.q8_decode(q, float(scale), out) is bool(np.isfinite(want).all())
+    _same_bits(out, want)
+
+
+def test_q8_packets_decode_the_same_on_and_off(nat: ModuleType) -> None:
+    rng = np.random.default_rng(4)
+    for scale_exp in (-140, -3, 120, 127):
+        idx = np.sort(rng.choice(NP, 50, replace=False)).astype(np.uint32)
+        with np.errstate(over="ignore"):
+            vals = (rng.integers(-127, 128, 50) * 2.0**scale_exp).astype(np.float32)
+        vals[np.isinf(vals)] = np.float32(2.0**scale_exp)
+        pkt = encode_packet(
+            Packet(1, 1, FP, (Entry(1, 1, 1, 0, idx, vals),), encoding=ValueEncoding.Q8)
+        )
+        got = []
+        for mode in ("on", "off"):
+            with _mode(mode):
+                try:
+                    p = decode_packet(pkt, 1 << 24)
+                    got.append(("ok", p.entries[0].values.view(np.uint32).tolist()))
+                except DecodeError as exc:
+                    got.append(("error", exc.code))
+        assert got[0] == got[1], scale_exp
+
+
+@given(_SEEDS, st.integers(1, 3000), st.integers(1, 40), st.sampled_from([[], [7], [100, 2000]]))
+@settings(max_examples=200)
+def test_sample_abs_is_the_strided_sample(
+    nat: ModuleType, seed: int, n: int, stride: int, cuts: list[int]
+) -> None:
+    rng = np.random.default_rng(seed)
+    active = _f32_bits(rng, n)
+    anchor = _f32_bits(rng, n)
+    ms = (n - 1) // stride + 1
+    parts = _split(active, [c for c in cuts if c < n])
+    out = np.full(ms, 7.0, np.float32)
+    nat.sample_abs(parts, anchor, stride, out)
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = np.abs(np.subtract(active[::stride], anchor[::stride], dtype=np.float32))
+    _same_bits(out, want)
+    for bad_ms, bad_stride in ((ms + 1, stride), (1, 0)):  # past the end; stride 0
+        o = np.full(bad_ms, 7.0, np.float32)
+        with pytest.raises(ValueError):
+            nat.sample_abs(parts, anchor, bad_stride, o)
+        assert (o == 7.0).all()
+
+
+@given(_SEEDS, st.integers(0, 500), st.sampled_from([0.0, 1e-6, 1.0, np.inf]))
+@settings(max_examples=200)
+def test_count_at_least(nat: ModuleType, seed: int, n: int, t: float) -> None:
+    rng = np.random.default_rng(seed)
+    v = _f32_bits(rng, n)
+    v[rng.random(n) < 0.1] = np.nan
+    v[rng.random(n) < 0.1] = np.inf
+    v[rng.random(n) < 0.1] = -0.0
+    with np.errstate(invalid="ignore"):
+        want = int(np.count_nonzero(np.abs(v) >= np.float32(t)))
+    assert nat.count_at_least(v, np.float32(t)) == want
+
+
+@given(_SEEDS, st.integers(2, 400), st.integers(1, 420))
+@settings(max_examples=200)
+def test_trim_within_one_histogram_bucket(nat: ModuleType, seed: int, c: int, k: int) -> None:
+    """Magnitudes that share their top 16 bits (one bucket of the radix select), ties among them."""
+    rng = np.random.default_rng(seed)
+    sel = np.sort(rng.choice(1 << 20, c, replace=False)).astype(np.intp)
+    low = rng.integers(0, 1 << 15, c, dtype=np.uint32) & np.uint32(rng.choice([0x7FFF, 0x7]))
+    bits = np.uint32(0x3F80_0000) | low | (rng.integers(0, 2, c, dtype=np.uint32) << np.uint32(31))
+    d = bits.view(np.float32)
+    oi, od = np.full(max(k, 1), -7, np.intp), np.full(max(k, 1), 7.0, np.float32)
+    m = nat.trim(sel, d, k, oi, od)
+    keep = _trim_mask(np.abs(d), k) if c > k else np.ones(c, bool)
+    assert oi[:m].tolist() == sel[keep].tolist()
+    _same_bits(od[:m], d[keep])
+
+
+def test_varint_one_byte_runs(nat: ModuleType) -> None:
+    """Runs of one-byte varints (eight at a time in the kernel) with a fault or a long varint at
+    every position near a run's edges: the NumPy decoder's sums and faults."""
+    for n in range(1, 40):
+        for at in range(n):
+            for fault in (b"\x80\x01", b"\x80\x00", b"\xff\xff\xff\xff\x7f", b"\x85"):
+                body = bytes([1 + (i % 100) for i in range(at)]) + fault + bytes([3] * (n - at))
+                assert _unpack(b"\x00" + body, "on") == _unpack(b"\x00" + body, "off")
+    # sums that reach 2**32 inside a run of one-byte gaps
+    body = b"\xff\xff\xff\xff\x0f" + bytes([0x7F] * 16)
+    assert _unpack(b"\x00" + body, "on") == _unpack(b"\x00" + body, "off")
+
+
+def test_anchor_is_read_only(nat: ModuleType) -> None:
+    e = Engine(MAN, SyncConfig(), 9, 1)
+    with pytest.raises(ValueError, match="read-only"):
+        e.anchor[0] = np.float32(1.0)
+    with pytest.raises(ValueError):
+        np.copyto(e.anchor, np.ones(NP, np.float32))
+    assert not e.anchor.any()
+
+
+def test_anchor_bound_stays_an_upper_bound(nat: ModuleType) -> None:
+    """The bound of max |anchor| kept across steps grows with every generate and receive, so a
+    packet it cannot prove goes to the exact sums: rounds that walk the anchor up to 2**127 give
+    the NumPy core's outcomes, anchors and results, and the bound is never below the anchor."""
+    rng = np.random.default_rng(11)
+    cfg = SyncConfig(ratio=0.5, alpha=1.0)
+    anchor = rng.standard_normal(NP).astype(np.float32)
+    on, off = _pair(cfg, anchor, 9, nat)
+    seq = itertools.count(1)
+    for rnd in range(8):
+        # a generate moves the anchor at half the indices (the own delta grows each round)
+        act = on.anchor + (rng.standard_normal(NP) * np.float32(4.0**rnd)).astype(np.float32)
+        e_on, e_off = on.generate(act.copy()), off.generate(act.copy())
+        assert [e.indices.tolist() for e in e_on] == [e.indices.tolist() for e in e_off]
+        _same_engines(on, off)
+        # a packet of N / 2 values that doubles in magnitude every round: once the anchor reaches
+        # 2**127 the bound fails, the exact sums run, and a sum past FLT_MAX is refused
+        idx = np.sort(rng.choice(NP, NP // 2, replace=False)).astype(np.uint32)
+        mag = np.float32(2.0 ** min(121 + rnd, 127))  # up to 2**127, the bound's limit
+        vals = (rng.choice([-1.0, 1.0], idx.size) * mag).astype(np.float32)
+        pkt = _pkt(1, _ent(1, next(seq), idx.tolist(), vals.tolist()))
+        active = on.anchor.copy()
+        r_on = on.receive([pkt], active=_split(active.copy(), [100, 2000]))
+        r_off = off.receive([pkt], active=_split(active.copy(), [100, 2000]))
+        _same_receive(r_on, r_off)
+        _same_engines(on, off)
+        top = float(np.max(np.abs(on.anchor)))
+        assert on._anchor_bound is None or on._anchor_bound >= top, (rnd, on._anchor_bound, top)
+    assert any(o is ErrorCode.NON_FINITE_RESULT for o in r_on.outcomes)
+
+
+def test_torch_host_parts_follow_replaced_tensors(nat: ModuleType) -> None:
+    torch = pytest.importorskip("torch")
+    from delta_fabric.store import StoreError
+    from delta_fabric.stores.torch import TorchStore
+
+    torch.manual_seed(0)
+    m = torch.nn.Linear(4, 3)
+    s = TorchStore(m)
+    first = s.host_parts()
+    assert first is not None and s.host_parts() is not first  # a fresh list of the kept views
+    with torch.no_grad():
+        m.weight.data = torch.zeros(3, 4)  # a new storage: the views are taken again
+    w = s.manifest.names.index("weight")
+    off = s.manifest.offsets[w]
+    got = s.host_parts()
+    assert got is not None and not got[w].any()
+    s.apply(np.array([off, off + 5], np.uint32), np.array([1.0, 2.0], np.float32))
+    flat = m.weight.detach().reshape(-1)
+    assert float(flat[0]) == 1.0 and float(flat[5]) == 2.0
+    with torch.no_grad():
+        m.weight.data = torch.zeros(4, 3).t()  # not contiguous: no views
+    assert s.host_parts() is None
+    # the kernel's refusals are check_sparse's StoreError
+    s2 = TorchStore(torch.nn.Linear(4, 3))
+    for idx in ([5, 2], [1, 1], [0, 15]):
+        with pytest.raises(StoreError):
+            s2.apply(np.array(idx, np.uint32), np.ones(len(idx), np.float32))

@@ -210,7 +210,7 @@ class Engine:
         self.incarnation = _check_id("incarnation", incarnation)
         n = manifest.num_params
         self._anchor = np.zeros(n, dtype=np.float32)
-        self._anchor_view = self._anchor.view()  # what `anchor` hands out: read-only
+        self._anchor_view: NDArray[np.float32] = self._anchor.view()  # `anchor`: read-only
         self._anchor_view.flags.writeable = False
         # an upper bound of max |anchor| (inf with a NaN or an infinity) kept across steps for the
         # DF-RCV-50 proof, or None (unknown: `_step_bound` reads the anchor). Every write to the
