@@ -2043,3 +2043,10 @@ def test_torch_host_parts_follow_replaced_tensors(nat: ModuleType) -> None:
     for idx in ([5, 2], [1, 1], [0, 15]):
         with pytest.raises(StoreError):
             s2.apply(np.array(idx, np.uint32), np.ones(len(idx), np.float32))
+
+
+@given(st.lists(st.integers(0, 2**32 - 1), max_size=60), st.booleans())
+@settings(max_examples=300)
+def test_increasing(nat: ModuleType, values: list[int], sort: bool) -> None:
+    ix = np.array(sorted(set(values)) if sort else values, dtype=np.uint32)
+    assert nat.increasing(ix) is bool(np.all(ix[1:] > ix[:-1]))

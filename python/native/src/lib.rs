@@ -840,6 +840,14 @@ fn count_at_least(py: Python<'_>, values: &Bound<'_, PyAny>, t: f32) -> PyResult
     Ok(v.iter().map(|x| usize::from(x.get().abs() >= t)).sum())
 }
 
+/// Whether the u32 `ix` are strictly increasing (replaces `np.all(ix[1:] > ix[:-1])`).
+#[pyfunction]
+fn increasing(py: Python<'_>, ix: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let b = buffer::<u32>(ix, "ix")?;
+    let s = ro(py, &b, "ix")?;
+    Ok(s.windows(2).all(|w| w[0].get() < w[1].get()))
+}
+
 // --- Q8 values (replaces compact.q8_encode / q8_quantize) ---------------------------------------
 
 /// `2**e` as an f64, for `e` in f64's normal range.
@@ -1106,8 +1114,24 @@ fn delta_fabric_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(q8_send, m)?)?;
     m.add_function(wrap_pyfunction!(q8_decode, m)?)?;
     m.add_function(wrap_pyfunction!(count_at_least, m)?)?;
+    m.add_function(wrap_pyfunction!(increasing, m)?)?;
     m.add_function(wrap_pyfunction!(sample_abs, m)?)?;
     m.add("MAX_VARINT", MAX_VARINT)?;
+    // the widest vector extension this build may use (`-C target-cpu=native` enables the host's)
+    let simd = if cfg!(target_feature = "avx512f") {
+        "avx512f"
+    } else if cfg!(target_feature = "avx2") {
+        "avx2"
+    } else if cfg!(target_feature = "sse4.1") {
+        "sse4.1"
+    } else if cfg!(target_feature = "sse2") {
+        "sse2"
+    } else if cfg!(target_feature = "neon") {
+        "neon"
+    } else {
+        "none"
+    };
+    m.add("SIMD", simd)?;
     m.add("API", 2)?;
     Ok(())
 }

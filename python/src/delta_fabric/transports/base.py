@@ -304,6 +304,8 @@ class PacketQueue:
     def drain(self, max_packets: int | None = None) -> list[bytes]:
         if max_packets is not None and max_packets < 0:
             raise ValueError("max_packets must be >= 0")
+        if not self._len:  # nothing queued (read without the lock: a packet that arrives
+            return []  # meanwhile is drained at the next call, as if it arrived just after)
         with self._lock:
             if max_packets is None or max_packets >= self._len:
                 items = [item for dq in self._q.values() for item in dq]
