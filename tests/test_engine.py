@@ -631,3 +631,22 @@ def test_generate_from_per_tensor_parts_is_generate_from_the_flat_vector() -> No
         with pytest.raises(ValueError, match="part"):
             b.generate(bad)
         assert (b.next_seq, b.anchor.tobytes()) == (seq, anchor)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.5])
+@pytest.mark.parametrize("native", [True, False])
+def test_relays_of_a_reused_buffer_keep_their_values(alpha: float, native: bool) -> None:
+    # REQ: DF-RLY-1
+    # A packet in a mutable buffer (a bytearray the caller reuses) yields relay entries that own
+    # their indices and values: at alpha 1 the damped values are the packet's own (no product),
+    # and they are copied all the same.
+    e = engine(alpha=alpha, relay_threshold=0.0)
+    if not native:
+        e.native = None
+    buf = bytearray(packet(entry(2, 1, [1, 4, 7], [1.5, -2.0, 3.0])))
+    res = e.receive([buf])
+    assert len(res.relay) == 1
+    want = (res.relay[0].indices.tolist(), res.relay[0].values.tolist())
+    buf[:] = bytes(len(buf))  # the caller reuses its buffer
+    assert (res.relay[0].indices.tolist(), res.relay[0].values.tolist()) == want
+    assert want == ([1, 4, 7], [1.5 * alpha, -2.0 * alpha, 3.0 * alpha])

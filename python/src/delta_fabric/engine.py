@@ -748,6 +748,9 @@ class Engine:
     def _damped(self, e: Entry, alpha: np.float32) -> NDArray[np.float32]:
         """DF-RCV-5 for one entry: ``fl32(alpha * v)``; in a signed cluster the origin's values are
         damped once more per hop (DF-RCV-140); the OPTIONAL bounded influence (not in 1.1) clips."""
+        if alpha == 1 and self.signing is None and self.influence is None:
+            # fl32(1 * v) is v, bit for bit (the values are finite: DF-RCV-20), so no product
+            return np.asarray(e.values, dtype=np.float32)
         u = np.multiply(e.values, alpha, dtype=np.float32)
         if self.signing is not None:
             for _ in range(e.hops):
@@ -804,7 +807,7 @@ class Engine:
             u = damped[a:b]
             if k == n:
                 r_idx = e.indices if owned else e.indices.copy()
-                r_val = u
+                r_val = u if owned else u.copy()  # at alpha 1, u may be a view of the packet
             else:
                 assert keep is not None
                 m = keep[a:b]
