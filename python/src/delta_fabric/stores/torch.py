@@ -233,10 +233,10 @@ class TorchStore:
                     t.data.clamp_(min=0.0)
 
     def load(self, flat: NDArray[np.float32]) -> None:
-        a = np.ascontiguousarray(check_flat(self._manifest, flat))
+        arr = np.ascontiguousarray(check_flat(self._manifest, flat))
         # torch wants a writable array (it warns otherwise): a read-only one, such as
         # `Engine.anchor`, is copied first; it is only read here
-        src = torch.from_numpy(a if a.flags.writeable else a.copy())
+        src = torch.from_numpy(arr if arr.flags.writeable else arr.copy())
         with torch.no_grad():
             for ti, t in enumerate(self._tensors):
                 a, b = int(self._offsets[ti]), int(self._offsets[ti + 1])
