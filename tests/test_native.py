@@ -2050,3 +2050,58 @@ def test_torch_host_parts_follow_replaced_tensors(nat: ModuleType) -> None:
 def test_increasing(nat: ModuleType, values: list[int], sort: bool) -> None:
     ix = np.array(sorted(set(values)) if sort else values, dtype=np.uint32)
     assert nat.increasing(ix) is bool(np.all(ix[1:] > ix[:-1]))
+
+
+@given(_SEEDS, st.integers(1, 3000), st.sampled_from([0.0, 0.5, 1.0, 2.0]), st.integers(1, 500))
+@settings(max_examples=150)
+def test_collect_histogram_feeds_trim(nat: ModuleType, seed: int, n: int, t: float, k: int) -> None:
+    """`collect_at_least` counts its candidates' magnitudes as `trim` would; `trim` given those
+    counts keeps what it keeps without them, and refuses or remakes counts that do not fit."""
+    rng = np.random.default_rng(seed)
+    anchor = rng.standard_normal(n).astype(np.float32)
+    active = anchor + (rng.standard_cauchy(n) * 0.5).astype(np.float32)
+    active[rng.random(n) < 0.02] = np.inf
+    oi, od = np.empty(n, np.intp), np.empty(n, np.float32)
+    hist = np.full(int(nat.HIST), 9, np.uint32)
+    c = nat.collect_at_least([active], anchor, np.float32(t), t == 0.0, oi, od, hist)
+    mags = (od[:c].view(np.uint32) & np.uint32(0x7FFFFFFF)) >> np.uint32(15)
+    assert hist.tolist() == np.bincount(mags, minlength=int(nat.HIST)).tolist()
+    sel, d = oi[:c].copy(), od[:c].copy()
+    room = max(k, 1)
+
+    def run(h: NDArray[np.uint32] | None) -> tuple[int, list[int], list[int]]:
+        a, b = np.full(room, -7, np.intp), np.full(room, 7.0, np.float32)
+        m = nat.trim(sel, d, k, a, b, h)
+        return m, a[:m].tolist(), b[:m].view(np.uint32).tolist()
+
+    want = run(None)
+    assert run(hist) == want
+    wrong_sum = hist.copy()
+    wrong_sum[0] += 1
+    assert run(wrong_sum) == want  # does not add up: made again
+    if c > k and c > 1:
+        moved = hist.copy()  # adds up, but in other buckets than the candidates'
+        nz = np.flatnonzero(moved[:0xFF00])
+        if nz.size:
+            moved[nz[0]] -= 1
+            moved[(nz[0] + 1) % 0xFF00] += 1
+            a, b = np.full(room, -7, np.intp), np.full(room, 7.0, np.float32)
+            try:
+                m = nat.trim(sel, d, k, a, b, moved)
+            except ValueError:
+                assert (a == -7).all() and (b == 7.0).all()  # refused before any write
+            else:
+                assert 0 <= m <= k
+
+
+def test_trim_with_a_histogram_refuses_nan(nat: ModuleType) -> None:
+    sel = np.arange(4, dtype=np.intp)
+    d = np.array([1.0, np.nan, 2.0, 3.0], np.float32)
+    hist = np.zeros(int(nat.HIST), np.uint32)
+    hist[0x3F80_0000 >> 15] = 4  # claims four values near 1.0: adds up, hides the NaN
+    a, b = np.full(2, -7, np.intp), np.full(2, 7.0, np.float32)
+    with pytest.raises(ValueError, match="NaN"):
+        nat.trim(sel, d, 2, a, b, hist)
+    assert (a == -7).all() and (b == 7.0).all()
+    with pytest.raises(ValueError):
+        nat.trim(sel, d[[0, 2, 3, 0]], 2, a, b, np.zeros(5, np.uint32))  # wrong length

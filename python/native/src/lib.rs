@@ -20,6 +20,9 @@ use pyo3::types::PyList;
 /// The largest number of bytes a LEB128 varint of a u32 takes.
 const MAX_VARINT: usize = 5;
 
+/// The buckets of the selection's magnitude histogram: the top 16 bits of an f32 magnitude.
+const HIST: usize = 1 << 16;
+
 // --- buffers ------------------------------------------------------------------------------------
 
 fn buffer<T: Element>(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<PyBuffer<T>> {
@@ -561,8 +564,12 @@ fn union(
 /// The candidates of a threshold: every `i` with `|d_i| >= t` (with `zero`: `|d_i| > 0`), where
 /// `d = fl32(active - anchor)` and `active` is the concatenation of `parts`, ascending; NaN is never a
 /// candidate. Writes up to `len(out_idx)` of them (`out_idx`: intp, `out_d`: `d` there) and returns
-/// how many there are (a count above the room means: call again with more).
+/// how many there are (a count above the room means: call again with more). With `hist` (u32,
+/// `HIST` long) it also counts the written candidates by the top 16 bits of `|d|` (what `trim`
+/// would count first).
 #[pyfunction]
+#[pyo3(signature = (parts, anchor, t, zero, out_idx, out_d, hist=None))]
+#[allow(clippy::too_many_arguments)]
 fn collect_at_least(
     py: Python<'_>,
     parts: &Bound<'_, PyList>,
@@ -571,6 +578,7 @@ fn collect_at_least(
     zero: bool,
     out_idx: &Bound<'_, PyAny>,
     out_d: &Bound<'_, PyAny>,
+    hist: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<usize> {
     let ps = Parts::get(parts, "parts")?;
     let views = ps
@@ -588,6 +596,21 @@ fn collect_at_least(
     let (oi, od) = (rw(py, &ib, "out_idx")?, rw(py, &db, "out_d")?);
     same_len("out_idx and out_d", oi.len(), od.len())?;
     let room = oi.len();
+    let hb = hist.map(|h| buffer::<u32>(h, "hist")).transpose()?;
+    let hv = match &hb {
+        Some(b) => Some(rw(py, b, "hist")?),
+        None => None,
+    };
+    if let Some(h) = hv {
+        if h.len() != HIST {
+            return Err(PyValueError::new_err(format!(
+                "hist: {HIST} counts expected"
+            )));
+        }
+        for c in h {
+            c.set(0);
+        }
+    }
     let mut m = 0usize;
     const BLOCK: usize = 1024;
     let mut dd = [0f32; BLOCK];
@@ -617,6 +640,10 @@ fn collect_at_least(
                     if m < room {
                         oi[m].set((base + g * 64 + k) as i64);
                         od[m].set(group[k]);
+                        if let Some(h) = hv {
+                            let c = &h[((group[k].to_bits() & 0x7FFF_FFFF) >> 15) as usize];
+                            c.set(c.get() + 1);
+                        }
                     }
                     m += 1;
                 }
@@ -726,7 +753,10 @@ fn merge_add(
 /// by lower index (replaces `selection._trim_mask` and the two fancy indexings after it): writes
 /// the kept indices to `out_idx` (intp) and `d` there to `out_d` (each at least `k` long) and
 /// returns `k` (or `len(sel)` when it is not above `k`: everything is kept). No `d` may be NaN.
+/// `hist`: the counts `collect_at_least` made of these candidates (checked against them: a
+/// histogram that does not add up, or that has infinities or NaN in its top bucket, is made again).
 #[pyfunction]
+#[pyo3(signature = (sel, d, k, out_idx, out_d, hist=None))]
 fn trim(
     py: Python<'_>,
     sel: &Bound<'_, PyAny>,
@@ -734,6 +764,7 @@ fn trim(
     k: usize,
     out_idx: &Bound<'_, PyAny>,
     out_d: &Bound<'_, PyAny>,
+    hist: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<usize> {
     let (sb, db) = (buffer::<i64>(sel, "sel")?, buffer::<f32>(d, "d")?);
     let (s, dv) = (ro(py, &sb, "sel")?, ro(py, &db, "d")?);
@@ -752,16 +783,49 @@ fn trim(
     let mag = |x: &ReadOnlyCell<f32>| x.get().to_bits() & 0x7FFF_FFFF;
     // the keep-th largest magnitude `t`, by a radix select: a histogram of the top 16 bits finds
     // its bucket, a selection among that bucket's low 15 bits finds it there (O(c), no sort)
-    let mut hist = vec![0u32; 1 << 16];
-    let mut nan = false;
-    for x in dv.iter() {
-        let b = mag(x);
-        nan |= b > 0x7F80_0000;
-        hist[(b >> 15) as usize] += 1;
-    }
-    if nan {
-        return Err(PyValueError::new_err("d: NaN among the candidates"));
-    }
+    // a given histogram is taken when its counts add up to `c` and nothing lies in the buckets
+    // of infinity and NaN (0xFF00 and above), where it could hide a NaN; else it is made here
+    let given: Option<Vec<u32>> = match hist {
+        Some(h) => {
+            let hb = buffer::<u32>(h, "hist")?;
+            let hv = ro(py, &hb, "hist")?;
+            if hv.len() != HIST {
+                return Err(PyValueError::new_err(format!(
+                    "hist: {HIST} counts expected"
+                )));
+            }
+            let counts: Vec<u32> = hv.iter().map(|c| c.get()).collect();
+            let total: u64 = counts.iter().map(|&n| u64::from(n)).sum();
+            (total == c as u64 && counts[0xFF00..].iter().all(|&n| n == 0)).then_some(counts)
+        }
+        None => None,
+    };
+    let hist = match given {
+        Some(h) => {
+            // the NaN check without the histogram: an integer reduction (vectorises)
+            let top = dv
+                .chunks(1024)
+                .map(|c| c.iter().map(&mag).fold(0, u32::max))
+                .fold(0, u32::max);
+            if top > 0x7F80_0000 {
+                return Err(PyValueError::new_err("d: NaN among the candidates"));
+            }
+            h
+        }
+        None => {
+            let mut h = vec![0u32; HIST];
+            let mut nan = false;
+            for x in dv.iter() {
+                let b = mag(x);
+                nan |= b > 0x7F80_0000;
+                h[(b >> 15) as usize] += 1;
+            }
+            if nan {
+                return Err(PyValueError::new_err("d: NaN among the candidates"));
+            }
+            h
+        }
+    };
     let (t, above) = if keep == 0 || keep == c {
         (0, c) // every candidate is kept (or none is asked for)
     } else {
@@ -778,6 +842,10 @@ fn trim(
             .map(|b| b & 0x7FFF)
             .collect();
         let need = keep - higher; // 1 ..= low.len(): the need-th largest of the bucket
+        if low.len() != hist[bucket] as usize {
+            // a given histogram that does not match the candidates: refused before any write
+            return Err(PyValueError::new_err("hist: does not match d"));
+        }
         let pos = low.len() - need;
         let tl = *low.select_nth_unstable(pos).1;
         let above = higher + low.iter().filter(|&&b| b > tl).count();
@@ -1117,6 +1185,7 @@ fn delta_fabric_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(increasing, m)?)?;
     m.add_function(wrap_pyfunction!(sample_abs, m)?)?;
     m.add("MAX_VARINT", MAX_VARINT)?;
+    m.add("HIST", HIST)?;
     // the widest vector extension this build may use (`-C target-cpu=native` enables the host's)
     let simd = if cfg!(target_feature = "avx512f") {
         "avx512f"

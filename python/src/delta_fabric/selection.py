@@ -90,6 +90,7 @@ class Selector:
         self.native: Any = None
         self._cand_idx: NDArray[np.intp] | None = None  # the native pass's output (grown on need)
         self._cand_d: NDArray[np.float32] | None = None
+        self._hist: NDArray[np.uint32] | None = None  # its histogram of |d| (native `trim`)
         #: how the last call was resolved: "sample", "trim", "group-max", "reference",
         #: "all" (for tests and the bench)
         self.last_path = ""
@@ -282,7 +283,9 @@ class Selector:
         if verdict == "trim" and self.native is not None and ready(sel, np.intp):
             out_idx = np.empty(k, dtype=np.intp)  # the same k as `_trim_mask` keeps, one pass
             out_d = np.empty(k, dtype=np.float32)
-            m = int(self.native.trim(sel, dsel, k, out_idx, out_d))
+            # the histogram of these candidates when they are the native pass's (else made there)
+            hist = self._hist if sel.base is self._cand_idx else None
+            m = int(self.native.trim(sel, dsel, k, out_idx, out_d, hist))
             return out_idx[:m].astype(np.int64, copy=False), out_d[:m]
         if verdict == "trim":
             keep = _trim_mask(np.abs(dsel), k)
@@ -307,14 +310,21 @@ class Selector:
             self._cand_idx = np.empty(room, dtype=np.intp)
             self._cand_d = np.empty(room, dtype=np.float32)
         assert self._cand_d is not None
+        if self._hist is None:  # the candidates' magnitude histogram, which `trim` takes
+            self._hist = np.empty(int(self.native.HIST), dtype=np.uint32)
+        hist = self._hist
         c = int(
-            self.native.collect_at_least(plist, anchor, t32, zero, self._cand_idx, self._cand_d)
+            self.native.collect_at_least(
+                plist, anchor, t32, zero, self._cand_idx, self._cand_d, hist
+            )
         )
         if c > self._cand_idx.shape[0]:  # more candidates than room: grow and read them again
             self._cand_idx = np.empty(c, dtype=np.intp)
             self._cand_d = np.empty(c, dtype=np.float32)
             c = int(
-                self.native.collect_at_least(plist, anchor, t32, zero, self._cand_idx, self._cand_d)
+                self.native.collect_at_least(
+                    plist, anchor, t32, zero, self._cand_idx, self._cand_d, hist
+                )
             )
         return self._cand_idx[:c], self._cand_d[:c]
 
