@@ -60,6 +60,9 @@ _U64_MAX = (1 << 64) - 1
 _NO_INDICES: NDArray[np.uint32] = np.empty(0, dtype=np.uint32)
 _NO_VALUES: NDArray[np.float32] = np.empty(0, dtype=np.float32)
 _F32_ZERO = np.float32(0.0)  # +0: the aggregate before a step's first sum (DF-RCV-6)
+# Q8 re-encodes its decoded values to the same scale and codes while no code is clamped below 127
+# (scale <= FLT_MAX / 127): above it, the codes of `generate` are not kept for `pack`
+_Q8_SAME_CODES = 2.0**121
 _PROOF_LIMIT = float(2**127)  # |x|, |y| below it: fl32(x + y) is finite (at most FLT_MAX)
 
 #: The node's active weights as `Engine.receive` reads them for DF-RCV-50: a flat f32 array, a
@@ -259,6 +262,8 @@ class Engine:
         #: same bits; set it to None to run this engine on NumPy alone.
         self.native = kernels()
         self._bound: float | None = None  # `_step_bound` of the current receive step
+        #: the last generation's Q8 codes (`encode_packet`'s ``q8_codes``), by the sent values' id
+        self._q8_made: dict[int, tuple[NDArray[np.float32], np.float32, NDArray[np.int8]]] = {}
 
     # ------------------------------------------------------------------------------------------------
     @property
@@ -405,6 +410,8 @@ class Engine:
         averaging = self.config.average_over > 1
         w = np.float32(self.config.send_weight_f32)
         corr: list[NDArray[np.float32]] = []
+        made: dict[int, tuple[NDArray[np.float32], np.float32, NDArray[np.int8]]] = {}
+        self._q8_made = made  # this generation's Q8 codes, by the identity of the sent values
         q8_native = (
             self.native is not None and vc.encoding is ValueEncoding.Q8 and ready(dsel, np.float32)
         )
@@ -416,10 +423,13 @@ class Engine:
                 assert self.native is not None
                 sent = np.empty(dpart.size, dtype=np.float32)
                 fix = np.empty(dpart.size, dtype=np.float32)
-                scale = self.native.q8_send(dpart, w, np.empty(dpart.size, np.int8), sent, fix)
+                codes = np.empty(dpart.size, dtype=np.int8)
+                scale = self.native.q8_send(dpart, w, codes, sent, fix)
                 if scale != scale:  # as Q8 refuses a value that is not finite
                     raise ValueError("Q8 encodes finite values only")
                 corr.append(fix)
+                if scale <= _Q8_SAME_CODES:  # re-encoding `sent` gives these codes: pack sends them
+                    made[id(sent)] = (sent, np.float32(scale), codes)
             elif averaging:  # DF-GEN-70: send fl32(w * d); the own weights keep only what is sent
                 sent = vc.quantize(np.multiply(dpart, w, dtype=np.float32))
                 corr.append(np.subtract(sent, dpart, dtype=np.float32))
@@ -1040,7 +1050,7 @@ class Engine:
             heard = self.heard
             if estimate + heard_size_bound(len(heard)) <= self.config.max_packet_size:
                 pkt = replace(pkt, heard=heard)
-        return encode_packet(pkt)
+        return encode_packet(pkt, q8_codes=self._q8_made)
 
     def step(
         self,

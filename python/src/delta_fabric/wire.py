@@ -267,7 +267,11 @@ def _check_u64(name: str, x: int) -> int:
     return int(x)
 
 
-def encode_packet(packet: Packet) -> bytes:
+#: Q8 codes made with an entry's values (`Engine.generate`): ``id(values) -> (values, scale, codes)``
+Q8Codes = Mapping[int, tuple[NDArray[np.float32], np.float32, NDArray[np.int8]]]
+
+
+def encode_packet(packet: Packet, *, q8_codes: Q8Codes | None = None) -> bytes:
     """Serialise ``packet`` with the generated FlatBuffers helpers over
     :class:`~delta_fabric._fastbuild.FastBuilder` (the same bytes as ``flatbuffers.Builder``, with
     far fewer Python calls per table).
@@ -277,14 +281,19 @@ def encode_packet(packet: Packet) -> bytes:
     wire types (``ValueError`` otherwise), not the protocol rules (non-zero ids, sorted indices,
     finite values...), which is what lets tests and vector generators build faulty packets. Use
     :func:`decode_packet` on the result to check those.
+
+    ``q8_codes``: for a Q8 packet, the scale and codes already made of an entry's values (the very
+    array: looked up by identity), which are then not made again; any other entry is encoded here.
     """
-    return _encode_packet(packet, FastBuilder)
+    return _encode_packet(packet, FastBuilder, q8_codes)
 
 
 _FAST_ENCODINGS = frozenset({ValueEncoding.F32, ValueEncoding.F16, ValueEncoding.BF16})
 
 
-def _encode_packet(packet: Packet, builder: Callable[[int], Any]) -> bytes:
+def _encode_packet(
+    packet: Packet, builder: Callable[[int], Any], q8_codes: Q8Codes | None = None
+) -> bytes:
     """:func:`encode_packet` with the builder class ``builder`` (``FastBuilder``, or
     ``flatbuffers.Builder``, which the tests compare it with byte for byte)."""
     vc = codec(packet.encoding)
@@ -321,7 +330,11 @@ def _encode_packet(packet: Packet, builder: Callable[[int], Any]) -> bytes:
             idx_off = b.CreateNumpyVector(np.ascontiguousarray(e.indices, dtype="<u4"))
         scale = np.float32(0.0)
         if vc.encoding is ValueEncoding.Q8:  # the scale and the bytes in one call (section 6.8)
-            scale, wire_values = q8_encode(e.values)  # ValueError for a non-finite value
+            made = q8_codes.get(id(e.values)) if q8_codes else None
+            if made is not None and made[0] is e.values:  # encoded with these very values
+                scale, wire_values = made[1], made[2]
+            else:
+                scale, wire_values = q8_encode(e.values)  # ValueError for a non-finite value
         else:
             if vc.scale_of is not None:
                 if not bool(np.isfinite(e.values).all()):
