@@ -994,10 +994,7 @@ fn q8(
         return Ok(0.0);
     }
     let scale = q8_scale_of(f32::from_bits(top_bits as u32));
-    let coder = Q8Coder::new(scale);
-    for (c, x) in q.iter().zip(v.iter()) {
-        c.set(coder.code(x.get()));
-    }
+    Q8Coder::new(scale).codes(1.0, v, q);
     if let Some(o) = o {
         for (c, x) in o.iter().zip(q.iter()) {
             c.set(f32::from(x.get()) * scale);
@@ -1055,14 +1052,12 @@ fn q8_send(
         return Ok(0.0);
     }
     let scale = q8_scale_of(f32::from_bits(top_bits as u32));
-    let coder = Q8Coder::new(scale);
-    for (c, x) in q.iter().zip(dv) {
-        c.set(coder.code(weight * x.get()));
+    Q8Coder::new(scale).codes(weight, dv, q);
+    for (c, s) in q.iter().zip(sent) {
+        s.set(f32::from(c.get()) * scale);
     }
-    for (((c, s), r), x) in q.iter().zip(sent).zip(corr).zip(dv) {
-        let v = f32::from(c.get()) * scale;
-        s.set(v);
-        r.set(v - x.get());
+    for ((s, r), x) in sent.iter().zip(corr).zip(dv) {
+        r.set(s.get() - x.get());
     }
     Ok(scale)
 }
@@ -1086,17 +1081,30 @@ impl Q8Coder {
         }
     }
 
-    /// `v / scale` is exact (a quotient below the normal range rounds to 0 either way) and at
-    /// most 127 in magnitude; rounded to nearest even by adding and subtracting 1.5 * 2**23 (exact
-    /// below 2**22 in magnitude; `round_ties_even` is a libm call per value on baseline x86-64),
-    /// then clamped.
-    fn code(&self, v: f32) -> i8 {
+    /// `y = v / scale` (exact: a quotient below the normal range rounds to 0 either way), at
+    /// most 127 in magnitude, rounded to nearest even by adding and subtracting 1.5 * 2**23 (exact
+    /// below 2**22; `round_ties_even` is a libm call per value on baseline x86-64), then clamped
+    /// to the codes whose value stays finite.
+    fn round(y: f32, top: f32) -> i8 {
         const ROUND: f32 = 12_582_912.0;
-        let y = match self.inv {
-            Some(inv) => v * inv,
-            None => v / self.scale,
-        };
-        ((y + ROUND) - ROUND).clamp(-self.top, self.top) as i8
+        ((y + ROUND) - ROUND).clamp(-top, top) as i8
+    }
+
+    /// `out[j] = code(weight * v[j])`, with the choice of product or division made once.
+    fn codes(&self, weight: f32, v: &[ReadOnlyCell<f32>], out: &[Cell<i8>]) {
+        let top = self.top;
+        match self.inv {
+            Some(inv) => {
+                for (c, x) in out.iter().zip(v) {
+                    c.set(Self::round(weight * x.get() * inv, top));
+                }
+            }
+            None => {
+                for (c, x) in out.iter().zip(v) {
+                    c.set(Self::round(weight * x.get() / self.scale, top));
+                }
+            }
+        }
     }
 }
 
