@@ -182,7 +182,7 @@ def main() -> int:
         print("bench_bigmodel: --width, --steps and --batch must be >= 1", file=sys.stderr)
         return 2
     try:
-        cfg = SyncConfig(
+        cfg = SyncConfig.v1_0(
             ratio=args.ratio,
             sync_interval=args.interval,
             alpha=1.0,

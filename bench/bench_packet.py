@@ -78,7 +78,7 @@ class Case:
 def demo_like(name: str, num_params: int, ratio: float, count: int) -> Case:
     """Packets a real sender `Engine` generates and packs: one own entry of ``ratio`` of the values."""
     manifest = Manifest.from_named_shapes({"w": (num_params,)})
-    cfg = SyncConfig(ratio=ratio, encoding=WIRE[0], index_encoding=WIRE[1])
+    cfg = SyncConfig.v1_0(ratio=ratio, encoding=WIRE[0], index_encoding=WIRE[1])
     eng = Engine(manifest, cfg, SENDER, 1)
     rng = np.random.default_rng(0)
     active = eng.anchor.copy()
@@ -156,7 +156,7 @@ class Publisher:
 
 def run_case(case: Case, repeat: int, pub: Publisher) -> None:
     manifest = Manifest.from_named_shapes({"w": (case.num_params,)})
-    recv = Engine(manifest, SyncConfig(encoding=WIRE[0], index_encoding=WIRE[1]), RECEIVER, 1)
+    recv = Engine(manifest, SyncConfig.v1_0(encoding=WIRE[0], index_encoding=WIRE[1]), RECEIVER, 1)
     fixed = case.packets[0]
     pkt0 = decode_packet(fixed)
     values = np.concatenate([e.values for e in pkt0.entries])

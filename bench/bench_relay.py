@@ -56,7 +56,7 @@ class Outcome:
 
 def simulate(topology: str, n: int, policy: RelayPolicy, rounds: int, params: int) -> Outcome:
     manifest = Manifest.from_named_shapes({"w": (params,)})
-    cfg = SyncConfig(ratio=0.01, relay_policy=policy, hop_limit=max(16, n))
+    cfg = SyncConfig.v1_0(ratio=0.01, relay_policy=policy, hop_limit=max(16, n))
     ids = [0x100 + i for i in range(n)]
     engines = [Engine(manifest, cfg, ids[i], 1) for i in range(n)]
     hears = in_neighbours(topology, n)
@@ -128,7 +128,7 @@ def receive_cost(n: int, rounds: int, params: int, ratio: float) -> tuple[float,
     ids = [0x100 + i for i in range(n)]
     sims = {}
     for pol in (RelayPolicy.ALL, RelayPolicy.NEEDED):
-        cfg = SyncConfig(ratio=ratio, relay_policy=pol)
+        cfg = SyncConfig.v1_0(ratio=ratio, relay_policy=pol)
         engines = [Engine(manifest, cfg, ids[i], 1) for i in range(n)]
         out = [[a] if (a := e.advertisement()) is not None else [] for e in engines]
         sims[pol] = (engines, [np.zeros(params, dtype=np.float32) for _ in range(n)], out)

@@ -97,17 +97,17 @@ def main() -> None:
 
     # a full engine receive of one packet with k = 1 % (decode, checks, damping, aggregation, anchor)
     manifest = Manifest.from_named_shapes({"w": (n,)})
-    sender = Engine(manifest, SyncConfig(ratio=0.01), 1, 1)
+    sender = Engine(manifest, SyncConfig.v1_0(ratio=0.01), 1, 1)
     active = d.copy()
     packets = sender.pack(sender.generate(active), [])
-    rx = Engine(manifest, SyncConfig(), 2, 1)
+    rx = Engine(manifest, SyncConfig.v1_0(), 2, 1)
 
     def receive() -> None:
         rx.state = type(rx.state)(2)  # fresh window each time: every entry is new
         rx.receive(packets)
 
     measure("engine.receive k=1% (decode+apply)", receive)
-    gen_engine = Engine(manifest, SyncConfig(ratio=0.01), 3, 1)
+    gen_engine = Engine(manifest, SyncConfig.v1_0(ratio=0.01), 3, 1)
 
     def generate() -> None:
         gen_engine.anchor[:] = 0.0

@@ -70,7 +70,7 @@ def main() -> None:
     args = ap.parse_args()
     verifier = Signing(KEYS)
     signers = {o: Signing({}, s) for o, s in SEEDS.items()}
-    cfg = SyncConfig()
+    cfg = SyncConfig.v1_0()
     print(
         "values/entry entries  bytes/entry  decode_us  verify/decode  sign/decode  "
         "receive_signed/unsigned"

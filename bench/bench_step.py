@@ -108,7 +108,7 @@ def bench_idle(sizes: list[int]) -> list[dict[str, Any]]:
         module = make_module(n)
         hub = MemoryHub()
         fab = Fabric(
-            TorchStore(module), hub.transport(1), SyncConfig(sync_interval=NEVER), node_id=1
+            TorchStore(module), hub.transport(1), SyncConfig.v1_0(sync_interval=NEVER), node_id=1
         )
         hub.transport(2)
         t_fab = timeit(fab.step)
@@ -123,7 +123,9 @@ def bench_apply(n: int, ks: list[int]) -> list[dict[str, Any]]:
     print(f"\n2) apply k incoming entries at N = {n:,} (drain + receive + in-place apply + relay)")
     module = make_module(n)
     hub = MemoryHub()
-    fab = Fabric(TorchStore(module), hub.transport(1), SyncConfig(sync_interval=NEVER), node_id=1)
+    fab = Fabric(
+        TorchStore(module), hub.transport(1), SyncConfig.v1_0(sync_interval=NEVER), node_id=1
+    )
     peer = hub.transport(2)
     n = fab.num_params
     t_orig = timeit(original_round_trip(module), min_time=0.5, max_reps=50)
@@ -134,7 +136,7 @@ def bench_apply(n: int, ks: list[int]) -> list[dict[str, Any]]:
     )
     print(f"{'k':>10} {'step':>12} {'marginal/entry':>15} {'vs orig (re-created)':>21}")
     rng = np.random.default_rng(0)
-    sender = Engine(fab.manifest, SyncConfig(), node_id=2, incarnation=1)
+    sender = Engine(fab.manifest, SyncConfig.v1_0(), node_id=2, incarnation=1)
 
     def packet(k: int) -> bytes:
         e = Entry(
@@ -172,7 +174,7 @@ def bench_apply(n: int, ks: list[int]) -> list[dict[str, Any]]:
 def bench_sync(n: int) -> dict[str, Any]:
     module = make_module(n)
     hub = MemoryHub()
-    fab = Fabric(TorchStore(module), hub.transport(1), SyncConfig(sync_interval=1), node_id=1)
+    fab = Fabric(TorchStore(module), hub.transport(1), SyncConfig.v1_0(sync_interval=1), node_id=1)
     hub.transport(2)
     gen = torch.Generator().manual_seed(0)
     params = list(module.parameters())

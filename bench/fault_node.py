@@ -124,7 +124,7 @@ def main(argv: list[str]) -> int:
     if c["signed"]:
         keys = {int(m): public_key_of(signing_seed(int(m))) for m in c["all_members"]}
         signing = Signing(keys, signing_seed(nid), node_id=nid)
-    cfg = SyncConfig(
+    cfg = SyncConfig.v1_0(
         ratio=float(c["ratio"]),
         sync_interval=1,
         max_seq_jump=int(c["max_seq_jump"]),

@@ -102,7 +102,7 @@ def case(dg: Digest, seed: int, c: int) -> None:
     ]
     man = Manifest(TensorSpec(f"t{i}", sh) for i, sh in enumerate(shapes))
     n = man.num_params
-    cfg = SyncConfig(
+    cfg = SyncConfig.v1_0(
         alpha=float(rng.choice([1.0, 0.5, 0.3])),
         ratio=float(rng.choice([0.05, 0.3, 1.0])),
         encoding=list(ValueEncoding)[int(rng.integers(0, 4))],
@@ -172,7 +172,7 @@ def case(dg: Digest, seed: int, c: int) -> None:
 def big(dg: Digest, rounds: int) -> None:
     """bench_bigmodel's model and settings: one- and two-packet steps through a TorchStore."""
     torch.manual_seed(0)
-    cfg = SyncConfig(
+    cfg = SyncConfig.v1_0(
         ratio=0.1,
         sync_interval=20,
         average_over=3,

@@ -41,7 +41,7 @@ def main() -> None:
     w = np.zeros(N, np.float32)
     store = NumpyStore({"w": w})
     transport = ZenohTransport(options)
-    cfg = SyncConfig(ratio=0.25, sync_interval=1)
+    cfg = SyncConfig.v1_0(ratio=0.25, sync_interval=1)
     fabric = Fabric(
         store,
         transport,

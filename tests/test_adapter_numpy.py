@@ -10,7 +10,7 @@ from delta_fabric.stores.numpy import NumpyStore
 from delta_fabric.transports.memory import MemoryHub
 from numpy.typing import NDArray
 
-CFG = SyncConfig(ratio=0.25, sync_interval=4)
+CFG = SyncConfig.v1_0(ratio=0.25, sync_interval=4)
 
 
 def arrays(seed: int = 0, dtype: type = np.float32) -> dict[str, NDArray[np.floating]]:

@@ -40,7 +40,7 @@ def flat(fabric: Fabric) -> np.ndarray:
     return fabric.active_vector()
 
 
-CFG = SyncConfig(ratio=0.1, sync_interval=5)
+CFG = SyncConfig.v1_0(ratio=0.1, sync_interval=5)
 
 
 def test_manifest_names_and_order() -> None:
@@ -78,7 +78,7 @@ def test_fabric_over_torch_store_with_buffers_uses_the_flat_layout() -> None:
     fab = Fabric(
         TorchStore(net, include_buffers=True),
         hub.transport(1),
-        SyncConfig(include_buffers=True),
+        SyncConfig.v1_0(include_buffers=True),
         node_id=1,
         incarnation=1,
     )
@@ -165,7 +165,11 @@ def test_idle_step_is_constant_work(monkeypatch: pytest.MonkeyPatch) -> None:
     hub = MemoryHub()
     net = make_net()
     fab = Fabric(
-        TorchStore(net), hub.transport(1), SyncConfig(sync_interval=10), node_id=1, incarnation=1
+        TorchStore(net),
+        hub.transport(1),
+        SyncConfig.v1_0(sync_interval=10),
+        node_id=1,
+        incarnation=1,
     )
     hub.transport(2)  # a silent peer
 
@@ -190,7 +194,7 @@ def test_sync_step_gathers_once_and_publishes() -> None:
     fab = Fabric(
         store,
         hub.transport(1),
-        SyncConfig(sync_interval=3, ratio=0.05),
+        SyncConfig.v1_0(sync_interval=3, ratio=0.05),
         node_id=1,
         incarnation=1,
     )
@@ -209,7 +213,7 @@ def test_sync_step_gathers_once_and_publishes() -> None:
     pkts = peer.drain()
     assert st["packets_sent"] == len(pkts) == 2
     assert st["bytes_sent"] == sum(len(p) for p in pkts) == fab.transport.stats.published_bytes
-    k = SyncConfig(ratio=0.05).num_selected(fab.num_params)
+    k = SyncConfig.v1_0(ratio=0.05).num_selected(fab.num_params)
     assert st["own_values_sent"] == 2 * k
 
 

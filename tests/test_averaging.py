@@ -23,7 +23,7 @@ def test_average_over_moves_every_node_by_the_mean() -> None:
     rng = np.random.default_rng(3)
     anchor = rng.standard_normal(40).astype(np.float32)
     c = 3
-    engines = _engines(c, SyncConfig(ratio=1.0, average_over=c), anchor)
+    engines = _engines(c, SyncConfig.v1_0(ratio=1.0, average_over=c), anchor)
     progress = [rng.standard_normal(40).astype(np.float32) for _ in range(c)]
     actives = [anchor + p for p in progress]
     packets = []
@@ -46,7 +46,7 @@ def test_average_over_moves_every_node_by_the_mean() -> None:
 def test_average_over_keeps_the_unsent_residual() -> None:
     # REQ: DF-GEN-70
     anchor = np.zeros(40, dtype=np.float32)
-    (e,) = _engines(1, SyncConfig(ratio=0.1, average_over=4), anchor)
+    (e,) = _engines(1, SyncConfig.v1_0(ratio=0.1, average_over=4), anchor)
     active = np.zeros(40, dtype=np.float32)
     active[[2, 5, 9, 30, 31]] = [4.0, -8.0, 2.0, 0.5, 1.0]
     (entry,) = e.generate(active)
@@ -61,23 +61,23 @@ def test_average_over_keeps_the_unsent_residual() -> None:
 def test_average_over_one_is_protocol_1_0() -> None:
     # REQ: DF-PAR-70
     anchor = np.zeros(40, dtype=np.float32)
-    (e,) = _engines(1, SyncConfig(ratio=0.5), anchor)
+    (e,) = _engines(1, SyncConfig.v1_0(ratio=0.5), anchor)
     active = np.linspace(-1, 1, 40, dtype=np.float32)
     before = active.copy()
     entries = e.generate(active)
     assert entries and e.last_correction[0].size == 0
     assert active.tolist() == before.tolist()
-    assert "average_over" not in SyncConfig().to_json()
-    assert SyncConfig.from_json(SyncConfig(average_over=5).to_json()).average_over == 5
+    assert "average_over" not in SyncConfig.v1_0().to_json()
+    assert SyncConfig.from_json(SyncConfig.v1_0(average_over=5).to_json()).average_over == 5
 
 
 @pytest.mark.parametrize("bad", [0, -1, 65537])
 def test_average_over_range_is_checked(bad: int) -> None:
     # REQ: DF-PAR-70
     with pytest.raises(ValueError, match="average_over"):
-        SyncConfig(average_over=bad)
+        SyncConfig.v1_0(average_over=bad)
     with pytest.raises(TypeError, match="average_over"):
-        SyncConfig(average_over=True)
+        SyncConfig.v1_0(average_over=True)
 
 
 def test_round_gate_holds_later_rounds_and_orders_what_it_releases() -> None:
@@ -154,7 +154,7 @@ def test_demo_outer_step_below_one_at_long_intervals() -> None:
     assert default_average_over(3, 101, 0.01) == 8  # ceil(3 * 101 / 40)
     assert default_average_over(3, 2**32 - 1, 0.1) == 65536  # DF-PAR-70's bound, never past it
     assert default_average_over(3, 2**32 - 1, 1e-12) == 65536
-    SyncConfig(average_over=default_average_over(7, 2**32 - 1, 0.1))  # a valid configuration
+    SyncConfig.v1_0(average_over=default_average_over(7, 2**32 - 1, 0.1))  # a valid configuration
     assert SimConfig(nodes=5, interval=80, ratio=0.1, averaging=True).resolved_average_over() == 10
     assert SimConfig(nodes=5, interval=80, ratio=0.01, averaging=True).resolved_average_over() == 8
     assert SimConfig(nodes=3, interval=20, averaging=True).resolved_average_over() == 3

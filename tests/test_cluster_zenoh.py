@@ -30,7 +30,7 @@ from delta_fabric.transports.zenoh import ZenohOptions, ZenohTransport  # noqa: 
 from delta_fabric.wire import Entry, Packet, encode_packet  # noqa: E402
 
 WAIT = 10.0  # bound for anything that should take milliseconds
-CFG = SyncConfig(ratio=0.25, sync_interval=5)
+CFG = SyncConfig.v1_0(ratio=0.25, sync_interval=5)
 
 
 def ep(port: int) -> str:
@@ -172,7 +172,7 @@ CHILD = textwrap.dedent(
                                     connect=connect))
     rng = np.random.default_rng(node)
     arrays = {"fc.weight": np.zeros((4, 6), np.float32), "fc.bias": np.zeros(4, np.float32)}
-    fab = Fabric(NumpyStore(arrays), t, SyncConfig(ratio=0.25, sync_interval=5), node_id=node)
+    fab = Fabric(NumpyStore(arrays), t, SyncConfig.v1_0(ratio=0.25, sync_interval=5), node_id=node)
     t.wait_for_peers(2, 10.0)
     print("ready", flush=True)
     while True:

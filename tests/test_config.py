@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 
 def test_defaults_are_the_specs() -> None:
-    c = SyncConfig()
+    c = SyncConfig.v1_0()
     assert (c.alpha, c.ratio, c.sync_interval, c.relay_threshold) == (
         1.0,
         0.05,
@@ -71,7 +71,7 @@ def test_defaults_are_the_specs() -> None:
 def test_bad_values_raise_value_error(kw: dict[str, Any]) -> None:
     # REQ: DF-PAR-11
     with pytest.raises(ValueError):
-        SyncConfig(**kw)
+        SyncConfig.v1_0(**kw)
 
 
 @pytest.mark.parametrize(
@@ -108,12 +108,12 @@ def test_json_enum_names_are_exact_and_huge_numbers_refused(text: str) -> None:
 )
 def test_bad_types_raise_type_error(kw: dict[str, Any]) -> None:
     with pytest.raises(TypeError):
-        SyncConfig(**kw)
+        SyncConfig.v1_0(**kw)
 
 
 def test_upper_bounds_are_accepted() -> None:
     # REQ: DF-PAR-11, DF-PAR-260 (sync_interval bounded at 2^32 - 1 in 1.1, both implementations)
-    assert SyncConfig(sync_interval=2**32 - 1).sync_interval == 2**32 - 1
+    assert SyncConfig.v1_0(sync_interval=2**32 - 1).sync_interval == 2**32 - 1
     assert SyncConfig.from_json({"sync_interval": 4294967295}).sync_interval == 4294967295
 
 
@@ -139,7 +139,7 @@ def test_manifest_json_members_are_checked_by_type() -> None:
 
 
 def test_json_round_trip_and_normalisation() -> None:
-    c = SyncConfig(alpha=1, encoding=1, hop_limit=3)  # type: ignore[arg-type]
+    c = SyncConfig.v1_0(alpha=1, encoding=1, hop_limit=3)  # type: ignore[arg-type]
     assert isinstance(c.alpha, float) and c.encoding is ValueEncoding.F16
     d = c.to_json()
     assert d["encoding"] == "F16"
@@ -153,7 +153,7 @@ def test_json_round_trip_and_normalisation() -> None:
 @given(st.integers(1, 2**40), st.floats(1e-12, 1.0))
 def test_num_selected(n: int, ratio: float) -> None:
     # REQ: DF-GEN-2
-    k = SyncConfig(ratio=ratio).num_selected(n)
+    k = SyncConfig.v1_0(ratio=ratio).num_selected(n)
     assert 1 <= k <= n
     assert k == min(max(math.ceil(n * ratio), 1), n)
 
@@ -161,7 +161,7 @@ def test_num_selected(n: int, ratio: float) -> None:
 def test_num_selected_uses_binary64_product() -> None:
     # REQ: DF-GEN-2
     assert 100 * 0.07 == 7.000000000000001
-    assert SyncConfig(ratio=0.07).num_selected(100) == 8  # not 7: the product rounds up
+    assert SyncConfig.v1_0(ratio=0.07).num_selected(100) == 8  # not 7: the product rounds up
 
 
 def test_max_origins_is_a_parameter_with_a_range() -> None:
@@ -172,12 +172,12 @@ def test_max_origins_is_a_parameter_with_a_range() -> None:
     from delta_fabric.engine import Engine
     from delta_fabric.manifest import Manifest
 
-    assert SyncConfig().max_origins == 4096
-    assert "max_origins" not in SyncConfig().to_json()  # written only when set, as Rust does
+    assert SyncConfig.v1_0().max_origins == 4096
+    assert "max_origins" not in SyncConfig.v1_0().to_json()  # written only when set, as Rust does
     for n in (1, 1 << 20):
         assert SyncConfig.from_json({"max_origins": n}).max_origins == n
     for bad in (0, (1 << 20) + 1):
         with pytest.raises(ValueError, match="max_origins"):
-            SyncConfig(max_origins=bad)
+            SyncConfig.v1_0(max_origins=bad)
     m = Manifest.from_named_shapes({"w": (4,)})
-    assert Engine(m, SyncConfig(max_origins=3), 1, 1).state.max_origins == 3
+    assert Engine(m, SyncConfig.v1_0(max_origins=3), 1, 1).state.max_origins == 3

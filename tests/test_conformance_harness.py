@@ -309,7 +309,7 @@ def test_node_args_record_accepted_entry_headers() -> None:
     from delta_fabric_conformance.kit import NodeArgs
 
     log: list[dict[str, Any]] = []
-    args = NodeArgs(None, SyncConfig(), 1, 2, False, 0.0, log)
+    args = NodeArgs(None, SyncConfig.v1_0(), 1, 2, False, 0.0, log)
     args.record_accepted(
         [SimpleNamespace(origin=0xAB, incarnation=7, seq=3, hops=1, packet=0, entry=0)]
     )

@@ -128,7 +128,7 @@ def test_sync_parameter_messages_are_the_librarys() -> None:
     p = argparse.ArgumentParser()
     add_arguments(p)
     with pytest.raises(ValueError) as lib:
-        SyncConfig(ratio=1.5)
+        SyncConfig.v1_0(ratio=1.5)
     with pytest.raises(UsageError) as demo:
         _check_options(p.parse_args(["--ratio", "1.5"]))
     assert str(demo.value) == f"--ratio: {lib.value}"

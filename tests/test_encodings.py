@@ -61,7 +61,7 @@ def test_generation_quantizes_each_entry_after_the_split(enc: ValueEncoding) -> 
     n = 300
     manifest = Manifest([TensorSpec("w", (n,))])
     # 296 + 8 * 20 bytes: entries of at most 20 values
-    cfg = SyncConfig(ratio=1.0, encoding=enc, max_packet_size=296 + 8 * 19)
+    cfg = SyncConfig.v1_0(ratio=1.0, encoding=enc, max_packet_size=296 + 8 * 19)
     eng = Engine(manifest, cfg, node_id=1, incarnation=1)
     rng = np.random.default_rng(5)
     active = (rng.standard_normal(n) * 3.0).astype(np.float32)

@@ -60,7 +60,7 @@ def packet(
 
 
 def engine(node: int = 1, **cfg: object) -> Engine:
-    return Engine(M, SyncConfig(**cfg), node, 1000 + node)  # type: ignore[arg-type]
+    return Engine(M, SyncConfig.v1_0(**cfg), node, 1000 + node)  # type: ignore[arg-type]
 
 
 def state_of(e: Engine) -> tuple[bytes, list[tuple[int, int, int]]]:
@@ -86,7 +86,7 @@ def test_generation_error_feedback(
     # REQ: DF-GEN-5
     active = np.array(active_l, dtype=np.float32)
     old = np.array(anchor_l, dtype=np.float32)
-    e = Engine(M, SyncConfig(ratio=ratio, encoding=enc), 1, 1, anchor=old)
+    e = Engine(M, SyncConfig.v1_0(ratio=ratio, encoding=enc), 1, 1, anchor=old)
     entries = e.generate(active)
     d = active - old
     k = min(max(math.ceil(N * ratio), 1), N)
@@ -124,7 +124,7 @@ def test_no_candidate_generates_nothing_and_consumes_no_seq() -> None:
 def test_splitting_into_consecutive_seqs() -> None:
     # REQ: DF-GEN-6
     big = Manifest.from_named_shapes({"w": (1000,)})
-    cfg = SyncConfig(ratio=1.0, max_packet_size=1024)
+    cfg = SyncConfig.v1_0(ratio=1.0, max_packet_size=1024)
     per = max_values_per_entry(1024)
     assert (
         PACKET_OVERHEAD_BOUND + encoded_size_bound(per)
@@ -152,7 +152,7 @@ def test_fast_generation_obeys_bounds() -> None:
     # REQ: DF-GEN-7
     big = Manifest.from_named_shapes({"w": (300_000,)})
     rng = np.random.default_rng(3)
-    e = Engine(big, SyncConfig(ratio=0.02), 1, 1)
+    e = Engine(big, SyncConfig.v1_0(ratio=0.02), 1, 1)
     active = rng.standard_normal(300_000).astype(np.float32)
     entries = e.generate(active, fast=True)
     idx = np.concatenate([x.indices for x in entries])
@@ -404,7 +404,7 @@ def test_pack_own_first_then_relay_and_splits_at_limit() -> None:
 
 def test_relay_entry_too_large_is_dropped_not_split() -> None:
     big = Manifest.from_named_shapes({"w": (200,)})
-    e = Engine(big, SyncConfig(max_packet_size=1024), 1, 1)
+    e = Engine(big, SyncConfig.v1_0(max_packet_size=1024), 1, 1)
     relay = [Entry(2, 1, 1, 1, np.arange(200, dtype=np.uint32), np.ones(200, np.float32))]
     assert e.pack([], relay) == []
     assert e.relay_dropped_oversize == 1
@@ -497,7 +497,7 @@ def test_snapshot_restore_and_join() -> None:
     assert snap.fingerprint == FP and np.array_equal(snap.anchor, e.anchor)
     again = Snapshot.from_bytes(FP, snap.to_bytes())
     assert again.digest == snap.digest and np.array_equal(again.anchor, snap.anchor)
-    j = Engine.from_snapshot(M, SyncConfig(), 9, 12345, again)
+    j = Engine.from_snapshot(M, SyncConfig.v1_0(), 9, 12345, again)
     assert np.array_equal(j.anchor, e.anchor) and j.next_seq == 1
     with pytest.raises(ValueError):
         j.restore(Snapshot(b"\0" * 32, snap.anchor))
@@ -505,9 +505,9 @@ def test_snapshot_restore_and_join() -> None:
 
 def test_engine_checks_arguments() -> None:
     with pytest.raises(ValueError):
-        Engine(M, SyncConfig(), 0, 1)
+        Engine(M, SyncConfig.v1_0(), 0, 1)
     with pytest.raises(ValueError):
-        Engine(M, SyncConfig(), 1, 2**64)
+        Engine(M, SyncConfig.v1_0(), 1, 2**64)
     e = engine()
     with pytest.raises(ValueError):
         e.generate(np.zeros(N, dtype=np.float64))  # type: ignore[arg-type]
@@ -524,7 +524,7 @@ def test_receive_is_o_k_not_o_n() -> None:
 
     n = 50_000_000
     big = Manifest.from_named_shapes({"w": (n,)})
-    e = Engine(big, SyncConfig(), 1, 1)
+    e = Engine(big, SyncConfig.v1_0(), 1, 1)
     pkts = [
         packet(
             entry(2, s, [s, 10 * s, n - 1 - s], [1.0, 2.0, 3.0]),

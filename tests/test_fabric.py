@@ -21,7 +21,7 @@ from delta_fabric.stores.numpy import NumpyStore
 from delta_fabric.transports.memory import MemoryHub
 from numpy.typing import NDArray
 
-CFG = SyncConfig(ratio=0.5, sync_interval=2)
+CFG = SyncConfig.v1_0(ratio=0.5, sync_interval=2)
 
 
 class TupleStore:
@@ -239,7 +239,10 @@ def test_info_lists_the_encodings_the_node_receives() -> None:
 
     hub = MemoryHub()
     with Fabric(
-        NumpyStore({"w": np.zeros(8, np.float32)}), hub.transport(0x41), SyncConfig(), node_id=0x41
+        NumpyStore({"w": np.zeros(8, np.float32)}),
+        hub.transport(0x41),
+        SyncConfig.v1_0(),
+        node_id=0x41,
     ) as f:
         info = f._info()
     assert info["supports"] == {

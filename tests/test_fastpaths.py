@@ -251,7 +251,7 @@ def test_engine_union_is_the_sorted_unique(n: int, densities: list[float], seed:
 
     rng = np.random.default_rng(seed)
     m = Manifest([TensorSpec("w", (n,))])
-    eng = Engine(m, SyncConfig(), 1, 1)
+    eng = Engine(m, SyncConfig.v1_0(), 1, 1)
     parts = [np.flatnonzero(rng.random(n) < p).astype(np.uint32) for p in densities]
     parts = [p for p in parts if p.size] or [np.array([n - 1], dtype=np.uint32)]
     for _ in range(2):

@@ -25,7 +25,7 @@ def f32(*v: float) -> np.ndarray[Any, np.dtype[np.float32]]:
 
 def cfg(average_over: int = 1) -> SyncConfig:
     # k = ceil(8 * 0.25) = 2; generation only by sync_now (the interval is never reached)
-    return SyncConfig(ratio=0.25, sync_interval=1000, alpha=1.0, average_over=average_over)
+    return SyncConfig.v1_0(ratio=0.25, sync_interval=1000, alpha=1.0, average_over=average_over)
 
 
 class StatsStore(NumpyStore):

@@ -25,7 +25,7 @@ from numpy.typing import NDArray
 N = 64
 NODES = (1, 2, 3)
 STRANGER = 0x5EED_0000_0000_0000
-CFG = SyncConfig(ratio=0.25, sync_interval=1, alpha=1.0)
+CFG = SyncConfig.v1_0(ratio=0.25, sync_interval=1, alpha=1.0)
 MANIFEST = Manifest.from_named_shapes({"w": (N,)})
 Attack = Callable[[int], list[bytes]]
 

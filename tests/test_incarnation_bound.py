@@ -37,7 +37,7 @@ def _entry(origin: int, inc: int, seq: int, value: float = 0.5) -> Entry:
 def test_engine_clock_seam_and_bound() -> None:
     # REQ: DF-RCV-175, DF-PAR-175
     now = 1_795_953_600_000_000
-    eng = Engine(MANIFEST, SyncConfig(max_incarnation_ahead=MINUTE), 1, now - 10)
+    eng = Engine(MANIFEST, SyncConfig.v1_0(max_incarnation_ahead=MINUTE), 1, now - 10)
     # no clock reading yet: the bound is not applied (the node layer gives one every step)
     assert eng.now_us is None
     assert eng.state.check(2, U64_MAX, 1) is Admission.ACCEPTED
@@ -63,15 +63,17 @@ def test_engine_clock_seam_and_bound() -> None:
     with pytest.raises(TypeError, match="now_us"):
         eng.set_now_us(True)
     # without the bound the clock changes nothing (1.0 behaviour)
-    plain = Engine(MANIFEST, SyncConfig(), 1, 5)
+    plain = Engine(MANIFEST, SyncConfig.v1_0(), 1, 5)
     plain.set_now_us(now)
     assert plain.state.check(2, U64_MAX, 1) is Admission.ACCEPTED
 
 
 def test_config_and_env() -> None:
     # REQ: DF-PAR-175
-    assert SyncConfig().to_json().get("max_incarnation_ahead") is None  # a 1.1 key, only when set
-    cfg = SyncConfig.from_json(SyncConfig(max_incarnation_ahead=MINUTE).to_json())
+    assert (
+        SyncConfig.v1_0().to_json().get("max_incarnation_ahead") is None
+    )  # a 1.1 key, only when set
+    cfg = SyncConfig.from_json(SyncConfig.v1_0(max_incarnation_ahead=MINUTE).to_json())
     assert cfg.max_incarnation_ahead == MINUTE
     env = {"DELTA_FABRIC_MAX_INCARNATION_AHEAD": "60000000"}
     assert SyncConfig.from_env(env).max_incarnation_ahead == MINUTE
@@ -93,7 +95,7 @@ def _run(ahead: int, restart: bool) -> tuple[list[int], dict[str, int], int]:
     hub = MemoryHub(seed=5)
     rng = np.random.default_rng(11)
     weights = {n: np.zeros(64, np.float32) for n in (1, 2, 3)}
-    cfg = SyncConfig(ratio=0.25, sync_interval=1, max_incarnation_ahead=ahead)
+    cfg = SyncConfig.v1_0(ratio=0.25, sync_interval=1, max_incarnation_ahead=ahead)
 
     def fabric(n: int) -> Fabric:
         # incarnation: the default, microseconds since the epoch at start (DF-RCV-11)
@@ -259,7 +261,7 @@ def test_live_incarnation_is_not_evicted() -> None:
     saved = st.save(2)
     assert saved is not None and saved[8].last_us == now + 10  # the undo of DF-RCV-50 keeps it
     with pytest.raises(ValueError):
-        SyncConfig(incarnation_grace=(1 << 40) + 1)
+        SyncConfig.v1_0(incarnation_grace=(1 << 40) + 1)
     assert (
         SyncConfig.from_env({"DELTA_FABRIC_INCARNATION_GRACE": "5000000"}).incarnation_grace
         == 5_000_000
@@ -277,7 +279,7 @@ def _run_live(grace: int) -> tuple[list[int], dict[str, int], int]:
     hub = MemoryHub(seed=5)
     rng = np.random.default_rng(11)
     weights = {n: np.zeros(64, np.float32) for n in (1, 2, 3)}
-    cfg = SyncConfig(
+    cfg = SyncConfig.v1_0(
         ratio=0.25, sync_interval=1, max_incarnation_ahead=MINUTE, incarnation_grace=grace
     )
 

@@ -51,7 +51,7 @@ def _run(scale: float, factor: float | None, steps: int = 60) -> tuple[list[Fabr
 
     hub = MemoryHub(intercept=intercept)
     n = 500
-    cfg = SyncConfig(ratio=0.1, sync_interval=2)
+    cfg = SyncConfig.v1_0(ratio=0.1, sync_interval=2)
     fabs = [
         Fabric(
             NumpyStore({"w": np.zeros(n, np.float32)}),

@@ -62,7 +62,7 @@ def test_sync_config_from_env_overrides_the_programs_defaults() -> None:
     c = SyncConfig.from_env(env, ratio=0.1, alpha=0.5, hop_limit=4)
     assert (c.ratio, c.sync_interval, c.alpha, c.hop_limit) == (0.25, 3, 0.5, 4)
     assert c.encoding is ValueEncoding.BF16 and c.include_buffers is True
-    assert SyncConfig.from_env({}) == SyncConfig()
+    assert SyncConfig.from_env({}) == SyncConfig.v1_0()
 
 
 @pytest.mark.parametrize(
@@ -489,7 +489,7 @@ import sys, time
 import numpy as np
 from delta_fabric import Fabric, NumpyStore, SyncConfig, env
 store = NumpyStore({"w": np.zeros(64, np.float32)})
-with Fabric.from_env(store, SyncConfig(ratio=0.25, sync_interval=1)) as fabric:
+with Fabric.from_env(store, SyncConfig.v1_0(ratio=0.25, sync_interval=1)) as fabric:
     peers = fabric.transport.wait_for_peers((env.nodes() or 1) - 1, timeout=30)
     print("namespace", fabric.transport.namespace, "peers", len(peers), flush=True)
     # Leave only once every peer has shown, by a packet, that it saw this node too: a peer

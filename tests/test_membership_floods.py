@@ -28,7 +28,7 @@ from delta_fabric.wire import Entry, Packet, decode_packet, encode_packet, scree
 
 N = 64
 MANIFEST = Manifest.from_named_shapes({"w": (N,)})
-CFG = SyncConfig(ratio=0.25, sync_interval=1, alpha=1.0)
+CFG = SyncConfig.v1_0(ratio=0.25, sync_interval=1, alpha=1.0)
 
 
 # ---------------------------------------------------------------------------------------------------------

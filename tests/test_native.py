@@ -1217,7 +1217,7 @@ def test_non_native_byte_order(nat: ModuleType, where: str) -> None:
     else:  # DF-RCV-50 on big-endian active parts: the kernels read other values
         pkt = _pkt(2, _ent(2, 1, [3], [3.0e38]))
         active = [np.full(NP, 3.0e38, dtype=">f4")]
-        on, off = _pair(SyncConfig(), np.zeros(NP, np.float32), 9, nat)
+        on, off = _pair(SyncConfig.v1_0(), np.zeros(NP, np.float32), 9, nat)
         want = off.receive([pkt], active=active)  # type: ignore[arg-type]
         assert want.outcomes == [ErrorCode.NON_FINITE_RESULT]
         try:
@@ -1292,25 +1292,25 @@ def _ent(origin: int, seq: int, idx: list[int], vals: list[float]) -> Entry:
 
 _RECEIVE_CONFIGS = {
     "relay-all": (
-        SyncConfig(ratio=0.05, alpha=0.5),
-        SyncConfig(alpha=0.75, relay_threshold=1e-3),
+        SyncConfig.v1_0(ratio=0.05, alpha=0.5),
+        SyncConfig.v1_0(alpha=0.75, relay_threshold=1e-3),
     ),
     "small-packets": (
-        SyncConfig(ratio=0.08, max_packet_size=1024, alpha=0.5),
-        SyncConfig(alpha=0.5, max_packet_size=1024),
+        SyncConfig.v1_0(ratio=0.08, max_packet_size=1024, alpha=0.5),
+        SyncConfig.v1_0(alpha=0.5, max_packet_size=1024),
     ),
     "needed-packed-f16": (
-        SyncConfig(
+        SyncConfig.v1_0(
             ratio=0.1,
             relay_policy=RelayPolicy.NEEDED,
             index_encoding=IndexEncoding.PACKED,
             encoding=ValueEncoding.F16,
         ),
-        SyncConfig(alpha=1.0, relay_policy=RelayPolicy.NEEDED),
+        SyncConfig.v1_0(alpha=1.0, relay_policy=RelayPolicy.NEEDED),
     ),
     "q8-dense": (
-        SyncConfig(ratio=0.4, encoding=ValueEncoding.Q8, index_encoding=IndexEncoding.PACKED),
-        SyncConfig(alpha=0.3),
+        SyncConfig.v1_0(ratio=0.4, encoding=ValueEncoding.Q8, index_encoding=IndexEncoding.PACKED),
+        SyncConfig.v1_0(alpha=0.3),
     ),
 }
 
@@ -1404,7 +1404,7 @@ def test_receive_sparse_then_dense_then_refused(nat: ModuleType) -> None:
     """Single-entry packets (the sparse aggregate), then a packet of several entries (into the dense
     scratch), then refusals on each side of the switch, then single-entry packets again."""
     anchor = np.linspace(-1, 1, NP, dtype=np.float32)
-    on, off = _pair(SyncConfig(alpha=0.5), anchor, 9, nat)
+    on, off = _pair(SyncConfig.v1_0(alpha=0.5), anchor, 9, nat)
     big = 3.0e38
     steps = [
         [_pkt(1, _ent(1, 1, [0, 5, 9], [1, 2, 3])), _pkt(2, _ent(2, 1, [5, 9, 11], [-0.0, 4, 5]))],
@@ -1485,7 +1485,7 @@ def test_receive_proof_edges(nat: ModuleType, monkeypatch: pytest.MonkeyPatch, c
     if case == "agg_at_limit":
         packets.append(_pkt(2, _ent(2, 1, idx.tolist(), vals.tolist())))
     for form in ("parts", "flat"):
-        on, off = _pair(SyncConfig(alpha=1.0), anchor, 9, nat)
+        on, off = _pair(SyncConfig.v1_0(alpha=1.0), anchor, 9, nat)
         act_on, act_off = active.copy(), active.copy()
         views_on = _split(act_on, [100, 2000]) if form == "parts" else act_on
         views_off = _split(act_off, [100, 2000]) if form == "parts" else act_off
@@ -1508,7 +1508,7 @@ def test_receive_proof_edges(nat: ModuleType, monkeypatch: pytest.MonkeyPatch, c
 def _layout_receive_unaligned(nat: ModuleType) -> None:
     pkt = _pkt(1, _ent(1, 1, [1, 5, 9], [1.0, 2.0, 3.0]))
     buf = memoryview(b"\x00" + pkt)[1:]  # PLAIN indices at an odd address
-    on, off = _pair(SyncConfig(), np.zeros(NP, np.float32), 9, nat)
+    on, off = _pair(SyncConfig.v1_0(), np.zeros(NP, np.float32), 9, nat)
     want = off.receive([buf])
     _same_receive(on.receive([buf]), want)
 
@@ -1516,7 +1516,7 @@ def _layout_receive_unaligned(nat: ModuleType) -> None:
 def _layout_receive_strided_parts(nat: ModuleType) -> None:
     pkt = _pkt(1, _ent(1, 1, [1, 5, 9], [1.0, 2.0, 3.0]))
     active = np.repeat(np.ones(NP, np.float32), 2)[::2]  # shape (N,), stride 8
-    on, off = _pair(SyncConfig(), np.zeros(NP, np.float32), 9, nat)
+    on, off = _pair(SyncConfig.v1_0(), np.zeros(NP, np.float32), 9, nat)
     want = off.receive([pkt], active=[active])
     _same_receive(on.receive([pkt], active=[active]), want)
 
@@ -1525,7 +1525,7 @@ def _layout_generate_strided(nat: ModuleType) -> None:
     rng = np.random.default_rng(0)
     anchor = rng.standard_normal(NP).astype(np.float32)
     active = np.repeat(anchor + rng.standard_normal(NP).astype(np.float32), 2)[::2]
-    on, off = _generate_pair(nat, MAN, SyncConfig(ratio=0.1), anchor, 0)
+    on, off = _generate_pair(nat, MAN, SyncConfig.v1_0(ratio=0.1), anchor, 0)
     _generate_both(on, off, active, False)
 
 
@@ -1619,9 +1619,9 @@ def _generate_both(on: Engine, off: Engine, active: Any, fast: bool) -> str:
 @pytest.mark.parametrize(
     "cfg",
     [
-        SyncConfig(ratio=0.15),
-        SyncConfig(ratio=0.25, encoding=ValueEncoding.BF16, max_packet_size=4096),
-        SyncConfig(ratio=0.2, average_over=3, encoding=ValueEncoding.Q8),
+        SyncConfig.v1_0(ratio=0.15),
+        SyncConfig.v1_0(ratio=0.25, encoding=ValueEncoding.BF16, max_packet_size=4096),
+        SyncConfig.v1_0(ratio=0.2, average_over=3, encoding=ValueEncoding.Q8),
     ],
     ids=["f32", "bf16-split", "q8-averaging"],
 )
@@ -1662,7 +1662,7 @@ def test_generate_on_and_off_large(nat: ModuleType, fast: bool) -> None:
     n = man.num_params
     rng = np.random.default_rng(4)
     anchor = (rng.integers(-1000, 1000, n) / 256).astype(np.float32)  # anchor + 1/8 is exact
-    cfg = SyncConfig(ratio=0.01)
+    cfg = SyncConfig.v1_0(ratio=0.01)
     on = Engine(man, cfg, 1, 1, anchor)
     off = Engine(man, cfg, 1, 1, anchor)
     on.native, off.native = nat, None
@@ -1750,8 +1750,8 @@ def test_torch_apply_on_and_off(nat: ModuleType, monkeypatch: pytest.MonkeyPatch
     # the same views as the receive's active weights (Fabric._active_for_receive)
     monkeypatch.setenv(ENV, "auto")
     anchor = s_on.gather()
-    e_on = Engine(man, SyncConfig(alpha=0.5), 9, 1, anchor)
-    e_off = Engine(man, SyncConfig(alpha=0.5), 9, 1, anchor)
+    e_on = Engine(man, SyncConfig.v1_0(alpha=0.5), 9, 1, anchor)
+    e_off = Engine(man, SyncConfig.v1_0(alpha=0.5), 9, 1, anchor)
     e_on.native, e_off.native = nat, None
     view_on = Fabric._active_for_receive(SimpleNamespace(engine=e_on, store=s_on))  # type: ignore[arg-type]
     view_off = Fabric._active_for_receive(SimpleNamespace(engine=e_off, store=s_off))  # type: ignore[arg-type]
@@ -1977,7 +1977,7 @@ def test_varint_one_byte_runs(nat: ModuleType) -> None:
 
 
 def test_anchor_is_read_only(nat: ModuleType) -> None:
-    e = Engine(MAN, SyncConfig(), 9, 1)
+    e = Engine(MAN, SyncConfig.v1_0(), 9, 1)
     with pytest.raises(ValueError, match="read-only"):
         e.anchor[0] = np.float32(1.0)
     with pytest.raises(ValueError):
@@ -1990,7 +1990,7 @@ def test_anchor_bound_stays_an_upper_bound(nat: ModuleType) -> None:
     packet it cannot prove goes to the exact sums: rounds that walk the anchor up to 2**127 give
     the NumPy core's outcomes, anchors and results, and the bound is never below the anchor."""
     rng = np.random.default_rng(11)
-    cfg = SyncConfig(ratio=0.5, alpha=1.0)
+    cfg = SyncConfig.v1_0(ratio=0.5, alpha=1.0)
     anchor = rng.standard_normal(NP).astype(np.float32)
     on, off = _pair(cfg, anchor, 9, nat)
     seq = itertools.count(1)
@@ -2113,7 +2113,7 @@ def test_pack_sends_the_codes_of_generate(nat: ModuleType, magnitude: float) -> 
     the bytes of encoding the entries afresh, on both sides of the scale above which codes are
     clamped (there they are encoded afresh), and the same as the NumPy core's."""
     rng = np.random.default_rng(5)
-    cfg = SyncConfig(ratio=0.3, average_over=3, encoding=ValueEncoding.Q8)
+    cfg = SyncConfig.v1_0(ratio=0.3, average_over=3, encoding=ValueEncoding.Q8)
     anchor = np.zeros(NP, np.float32)
     on, off = _pair(cfg, anchor, 9, nat)
     act = np.clip(rng.standard_normal(NP) * magnitude, -3e38, 3e38).astype(np.float32)

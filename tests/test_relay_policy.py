@@ -39,7 +39,7 @@ class Sim:
         self.n = n
         self.ids = [0x100 + i for i in range(n)]
         self.engines = [
-            Engine(MANIFEST, SyncConfig(ratio=0.1, relay_policy=p), self.ids[i], 1)
+            Engine(MANIFEST, SyncConfig.v1_0(ratio=0.1, relay_policy=p), self.ids[i], 1)
             for i, p in enumerate(policies)
         ]
         self.hears = hears(topology, n)
@@ -159,7 +159,7 @@ def _entry(origin: int, seq: int) -> Entry:
 def test_advertisements_expire_after_two_sync_rounds() -> None:
     # REQ: DF-RLY-61, DF-RLY-62
     x, b, c = 0x10, 0x0B, 0x0C
-    eng = Engine(MANIFEST, SyncConfig(relay_policy=NEEDED), x, 1)
+    eng = Engine(MANIFEST, SyncConfig.v1_0(relay_policy=NEEDED), x, 1)
     active = np.zeros(64, dtype=np.float32)
     # C advertises that it hears B; B's entry is not relayed
     res = eng.receive([_pkt(c, heard=(b, x)), _pkt(b, _entry(b, 1), heard=(x,))])
@@ -179,7 +179,7 @@ def test_advertisements_expire_after_two_sync_rounds() -> None:
 def test_packets_without_heard_keep_the_stored_advertisement() -> None:
     # REQ: DF-RLY-62
     x, b, c = 0x10, 0x0B, 0x0C
-    eng = Engine(MANIFEST, SyncConfig(relay_policy=NEEDED), x, 1)
+    eng = Engine(MANIFEST, SyncConfig.v1_0(relay_policy=NEEDED), x, 1)
     eng.receive([_pkt(c, heard=(b,))])
     res = eng.receive([_pkt(c, heard=None), _pkt(b, _entry(b, 1), heard=())])
     assert res.relay == []
@@ -189,11 +189,11 @@ def test_advertisement_is_written_only_with_policy_needed_and_every_round() -> N
     # REQ: DF-RLY-61, DF-RLY-63, DF-PKT-60
     x, b = 0x10, 0x0B
     active = np.zeros(64, dtype=np.float32)
-    all_eng = Engine(MANIFEST, SyncConfig(), x, 1)
+    all_eng = Engine(MANIFEST, SyncConfig.v1_0(), x, 1)
     assert all_eng.advertisement() is None
     _, out = all_eng.step(active, [_pkt(b, _entry(b, 1), heard=None)], sync=True)
     assert [decode_packet(p).heard for p in out] == [None]  # the relay, no advertisement
-    eng = Engine(MANIFEST, SyncConfig(relay_policy=NEEDED), x, 1)
+    eng = Engine(MANIFEST, SyncConfig.v1_0(relay_policy=NEEDED), x, 1)
     active = np.zeros(64, dtype=np.float32)
     _, out = eng.step(active, [], sync=True)  # nothing to send: an empty advertisement packet
     assert [(decode_packet(p).entries, decode_packet(p).heard) for p in out] == [((), ())]
@@ -207,7 +207,7 @@ def test_advertisement_is_written_only_with_policy_needed_and_every_round() -> N
 def test_advertisement_is_left_out_when_it_does_not_fit() -> None:
     # REQ: DF-RLY-61
     x = 0x10
-    cfg = SyncConfig(relay_policy=NEEDED, max_packet_size=296)
+    cfg = SyncConfig.v1_0(relay_policy=NEEDED, max_packet_size=296)
     eng = Engine(MANIFEST, cfg, x, 1)
     senders = list(range(0x20, 0x2C))
     eng.receive([_pkt(s, heard=()) for s in senders])
@@ -238,7 +238,7 @@ def test_fabric_line_over_memory_hub_advertises_at_start_and_delivers() -> None:
     from delta_fabric.transports.memory import MemoryHub
 
     hub = MemoryHub()
-    cfg = SyncConfig(ratio=0.5, relay_policy=NEEDED)
+    cfg = SyncConfig.v1_0(ratio=0.5, relay_policy=NEEDED)
     line = {1: [2], 2: [1, 3], 3: [2]}  # 1 - 2 - 3: each transport hears its neighbours only
     weights = {i: np.zeros(4, np.float32) for i in line}
     transports = {i: hub.transport(i, neighbours=line[i]) for i in line}

@@ -281,7 +281,7 @@ def _run(
         return [] if cut_now[0] and side[src] != side[dst] else [packet]
 
     hub = MemoryHub(intercept=intercept)
-    cfg = SyncConfig(ratio=0.05, sync_interval=INTERVAL)
+    cfg = SyncConfig.v1_0(ratio=0.05, sync_interval=INTERVAL)
     init = np.random.default_rng(99).standard_normal(N).astype(np.float32)
     fabrics = []
     for i in range(nodes):
@@ -337,7 +337,7 @@ def test_burst_loss_over_256_seqs_is_repaired() -> None:
     without ever being asked for)."""
     cut_now = [False]
     hub = MemoryHub(intercept=lambda src, dst, packet: [] if cut_now[0] else [packet])
-    cfg = SyncConfig(ratio=0.05, sync_interval=1)
+    cfg = SyncConfig.v1_0(ratio=0.05, sync_interval=1)
     init = np.zeros(200, np.float32)
     ids = (0x201, 0x202)
     fabrics = [
@@ -376,7 +376,7 @@ def test_no_request_to_an_origin_that_is_not_live() -> None:
     hub = MemoryHub(
         intercept=lambda src, dst, packet: [] if cut_now[0] and src == b_id else [packet]
     )
-    cfg = SyncConfig(ratio=0.05, sync_interval=1)
+    cfg = SyncConfig.v1_0(ratio=0.05, sync_interval=1)
     fa, fb = (
         Fabric(
             NumpyStore({"w": np.zeros(100, np.float32)}),

@@ -51,7 +51,7 @@ def test_numpy_adapter_generates_once_per_sync_interval(interval: int, steps: in
     fab = Fabric(
         NumpyStore({"w": w}),
         hub.transport(1),
-        SyncConfig(sync_interval=interval),
+        SyncConfig.v1_0(sync_interval=interval),
         node_id=1,
         incarnation=1,
     )
@@ -68,7 +68,7 @@ def test_generation_never_interleaves_with_receive_and_is_published_before_the_n
     hub = MemoryHub()
     a_w = np.zeros(8, dtype=np.float32)
     b_w = np.zeros(8, dtype=np.float32)
-    cfg = SyncConfig(sync_interval=2, ratio=0.25)
+    cfg = SyncConfig.v1_0(sync_interval=2, ratio=0.25)
     a = Fabric(NumpyStore({"w": a_w}), hub.transport(1), cfg, node_id=1, incarnation=1)
     b = Fabric(NumpyStore({"w": b_w}), hub.transport(2), cfg, node_id=2, incarnation=1)
     order: list[str] = []
@@ -113,7 +113,9 @@ def test_torch_adapter_generates_once_per_sync_interval() -> None:
     model = Small()
     hub = MemoryHub()
     store = TorchStore(model)
-    fab = Fabric(store, hub.transport(1), SyncConfig(sync_interval=4), node_id=1, incarnation=1)
+    fab = Fabric(
+        store, hub.transport(1), SyncConfig.v1_0(sync_interval=4), node_id=1, incarnation=1
+    )
     calls = _count_generate(fab.engine, lambda: fab.steps)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for _ in range(17):
@@ -139,7 +141,7 @@ def test_num_batches_tracked_is_never_written() -> None:
     dst.get_buffer("bn.num_batches_tracked").fill_(5)
     nbt = dst.get_buffer("bn.num_batches_tracked")
     hub = MemoryHub()
-    cfg = SyncConfig(sync_interval=1, ratio=1.0, include_buffers=True)
+    cfg = SyncConfig.v1_0(sync_interval=1, ratio=1.0, include_buffers=True)
     a = Fabric(TorchStore(src, True), hub.transport(1), cfg, node_id=1, incarnation=1)
     b = Fabric(TorchStore(dst, True), hub.transport(2), cfg, node_id=2, incarnation=1)
     assert "bn.num_batches_tracked" not in a.manifest.names
@@ -203,7 +205,7 @@ def test_torch_adapter_refuses_unmappable_models(make: Callable[[], nn.Module]) 
     with pytest.raises(ValueError):
         module_tensors(model, include_buffers=False)
     with pytest.raises(ValueError):
-        Fabric(TorchStore(model), hub.transport(1), SyncConfig(), node_id=1, incarnation=1)
+        Fabric(TorchStore(model), hub.transport(1), SyncConfig.v1_0(), node_id=1, incarnation=1)
 
 
 def test_numpy_adapter_refuses_non_float_arrays() -> None:
@@ -211,7 +213,7 @@ def test_numpy_adapter_refuses_non_float_arrays() -> None:
     for i, bad in enumerate((np.zeros(3, dtype=np.int32), np.zeros(3, dtype=np.complex64))):
         # REQ: DF-MAN-12
         with pytest.raises(TypeError):
-            Fabric(NumpyStore({"w": bad}), hub.transport(i + 1), SyncConfig(), node_id=i + 1)
+            Fabric(NumpyStore({"w": bad}), hub.transport(i + 1), SyncConfig.v1_0(), node_id=i + 1)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -253,7 +255,7 @@ def test_slow_node_drops_are_counted_in_transport_stats() -> None:
 def test_every_generated_entry_is_published_or_the_error_surfaces() -> None:
     hub = MemoryHub()
     w = np.zeros(300, dtype=np.float32)
-    cfg = SyncConfig(sync_interval=1, ratio=0.5, max_packet_size=MIN_MAX_PACKET_SIZE + 400)
+    cfg = SyncConfig.v1_0(sync_interval=1, ratio=0.5, max_packet_size=MIN_MAX_PACKET_SIZE + 400)
     fab = Fabric(NumpyStore({"w": w}), hub.transport(1), cfg, node_id=1, incarnation=1)
     peer = hub.transport(2)
     generated: list[Entry] = []

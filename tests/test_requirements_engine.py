@@ -23,7 +23,7 @@ Key = tuple[int, int, int]
 
 
 def _engine(node_id: int = 1, **cfg: object) -> Engine:
-    return Engine(MANIFEST, SyncConfig(**cfg), node_id, 1)  # type: ignore[arg-type]
+    return Engine(MANIFEST, SyncConfig.v1_0(**cfg), node_id, 1)  # type: ignore[arg-type]
 
 
 def _reference_selection(d: np.ndarray, k: int) -> list[int]:
@@ -136,7 +136,7 @@ def test_manifest_size_bounds() -> None:
     for empty in (Manifest([]), Manifest([TensorSpec("z", (0,))])):
         assert empty.num_params == 0
         with pytest.raises(ValueError):
-            Engine(empty, SyncConfig(), 1, 1)
+            Engine(empty, SyncConfig.v1_0(), 1, 1)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -176,7 +176,7 @@ def test_nodes_disagreeing_on_manifest_reject_fingerprint() -> None:
     other = Manifest.from_named_shapes(
         {"a.weight": (4, 5), "a.bias": (4,), "bn.running_mean": (2,)}
     )  # include_buffers on one node only
-    a = Engine(other, SyncConfig(ratio=1.0), 1, 1)
+    a = Engine(other, SyncConfig.v1_0(ratio=1.0), 1, 1)
     own = a.generate(np.ones(other.num_params, dtype=np.float32))
     b = _engine(2)
     res = b.receive(a.pack(own, []))
@@ -258,7 +258,7 @@ def test_relay_entries_are_never_split(
 ) -> None:
     n = 96
     m = Manifest.from_named_shapes({"w": (n,)})
-    eng = Engine(m, SyncConfig(max_packet_size=max_packet_size, encoding=enc), 1, 1)
+    eng = Engine(m, SyncConfig.v1_0(max_packet_size=max_packet_size, encoding=enc), 1, 1)
     relay = []
     for j, (count, hops) in enumerate(specs):
         idx = np.arange(0, 2 * count, 2, dtype=np.uint32)[:count] % n
@@ -295,7 +295,7 @@ def test_oversize_relay_entry_is_dropped_counted_and_applied() -> None:
     n = 256
     m = Manifest.from_named_shapes({"w": (n,)})
     limit = 1400
-    relay_node = Engine(m, SyncConfig(max_packet_size=limit, relay_threshold=0.0), 1, 1)
+    relay_node = Engine(m, SyncConfig.v1_0(max_packet_size=limit, relay_threshold=0.0), 1, 1)
     idx = np.arange(200, dtype=np.uint32)
     e = Entry(7, 1, 1, 0, idx, np.full(200, 0.5, dtype=np.float32))
     pkt = encode_packet(Packet(7, 1, m.fingerprint, (e,), ValueEncoding.F16))
@@ -317,7 +317,7 @@ def test_origin_and_incarnation_state_is_bounded() -> None:
     max_origins, max_inc, window = 8, 2, 16
     eng = Engine(
         MANIFEST,
-        SyncConfig(replay_window=window, max_incarnations=max_inc),
+        SyncConfig.v1_0(replay_window=window, max_incarnations=max_inc),
         1,
         1,
         max_origins=max_origins,

@@ -119,7 +119,7 @@ def test_key_binding_errors(tmp_path: Path) -> None:
 
 
 def _cluster(signed: bool, alpha: float = 0.5) -> dict[int, Engine]:
-    cfg = SyncConfig(ratio=0.25, alpha=alpha)
+    cfg = SyncConfig.v1_0(ratio=0.25, alpha=alpha)
     return {
         n: Engine(MANIFEST, cfg, n, 100 + n, signing=_signing(n) if signed else None)
         for n in (1, 2, 3)
@@ -192,7 +192,7 @@ def test_unsigned_receiver_ignores_signatures() -> None:
     # REQ: DF-PKT-140
     signer = _cluster(True)[2]
     _, out = signer.step(np.arange(64, dtype=np.float32), [], sync=True)
-    plain = Engine(MANIFEST, SyncConfig(alpha=0.5), 3, 103)
+    plain = Engine(MANIFEST, SyncConfig.v1_0(alpha=0.5), 3, 103)
     res = plain.receive(out)
     assert res.outcomes == [None] and all(r.signature is None for r in res.relay)
 
@@ -234,7 +234,7 @@ def _fabric_run(signed: bool, forge: bool) -> tuple[list[np.ndarray], list[dict[
     rng = np.random.default_rng(3)
     targets = {n: rng.normal(size=64).astype(np.float32) for n in (1, 2, 3)}
     weights = {n: np.zeros(64, np.float32) for n in (1, 2, 3)}
-    cfg = SyncConfig(ratio=0.25, sync_interval=1)
+    cfg = SyncConfig.v1_0(ratio=0.25, sync_interval=1)
     fabs = [
         Fabric(
             NumpyStore({"w": weights[n]}),
@@ -298,7 +298,7 @@ def _fabric_no_secret() -> None:
 
 def test_a_node_without_its_secret_key_cannot_generate() -> None:
     # REQ: DF-SEC-140
-    eng = Engine(MANIFEST, SyncConfig(), 1, 101, signing=Signing(KEYS))
+    eng = Engine(MANIFEST, SyncConfig.v1_0(), 1, 101, signing=Signing(KEYS))
     before = eng.anchor.copy()
     with pytest.raises(ValueError, match="no secret key"):
         eng.generate(np.ones(64, np.float32))
@@ -309,14 +309,14 @@ def test_a_signed_cluster_needs_room_for_one_signed_value() -> None:
     # REQ: DF-RLY-141
     # 160 + 224 + 8 = 392 bytes hold one signed entry of one value; below that the engine refuses to
     # sign and stays as it was (as Rust's Engine::set_signing)
-    eng = Engine(MANIFEST, SyncConfig(max_packet_size=391), 1, 101)
+    eng = Engine(MANIFEST, SyncConfig.v1_0(max_packet_size=391), 1, 101)
     before = eng.max_entry_values
     with pytest.raises(ValueError, match="cannot hold one value"):
         eng.set_signing(_signing(1))
     assert eng.signing is None and eng.max_entry_values == before
     with pytest.raises(ValueError):
-        Engine(MANIFEST, SyncConfig(max_packet_size=391), 1, 101, signing=_signing(1))
-    eng = Engine(MANIFEST, SyncConfig(max_packet_size=392), 1, 101, signing=_signing(1))
+        Engine(MANIFEST, SyncConfig.v1_0(max_packet_size=391), 1, 101, signing=_signing(1))
+    eng = Engine(MANIFEST, SyncConfig.v1_0(max_packet_size=392), 1, 101, signing=_signing(1))
     assert eng.max_entry_values == 1
     d = np.zeros(64, np.float32)
     d[3], d[9] = 1.0, -2.0

@@ -318,7 +318,7 @@ def test_parameter_defaults_match_the_reference_configuration() -> None:
     # REQ: DF-PAR-10, DF-PAR-11, DF-PAR-30, DF-PAR-50, DF-PAR-70
     from delta_fabric.config import SyncConfig
 
-    cfg = SyncConfig()
+    cfg = SyncConfig.v1_0()
     rows = [r for r in table_rows(section("3")) if r[0].startswith("**[DF-PAR-")]
     # the table lists exactly the fields of the reference SyncConfig
     assert {r[1].strip("`") for r in rows} == {f.name for f in dataclasses.fields(SyncConfig)}
@@ -367,11 +367,11 @@ def test_parameter_ranges_are_enforced_as_specified() -> None:
             bad.append(hi_v + eps)
         for v in good:
             ok: dict[str, Any] = {name: v}
-            SyncConfig(**ok)
+            SyncConfig.v1_0(**ok)
         for v in bad:
             wrong: dict[str, Any] = {name: v}
             with pytest.raises((ValueError, TypeError)):
-                SyncConfig(**wrong)
+                SyncConfig.v1_0(**wrong)
         checked += 1
     # every numeric parameter has a range in the table
     assert checked == sum(1 for r in rows if r[1].strip("`") not in NON_NUMERIC_PARAMETERS)
@@ -384,7 +384,7 @@ def test_k_examples() -> None:
     found = re.findall(r"`N = (\d+), ratio = ([\d.]+)`: [^k]*?`k = (\d+)`", section("5.2"))
     assert len(found) >= 4
     for n, ratio, k in found:
-        assert SyncConfig(ratio=float(ratio)).num_selected(int(n)) == int(k)
+        assert SyncConfig.v1_0(ratio=float(ratio)).num_selected(int(n)) == int(k)
 
 
 def test_fingerprint_examples() -> None:
@@ -436,7 +436,7 @@ def test_generation_example() -> None:
     anchor = np.array([float(r[2]) for r in rows], dtype=np.float32)
     d = active - anchor
     assert [bits(x) for x in d] == [r[4].strip("`") for r in rows]
-    eng = Engine(_example_manifest(), SyncConfig(ratio=0.25), 0x0A, 0x00066169085C7000, anchor)
+    eng = Engine(_example_manifest(), SyncConfig.v1_0(ratio=0.25), 0x0A, 0x00066169085C7000, anchor)
     (entry,) = eng.generate(active)
     text = section("5.9")
     m = re.search(r"indices = \[([\d, ]+)\], values = \[([-\d., ]+)\]", text)
@@ -534,7 +534,7 @@ def test_receive_and_relay_examples() -> None:
     before = np.array([0, 0, 1, 1, 0.1, -0.2, 0.5, -0.25, 0.75, -1, 0.125, 0.3], dtype=f)
     anchor = before.copy()
     anchor[11] = f(0.25)
-    eng = Engine(m, SyncConfig(alpha=0.5), x, ix, anchor)
+    eng = Engine(m, SyncConfig.v1_0(alpha=0.5), x, ix, anchor)
     for seq in (1, 2, 3):
         eng.state.admit(b, ib, seq)
     active = before.copy()
@@ -560,7 +560,7 @@ def test_receive_and_relay_examples() -> None:
     own = [entry(x, ix, 3, 0, [0, 11], [0.25, -0.125])]
     sizes = {}
     for limit in (16777216, 500):
-        eng.config = SyncConfig(alpha=0.5, max_packet_size=limit)
+        eng.config = SyncConfig.v1_0(alpha=0.5, max_packet_size=limit)
         out = eng.pack(own, res.relay)
         sizes[limit] = [[(e.origin, e.seq) for e in decode_packet(p).entries] for p in out]
         assert all(decode_packet(p).sender == x for p in out)

@@ -350,7 +350,7 @@ def test_mixed_sync_torch_and_jax_over_memory() -> None:
     from delta_fabric.stores.torch import TorchStore
     from delta_fabric.transports.memory import MemoryHub
 
-    cfg = SyncConfig(alpha=1.0, ratio=0.05, sync_interval=2, include_buffers=True)
+    cfg = SyncConfig.v1_0(alpha=1.0, ratio=0.05, sync_interval=2, include_buffers=True)
     m = torch_model(7)
     init = torch_flat(m, include_buffers=True)
     jstore = JaxStore(jax_digits.digits_variables(), include_buffers=True)

@@ -367,7 +367,7 @@ def test_joiner_restarts_when_the_server_switches_snapshots() -> None:
 def test_engine_joins_from_a_fetched_snapshot() -> None:
     # REQ: DF-ZEN-13
     manifest = Manifest.from_named_shapes({"fc.weight": (8, 4), "fc.bias": (8,)})
-    cfg = SyncConfig(ratio=0.25, sync_interval=1)
+    cfg = SyncConfig.v1_0(ratio=0.25, sync_interval=1)
     rng = np.random.default_rng(1)
     eng_a = Engine(
         manifest,

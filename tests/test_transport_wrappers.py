@@ -1,6 +1,6 @@
 """Transport wrappers pass the node's pre-queue calls through.
 
-`take_screened`, `set_members` and `serve_info` are part of the `Transport` protocol (no silent
+`take_screened`, `set_members`, `serve_info` and `info` are part of the `Transport` protocol (no silent
 `getattr` default in `Fabric`), so a wrapper that forgets one is a type error under mypy --strict and
 fails `isinstance(x, Transport)`. This file checks the two wrappers the project ships (the demo's
 `RoundGate` and the conformance kit's recording transport) forward each call, with the counts and
@@ -26,7 +26,7 @@ class _Screening(MemoryTransport):
         super().__init__(hub, node_id)
         self.screened = {ErrorCode.BAD_IDENTIFIER: 3, ErrorCode.OVERSIZE: 1}
         self.members: tuple[frozenset[int] | None, bool] | None = None
-        self.info: Callable[[], Mapping[str, Any]] | None = None
+        self.provider: Callable[[], Mapping[str, Any]] | None = None
 
     def take_screened(self) -> dict[ErrorCode, int]:
         out, self.screened = self.screened, {}
@@ -36,7 +36,8 @@ class _Screening(MemoryTransport):
         self.members = (None if members is None else frozenset(members), live)
 
     def serve_info(self, provider: Callable[[], Mapping[str, Any]] | None) -> None:
-        self.info = provider
+        self.provider = provider
+        super().serve_info(provider)
 
 
 def _check(wrap: Callable[[Transport], Transport]) -> None:
@@ -56,7 +57,15 @@ def _check(wrap: Callable[[Transport], Transport]) -> None:
             return {"incarnation": "0" * 16}
 
         w.serve_info(provider)
-        assert inner.info is provider
+        assert inner.provider is provider
+        peer = hub.transport(2)
+        try:
+            peer.serve_info(lambda: {"framework": "numpy"})
+            # info queries go through to the inner transport, this node left out
+            assert w.info() == {2: {"node": "0000000000000002", "framework": "numpy"}}
+            assert w.info(2, timeout=0.5) == w.info()
+        finally:
+            peer.close()
     finally:
         inner.close()
 

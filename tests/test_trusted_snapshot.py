@@ -25,7 +25,7 @@ from delta_fabric.transports.memory import MemoryHub, MemoryTransport
 MEMBERS = (0x10, 0x11, 0x12)
 JOINER = 0x20
 STRANGER = 0x1
-CFG = SyncConfig()
+CFG = SyncConfig.v1_0()
 
 
 def _honest(n: int) -> dict[int, np.ndarray]:

@@ -310,7 +310,7 @@ def test_receive_queue_overflow_drops_oldest(cluster: Cluster) -> None:
 def test_engines_sync_over_zenoh(cluster: Cluster) -> None:
     # REQ: DF-ZEN-1
     manifest = Manifest.from_named_shapes({"w": (64,)})
-    cfg = SyncConfig(ratio=0.25, sync_interval=1)
+    cfg = SyncConfig.v1_0(ratio=0.25, sync_interval=1)
     init = np.zeros(64, dtype=np.float32)
     ta, tb = cluster.add(1), cluster.add(2)
     _connected(ta, tb)
@@ -329,7 +329,7 @@ def test_engines_sync_over_zenoh(cluster: Cluster) -> None:
 def test_receiver_ignores_encoding_key_and_attachment(cluster: Cluster) -> None:
     # REQ: DF-ZEN-10
     manifest = Manifest.from_named_shapes({"w": (8,)})
-    cfg = SyncConfig(ratio=1.0, sync_interval=1)
+    cfg = SyncConfig.v1_0(ratio=1.0, sync_interval=1)
     receiver = cluster.add(2)
     sender_engine = Engine(manifest, cfg, 0x77, 1, np.zeros(8, np.float32))
     active = np.zeros(8, np.float32)

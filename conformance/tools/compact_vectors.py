@@ -744,7 +744,7 @@ def build(vectors_dir: Path) -> list[dict[str, Any]]:
             gen_reqs,
             active,
             anchor,
-            SyncConfig(ratio=0.25, encoding=Q8),
+            SyncConfig.v1_0(ratio=0.25, encoding=Q8),
         ),
         ev.GenCase(
             "compact_q8_packed",
@@ -752,7 +752,7 @@ def build(vectors_dir: Path) -> list[dict[str, Any]]:
             [*gen_reqs, "DF-PAR-110"],
             active,
             np.zeros_like(anchor),
-            SyncConfig(ratio=0.5, encoding=Q8, index_encoding=PACKED),
+            SyncConfig.v1_0(ratio=0.5, encoding=Q8, index_encoding=PACKED),
         ),
         ev.GenCase(
             "compact_q8_subnormal",
@@ -760,7 +760,7 @@ def build(vectors_dir: Path) -> list[dict[str, Any]]:
             gen_reqs,
             ev._bits_f32([(i % 5) * 3 for i in range(ev.N)]),
             np.zeros(ev.N, np.float32),
-            SyncConfig(ratio=0.25, encoding=Q8),
+            SyncConfig.v1_0(ratio=0.25, encoding=Q8),
         ),
         ev.GenCase(
             "compact_q8_largest",
@@ -769,7 +769,7 @@ def build(vectors_dir: Path) -> list[dict[str, Any]]:
             gen_reqs,
             ev._f32([3.4028234663852886e38 * ((i % 7) - 3) / 3 for i in range(ev.N)]),
             np.zeros(ev.N, np.float32),
-            SyncConfig(ratio=0.25, encoding=Q8),
+            SyncConfig.v1_0(ratio=0.25, encoding=Q8),
         ),
     ]
     for g in gens:
@@ -812,7 +812,7 @@ def build(vectors_dir: Path) -> list[dict[str, Any]]:
             "re-encoded as Q8, each relayed entry with its own new scale.",
             rly,
             [pkt(e1, e2)],
-            config=SyncConfig(alpha=0.5, encoding=Q8),
+            config=SyncConfig.v1_0(alpha=0.5, encoding=Q8),
         ),
         ev.RecvCase(
             "compact_relay_q8_packed",
@@ -820,14 +820,14 @@ def build(vectors_dir: Path) -> list[dict[str, Any]]:
             "packet is Q8 + PACKED with new scales.",
             [*rly, REQ_PACKED, "DF-PAR-110"],
             [pkt(e1, e2, enc=Q8, packed=True)],
-            config=SyncConfig(alpha=0.75, encoding=Q8, index_encoding=PACKED),
+            config=SyncConfig.v1_0(alpha=0.75, encoding=Q8, index_encoding=PACKED),
         ),
         ev.RecvCase(
             "compact_relay_q8_as_f32",
             "A node that sends F32 receives Q8: it relays the damped decoded values as F32.",
             rly,
             [pkt(e1, e2, enc=Q8)],
-            config=SyncConfig(alpha=0.5),
+            config=SyncConfig.v1_0(alpha=0.5),
         ),
     ]
     for r in recvs:

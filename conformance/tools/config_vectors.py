@@ -108,7 +108,7 @@ def _defaults_receive() -> ev.RecvCase:
             "DF-RCV-4",
         ],
         packets,
-        config=SyncConfig(),
+        config=SyncConfig.v1_0(),
         history=history,
     )
 
@@ -126,7 +126,7 @@ def _range_edges_receive() -> ev.RecvCase:
             ev.pkt(ev.ent(b, ev.B_INC, 1, 0, [0, 9], [0.5, -0.25])),
             ev.pkt(ev.ent(b, ev.B_INC, 2, 1, [1], [0.5])),
         ],
-        config=SyncConfig(sync_interval=1, hop_limit=0, max_packet_size=2**31 - 1),
+        config=SyncConfig.v1_0(sync_interval=1, hop_limit=0, max_packet_size=2**31 - 1),
     )
 
 
@@ -203,7 +203,7 @@ def _defaults_generate() -> ev.GenCase:
         ["DF-PAR-11", "DF-PAR-2", "DF-GEN-2", "DF-GEN-3"],
         active.astype(np.float32),
         anchor,
-        SyncConfig(),
+        SyncConfig.v1_0(),
     )
 
 

@@ -188,7 +188,7 @@ def generate_cases() -> list[GenCase]:
             ["DF-GEN-1", "DF-GEN-2", "DF-GEN-3", "DF-GEN-4", "DF-GEN-5", "DF-GEN-6"],
             base_anchor + _pattern(11, 29, 14, 7.0),
             base_anchor,
-            SyncConfig(ratio=0.25),
+            SyncConfig.v1_0(ratio=0.25),
         ),
         GenCase(
             "ties",
@@ -196,7 +196,7 @@ def generate_cases() -> list[GenCase]:
             ["DF-GEN-3", "DF-GEN-4", "DF-GEN-5"],
             _f32([0.5, -2, 2, 1, -2, 0, 2, -1, 1, 2, -2, 0.5] * 2),
             np.zeros(N, dtype=np.float32),
-            SyncConfig(ratio=0.2),  # k = ceil(4.8) = 5: the 8 values of magnitude 2 tie
+            SyncConfig.v1_0(ratio=0.2),  # k = ceil(4.8) = 5: the 8 values of magnitude 2 tie
         ),
         GenCase(
             "ties_below_a_larger_value",
@@ -206,7 +206,7 @@ def generate_cases() -> list[GenCase]:
             ["DF-GEN-3", "DF-GEN-4", "DF-GEN-5"],
             _f32([0, 2, -2, 0, 3, 2, 0, -2, 2, 0, 2, -2, 0.5, 0, 0, 1] + [0] * 8),
             np.zeros(N, dtype=np.float32),
-            SyncConfig(ratio=0.2),
+            SyncConfig.v1_0(ratio=0.2),
         ),
         GenCase(
             "zeros_and_k_above_candidates",
@@ -241,7 +241,7 @@ def generate_cases() -> list[GenCase]:
                 ]
             ),
             np.zeros(N, dtype=np.float32),
-            SyncConfig(ratio=0.5),
+            SyncConfig.v1_0(ratio=0.5),
         ),
         GenCase(
             "no_candidate",
@@ -249,7 +249,7 @@ def generate_cases() -> list[GenCase]:
             ["DF-GEN-8"],
             base_anchor.copy(),
             base_anchor.copy(),
-            SyncConfig(),
+            SyncConfig.v1_0(),
             seq_start=7,
         ),
         GenCase(
@@ -258,7 +258,7 @@ def generate_cases() -> list[GenCase]:
             ["DF-GEN-2", "DF-GEN-3"],
             _f32([((i * 37) % 101 - 50) / 7.0 for i in range(100)]),
             np.zeros(100, dtype=np.float32),
-            SyncConfig(ratio=0.07),
+            SyncConfig.v1_0(ratio=0.07),
             manifest=WIDE_MANIFEST,
         ),
         GenCase(
@@ -271,7 +271,7 @@ def generate_cases() -> list[GenCase]:
             ["DF-GEN-2", "DF-PAR-2"],
             _pattern(5, 17, 8, 3.0),
             np.zeros(N, dtype=np.float32),
-            SyncConfig(ratio=5e-324),
+            SyncConfig.v1_0(ratio=5e-324),
         ),
         GenCase(
             "f32_inexact_difference",
@@ -280,7 +280,7 @@ def generate_cases() -> list[GenCase]:
             ["DF-GEN-1", "DF-GEN-5"],
             _f32([0.1 * (i + 1) for i in range(N)]),
             _f32([1e8 if i % 4 == 0 else 0.1 * (i + 1) - 0.25 * (i % 4) for i in range(N)]),
-            SyncConfig(ratio=0.5),
+            SyncConfig.v1_0(ratio=0.5),
         ),
         GenCase(
             "f16_error_feedback",
@@ -289,7 +289,7 @@ def generate_cases() -> list[GenCase]:
             ["DF-GEN-4", "DF-GEN-5"],
             _f32([1e5, -7e4, 1 / 3, -0.1, 1 + 2**-11, 1 + 3 * 2**-11, 2**-20, 3.14159] * 3),
             np.zeros(N, dtype=np.float32),
-            SyncConfig(ratio=0.5, encoding=F16),
+            SyncConfig.v1_0(ratio=0.5, encoding=F16),
         ),
         GenCase(
             "bf16_error_feedback",
@@ -310,7 +310,7 @@ def generate_cases() -> list[GenCase]:
                 * 3
             ),
             _f32([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0] * 3),
-            SyncConfig(ratio=0.5, encoding=BF16),
+            SyncConfig.v1_0(ratio=0.5, encoding=BF16),
         ),
         GenCase(
             "nan_never_selected",
@@ -327,7 +327,7 @@ def generate_cases() -> list[GenCase]:
                 ]
             ),
             np.zeros(N, dtype=np.float32),
-            SyncConfig(ratio=0.25),
+            SyncConfig.v1_0(ratio=0.25),
         ),
         GenCase(
             "nan_all_candidates",
@@ -338,7 +338,7 @@ def generate_cases() -> list[GenCase]:
                 [0x7FC00000, 0x80000000, 0x3F800000, 0, 0xFFC00000, 0xC0000000] * 2 + [0] * 12
             ),
             np.zeros(N, dtype=np.float32),
-            SyncConfig(ratio=0.5),
+            SyncConfig.v1_0(ratio=0.5),
         ),
         GenCase(
             "subnormal_deltas_f32",
@@ -348,7 +348,7 @@ def generate_cases() -> list[GenCase]:
             ["DF-GEN-1", "DF-GEN-3", "DF-GEN-4"],
             _bits_f32([0x00000001, 0, 0x80000003, 0, 0x007FFFFF, 0x00C00000, 0, 0] + [0] * 16),
             _bits_f32([0, 0, 0, 0, 0, 0x00800000, 0, 0] + [0] * 16),
-            SyncConfig(ratio=0.5),
+            SyncConfig.v1_0(ratio=0.5),
         ),
         GenCase(
             "f16_subnormal_rounding",
@@ -362,7 +362,7 @@ def generate_cases() -> list[GenCase]:
                 + [0] * 16
             ),
             np.zeros(N, dtype=np.float32),
-            SyncConfig(ratio=0.5, encoding=F16),
+            SyncConfig.v1_0(ratio=0.5, encoding=F16),
         ),
         GenCase(
             "bf16_subnormal_rounding",
@@ -375,7 +375,7 @@ def generate_cases() -> list[GenCase]:
                 + [0] * 16
             ),
             np.zeros(N, dtype=np.float32),
-            SyncConfig(ratio=0.5, encoding=BF16),
+            SyncConfig.v1_0(ratio=0.5, encoding=BF16),
         ),
         GenCase(
             "split_entries",
@@ -386,7 +386,7 @@ def generate_cases() -> list[GenCase]:
             ["DF-GEN-6"],
             _pattern(3, 31, 15, 4.0) + _f32([0.0625] * N),
             np.zeros(N, dtype=np.float32),
-            SyncConfig(ratio=1.0, max_packet_size=320),
+            SyncConfig.v1_0(ratio=1.0, max_packet_size=320),
             seq_start=41,
             exact_split=False,
         ),
@@ -398,7 +398,7 @@ def generate_cases() -> list[GenCase]:
             ["DF-GEN-6", "DF-GEN-30"],
             _pattern(3, 31, 15, 4.0) + _f32([0.0625] * N),
             np.zeros(N, dtype=np.float32),
-            SyncConfig(ratio=1.0, max_packet_size=480),
+            SyncConfig.v1_0(ratio=1.0, max_packet_size=480),
             seq_start=41,
         ),
         GenCase(
@@ -409,7 +409,7 @@ def generate_cases() -> list[GenCase]:
             ["DF-GEN-6", "DF-GEN-30"],
             _pattern(3, 31, 15, 4.0) + _f32([0.0625] * N),
             np.zeros(N, dtype=np.float32),
-            SyncConfig(ratio=1.0, max_packet_size=479),
+            SyncConfig.v1_0(ratio=1.0, max_packet_size=479),
             seq_start=41,
             exact_split=False,
         ),
@@ -422,7 +422,7 @@ def generate_cases() -> list[GenCase]:
             ["DF-GEN-6", "DF-GEN-11", "DF-GEN-30"],
             _pattern(3, 31, 15, 4.0) + _f32([0.0625] * N),
             np.zeros(N, dtype=np.float32),
-            SyncConfig(ratio=1.0, max_packet_size=340, encoding=F16),
+            SyncConfig.v1_0(ratio=1.0, max_packet_size=340, encoding=F16),
             seq_start=41,
             exact_split=False,
         ),
@@ -434,7 +434,7 @@ def generate_cases() -> list[GenCase]:
             ["DF-GEN-9", "DF-GEN-31"],
             _f32([np.inf if i == 5 else 0.25 * (i + 1) for i in range(N)]),
             np.zeros(N, dtype=np.float32),
-            SyncConfig(ratio=0.25),
+            SyncConfig.v1_0(ratio=0.25),
             seq_start=9,
             error="NON_FINITE",
         ),
@@ -450,7 +450,7 @@ def generate_cases() -> list[GenCase]:
                 ]
             ),
             _f32([-np.inf if i == 7 else 0.0 for i in range(N)]),
-            SyncConfig(ratio=1.0),
+            SyncConfig.v1_0(ratio=1.0),
         ),
         GenCase(
             "average_over_3",
@@ -460,7 +460,7 @@ def generate_cases() -> list[GenCase]:
             ["DF-GEN-4", "DF-GEN-5", "DF-GEN-70", "DF-PAR-70"],
             base_anchor + _pattern(11, 29, 14, 7.0),
             base_anchor,
-            SyncConfig(ratio=0.25, average_over=3),
+            SyncConfig.v1_0(ratio=0.25, average_over=3),
         ),
         GenCase(
             "average_over_3_f16",
@@ -469,7 +469,7 @@ def generate_cases() -> list[GenCase]:
             ["DF-GEN-4", "DF-GEN-5", "DF-GEN-70", "DF-PAR-70"],
             base_anchor + _pattern(11, 29, 14, 7.0),
             base_anchor,
-            SyncConfig(ratio=0.25, average_over=3, encoding=F16),
+            SyncConfig.v1_0(ratio=0.25, average_over=3, encoding=F16),
         ),
     ]
     return cases
@@ -676,14 +676,14 @@ def receive_cases() -> list[RecvCase]:
             "alpha 0.5 and 0.3 (not exact in f32): u = fl32(fl32(alpha) * v) is applied and relayed.",
             ["DF-RCV-5", "DF-RLY-3"],
             [pkt(ent(B, B_INC, 3, 2, [1, 2, 3], [1.0, -3.0, 0.1]))],
-            config=SyncConfig(alpha=0.3),
+            config=SyncConfig.v1_0(alpha=0.3),
         ),
         RecvCase(
             "alpha_half",
             "alpha 0.5: values halve exactly.",
             ["DF-RCV-5"],
             [pkt(ent(B, B_INC, 3, 0, [4, 8], [1.5, -6.0]))],
-            config=SyncConfig(alpha=0.5),
+            config=SyncConfig.v1_0(alpha=0.5),
         ),
         RecvCase(
             "aggregate_two_origins_one_index",
@@ -727,7 +727,7 @@ def receive_cases() -> list[RecvCase]:
                 pkt(ent(B, B_INC, 9, 0, [0], [1.0])),
                 pkt(ent(B, B_INC, 3, 0, [1], [2.0])),
             ],
-            config=SyncConfig(replay_window=8),
+            config=SyncConfig.v1_0(replay_window=8),
             history=[(B, B_INC, 8), (B, B_INC, 10)],
         ),
         RecvCase(
@@ -735,7 +735,7 @@ def receive_cases() -> list[RecvCase]:
             "Window 8, highest seq 10: seq 2 (<= 10 - 8) is dropped as too old.",
             ["DF-RCV-3"],
             [pkt(ent(B, B_INC, 2, 0, [0], [1.0]))],
-            config=SyncConfig(replay_window=8),
+            config=SyncConfig.v1_0(replay_window=8),
             history=[(B, B_INC, 10)],
         ),
         RecvCase(
@@ -756,7 +756,7 @@ def receive_cases() -> list[RecvCase]:
                     ent(B, B_INC + 0x300, 1, 0, [1], [1.0]),
                 )
             ],
-            config=SyncConfig(max_incarnations=2),
+            config=SyncConfig.v1_0(max_incarnations=2),
             history=[(B, B_INC, 1), (B, B_INC + 0x100, 1)],
         ),
         RecvCase(
@@ -765,7 +765,7 @@ def receive_cases() -> list[RecvCase]:
             "entry with hops 3 is relayed with hops 4.",
             ["DF-RLY-1"],
             [pkt(ent(B, B_INC, 1, 4, [0], [1.0]), ent(C, C_INC, 1, 3, [1], [1.0]))],
-            config=SyncConfig(hop_limit=4),
+            config=SyncConfig.v1_0(hop_limit=4),
         ),
         RecvCase(
             "threshold_filtering",
@@ -778,7 +778,7 @@ def receive_cases() -> list[RecvCase]:
                     ent(C, C_INC, 1, 0, [4, 5], [0.009, -0.0099]),
                 )
             ],
-            config=SyncConfig(relay_threshold=0.01),
+            config=SyncConfig.v1_0(relay_threshold=0.01),
         ),
         RecvCase(
             "two_entries_same_origin_same_step",
@@ -829,7 +829,7 @@ def receive_cases() -> list[RecvCase]:
             "damped values as F32.",
             ["DF-RCV-5", "DF-RLY-3"],
             [pkt(ent(B, B_INC, 1, 0, [0, 1, 2], [1 / 3, -0.1, 1000.5]), enc=F16)],
-            config=SyncConfig(alpha=0.75),
+            config=SyncConfig.v1_0(alpha=0.75),
         ),
         RecvCase(
             "bf16_relay_rounds_again",
@@ -837,7 +837,7 @@ def receive_cases() -> list[RecvCase]:
             "are the unrounded damped ones.",
             ["DF-RCV-5", "DF-RLY-3"],
             [pkt(ent(B, B_INC, 1, 0, [0, 1], [1.0, -3.0]))],
-            config=SyncConfig(alpha=0.3, encoding=BF16),
+            config=SyncConfig.v1_0(alpha=0.3, encoding=BF16),
         ),
         # relay policy NEEDED (1.1, spec section 8.6)
         RecvCase(
@@ -850,7 +850,7 @@ def receive_cases() -> list[RecvCase]:
                 pkt(ent(B, B_INC, 1, 0, [0, 5], [0.5, -1.0]), heard=[NODE, C]),
                 pkt(ent(C, C_INC, 1, 0, [5, 9], [0.25, 2.0]), sender=C, heard=[NODE, B]),
             ],
-            config=SyncConfig(relay_policy=RelayPolicy.NEEDED),
+            config=SyncConfig.v1_0(relay_policy=RelayPolicy.NEEDED),
         ),
         RecvCase(
             "relay_needed_line",
@@ -862,7 +862,7 @@ def receive_cases() -> list[RecvCase]:
                 pkt(ent(B, B_INC, 1, 0, [0, 5], [0.5, -1.0]), heard=[NODE]),
                 pkt(ent(C, C_INC, 1, 0, [5, 9], [0.25, 2.0]), sender=C, heard=[NODE]),
             ],
-            config=SyncConfig(relay_policy=RelayPolicy.NEEDED),
+            config=SyncConfig.v1_0(relay_policy=RelayPolicy.NEEDED),
         ),
         RecvCase(
             "relay_needed_v10_neighbour",
@@ -874,7 +874,7 @@ def receive_cases() -> list[RecvCase]:
                 pkt(ent(B, B_INC, 1, 0, [0, 5], [0.5, -1.0]), heard=[NODE, C]),
                 pkt(ent(C, C_INC, 1, 0, [5, 9], [0.25, 2.0]), sender=C),
             ],
-            config=SyncConfig(relay_policy=RelayPolicy.NEEDED),
+            config=SyncConfig.v1_0(relay_policy=RelayPolicy.NEEDED),
         ),
         RecvCase(
             "relay_needed_copy_heard",
@@ -885,7 +885,7 @@ def receive_cases() -> list[RecvCase]:
                 pkt(ent(D, D_INC, 4, 1, [3], [1.5]), heard=[NODE]),
                 pkt(ent(D, D_INC, 4, 1, [3], [1.5]), sender=C, heard=[NODE]),
             ],
-            config=SyncConfig(relay_policy=RelayPolicy.NEEDED),
+            config=SyncConfig.v1_0(relay_policy=RelayPolicy.NEEDED),
         ),
         RecvCase(
             "relay_threshold_boundary",
@@ -898,7 +898,7 @@ def receive_cases() -> list[RecvCase]:
                     ent(C, C_INC, 1, 0, [5, 6], [F32_BELOW_QUARTER, -F32_BELOW_QUARTER]),
                 )
             ],
-            config=SyncConfig(relay_threshold=0.25),
+            config=SyncConfig.v1_0(relay_threshold=0.25),
         ),
         RecvCase(
             "relay_threshold_binary64",
@@ -907,7 +907,7 @@ def receive_cases() -> list[RecvCase]:
             "fl32(relay_threshold) (which equals fl32(0.1)) would wrongly relay it. 0.2 passes.",
             ["DF-RLY-5", "DF-RLY-2"],
             [pkt(ent(B, B_INC, 1, 0, [0, 1, 2], [0.1, -0.1, 0.2]))],
-            config=SyncConfig(relay_threshold=0.1000000015),
+            config=SyncConfig.v1_0(relay_threshold=0.1000000015),
         ),
         RecvCase(
             "signed_zero_aggregate",
@@ -919,7 +919,7 @@ def receive_cases() -> list[RecvCase]:
                 pkt(ent(B, B_INC, 1, 0, [3, 5], [-0.0, -0.0])),
                 pkt(ent(C, C_INC, 1, 0, [5, 8], [-0.0, -0.0]), sender=C),
             ],
-            config=SyncConfig(relay_threshold=0.0),
+            config=SyncConfig.v1_0(relay_threshold=0.0),
             active=_signed_zero_base(),
             anchor=_signed_zero_base(),
         ),
@@ -929,7 +929,7 @@ def receive_cases() -> list[RecvCase]:
             "sum of two values occurs (an implementation that copies the only entry's values keeps -0).",
             ["DF-RCV-6", "DF-RCV-7"],
             [pkt(ent(B, B_INC, 1, 0, [3, 8], [-0.0, -0.0]))],
-            config=SyncConfig(relay_threshold=0.0),
+            config=SyncConfig.v1_0(relay_threshold=0.0),
             active=_signed_zero_base(),
             anchor=_signed_zero_base(),
         ),
@@ -951,7 +951,7 @@ def receive_cases() -> list[RecvCase]:
                     )
                 )
             ],
-            config=SyncConfig(alpha=0.5, relay_threshold=0.0),
+            config=SyncConfig.v1_0(alpha=0.5, relay_threshold=0.0),
             active=np.zeros(N, dtype=np.float32),
             anchor=np.zeros(N, dtype=np.float32),
         ),
@@ -972,7 +972,7 @@ def receive_cases() -> list[RecvCase]:
                     sender=C,
                 ),
             ],
-            config=SyncConfig(replay_window=8),
+            config=SyncConfig.v1_0(replay_window=8),
             history=[(B, B_INC, s) for s in range(3, 11)],
         ),
         RecvCase(
@@ -991,7 +991,7 @@ def receive_cases() -> list[RecvCase]:
                     ent(B, B_INC, 12, 0, [5], [1.0]),
                 )
             ],
-            config=SyncConfig(replay_window=8),
+            config=SyncConfig.v1_0(replay_window=8),
             history=[(B, B_INC, 4), (B, B_INC, 6), (B, B_INC, 10)],
         ),
         RecvCase(
@@ -1009,7 +1009,7 @@ def receive_cases() -> list[RecvCase]:
                     ent(B, B_INC, U64_MAX - 1, 0, [4], [1.0]),
                 )
             ],
-            config=SyncConfig(replay_window=8),
+            config=SyncConfig.v1_0(replay_window=8),
             history=[(B, B_INC, 1), (B, B_INC, 2)],
         ),
         RecvCase(
@@ -1024,7 +1024,7 @@ def receive_cases() -> list[RecvCase]:
                     ent(B, B_INC, 3, 0, [2], [1.0]),
                 )
             ],
-            config=SyncConfig(replay_window=8),
+            config=SyncConfig.v1_0(replay_window=8),
             history=[(B, B_INC, 3)],
         ),
         RecvCase(
@@ -1044,7 +1044,7 @@ def receive_cases() -> list[RecvCase]:
                     ent(B, B_INC + 0x50, 2, 0, [5], [1.0]),
                 )
             ],
-            config=SyncConfig(max_incarnations=3),
+            config=SyncConfig.v1_0(max_incarnations=3),
             history=[(B, B_INC + 0x200, 1), (B, B_INC, 1), (B, B_INC + 0x100, 1)],
         ),
         RecvCase(
@@ -1066,7 +1066,7 @@ def receive_cases() -> list[RecvCase]:
                     sender=C,
                 ),
             ],
-            config=SyncConfig(max_packet_size=600),
+            config=SyncConfig.v1_0(max_packet_size=600),
             relay_packets=2,
         ),
         RecvCase(
@@ -1091,7 +1091,7 @@ def receive_cases() -> list[RecvCase]:
                 pkt(ent(B, B_INC, 1, 0, list(range(10)), [0.5] * 10)),
                 pkt(ent(C, C_INC, 1, 0, list(range(10, 15)), [0.25] * 5), sender=C),
             ],
-            config=SyncConfig(max_packet_size=536),
+            config=SyncConfig.v1_0(max_packet_size=536),
         ),
         RecvCase(
             "relay_packing_one_past_estimate_limit",
@@ -1103,7 +1103,7 @@ def receive_cases() -> list[RecvCase]:
                 pkt(ent(B, B_INC, 1, 0, list(range(10)), [0.5] * 10)),
                 pkt(ent(C, C_INC, 1, 0, list(range(10, 15)), [0.25] * 5), sender=C),
             ],
-            config=SyncConfig(max_packet_size=535),
+            config=SyncConfig.v1_0(max_packet_size=535),
             relay_packets=2,
         ),
         RecvCase(
@@ -1118,7 +1118,7 @@ def receive_cases() -> list[RecvCase]:
                 pkt(ent(B, B_INC, 1, 0, list(range(20)), [0.125] * 20)),
                 pkt(ent(D, D_INC, 1, 1, [23], [4.0]), sender=C),
             ],
-            config=SyncConfig(max_packet_size=400),
+            config=SyncConfig.v1_0(max_packet_size=400),
             relay_packets=3,
         ),
         RecvCase(
@@ -1132,7 +1132,7 @@ def receive_cases() -> list[RecvCase]:
                 pkt(ent(B, B_INC, 1, 0, list(range(N)), [0.5] * N), enc=F16),
                 pkt(ent(C, C_INC, 1, 0, [3], [1.0]), sender=C),
             ],
-            config=SyncConfig(max_packet_size=340),
+            config=SyncConfig.v1_0(max_packet_size=340),
         ),
         *non_finite_result_cases(),
         *membership_cases(),
@@ -1303,7 +1303,7 @@ def seq_jump_cases() -> list[RecvCase]:
                 pkt(ent(B, B_INC, 1013, 0, [20], [0.25])),
                 pkt(ent(B, B_INC + 1, 5000, 0, [21], [0.25])),
             ],
-            config=SyncConfig(max_seq_jump=1000),
+            config=SyncConfig.v1_0(max_seq_jump=1000),
             history=history,
         ),
     ]

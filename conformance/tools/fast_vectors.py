@@ -119,7 +119,7 @@ def _fast_cases() -> list[ev.GenCase]:
             FAST_REQ,
             sv._dense_active(),
             zero,
-            SyncConfig(ratio=FAST_RATIO),
+            SyncConfig.v1_0(ratio=FAST_RATIO),
             manifest=sv.LARGE_MANIFEST,
         ),
         ev.GenCase(
@@ -131,7 +131,7 @@ def _fast_cases() -> list[ev.GenCase]:
             FAST_REQ,
             _overestimates(),
             zero,
-            SyncConfig(ratio=FAST_RATIO),
+            SyncConfig.v1_0(ratio=FAST_RATIO),
             manifest=sv.LARGE_MANIFEST,
         ),
         ev.GenCase(
@@ -143,7 +143,7 @@ def _fast_cases() -> list[ev.GenCase]:
             FAST_REQ,
             _underestimates(),
             zero,
-            SyncConfig(ratio=FAST_RATIO),
+            SyncConfig.v1_0(ratio=FAST_RATIO),
             manifest=sv.LARGE_MANIFEST,
         ),
     ]
@@ -164,7 +164,7 @@ def _exact_cases() -> list[ev.GenCase]:
             sv.REQ,
             ends,
             zero,
-            SyncConfig(ratio=0.05),
+            SyncConfig.v1_0(ratio=0.05),
             manifest=sv.LARGE_MANIFEST,
         ),
         ev.GenCase(
@@ -175,7 +175,7 @@ def _exact_cases() -> list[ev.GenCase]:
             [*sv.REQ, "DF-GEN-8"],
             same,
             same.copy(),
-            SyncConfig(ratio=0.05),
+            SyncConfig.v1_0(ratio=0.05),
             manifest=sv.LARGE_MANIFEST,
         ),
     ]

@@ -84,7 +84,7 @@ def cases() -> list[RecvCase]:
                     ent(NODE, (1 << 64) - 1, 1, 1, [23], [1.0]),
                 ),
             ],
-            config=SyncConfig(max_incarnation_ahead=AHEAD),
+            config=SyncConfig.v1_0(max_incarnation_ahead=AHEAD),
             history=history,
             now_us=NOW_US,
         ),
@@ -104,7 +104,7 @@ def cases() -> list[RecvCase]:
                 pkt(ent(B, (1 << 64) - 1, 1, 0, [3], [1000.0])),
                 pkt(ent(0x0E0E_0000_0000_0005, (1 << 64) - 1, 1, 0, [4], [1000.0])),
             ],
-            config=SyncConfig(max_incarnation_ahead=AHEAD, max_incarnations=2),
+            config=SyncConfig.v1_0(max_incarnation_ahead=AHEAD, max_incarnations=2),
             history=[(B, B_INC, 1), (B, NOW_US - 90_000_000 + 30_000_000, 1)],
             now_us=NOW_US,
         ),
@@ -123,7 +123,7 @@ def live_cases() -> list[RecvCase]:
         pkt(*[ent(B, B_INC, s, 0, [s + 4], [0.5]) for s in range(5, 9)]),
         pkt(ent(C, C_INC + 4, 1, 0, [20], [0.25])),
     ]
-    config = SyncConfig(max_incarnation_ahead=AHEAD)
+    config = SyncConfig.v1_0(max_incarnation_ahead=AHEAD)
     return [
         RecvCase(
             "live_incarnation_without_grace",
@@ -146,7 +146,7 @@ def live_cases() -> list[RecvCase]:
             "not live: C's new incarnation evicts the lowest as in 1.0.",
             ["DF-PAR-178", "DF-RCV-178", "DF-RCV-4", "DF-RCV-10"],
             packets,
-            config=SyncConfig(max_incarnation_ahead=AHEAD, incarnation_grace=GRACE),
+            config=SyncConfig.v1_0(max_incarnation_ahead=AHEAD, incarnation_grace=GRACE),
             history=history,
             now_us=NOW_US,
         ),
@@ -171,7 +171,7 @@ def grace_cases() -> list[RecvCase]:
     """DF-RCV-178 with acceptance times in the history (driver protocol 5.5, 1.1: the 4th member of an
     ``accepted`` element): the boundary ``now_us - t == G``, a clock that went back, the lowest
     incarnation's reading alone deciding, G at its largest value, and history entries without a time."""
-    one = SyncConfig(max_incarnations=1, incarnation_grace=GRACE)
+    one = SyncConfig.v1_0(max_incarnations=1, incarnation_grace=GRACE)
     b3 = [(B, B_INC, s) for s in (1, 2, 3)]
     c3 = [(C, C_INC, s) for s in (1, 2, 3)]
     return [
@@ -224,7 +224,7 @@ def grace_cases() -> list[RecvCase]:
             "as live_incarnation and C_INC's seq 4 is accepted.",
             GRACE_REQ,
             _restart_packets(B_INC, C_INC),
-            config=SyncConfig(max_incarnations=2, incarnation_grace=GRACE),
+            config=SyncConfig.v1_0(max_incarnations=2, incarnation_grace=GRACE),
             history=[*b3, (B, B_INC + 1, 1), *c3, (C, C_INC + 1, 1)],
             history_at=[
                 None,
@@ -247,7 +247,7 @@ def grace_cases() -> list[RecvCase]:
             "C_INC's seq 4 is stale_incarnation).",
             GRACE_REQ,
             _restart_packets(B_INC, C_INC),
-            config=SyncConfig(max_incarnations=1, incarnation_grace=MAX_INCARNATION_GRACE),
+            config=SyncConfig.v1_0(max_incarnations=1, incarnation_grace=MAX_INCARNATION_GRACE),
             history=b3 + c3,
             history_at=[
                 None,
@@ -268,7 +268,7 @@ def grace_cases() -> list[RecvCase]:
             "incarnations are stale_incarnation.",
             GRACE_REQ,
             _restart_packets(B_INC, C_INC),
-            config=SyncConfig(max_incarnations=1),
+            config=SyncConfig.v1_0(max_incarnations=1),
             history=b3 + c3,
             history_at=[None, None, NOW_US + 1, None, None, NOW_US],
             now_us=NOW_US,

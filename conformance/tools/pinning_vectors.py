@@ -510,7 +510,7 @@ def receive_cases() -> list[ev.RecvCase]:
                 ev.pkt(ev.ent(ev.B, ev.B_INC, 4, 0, [2], [0.25]), sender=ev.C),
                 ev.pkt(ev.ent(ev.B, ev.B_INC, 5, 0, [1], [0.5]), sender=ev.C),
             ],
-            config=SyncConfig(replay_window=1),
+            config=SyncConfig.v1_0(replay_window=1),
             history=[(ev.B, ev.B_INC, 4)],
         ),
         ev.RecvCase(
@@ -556,7 +556,7 @@ def receive_cases() -> list[ev.RecvCase]:
                 ev.pkt(ev.ent(ev.B, ev.B_INC + 1, 1, 0, [1], [0.5])),
                 ev.pkt(ev.ent(ev.B, ev.B_INC, 4, 0, [2], [0.25]), sender=ev.C),
             ],
-            config=SyncConfig(max_incarnations=1),
+            config=SyncConfig.v1_0(max_incarnations=1),
             history=[(ev.B, ev.B_INC, 3)],
         ),
         ev.RecvCase(
@@ -573,7 +573,7 @@ def receive_cases() -> list[ev.RecvCase]:
                     sender=ev.C,
                 ),
             ],
-            config=SyncConfig(max_origins=1),
+            config=SyncConfig.v1_0(max_origins=1),
         ),
         ev.RecvCase(
             "relay_at_hops_255",
@@ -582,7 +582,7 @@ def receive_cases() -> list[ev.RecvCase]:
             "hops 255 cannot relay it).",
             ["DF-RLY-1", "DF-PKT-9"],
             [ev.pkt(ev.ent(ev.B, ev.B_INC, 1, 254, [1, 2], [0.5, -0.25]))],
-            config=SyncConfig(hop_limit=255),
+            config=SyncConfig.v1_0(hop_limit=255),
         ),
         ev.RecvCase(
             "relay_needed_alone_no_heard",
@@ -597,7 +597,7 @@ def receive_cases() -> list[ev.RecvCase]:
                 ),
                 ev.pkt(ev.ent(ev.C, ev.C_INC, 1, 0, [23], [4.0]), sender=ev.C, heard=[ev.NODE]),
             ],
-            config=SyncConfig(relay_policy=needed, max_packet_size=400),
+            config=SyncConfig.v1_0(relay_policy=needed, max_packet_size=400),
             relay_packets=2,
         ),
         ev.RecvCase(
@@ -607,7 +607,7 @@ def receive_cases() -> list[ev.RecvCase]:
             "rides on it (at most, DF-RLY-61; an estimate of heard off by one byte drops it).",
             ["DF-RLY-61", "DF-RLY-3", "DF-PKT-60"],
             _line_packets(),
-            config=SyncConfig(relay_policy=needed, max_packet_size=488),
+            config=SyncConfig.v1_0(relay_policy=needed, max_packet_size=488),
         ),
         ev.RecvCase(
             "relay_needed_heard_one_byte_over",
@@ -616,7 +616,7 @@ def receive_cases() -> list[ev.RecvCase]:
             "'into no other packet'), although its actual size would leave room.",
             ["DF-RLY-61", "DF-RLY-3"],
             _line_packets(),
-            config=SyncConfig(relay_policy=needed, max_packet_size=487),
+            config=SyncConfig.v1_0(relay_policy=needed, max_packet_size=487),
         ),
     ]
 
@@ -637,7 +637,7 @@ def generate_cases() -> list[ev.GenCase]:
             ["DF-GEN-70", "DF-PAR-70"],
             base_anchor + ev._pattern(11, 29, 14, 7.0),
             base_anchor,
-            SyncConfig(ratio=0.25, average_over=2),
+            SyncConfig.v1_0(ratio=0.25, average_over=2),
         ),
         ev.GenCase(
             "manifest_of_one_value",
@@ -646,7 +646,7 @@ def generate_cases() -> list[ev.GenCase]:
             ["DF-GEN-2", "DF-GEN-3", "DF-MAN-3"],
             ev._f32([0.75]),
             ev._f32([0.25]),
-            SyncConfig(ratio=0.5),
+            SyncConfig.v1_0(ratio=0.5),
             manifest=Manifest.from_named_shapes({"scale": ()}),
         ),
         ev.GenCase(
@@ -657,7 +657,7 @@ def generate_cases() -> list[ev.GenCase]:
             ["DF-GEN-6", "DF-GEN-30"],
             ev._pattern(3, 31, 15, 4.0) + ev._f32([0.0625] * ev.N),
             np.zeros(ev.N, dtype=np.float32),
-            SyncConfig(ratio=0.08, max_packet_size=304),
+            SyncConfig.v1_0(ratio=0.08, max_packet_size=304),
             seq_start=5,
         ),
         ev.GenCase(
@@ -667,7 +667,7 @@ def generate_cases() -> list[ev.GenCase]:
             ["DF-GEN-6", "DF-GEN-30", "DF-PAR-6"],
             ev._pattern(3, 31, 15, 4.0) + ev._f32([0.0625] * ev.N),
             np.zeros(ev.N, dtype=np.float32),
-            SyncConfig(ratio=0.1, max_packet_size=296),
+            SyncConfig.v1_0(ratio=0.1, max_packet_size=296),
             seq_start=5,
             exact_split=False,
         ),

@@ -71,7 +71,7 @@ def signing_cases() -> list[sv.SignedCase]:
             "check `1 <= node` as `1 < node`, or its 1 as 2.)",
             [*sv.SEC, "DF-PKT-2", "DF-RCV-140", "DF-RLY-140"],
             [sv.pkt(low, high, sender=LOW)],
-            config=SyncConfig(alpha=0.5),
+            config=SyncConfig.v1_0(alpha=0.5),
             keys=keys,
         ),
     ]

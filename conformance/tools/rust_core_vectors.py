@@ -272,7 +272,7 @@ def receive_cases() -> list[ev.RecvCase]:
                 ev.pkt(ev.ent(ev.B, ev.B_INC, 16, 0, [3], [0.5])),
                 ev.pkt(ev.ent(ev.B, ev.B_INC, 15, 0, [4], [0.25]), sender=ev.C),
             ],
-            config=SyncConfig(max_seq_jump=5),
+            config=SyncConfig.v1_0(max_seq_jump=5),
             history=[(ev.B, ev.B_INC, 10)],
         ),
     ]
@@ -286,7 +286,7 @@ def receive_cases() -> list[ev.RecvCase]:
 def _signed_split_vector(vectors_dir: Path) -> dict[str, Any]:
     """A signing node whose entries are split by the size bound of a signed entry (DF-RLY-141)."""
     mps = 408  # PACKET_OVERHEAD_BOUND 160 + entry bound 128 + 8 * 3 + signature bound 96
-    cfg = SyncConfig(ratio=0.25, max_packet_size=mps)
+    cfg = SyncConfig.v1_0(ratio=0.25, max_packet_size=mps)
     active, anchor = ev._pattern(7, 13, 6, 16.0), ev._pattern(5, 11, 5, 32.0)
     signing = Signing(sv.KEYS, sv.seed_of(ev.NODE), node_id=ev.NODE)
     eng = Engine(ev.MANIFEST, cfg, ev.NODE, ev.NODE_INC, anchor=anchor, signing=signing)
@@ -337,7 +337,7 @@ def q8_scale_case() -> ev.GenCase:
         ["DF-GEN-4", "DF-GEN-5", REQ_Q8, "DF-PKT-115", "DF-PAR-10"],
         active,
         np.zeros(ev.N, np.float32),
-        SyncConfig(ratio=0.25, encoding=ValueEncoding.Q8),
+        SyncConfig.v1_0(ratio=0.25, encoding=ValueEncoding.Q8),
     )
 
 

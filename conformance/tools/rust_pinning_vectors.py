@@ -281,6 +281,6 @@ def receive_cases() -> list[ev.RecvCase]:
             "decimal text).",
             ["DF-RLY-5", "DF-RLY-2", "DF-CNF-20"],
             [ev.pkt(ev.ent(ev.B, ev.B_INC, 1, 0, [0, 1, 2], [0.1, -0.1, 0.2]))],
-            config=SyncConfig(relay_threshold=0.10000000149011613),
+            config=SyncConfig.v1_0(relay_threshold=0.10000000149011613),
         )
     ]

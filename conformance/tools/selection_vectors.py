@@ -86,7 +86,7 @@ def cases() -> list[ev.GenCase]:
             REQ,
             _deltas(sparse, 128.0),
             zero,
-            SyncConfig(ratio=0.001),
+            SyncConfig.v1_0(ratio=0.001),
             manifest=LARGE_MANIFEST,
         ),
         ev.GenCase(
@@ -101,7 +101,7 @@ def cases() -> list[ev.GenCase]:
             [*REQ, "DF-GEN-9"],
             _group_max_active(),
             zero,
-            SyncConfig(ratio=0.125),
+            SyncConfig.v1_0(ratio=0.125),
             manifest=LARGE_MANIFEST,
         ),
         ev.GenCase(
@@ -113,7 +113,7 @@ def cases() -> list[ev.GenCase]:
             REQ,
             _dense_active(),
             zero,
-            SyncConfig(ratio=0.05),
+            SyncConfig.v1_0(ratio=0.05),
             manifest=LARGE_MANIFEST,
         ),
         ev.GenCase(
@@ -124,7 +124,7 @@ def cases() -> list[ev.GenCase]:
             REQ,
             _deltas(4 * np.arange(32768, dtype=np.int64), 32768.0),
             zero,
-            SyncConfig(ratio=0.3),
+            SyncConfig.v1_0(ratio=0.3),
             manifest=LARGE_MANIFEST,
         ),
     ]

@@ -230,7 +230,7 @@ def write_signed_generate(
 
 
 def _generate_vector(vectors_dir: Path) -> dict[str, Any]:
-    cfg = SyncConfig(ratio=0.25)
+    cfg = SyncConfig.v1_0(ratio=0.25)
     active, anchor = ev._pattern(7, 13, 6, 16.0), ev._pattern(5, 11, 5, 32.0)
     signing = Signing(KEYS, seed_of(NODE), node_id=NODE)
     eng = Engine(ev.MANIFEST, cfg, NODE, ev.NODE_INC, anchor=anchor, signing=signing)
@@ -263,7 +263,7 @@ def _generate_vector(vectors_dir: Path) -> dict[str, Any]:
 def _smallest_signed_vector(vectors_dir: Path) -> dict[str, Any]:
     """A signing node at the smallest signed ``max_packet_size`` (DF-RLY-141): one value per entry."""
     mps = 392  # PACKET_OVERHEAD_BOUND 160 + entry bound 128 + 8 * 1 + signature bound 96
-    cfg = SyncConfig(ratio=0.25, max_packet_size=mps)
+    cfg = SyncConfig.v1_0(ratio=0.25, max_packet_size=mps)
     active, anchor = ev._pattern(7, 13, 6, 16.0), ev._pattern(5, 11, 5, 32.0)
     signing = Signing(KEYS, seed_of(NODE), node_id=NODE)
     eng = Engine(ev.MANIFEST, cfg, NODE, ev.NODE_INC, anchor=anchor, signing=signing)
@@ -276,7 +276,7 @@ def _smallest_signed_vector(vectors_dir: Path) -> dict[str, Any]:
     try:  # one byte less and the node refuses to sign, changing nothing (DF-RLY-141)
         Engine(
             ev.MANIFEST,
-            SyncConfig(ratio=0.25, max_packet_size=mps - 1),
+            SyncConfig.v1_0(ratio=0.25, max_packet_size=mps - 1),
             NODE,
             ev.NODE_INC,
             anchor=anchor,
@@ -337,7 +337,7 @@ def _cases() -> list[SignedCase]:
             "unchanged, with hops + 1 (DF-RLY-140).",
             [*SEC, "DF-RCV-140", "DF-RLY-140", "DF-RLY-141"],
             [pkt(b1, c1)],
-            config=SyncConfig(alpha=0.5),
+            config=SyncConfig.v1_0(alpha=0.5),
         ),
         SignedCase(
             "signed_unsigned_entry",
@@ -428,7 +428,7 @@ def _cases() -> list[SignedCase]:
             "relayed (DF-RLY-1); hops = 17 is HOP_LIMIT (step 14 before the signature check).",
             ["DF-SEC-144", "DF-RCV-140", "DF-RLY-1", "DF-ERR-7", "DF-RCV-20"],
             [pkt(replace(c1, hops=17)), pkt(replace(c1, hops=16))],
-            config=SyncConfig(alpha=0.5),
+            config=SyncConfig.v1_0(alpha=0.5),
         ),
         SignedCase(
             "signed_order_index_before_signature",
@@ -453,7 +453,7 @@ def _cases() -> list[SignedCase]:
             "relay rules, DF-PKT-140).",
             ["DF-PKT-140", "DF-RLY-5"],
             [pkt(b1, replace(c1, signature=None))],
-            config=SyncConfig(alpha=0.5),
+            config=SyncConfig.v1_0(alpha=0.5),
             keys=None,
         ),
     ]

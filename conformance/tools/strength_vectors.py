@@ -42,7 +42,7 @@ U64_MAX = (1 << 64) - 1
 
 def clock_cases() -> list[RecvCase]:
     """DF-RCV-175 at the two ends of the clock's range (``now_us`` is any u64)."""
-    config = SyncConfig(max_incarnation_ahead=AHEAD)
+    config = SyncConfig.v1_0(max_incarnation_ahead=AHEAD)
     return [
         RecvCase(
             "future_incarnation_clock_zero",
@@ -537,7 +537,7 @@ def signed_split_case() -> tuple[str, str, SyncConfig, list[str]]:
         "160, so the first entry holds 5 values (exactly 424) and the sixth value is a second entry "
         "(DF-GEN-6). (Mutants: the signature's estimate 97 bytes instead of 96, which makes it 4 + "
         "2, or subtracted, which makes it one entry of 6.)",
-        SyncConfig(ratio=0.25, max_packet_size=limit),
+        SyncConfig.v1_0(ratio=0.25, max_packet_size=limit),
         ["DF-GEN-6", "DF-RLY-141", "DF-SEC-140", "DF-SEC-141"],
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Mapping
@@ -84,9 +85,47 @@ def _check_float(name: str, value: object) -> float:
     return f
 
 
+#: ``average_over`` of the recommended profile: the node derives it from its cluster (`outer_average`).
+AUTO = None
+
+
+def outer_average(nodes: int, sync_interval: int, ratio: float) -> int:
+    """The ``average_over`` a node of ``nodes`` averaging nodes uses when it is ``AUTO``
+    (DF-GEN-70, DF-GEN-300): ``nodes`` up to `OUTER_INTERVAL` local steps between syncs (an outer
+    learning rate of 1); beyond, ``ceil(nodes * sync_interval / OUTER_INTERVAL)`` when
+    ``ratio * sync_interval`` exceeds `OUTER_SPAN`, else the milder
+    ``ceil(nodes * (OUTER_INTERVAL + sync_interval) / (2 * OUTER_INTERVAL))``; at most 65536, and 1
+    for a node alone. The measurements behind the rule are in docs/convergence-sweep.md."""
+    if nodes <= 1:
+        return 1
+    if sync_interval <= OUTER_INTERVAL:
+        return min(nodes, MAX_AVERAGE_OVER)
+    if ratio * sync_interval > OUTER_SPAN:
+        m = -(-nodes * sync_interval // OUTER_INTERVAL)
+    else:
+        m = -(-nodes * (OUTER_INTERVAL + sync_interval) // (2 * OUTER_INTERVAL))
+    return min(m, MAX_AVERAGE_OVER)
+
+
+#: Local steps between syncs up to which `outer_average` gives the cluster size (outer rate 1).
+OUTER_INTERVAL = 40
+#: ``ratio * sync_interval`` above which `outer_average` damps by ``sync_interval / OUTER_INTERVAL``.
+OUTER_SPAN = 1.0
+#: DF-PAR-70's upper bound.
+MAX_AVERAGE_OVER = 1 << 16
+
+
 @dataclass(frozen=True)
 class SyncConfig:
-    """Parameters of DF-PAR with the spec's defaults (section 3).
+    """Parameters of DF-PAR (spec section 3). ``SyncConfig()`` is the recommended profile; the spec's
+    table of defaults (the 1.0 behaviour) is `SyncConfig.v1_0`.
+
+    The recommended profile is what the project's measurements recommend for training
+    (docs/convergence-sweep.md): 10 % of the weights every 20 local steps, as Q8 values with PACKED
+    indices (section 6.8), relay policy NEEDED (section 8.6) and progress averaged over the cluster
+    (``average_over`` `AUTO`: the node uses its number of nodes, `outer_average`), so that the local
+    learning rate of a single node is the right one. Every node of a cluster must receive Q8 and
+    PACKED (DF-PAR-110, DF-VER-3): a cluster with 1.0 nodes uses ``SyncConfig.v1_0()``.
 
     ``alpha`` in (0, 1]; ``ratio`` in (0, 1]; ``relay_threshold`` >= 0; ``sync_interval`` in
     [1, 2**32 - 1] (erratum 1.1 of DF-PAR-3); ``hop_limit`` in [0, 255];
@@ -103,22 +142,23 @@ class SyncConfig:
     """
 
     alpha: float = 1.0
-    ratio: float = 0.05
-    sync_interval: int = 10
+    ratio: float = 0.10
+    sync_interval: int = 20
     relay_threshold: float = 1e-6
     hop_limit: int = 16
     max_packet_size: int = 16_777_216
     replay_window: int = 1024
     max_incarnations: int = 4
-    encoding: ValueEncoding = ValueEncoding.F32
+    encoding: ValueEncoding = ValueEncoding.Q8
     include_buffers: bool = False
     max_origins: int = DEFAULT_MAX_ORIGINS
-    relay_policy: RelayPolicy = RelayPolicy.ALL
-    average_over: int = 1
+    relay_policy: RelayPolicy = RelayPolicy.NEEDED
+    #: DF-PAR-70 (1.1): C in [1, 2**16], or `AUTO` (None): the node's cluster size (`outer_average`).
+    average_over: int | None = AUTO
     #: DF-PAR-50 (1.1): largest accepted step of a tracked incarnation's highest seq (0: no bound).
     max_seq_jump: int = 0
     #: DF-PAR-110 (1.1): the send index encoding (PACKED: section 6.8, OPTIONAL, DF-VER-3).
-    index_encoding: IndexEncoding = IndexEncoding.PLAIN
+    index_encoding: IndexEncoding = IndexEncoding.PACKED
     #: DF-PAR-175 (1.1): how far (microseconds) a new incarnation may lie ahead of the receiver's
     #: clock (0: no bound).
     max_incarnation_ahead: int = 0
@@ -142,7 +182,8 @@ class SyncConfig:
         _check_int("replay_window", self.replay_window, 1, _MAX_REPLAY_WINDOW)
         _check_int("max_incarnations", self.max_incarnations, 1, 1 << 16)
         _check_int("max_origins", self.max_origins, 1, MAX_MAX_ORIGINS)
-        _check_int("average_over", self.average_over, 1, 1 << 16)
+        if self.average_over is not AUTO:
+            _check_int("average_over", self.average_over, 1, MAX_AVERAGE_OVER)
         _check_int("max_seq_jump", self.max_seq_jump, 0, MAX_SEQ_JUMP)
         _check_int("max_incarnation_ahead", self.max_incarnation_ahead, 0, MAX_INCARNATION_AHEAD)
         _check_int("incarnation_grace", self.incarnation_grace, 0, MAX_INCARNATION_GRACE)
@@ -165,11 +206,34 @@ class SyncConfig:
         return float(np.float32(self.alpha))
 
     @property
+    def average_count(self) -> int:
+        """``average_over``, with `AUTO` counted as 1 (a node alone) until the node resolves it
+        (`resolve_average`)."""
+        return 1 if self.average_over is AUTO else self.average_over
+
+    @property
     def send_weight_f32(self) -> float:
         """``1 / average_over`` rounded to binary32, the factor of DF-GEN-70."""
         import numpy as np
 
-        return float(np.float32(1.0 / self.average_over))
+        return float(np.float32(1.0 / self.average_count))
+
+    def resolve_average(self, nodes: int) -> SyncConfig:
+        """This config with an `AUTO` ``average_over`` set to `outer_average` of ``nodes`` (the
+        node's cluster size, itself included); a set ``average_over`` is kept."""
+        if self.average_over is not AUTO:
+            return self
+        return dataclasses.replace(
+            self, average_over=outer_average(nodes, self.sync_interval, self.ratio)
+        )
+
+    @classmethod
+    def v1_0(cls, **overrides: Any) -> SyncConfig:
+        """The spec's table of defaults (section 3, DF-PAR-11), the behaviour of protocol 1.0:
+        5 % every 10 steps, F32 values, PLAIN indices, relay policy ALL, deltas summed
+        (``average_over`` 1). The preset for a cluster with 1.0 nodes; ``overrides`` set fields.
+        A JSON configuration's absent keys take these values (`from_json`)."""
+        return cls(**{**_V1_0, **overrides})
 
     def num_selected(self, num_params: int) -> int:
         """k of DF-GEN-2: ``ceil(N * ratio)`` in binary64, clamped to ``[1, N]``."""
@@ -178,27 +242,18 @@ class SyncConfig:
         return min(max(math.ceil(num_params * self.ratio), 1), num_params)
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON form (DF-PAR-261): every 1.0 key, and each 1.1 key whose value differs from the
+        spec's default (so that a 1.0 reader reads a 1.0 configuration); an `AUTO`
+        ``average_over`` is ``"auto"``."""
         d = asdict(self)
         d["encoding"] = codec(self.encoding).name
-        if self.max_origins == DEFAULT_MAX_ORIGINS:
-            del d[
-                "max_origins"
-            ]  # added in 1.1: written only when set (as the Rust SyncConfig does)
         d["relay_policy"] = self.relay_policy.value
-        if self.average_over == 1:  # a 1.1 key (DF-PAR-70): absent at its default, for 1.0 readers
-            del d["average_over"]
-        if self.index_encoding is IndexEncoding.PLAIN:  # 1.1 key, written only when set
-            del d["index_encoding"]
-        else:
-            d["index_encoding"] = self.index_encoding.name
-        if not self.max_seq_jump:
-            del d[
-                "max_seq_jump"
-            ]  # 1.1 parameter, written only when set: a 1.0 reader reads the rest
-        if not self.max_incarnation_ahead:
-            del d["max_incarnation_ahead"]  # 1.1 parameter (DF-PAR-175), written only when set
-        if not self.incarnation_grace:
-            del d["incarnation_grace"]  # 1.1 parameter (DF-PAR-178), written only when set
+        d["index_encoding"] = self.index_encoding.name
+        if self.average_over is AUTO:
+            d["average_over"] = "auto"
+        for key in _KEYS_1_1:  # absent at the spec's default, for 1.0 readers
+            if d[key] == _V1_0_JSON[key]:
+                del d[key]
         return d
 
     @classmethod
@@ -223,6 +278,8 @@ class SyncConfig:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> SyncConfig:
+        """A configuration given as JSON (DF-PAR-261): every absent key takes the spec's default
+        (DF-PAR-11, `v1_0`), not the recommended profile's; ``average_over`` may be ``"auto"``."""
         known = set(cls.__dataclass_fields__)
         unknown = set(d) - known
         if unknown:
@@ -248,4 +305,45 @@ class SyncConfig:
             raise ValueError(
                 f"relay_policy must be one of ALL, NEEDED, got {kwargs['relay_policy']!r}"
             )
-        return cls(**kwargs)
+        if kwargs.get("average_over") == "auto":
+            kwargs["average_over"] = AUTO
+        elif "average_over" in kwargs and kwargs["average_over"] is AUTO:
+            raise TypeError('average_over must be an int or "auto", got null')
+        return cls.v1_0(**kwargs)
+
+
+#: The spec's table of defaults (section 3): `SyncConfig.v1_0`.
+_V1_0: dict[str, Any] = {
+    "alpha": 1.0,
+    "ratio": 0.05,
+    "sync_interval": 10,
+    "relay_threshold": 1e-6,
+    "hop_limit": 16,
+    "max_packet_size": 16_777_216,
+    "replay_window": 1024,
+    "max_incarnations": 4,
+    "encoding": ValueEncoding.F32,
+    "include_buffers": False,
+    "max_origins": DEFAULT_MAX_ORIGINS,
+    "relay_policy": RelayPolicy.ALL,
+    "average_over": 1,
+    "max_seq_jump": 0,
+    "index_encoding": IndexEncoding.PLAIN,
+    "max_incarnation_ahead": 0,
+    "incarnation_grace": 0,
+}
+#: The keys added in 1.1: `SyncConfig.to_json` writes them only when they differ from `_V1_0`.
+_KEYS_1_1 = (
+    "max_origins",
+    "average_over",
+    "max_seq_jump",
+    "index_encoding",
+    "max_incarnation_ahead",
+    "incarnation_grace",
+)
+_V1_0_JSON: dict[str, Any] = {
+    **_V1_0,
+    "encoding": "F32",
+    "relay_policy": "ALL",
+    "index_encoding": "PLAIN",
+}

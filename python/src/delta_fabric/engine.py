@@ -407,7 +407,7 @@ class Engine:
         indices = idx.astype(np.uint32)
         entries = []
         step = self._max_entry_values
-        averaging = self.config.average_over > 1
+        averaging = self.config.average_count > 1
         w = np.float32(self.config.send_weight_f32)
         corr: list[NDArray[np.float32]] = []
         made: dict[int, tuple[NDArray[np.float32], np.float32, NDArray[np.int8]]] = {}

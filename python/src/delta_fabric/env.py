@@ -20,7 +20,8 @@ variable                                  meaning
                                           ``MAX_PACKET_SIZE``, ``REPLAY_WINDOW``,
                                           ``MAX_INCARNATIONS``, ``ENCODING``, ``INCLUDE_BUFFERS``,
                                           ``MAX_ORIGINS``, ``RELAY_POLICY`` (``ALL`` or ``NEEDED``),
-                                          ``AVERAGE_OVER``, ``MAX_SEQ_JUMP`` (DF-PAR-50),
+                                          ``AVERAGE_OVER`` (an integer or ``auto``),
+                                          ``MAX_SEQ_JUMP`` (DF-PAR-50),
                                           ``MAX_INCARNATION_AHEAD`` (microseconds, DF-PAR-175),
                                           ``INCARNATION_GRACE`` (microseconds, DF-PAR-178)
 ``DELTA_FABRIC_BOOTSTRAP``                ``auto``, ``1`` (required) or ``0`` (default)
@@ -360,7 +361,15 @@ def sync_config_kwargs(env: Env | None = None) -> dict[str, Any]:
             continue
         default = f.default
         value: Any
-        if isinstance(default, bool):
+        if f.name == "average_over":  # an integer, or "auto" (the recommended profile's AUTO)
+            if raw.strip().lower() == "auto":
+                value = None
+            else:
+                try:
+                    value = int(raw, 0)
+                except ValueError:
+                    raise EnvError(name, raw, 'must be an integer or "auto"') from None
+        elif isinstance(default, bool):
             value = _bool(env, name)
         elif isinstance(default, ValueEncoding):
             try:

@@ -36,14 +36,15 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from delta_fabric.config import RelayPolicy, SyncConfig
+from delta_fabric.config import AUTO, RelayPolicy, SyncConfig
 from delta_fabric.encodings import supports
 from delta_fabric.engine import AcceptedEntry, ActiveView, Engine, ReceiveResult, Snapshot
-from delta_fabric.errors import DeltaFabricError
+from delta_fabric.errors import DeltaFabricError, ErrorCode
 from delta_fabric.influence import InfluenceBound
 from delta_fabric.manifest import Manifest
 from delta_fabric.metrics import MetricsWriter
 from delta_fabric.repair import (
+    MAX_REQUEST_SEQS,
     GapTracker,
     RepairCounters,
     RepairError,
@@ -57,7 +58,7 @@ from delta_fabric.repair import (
 from delta_fabric.snapshot import SnapshotError, SnapshotSource
 from delta_fabric.store import FunctionalStore, WeightStore, running_stats
 from delta_fabric.transports.base import Transport, check_node_id, node_hex
-from delta_fabric.wire import Entry, Packet, encode_packet
+from delta_fabric.wire import VERSION_MAJOR, Entry, Packet, encode_packet, peek_header
 
 if TYPE_CHECKING:  # the `signing` extra (cryptography)
     from delta_fabric.signing import Signing
@@ -70,6 +71,7 @@ __all__ = [
     "Bootstrap",
     "Fabric",
     "FabricClosedError",
+    "FinishTimeout",
     "SnapshotUnavailable",
     "default_incarnation",
 ]
@@ -95,6 +97,28 @@ class SnapshotUnavailable(DeltaFabricError, RuntimeError):
 
 class FabricClosedError(DeltaFabricError, RuntimeError):
     """The fabric was used after `Fabric.close`."""
+
+
+class FinishTimeout(DeltaFabricError, TimeoutError):
+    """`Fabric.finish` ran out of time. ``missing``: each live peer it still waited for (node id)
+    and why, e.g. ``"still training"`` or ``"entries up to seq 40 of incarnation ... not applied"``."""
+
+    def __init__(self, timeout: float, missing: Mapping[int, str]) -> None:
+        self.missing = dict(missing)
+        who = "; ".join(f"{node_hex(p)}: {why}" for p, why in sorted(self.missing.items()))
+        super().__init__(f"finish: not done within {timeout:.1f}s, waiting for {who}")
+
+
+#: Rejection codes that mean a peer is configured differently (another model, version, encoding or
+#: key), reported once per peer at WARNING rather than counted silently.
+MISCONFIGURATION = frozenset(
+    {
+        ErrorCode.FINGERPRINT_MISMATCH,
+        ErrorCode.UNSUPPORTED_VERSION,
+        ErrorCode.UNSUPPORTED_ENCODING,
+        ErrorCode.BAD_SIGNATURE,
+    }
+)
 
 
 def default_incarnation() -> int:
@@ -131,9 +155,16 @@ class Fabric:
     ``stats()["influence"]``. ``signing`` (1.1, spec section 13.1; `delta_fabric.signing.Signing`, the
     ``signing`` extra): the node is in a signed cluster; it signs its entries with its secret key and
     rejects packets with entries not signed by their origin's pinned key (``errors.BAD_SIGNATURE``).
-    ``hold_residual`` (1.1, spec section 5.11, DF-GEN-240..243, node-local): the unsent residual is
-    held aside in a buffer of the node's own (`residual`) and the working weights restart from the
-    anchor after every generation; the residual is folded back into them just before the next one.
+    ``hold_residual`` (1.1, spec section 5.11, DF-GEN-240..243, node-local; on by default): the
+    unsent residual is held aside in a buffer of the node's own (`residual`) and the working weights
+    restart from the anchor after every generation; the residual is folded back into them just
+    before the next one. ``repair`` is on by default too. ``world_size``: how many nodes the run
+    has in all (``DELTA_FABRIC_NODES`` under ``delta-fabric run``); with ``average_over`` `AUTO`
+    (the default) every generation averages over `cluster_size`, at least this many.
+
+    The defaults are the recommended ones: ``Fabric(store, transport, node_id=...)`` with
+    ``SyncConfig()`` needs no learning-rate change and no cluster size, and `finish` ends a run
+    with the nodes in agreement.
     """
 
     def __init__(
@@ -153,13 +184,14 @@ class Fabric:
         metrics: str | Path | None = None,
         metrics_interval: float = 10.0,
         members: Iterable[int] | None = None,
-        repair: bool = False,
+        repair: bool = True,
         snapshot_quorum: int = 0,
         influence_factor: float | None = None,
         live_members: bool = False,
         member_grace: float = DEFAULT_MEMBER_GRACE,
         signing: Signing | None = None,
-        hold_residual: bool = False,
+        hold_residual: bool = True,
+        world_size: int | None = None,
     ) -> None:
         if not isinstance(store, WeightStore):
             raise TypeError(
@@ -172,6 +204,11 @@ class Fabric:
             raise ValueError(f"member_grace must be a finite number >= 0, got {member_grace}")
         if bootstrap not in (True, False, "auto"):
             raise ValueError(f"bootstrap must be True, False or 'auto', got {bootstrap!r}")
+        if world_size is not None and (
+            isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1
+        ):
+            raise ValueError(f"world_size must be an integer >= 1, got {world_size!r}")
+        self.world_size = world_size
         if isinstance(snapshot_quorum, bool) or snapshot_quorum < 0:
             raise ValueError(f"snapshot_quorum must be an integer >= 0, got {snapshot_quorum!r}")
         self.snapshot_quorum = int(snapshot_quorum)
@@ -212,6 +249,11 @@ class Fabric:
         self._residual: NDArray[np.float32] | None = None
         self._held_mask: NDArray[np.bool_] | None = None
         self._lock = threading.Lock()  # guards the anchor against a concurrent snapshot request
+        #: the `finish` member of this node's info object once it finishes (spec/proposals/finish.md)
+        self._finish: dict[str, Any] | None = None
+        #: peers reported as configured differently: node id -> the rejection code (once each)
+        self._misconfigured: dict[int, ErrorCode] = {}
+        self._finish_waiting: set[int] = set()  # finishing peers not done yet (for FinishTimeout)
         self._closed = False
         # membership (DF-RCV-51, DF-ZEN-150) and pacing (DF-ZEN-156) state
         self._configured: frozenset[int] | None = (
@@ -575,6 +617,140 @@ class Fabric:
         self._check_open()
         return self._process(self.transport.drain(self.max_drain), True)
 
+    def finish(self, timeout: float = 60.0) -> NDArray[np.float32]:
+        """End the run with every node in agreement, and return the shared model.
+
+        Stops local progress: one last generation sends what this node learned since its last sync,
+        then the node receives, relays and repairs without generating until every live peer (member)
+        has finished too and this node has applied each one's entries up to the last one it
+        announced, and until each of them reports the same of its own peers. A node learns a peer's
+        last entry from the peer's node information (member ``finish``, spec/proposals/finish.md).
+        The shared model (the anchor, DF-NUM-1: the same on every node up to rounding) is then
+        loaded into the store and returned as a fresh flat f32 vector; a residual held aside is
+        dropped. A peer that leaves is no longer waited for. `FinishTimeout` after ``timeout``
+        seconds names the peers still missing; the node stays usable (call `finish` again or
+        `close`)."""
+        self._check_open()
+        if not 0.0 <= timeout < float("inf"):
+            raise ValueError(f"timeout must be a finite number >= 0, got {timeout!r}")
+        deadline = time.monotonic() + timeout
+        self.sync_now()  # DF-GEN: the last local progress goes out
+        with self._lock:
+            self._finish = {
+                "incarnation": f"{self.engine.incarnation:016x}",
+                "seq": self.engine.next_seq - 1,
+                "done": False,
+            }
+        last_repair = time.monotonic()
+        while True:
+            self.poll()
+            now = time.monotonic()
+            left = deadline - now
+            missing, peers_done, tails = self._finish_state(min(1.0, max(0.05, left)))
+            if not missing and not self._finish["done"]:
+                with self._lock:
+                    self._finish["done"] = True
+                log.info("finish: every live peer's last entry is applied")
+            if not missing and peers_done:
+                break
+            if time.monotonic() >= deadline:
+                if not missing:
+                    missing = {
+                        p: "has not applied every peer's last entry yet"
+                        for p in self._finish_waiting
+                    }
+                raise FinishTimeout(timeout, missing)
+            if now - last_repair >= 0.5:  # repair rounds while winding down (section 7.9)
+                last_repair = now
+                self._finish_repair(tails)
+            self.transport.wait_for_packets(0.05)
+        with self._lock:
+            anchor: NDArray[np.float32] = np.array(self.engine.anchor, dtype=np.float32)
+            if self._residual is not None:
+                self._residual.fill(0.0)
+        self.store.load(anchor)
+        log.info("finish: done after %d steps, %d syncs", self.steps, self.syncs)
+        return anchor
+
+    def _finish_state(
+        self, timeout: float
+    ) -> tuple[dict[int, str], bool, dict[int, tuple[int, int, int]]]:
+        """For `finish`: the live peers still waited for (and why), whether every live peer reports
+        ``done``, and per peer whose last entries are not all here ``(incarnation, from, to)``: the
+        seqs above the highest accepted one, up to its announced last seq."""
+        live = self.transport.peers()
+        if self._effective is not None:
+            live = live & self._effective
+        self._finish_waiting = set()
+        if not live:
+            return {}, True, {}
+        infos = self.transport.info(None, timeout=timeout)
+        progress = self._origin_progress
+        missing: dict[int, str] = {}
+        tails: dict[int, tuple[int, int, int]] = {}
+        all_done = True
+        for p in sorted(live):
+            info = infos.get(p)
+            fin = info.get("finish") if isinstance(info, dict) else None
+            if not isinstance(fin, dict):
+                missing[p] = (
+                    "no node information" if info is None else "still training (not finishing)"
+                )
+                all_done = False
+                continue
+            try:
+                inc = int(fin["incarnation"], 16)
+                seq = int(fin["seq"])
+                done = fin["done"] is True
+            except (KeyError, TypeError, ValueError):
+                missing[p] = f"unreadable finish member {fin!r}"
+                all_done = False
+                continue
+            if not done:
+                all_done = False
+                self._finish_waiting.add(p)
+            if seq < 1:
+                continue
+            got = progress.get(p, (0, 0))
+            gaps = [] if self.gaps is None else self.gaps.missing(p)
+            if got < (inc, seq):
+                missing[p] = (
+                    f"entries up to seq {seq} of incarnation {inc:016x} not applied "
+                    f"(highest applied: seq {got[1]} of {got[0]:016x})"
+                )
+                if got[0] == inc:
+                    tails[p] = (inc, got[1] + 1, seq)
+            elif got[0] == inc and gaps:
+                missing[p] = (
+                    f"{len(gaps)} entries of incarnation {inc:016x} missing (seq {gaps[0]}...)"
+                )
+        return missing, all_done, tails
+
+    def _finish_repair(self, tails: Mapping[int, tuple[int, int, int]]) -> None:
+        """Gap repair while finishing: the tracker's round, and requests for the last entries of a
+        finishing peer that never arrived (no later entry shows their gap to the tracker)."""
+        if self.gaps is None:
+            return
+        out = self._repair_round()
+        for p, (inc, lo, hi) in sorted(tails.items()):
+            seqs = tuple(range(lo, min(hi, lo + MAX_REQUEST_SEQS - 1) + 1))
+            out.append(
+                encode_request(
+                    RepairRequest(
+                        self.node_id,
+                        self.engine.incarnation,
+                        self.manifest.fingerprint,
+                        p,
+                        inc,
+                        seqs,
+                    )
+                )
+            )
+        for pkt in out:
+            self.transport.publish(pkt)
+            self.bytes_sent += len(pkt)
+            self.packets_sent += 1
+
     def _refresh_members(self) -> None:
         """The engine's membership: the configured list, or with ``live_members`` the live peers and
         those gone less than ``member_grace`` s ago (intersected with the list when there is one)."""
@@ -630,11 +806,15 @@ class Fabric:
                     self.store.apply(res.indices, res.values)
                     self.values_received_applied += int(res.indices.size)
                 relay = res.relay
-                if res.rejected and log.isEnabledFor(logging.DEBUG):
+                if res.rejected:
                     for i, code in res.rejected:
+                        if code in MISCONFIGURATION:
+                            self._report_misconfigured(packets[i], code)
                         log.debug("packet %d of %d rejected: %s", i, len(packets), code.value)
             if sync:
                 self.syncs += 1
+                if self.config.average_over is AUTO:
+                    self._resolve_average()
                 if self.hold_residual:
                     self._fold_residual()  # DF-GEN-241
                 own = self.engine.generate(self._active_for_generate(), fast=self.fast_selection)
@@ -668,6 +848,56 @@ class Fabric:
             self.bytes_sent += len(pkt)
             self.packets_sent += 1
         return len(out)
+
+    def cluster_size(self) -> int:
+        """The number of nodes this node averages over when ``average_over`` is `AUTO`: itself and
+        its live peers (members only, when there is a membership), at least ``world_size``."""
+        live = self.transport.peers()
+        if self._effective is not None:
+            live = live & self._effective
+        return max(self.world_size or 1, 1 + len(live))
+
+    def _resolve_average(self) -> None:
+        """DF-GEN-70 with `AUTO`: the engine's ``average_over`` for this generation
+        (`delta_fabric.config.outer_average` of `cluster_size`)."""
+        cfg = self.config.resolve_average(self.cluster_size())
+        if cfg.average_over != self.engine.config.average_over:
+            log.info("averaging over %d node(s)", cfg.average_over)
+            self.engine.config = cfg
+
+    def _report_misconfigured(self, buf: bytes, code: ErrorCode) -> None:
+        """A peer whose packets are rejected for a configuration mismatch: one WARNING per peer
+        (and per code), naming it and what differs; listed in ``stats()["misconfigured_peers"]``."""
+        head = peek_header(buf)
+        if head is None or head.sender == 0 or head.sender == self.node_id:
+            return
+        if self._misconfigured.get(head.sender) == code or len(self._misconfigured) >= 1024:
+            return
+        self._misconfigured[head.sender] = code
+        peer = node_hex(head.sender)
+        if code is ErrorCode.FINGERPRINT_MISMATCH and head.fingerprint is not None:
+            what = (
+                f"has another model: fingerprint {head.fingerprint.hex()[:16]}... against this "
+                f"node's {self.manifest.fingerprint.hex()[:16]}... (N={self.manifest.num_params}; "
+                "check the model, include_buffers and the framework mapping)"
+            )
+        elif code is ErrorCode.UNSUPPORTED_VERSION:
+            what = (
+                f"speaks protocol {head.version_major}.{head.version_minor}, this node "
+                f"{VERSION_MAJOR}.x"
+            )
+        elif code is ErrorCode.UNSUPPORTED_ENCODING:
+            what = (
+                f"sends value encoding {head.encoding} / index encoding {head.index_encoding}, "
+                "which this node does not receive (a cluster with 1.0 nodes uses SyncConfig.v1_0())"
+            )
+        else:
+            what = "sends entries whose signatures this node's keys do not verify"
+        log.warning("node %s %s: its packets are rejected (%s)", peer, what, code.value)
+
+    def misconfigured_peers(self) -> dict[int, ErrorCode]:
+        """The peers whose packets were rejected for a configuration mismatch, and the code."""
+        return dict(self._misconfigured)
 
     def _active_for_receive(self) -> ActiveView:
         """The active weights for the DF-RCV-50 checks of a receive: with the native kernels, the
@@ -889,6 +1119,10 @@ class Fabric:
             "repair": self.repair_counters().to_json(),
             "snapshot_trust": dict(self.snapshot_trust),
             "influence": None if self.engine.influence is None else self.engine.influence.to_json(),
+            "average_over": self.engine.config.average_count,
+            "misconfigured_peers": {
+                node_hex(p): code.value for p, code in sorted(self._misconfigured.items())
+            },
             "transport": transport_stats,
         }
 
@@ -904,6 +1138,8 @@ class Fabric:
             "N": self.manifest.num_params,
             "supports": supports(),  # DF-ZEN-231
         }
+        if self._finish is not None:  # spec/proposals/finish.md
+            info["finish"] = dict(self._finish)
         for key in ("node_id", "framework", "incarnation", "num_params", "fingerprint"):
             stats.pop(key, None)  # already members of the info object
         return {**info, "stats": stats}

@@ -78,6 +78,7 @@ __all__ = [
     "Entry",
     "IndexEncoding",
     "Packet",
+    "PacketHeader",
     "ValueEncoding",
     "decode_packet",
     "encode_packet",
@@ -87,6 +88,7 @@ __all__ = [
     "json_loads",
     "packet_from_json",
     "packet_to_json",
+    "peek_header",
     "quantize",
     "quantize_packet",
     "screen",
@@ -769,6 +771,51 @@ def screen(buf: bytes | bytearray | memoryview, max_packet_size: int) -> ErrorCo
     if n < 8 or bytes(buf[4:8]) != FILE_IDENTIFIER:
         return ErrorCode.BAD_IDENTIFIER
     return None
+
+
+@dataclass(frozen=True)
+class PacketHeader:
+    """What `peek_header` reads of a packet: enough to name who sent it and what it claims."""
+
+    sender: int
+    sender_incarnation: int
+    version_major: int
+    version_minor: int
+    fingerprint: bytes | None
+    encoding: int
+    index_encoding: int
+
+
+def peek_header(buf: bytes | bytearray | memoryview) -> PacketHeader | None:
+    """The header fields of a packet that may fail to decode (an unsupported version or encoding,
+    another fingerprint), for reporting who sent it; None when even they cannot be read. Checks
+    nothing else: never a reason to accept a packet."""
+    mv = memoryview(buf)
+    try:
+        if len(mv) < 8 or bytes(mv[4:8]) != FILE_IDENTIFIER:
+            return None
+        r = _Reader(mv)
+        root_off = _U32.unpack_from(mv, 0)[0]
+        if root_off == 0:
+            return None
+        root = r.table(root_off, "Packet")
+        fp = r.vector(root, _P_FINGERPRINT, 1, "Packet.fingerprint")
+        fingerprint = (
+            bytes(mv[fp[0] : fp[0] + FINGERPRINT_SIZE])
+            if fp is not None and fp[1] == FINGERPRINT_SIZE
+            else None
+        )
+        return PacketHeader(
+            r.u64(root, _P_SENDER, "Packet.sender"),
+            r.u64(root, _P_SENDER_INC, "Packet.sender_incarnation"),
+            r.u16(root, _P_VERSION_MAJOR, "Packet.version_major"),
+            r.u16(root, _P_VERSION_MINOR, "Packet.version_minor"),
+            fingerprint,
+            r.u8(root, _P_ENCODING, "Packet.encoding"),
+            r.u8(root, _P_INDEX_ENCODING, "Packet.index_encoding"),
+        )
+    except (DecodeError, struct.error, IndexError, ValueError):
+        return None
 
 
 def _decode(mv: memoryview, max_packet_size: int) -> Packet:

@@ -201,7 +201,7 @@ def partition_scenario(
     ns = f"dftest/repair-{uuid.uuid4().hex[:12]}"
     pa, pb = free_ports(2)
     proxy = CutProxy(pa)
-    cfg = SyncConfig(ratio=0.1, sync_interval=1)
+    cfg = SyncConfig.v1_0(ratio=0.1, sync_interval=1)
     init = np.random.default_rng(5).standard_normal(n).astype(np.float32)
     ta = ZenohTransport(ZenohOptions(node_id=0xA, namespace=ns, listen=[f"tcp/127.0.0.1:{pa}"]))
     tb = ZenohTransport(

@@ -41,7 +41,7 @@ def run_node(args: Any, channel: Channel) -> int:
     store.load(init)  # StoreError if the file does not hold this model's canonical weights
     jax_digits.warm_up(store.state(), args.batch)  # compile now, not during the first steps
     node_id = int(args.node_id, 16)
-    cfg = SyncConfig(
+    cfg = SyncConfig.v1_0(
         alpha=args.alpha,
         ratio=args.ratio,
         sync_interval=args.sync_interval,

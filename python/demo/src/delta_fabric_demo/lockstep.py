@@ -378,7 +378,7 @@ def run_sim(cfg: SimConfig) -> SimResult:
         extra: dict[str, Any] = dict(cfg.sync_extra)
         if cfg.averaging:
             extra["average_over"] = cfg.resolved_average_over()
-        sc = SyncConfig(
+        sc = SyncConfig.v1_0(
             alpha=cfg.alpha,
             ratio=cfg.ratio,
             sync_interval=cfg.interval,

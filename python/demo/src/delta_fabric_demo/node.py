@@ -278,7 +278,7 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
     if args.bn_momentum is not None:
         model.bn1.momentum = args.bn_momentum
     node_id = int(args.node_id, 16)
-    cfg = SyncConfig(
+    cfg = SyncConfig.v1_0(
         alpha=args.alpha,
         ratio=args.ratio,
         sync_interval=args.sync_interval,

@@ -126,6 +126,9 @@ class RoundGate:
     def serve_info(self, provider: Callable[[], Mapping[str, Any]] | None) -> None:
         self.inner.serve_info(provider)
 
+    def info(self, peer: int | None = None, timeout: float = 2.0) -> dict[int, dict[str, Any]]:
+        return self.inner.info(peer, timeout)
+
     @property
     def stats(self) -> TransportStats:
         return self.inner.stats

@@ -1004,7 +1004,7 @@ def _check_options(args: argparse.Namespace) -> list[str]:
     from delta_fabric.config import SyncConfig
 
     try:  # the sync parameters: the library's own validation and message
-        SyncConfig(alpha=args.alpha, ratio=args.ratio, sync_interval=args.sync_interval)
+        SyncConfig.v1_0(alpha=args.alpha, ratio=args.ratio, sync_interval=args.sync_interval)
     except (TypeError, ValueError) as exc:
         name = str(exc).split(" ", 1)[0]
         option = {"alpha": "--alpha", "ratio": "--ratio", "sync_interval": "--sync-interval"}

@@ -408,6 +408,12 @@ class Transport(Protocol):
         info queries ignores it; a wrapper MUST pass it through."""
         ...
 
+    def info(self, peer: int | None = None, timeout: float = 2.0) -> dict[int, dict[str, Any]]:
+        """The info objects (DF-ZEN-6) of ``peer`` (None: every live peer that serves one) as
+        ``{node: info}``, waiting at most ``timeout`` seconds; this node is left out. A node uses
+        them to finish (`delta_fabric.fabric.Fabric.finish`); a wrapper MUST pass it through."""
+        ...
+
     @property
     def stats(self) -> TransportStats:
         """A copy of the counters."""

@@ -192,6 +192,28 @@ class MemoryHub:
             buf = self.snapshot_hook(server, chunk, buf)
         return buf
 
+    def _info(self, requester: int, server: int | None) -> dict[int, dict[str, Any]]:
+        """The info objects (DF-ZEN-6) of ``server`` (None: every node ``requester`` sees) that
+        serve one; a provider that fails answers nothing, as a Zenoh error reply does."""
+        with self._lock:
+            targets = [
+                (n, t)
+                for n, t in sorted(self._nodes.items())
+                if n != requester
+                and (server is None or n == server)
+                and frozenset((requester, n)) not in self._cuts
+            ]
+        out: dict[int, dict[str, Any]] = {}
+        for n, t in targets:  # outside the hub's lock: a provider takes its node's own lock
+            provider = t._info_provider
+            if provider is None:
+                continue
+            try:
+                out[n] = {"node": f"{n:016x}", **provider()}
+            except Exception:  # a failing provider answers nothing
+                continue
+        return out
+
     def _wait_changed(self, timeout: float) -> None:
         with self._changed:
             self._changed.wait(timeout)
@@ -216,6 +238,7 @@ class MemoryTransport:
         )
         self._queue = PacketQueue(queue_capacity, queue_bytes)
         self._server: SnapshotServer | None = None
+        self._info_provider: Callable[[], Mapping[str, Any]] | None = None
         self._closed = False
         self._published_packets = 0
         self._published_bytes = 0
@@ -316,7 +339,14 @@ class MemoryTransport:
         """Ignored: the hub has no pre-queue checks; the engine still applies DF-RCV-51."""
 
     def serve_info(self, provider: Callable[[], Mapping[str, Any]] | None) -> None:
-        """Ignored: the hub answers no info queries."""
+        """Answer info queries (`info`) with ``{"node": <this id>, **provider()}``."""
+        self._info_provider = provider
+
+    def info(self, peer: int | None = None, timeout: float = 2.0) -> dict[int, dict[str, Any]]:
+        """The info objects of ``peer`` (None: every live peer serving one) -> ``{node: info}``;
+        answered at once (``timeout`` is not needed in process)."""
+        self._check_open()
+        return self._hub._info(self._node_id, None if peer is None else check_node_id(peer))
 
     @property
     def stats(self) -> TransportStats:
@@ -337,6 +367,7 @@ class MemoryTransport:
             return
         self._closed = True
         self._server = None
+        self._info_provider = None
         self._hub._leave(self)
 
     def __enter__(self) -> MemoryTransport:

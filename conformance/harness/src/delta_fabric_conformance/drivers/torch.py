@@ -108,7 +108,7 @@ class TorchKit:
         import torch
         from delta_fabric.stores.torch import TorchStore
 
-        model = self.make_model(manifest, weights, SyncConfig(include_buffers=include_buffers))
+        model = self.make_model(manifest, weights, SyncConfig.v1_0(include_buffers=include_buffers))
         model.eval()
         with torch.no_grad():
             logits_eval = model(torch.from_numpy(x)).numpy()

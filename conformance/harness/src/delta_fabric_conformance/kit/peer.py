@@ -219,6 +219,9 @@ class _RecordingTransport:
     def serve_info(self, provider: Any) -> None:
         self.inner.serve_info(provider)
 
+    def info(self, peer: int | None = None, timeout: float = 2.0) -> dict[int, dict[str, Any]]:
+        return dict(self.inner.info(peer, timeout))
+
     def wait_for_packets(self, timeout: float) -> bool:
         return bool(self.inner.wait_for_packets(timeout))
 
