@@ -24,13 +24,18 @@ variable                                  meaning
                                           ``MAX_SEQ_JUMP`` (DF-PAR-50),
                                           ``MAX_INCARNATION_AHEAD`` (microseconds, DF-PAR-175),
                                           ``INCARNATION_GRACE`` (microseconds, DF-PAR-178)
-``DELTA_FABRIC_BOOTSTRAP``                ``auto``, ``1`` (required) or ``0`` (default)
+``DELTA_FABRIC_BOOTSTRAP``                ``auto``, ``1`` (required) or ``0``; default: ``1`` for a
+                                          ``RANK`` above 0, else ``0``
+``DELTA_FABRIC_RANK``                     this node's global rank in [0, ``NODES``) (also ``RANK``);
+                                          with ``BOOTSTRAP`` unset, a rank above 0 starts from a
+                                          live peer's snapshot (identical initial weights)
 ``DELTA_FABRIC_LOCAL_RANK``               this process's index among the launcher's local nodes
 ``DELTA_FABRIC_LOCAL_NODES``              how many nodes the launcher started on this machine
 ``DELTA_FABRIC_NODES``                    how many nodes the run expects in all (world size)
 ``DELTA_FABRIC_METRICS``                  a file the node appends its counters to, as JSON lines
 ``DELTA_FABRIC_METRICS_INTERVAL``         seconds between two metrics lines (default 10)
-``DELTA_FABRIC_REPAIR``                   ``1``: anti-entropy by gap repair (spec 7.9); ``0`` (default)
+``DELTA_FABRIC_REPAIR``                   ``1`` (default): anti-entropy by gap repair (spec 7.9); ``0``
+                                          off
 ``DELTA_FABRIC_MEMBERS``                  comma list of the cluster's node ids (decimal or ``0x``
                                           hex): only they are origins (DF-RCV-51); samples on
                                           other nodes' keys are refused (DF-ZEN-151)
@@ -60,7 +65,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from delta_fabric.errors import DeltaFabricError
+from delta_fabric.errors import ConfigurationError
 
 if TYPE_CHECKING:  # the `signing` extra (cryptography)
     from delta_fabric.signing import Signing
@@ -82,6 +87,7 @@ __all__ = [
     "NODES",
     "NODE_ID",
     "PREFIX",
+    "RANK",
     "RATE_BURST",
     "RATE_LIMIT",
     "REPAIR",
@@ -112,6 +118,7 @@ MODE = PREFIX + "MODE"
 ZENOH_CONFIG = PREFIX + "ZENOH_CONFIG"
 BOOTSTRAP = PREFIX + "BOOTSTRAP"
 LOCAL_RANK = PREFIX + "LOCAL_RANK"
+RANK = PREFIX + "RANK"
 LOCAL_NODES = PREFIX + "LOCAL_NODES"
 NODES = PREFIX + "NODES"
 METRICS = PREFIX + "METRICS"
@@ -132,7 +139,7 @@ _FALSE = {"0", "false", "no", "off"}
 Env = Mapping[str, str]
 
 
-class EnvError(DeltaFabricError, ValueError):
+class EnvError(ConfigurationError, ValueError):
     """An environment variable holds a value DeltaFabric cannot use. ``variable`` and ``value`` say
     which; the message says what is expected."""
 
@@ -237,10 +244,13 @@ def zenoh_config(env: Env | None = None) -> Path | None:
 
 
 def bootstrap(env: Env | None = None) -> bool | str:
-    """``DELTA_FABRIC_BOOTSTRAP``: ``"auto"``, True (required) or False (the default)."""
+    """``DELTA_FABRIC_BOOTSTRAP``: ``"auto"``, True (required) or False. Unset: True for a node
+    whose ``DELTA_FABRIC_RANK`` is above 0 (every node then starts from rank 0's weights, through
+    a live peer's snapshot), else False."""
     raw = _get(env, BOOTSTRAP)
     if raw is None:
-        return False
+        r = rank(env)
+        return r is not None and r > 0
     if raw.lower() == "auto":
         return "auto"
     value = _bool(env, BOOTSTRAP)
@@ -250,12 +260,18 @@ def bootstrap(env: Env | None = None) -> bool | str:
 
 
 def repair(env: Env | None = None) -> bool:
-    """``DELTA_FABRIC_REPAIR``: anti-entropy by gap repair (spec section 7.9), off by default."""
-    return bool(_bool(env, REPAIR))
+    """``DELTA_FABRIC_REPAIR``: anti-entropy by gap repair (spec section 7.9), on by default."""
+    value = _bool(env, REPAIR)
+    return True if value is None else value
 
 
 def local_rank(env: Env | None = None) -> int | None:
     return _int(env, LOCAL_RANK, 0)
+
+
+def rank(env: Env | None = None) -> int | None:
+    """``DELTA_FABRIC_RANK``: this node's global rank (>= 0), or None when unset."""
+    return _int(env, RANK, 0)
 
 
 def local_nodes(env: Env | None = None) -> int | None:

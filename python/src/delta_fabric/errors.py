@@ -34,6 +34,12 @@ class DeltaFabricError(Exception):
     """Base class of every error this package raises on purpose."""
 
 
+class ConfigurationError(DeltaFabricError):
+    """A node cannot start as it is configured: a bad environment variable, a node id already in
+    use, a Zenoh configuration file that does not load. Its message is one line that names the
+    setting; under ``delta-fabric run`` the node prints it alone and exits with 2."""
+
+
 class DecodeError(DeltaFabricError):
     """A packet (or snapshot chunk) was rejected. ``code`` is the spec's error code."""
 

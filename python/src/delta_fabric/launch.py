@@ -87,6 +87,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _rank(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a rank >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a rank >= 0, got {text!r}")
+    return value
+
+
 def _node_id(text: str) -> int:
     try:
         value = int(text, 0)
@@ -142,6 +152,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=_positive_int,
         default=None,
         help="nodes of the whole run, on every machine (DELTA_FABRIC_NODES; default: --nodes)",
+    )
+    p.add_argument(
+        "--first-rank",
+        type=_rank,
+        default=0,
+        help="global rank of local node 0 (node r: first rank + r; DELTA_FABRIC_RANK, RANK); "
+        "the join line gives the next machine its first rank",
     )
     p.add_argument(
         "--listen",
@@ -295,9 +312,14 @@ def plan_nodes(args: argparse.Namespace) -> list[NodePlan]:
         else:
             listens.append([f"tcp/127.0.0.1:{free_port()}"])
     external = list(args.connect) if args.connect else dfenv.endpoints(None, dfenv.CONNECT)
-    world = args.world_size if args.world_size is not None else n
-    if world < n:
-        raise UsageError(f"--world-size {world} is smaller than --nodes {n}")
+    first = int(getattr(args, "first_rank", 0))
+    world = args.world_size if args.world_size is not None else first + n
+    if world < first + n:
+        raise UsageError(
+            f"--world-size {world} is smaller than --first-rank {first} + --nodes {n}"
+            if first
+            else f"--world-size {world} is smaller than --nodes {n}"
+        )
     plans = []
     for r in range(n):
         before = [_local_view(e) for q in range(r) for e in listens[q]]
@@ -309,6 +331,12 @@ def plan_nodes(args: argparse.Namespace) -> list[NodePlan]:
             dfenv.LOCAL_RANK: str(r),
             dfenv.LOCAL_NODES: str(n),
             dfenv.NODES: str(world),
+            dfenv.RANK: str(first + r),
+            # torchrun's names, for scripts that shard their data by rank
+            "RANK": str(first + r),
+            "WORLD_SIZE": str(world),
+            "LOCAL_RANK": str(r),
+            "LOCAL_WORLD_SIZE": str(n),
             "PYTHONUNBUFFERED": "1",
         }
         if args.namespace is not None:
@@ -346,8 +374,12 @@ def join_line(args: argparse.Namespace, plans: Sequence[NodePlan]) -> str | None
     parts = ["delta-fabric", "run", "--connect", ",".join(endpoints)]
     if args.namespace is not None:
         parts += ["--namespace", args.namespace]
-    if args.world_size is not None:
-        parts += ["--world-size", str(args.world_size)]
+    first = int(getattr(args, "first_rank", 0))
+    world = args.world_size if args.world_size is not None else first + len(plans)
+    nxt = first + len(plans)  # the next machine's ranks start after this one's
+    if args.world_size is not None and world > nxt:
+        parts += ["--world-size", str(world), "--nodes", str(world - nxt)]
+    parts += ["--first-rank", str(nxt)]
     if args.zenoh_config is not None:
         parts += ["--zenoh-config", args.zenoh_config]
     if args.no_python:
@@ -459,7 +491,12 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_python and not os.path.isfile(args.script):
         print(f"delta-fabric run: error: {args.script}: no such file", file=sys.stderr)
         return 2
-    command = [args.script] if args.no_python else [sys.executable, args.script]
+    # a Python script runs under delta_fabric.launched: a configuration error is one line, exit 2
+    command = (
+        [args.script]
+        if args.no_python
+        else [sys.executable, "-m", "delta_fabric.launched", args.script]
+    )
     command += list(args.script_args)
 
     say = sys.stderr

@@ -30,7 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from numpy.typing import NDArray
 
-from delta_fabric.errors import DeltaFabricError, ErrorCode
+from delta_fabric.errors import ConfigurationError, DeltaFabricError, ErrorCode
 from delta_fabric.snapshot import SnapshotSource
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "TransportClosedError",
     "TransportError",
     "TransportStats",
+    "ZenohConfigError",
     "check_node_id",
     "node_hex",
 ]
@@ -69,7 +70,7 @@ class TransportClosedError(TransportError):
     """The transport was used after :meth:`Transport.close`."""
 
 
-class DuplicateNodeError(TransportError):
+class DuplicateNodeError(TransportError, ConfigurationError):
     """Another live node of the namespace already uses this node id (DF-ZEN-7: ids are unique); seen
     through its liveliness token when the transport opened. ``node_id`` and ``namespace`` say which."""
 
@@ -80,6 +81,11 @@ class DuplicateNodeError(TransportError):
             f"node id {node_hex(node_id)} is already used by a live node of namespace {namespace!r}: "
             "give every node its own id (DELTA_FABRIC_NODE_ID, or leave it unset for a random one)"
         )
+
+
+class ZenohConfigError(TransportError, ConfigurationError):
+    """The Zenoh configuration (a ``--zenoh-config`` / ``DELTA_FABRIC_ZENOH_CONFIG`` file, or an
+    endpoint) cannot be loaded; the message names the file and Zenoh's reason, on one line."""
 
 
 class PeerTimeoutError(TransportError, TimeoutError):

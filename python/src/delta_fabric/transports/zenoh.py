@@ -76,6 +76,7 @@ from delta_fabric.transports.base import (
     TransportClosedError,
     TransportError,
     TransportStats,
+    ZenohConfigError,
     check_node_id,
     node_hex,
 )
@@ -492,8 +493,24 @@ class ZenohTransport:
         #: whether glibc's malloc thresholds are tuned for large packets (:func:`tune_malloc`)
         self.malloc_tuned = tune_malloc() if options.tune_malloc else False
         init_zenoh_log(capture=_leaves_loopback(options))
+        config: zenoh.Config | None = None
+        if session is None:
+            try:
+                config = options.build_config()
+            except Exception as exc:  # zenoh raises its own ZError for a file it cannot load
+                where = (
+                    f"Zenoh config {options.config_file}"
+                    if options.config_file is not None
+                    else "Zenoh config"
+                )
+                reason = " ".join(str(exc).split())
+                raise ZenohConfigError(f"{where}: {reason}") from None
         try:
-            self._session = session if session is not None else zenoh.open(options.build_config())
+            if session is not None:
+                self._session = session
+            else:
+                assert config is not None
+                self._session = zenoh.open(config)
         except Exception as exc:
             raise TransportError(
                 f"cannot open the Zenoh session: {exc}\n{diagnose(options, str(exc))}"
