@@ -734,13 +734,21 @@ class Fabric:
         return missing, all_done, tails
 
     def _finish_repair(self, tails: Mapping[int, tuple[int, int, int]]) -> None:
-        """Gap repair while finishing: the tracker's round, and requests for the last entries of a
-        finishing peer that never arrived (no later entry shows their gap to the tracker)."""
+        """Gap repair while finishing: the tracker's round, requests for the last entries of a
+        finishing peer that never arrived (no later entry shows their gap to the tracker), and this
+        node's answers to the requests it got."""
         if self.gaps is None:
             return
         out = self._repair_round()
+        if self.resend is not None:  # DF-RCV-164: answer requests between syncs too
+            with self._lock:
+                resent = self.resend.take()
+                if resent:
+                    out.extend(self.engine.pack(resent, []))
         for p, (inc, lo, hi) in sorted(tails.items()):
             seqs = tuple(range(lo, min(hi, lo + MAX_REQUEST_SEQS - 1) + 1))
+            self.gaps.counters.requests_sent += 1
+            self.gaps.counters.seqs_requested += len(seqs)
             out.append(
                 encode_request(
                     RepairRequest(

@@ -31,6 +31,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+from delta_fabric import config as _config
+from delta_fabric.config import outer_average
 
 __all__ = [
     "DEMO_DEFAULTS",
@@ -66,25 +68,11 @@ DEMO_DEFAULTS: dict[str, Any] = {
     "hold_residual": True,
 }
 
-#: The demo's outer step (issue 11 item 3, session 6): a node averages over
-#: `default_average_over` nodes, C up to ``OUTER_INTERVAL`` local steps between syncs (DF-GEN-70),
-#: more beyond (DF-GEN-300): an outer learning rate below 1, as DiLoCo's outer step. On label-skewed
-#: nodes a sync can swing the shared model (each node sends its own top-k); at long intervals a
-#: swing lasts a whole interval and fewer syncs are left to undo it, and a smaller step halves it.
-#: With an outer learning rate of 1 at interval 80, 7 of the grid's 24 runs fell below issue 11's
-#: bar; with ``OUTER_INTERVAL / interval`` (1/2) at every ratio, 1 did (3 nodes, 1 %, seed 0: 0.797
-#: at the end, it rises more slowly with the smaller step); with the milder step below
-#: ``OUTER_SPAN`` (session 6, h57), none: the grid 96/96 (docs/convergence-sweep.md section 0b).
-OUTER_INTERVAL = 40
-#: ``ratio * interval`` up to which a sync takes the milder outer step: a node's top-k at one sync is
-#: ``ratio`` of what it learned in ``interval`` steps, so the swing a sync can cause grows with both,
-#: while a smaller step slows most a run that carries little per sync. Fitted: at interval 80 the
-#: grid has 0.8 (ratio 1 %: a 3-node run fell below the bar with the outer step 1/2, a 5-node run
-#: with 1, every run passed with the milder step) and 1.6 (2 %: a run fell below with 1, none with
-#: 1/2; the milder step not measured); 1 lies between, no other value was measured.
-OUTER_SPAN = 1.0
-#: DF-PAR-70's upper bound of ``average_over``
-MAX_AVERAGE_OVER = 65536
+#: The outer step's rule is the library's (`delta_fabric.config.outer_average`, DF-GEN-300): see its
+#: docstring and docs/convergence-sweep.md section 0b for the measurements behind it.
+OUTER_INTERVAL = _config.OUTER_INTERVAL
+OUTER_SPAN = _config.OUTER_SPAN
+MAX_AVERAGE_OVER = _config.MAX_AVERAGE_OVER
 
 
 def default_average_over(nodes: int, interval: int, ratio: float) -> int:
@@ -97,15 +85,7 @@ def default_average_over(nodes: int, interval: int, ratio: float) -> int:
     - else half that damping, ``ceil(C * (OUTER_INTERVAL + interval) / (2 * OUTER_INTERVAL))``
       (``1 / rate`` midway between 1 and ``interval / OUTER_INTERVAL``: about 2/3 at 80).
     """
-    if nodes <= 1:
-        return 1
-    if interval <= OUTER_INTERVAL:
-        return min(nodes, MAX_AVERAGE_OVER)
-    if ratio * interval > OUTER_SPAN:
-        m = -(-nodes * interval // OUTER_INTERVAL)
-    else:
-        m = -(-nodes * (OUTER_INTERVAL + interval) // (2 * OUTER_INTERVAL))
-    return min(m, MAX_AVERAGE_OVER)
+    return outer_average(nodes, interval, ratio)
 
 
 @dataclass(frozen=True)
