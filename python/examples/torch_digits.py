@@ -30,7 +30,7 @@ from torch import nn
 
 
 def make_model() -> nn.Module:
-    torch.manual_seed(0)  # the same initial weights everywhere (the launcher also bootstraps)
+    torch.manual_seed(0)  # the same initial weights on every node
     return nn.Sequential(nn.Flatten(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
 
 

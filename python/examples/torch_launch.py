@@ -11,8 +11,8 @@ Alone (no variable set: one node with a random id, no peers):
     python python/examples/torch_launch.py
 
 Each node trains on its own data shard, waits for the ``DELTA_FABRIC_NODES - 1`` other nodes before it
-starts (the script's choice: the library never waits, DF-ZEN-16), and ends with a quiescent drain so
-that the nodes' weights agree (DF-NUM-1). ``--out DIR`` saves the final canonical weights as
+starts (the script's choice: the library never waits, DF-ZEN-16), and ends with ``fabric.finish()``,
+which leaves the same shared model on every node. ``--out DIR`` saves the final canonical weights as
 ``DIR/<node id>.npy``.
 """
 
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -59,10 +58,10 @@ def main() -> None:
     world = env.nodes() or 1
     torch.manual_seed(0)  # identical initial weights on every node
     model = MLP()
-    opt = torch.optim.SGD(model.parameters(), lr=0.2 / world)  # divided by the cluster size
+    opt = torch.optim.SGD(model.parameters(), lr=0.2)  # a single node's learning rate
 
-    # the script's defaults; DELTA_FABRIC_RATIO, DELTA_FABRIC_SYNC_INTERVAL... override them
-    with Fabric.from_env(TorchStore(model), SyncConfig(ratio=0.1, sync_interval=1)) as fabric:
+    # SyncConfig() is the recommended profile; DELTA_FABRIC_RATIO, ..._SYNC_INTERVAL... override it
+    with Fabric.from_env(TorchStore(model), SyncConfig()) as fabric:
         accepted: Counter[int] = Counter()  # entries accepted per origin (each is accepted once)
         fabric.on_accepted = lambda entries: accepted.update(e.origin for e in entries)
         x, y = shard(1000 + fabric.node_id % 1_000_000)
@@ -75,21 +74,8 @@ def main() -> None:
             loss.backward()
             opt.step()
             fabric.step()  # send my progress, apply everyone else's
-        for _ in range(3):  # quiescent drain (DF-NUM-1): sync rounds without local training
-            fabric.sync_now()
-        # wait until every peer's last entry arrived (every node sends as many entries as this one)
+        weights = fabric.finish(timeout=60.0)  # every node ends with the same shared model
         last_seq = fabric.engine.next_seq - 1
-        deadline = time.monotonic() + 60.0
-        while any(fabric.origin_progress().get(q, (0, 0))[1] < last_seq for q in peers):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"peers' last entries missing: {fabric.origin_progress()}")
-            fabric.transport.wait_for_packets(0.1)
-            fabric.poll()
-        linger = time.monotonic() + 1.0  # peers may still be taking our last packets
-        while time.monotonic() < linger:
-            fabric.transport.wait_for_packets(0.1)
-            fabric.poll()
-        weights = fabric.active_vector()
         node = f"{fabric.node_id:016x}"
         progress = {f"{q:016x}": seq for q, (_, seq) in sorted(fabric.origin_progress().items())}
         counts = {f"{q:016x}": n for q, n in sorted(accepted.items())}

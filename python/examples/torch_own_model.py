@@ -9,9 +9,9 @@ data shard and the nodes exchange sparse weight deltas over Zenoh. Run three nod
 
 Node ``i`` listens on ``tcp/127.0.0.1:<port + i - 1>`` and connects to the nodes before it (scouting
 off). The rules a user must know: every node starts from the same weights (same seed here, or pass
-``bootstrap="auto"`` to load a live peer's), node ids are unique, and the learning rate is divided by
-the cluster size (every node applies every other node's progress too). ``--out`` saves the final
-canonical weights (``fabric.active_vector()``) as ``.npy``.
+``bootstrap="auto"`` to load a live peer's) and node ids are unique. The learning rate is a single
+node's: ``SyncConfig()`` averages the nodes' progress. ``fabric.finish()`` ends the run with the same
+shared model on every node; ``--out`` saves it (canonical weights) as ``.npy``.
 
 ``torch_launch.py`` is the same script with its settings read from environment variables
 (``Fabric.from_env``), for ``delta-fabric run --nodes 3 python/examples/torch_launch.py``.
@@ -20,7 +20,6 @@ canonical weights (``fabric.active_vector()``) as ``.npy``.
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 import torch
@@ -56,7 +55,7 @@ def main() -> None:
     torch.manual_seed(0)  # identical initial weights on every node
     model = MLP()
     x, y = shard(args.node)
-    opt = torch.optim.SGD(model.parameters(), lr=0.2 / args.nodes)
+    opt = torch.optim.SGD(model.parameters(), lr=0.2)  # a single node's learning rate
     with torch.no_grad():
         first_loss = float(nn.functional.mse_loss(model(x), y))
 
@@ -72,10 +71,9 @@ def main() -> None:
         listen=[endpoint(args.port + args.node - 1)],
         connect=[endpoint(args.port + i - 1) for i in range(1, args.node)],
     )
-    config = SyncConfig(ratio=0.1, sync_interval=1)
     with (
         ZenohTransport(options) as transport,
-        Fabric(TorchStore(model), transport, config, node_id=args.node) as fabric,
+        Fabric(TorchStore(model), transport, SyncConfig(), node_id=args.node) as fabric,
     ):
         transport.wait_for_peers(args.nodes - 1, timeout=60.0)
         for _ in range(args.steps):
@@ -84,21 +82,7 @@ def main() -> None:
             loss.backward()
             opt.step()
             fabric.step()  # send my progress, apply everyone else's
-        for _ in range(3):  # quiescent drain (DF-NUM-1): sync rounds without local training
-            fabric.sync_now()
-        # wait until every peer's last entry arrived (every node sends as many entries as this one)
-        last_seq, peers = fabric.engine.next_seq - 1, set(range(1, args.nodes + 1)) - {args.node}
-        deadline = time.monotonic() + 60.0
-        while any(fabric.origin_progress().get(q, (0, 0))[1] < last_seq for q in peers):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"peers' last entries missing: {fabric.origin_progress()}")
-            transport.wait_for_packets(0.1)
-            fabric.poll()
-        linger = time.monotonic() + 1.0  # peers may still be taking our last packets
-        while time.monotonic() < linger:
-            transport.wait_for_packets(0.1)
-            fabric.poll()
-        weights = fabric.active_vector()
+        weights = fabric.finish(timeout=60.0)  # the shared model, the same on every node
     # -----------------------------------------------------------------------------------------
 
     with torch.no_grad():

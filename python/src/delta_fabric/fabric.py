@@ -329,9 +329,7 @@ class Fabric:
         ``_MEMBER_GRACE`` (DF-ZEN-150), ``DELTA_FABRIC_KEYS`` / ``_SECRET_KEY`` (a signed
         cluster, spec section 13.1), ``DELTA_FABRIC_BOOTSTRAP``, ``DELTA_FABRIC_REPAIR`` and
         ``DELTA_FABRIC_METRICS`` / ``_METRICS_INTERVAL`` unless given in ``kw``;
-        ``DELTA_FABRIC_NODES`` as ``world_size``. Under ``delta-fabric run`` every rank but 0 starts
-        from a live peer's snapshot, so that every node starts from rank 0's weights
-        (``DELTA_FABRIC_BOOTSTRAP`` overrides it). The fabric owns the
+        ``DELTA_FABRIC_NODES`` as ``world_size``. The fabric owns the
         transport (closed with it). A bad variable raises `delta_fabric.env.EnvError`; an id already
         live in the namespace `delta_fabric.transports.DuplicateNodeError`. Does not wait for peers
         (DF-ZEN-16): call ``fabric.transport.wait_for_peers(...)`` when the program wants to.
@@ -348,8 +346,6 @@ class Fabric:
         cfg = SyncConfig.from_env(env, **defaults)
         if "bootstrap" not in kw:
             kw["bootstrap"] = _env.bootstrap(env)
-            if _env.rank(env):  # rank 0 may still be starting: wait for it longer
-                kw.setdefault("bootstrap_timeout", 120.0)
         if "world_size" not in kw:
             kw["world_size"] = _env.nodes(env)
         if "repair" not in kw:
