@@ -202,7 +202,7 @@ def main() -> int:
     models = [make_model(args.width, args.seed) for _ in range(NODES)]
     params = sum(p.numel() for p in models[0].parameters())
     fabrics = [
-        Fabric(TorchStore(m, False), t, cfg, node_id=i + 1)
+        Fabric.v1_0(TorchStore(m, False), t, cfg, node_id=i + 1)
         for i, (m, t) in enumerate(zip(models, ts, strict=True))
     ]
     timers: dict[str, list[Timed]] = {"receive": [], "generate": [], "pack": []}

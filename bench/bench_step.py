@@ -107,7 +107,7 @@ def bench_idle(sizes: list[int]) -> list[dict[str, Any]]:
     for n in sizes:
         module = make_module(n)
         hub = MemoryHub()
-        fab = Fabric(
+        fab = Fabric.v1_0(
             TorchStore(module), hub.transport(1), SyncConfig.v1_0(sync_interval=NEVER), node_id=1
         )
         hub.transport(2)
@@ -123,7 +123,7 @@ def bench_apply(n: int, ks: list[int]) -> list[dict[str, Any]]:
     print(f"\n2) apply k incoming entries at N = {n:,} (drain + receive + in-place apply + relay)")
     module = make_module(n)
     hub = MemoryHub()
-    fab = Fabric(
+    fab = Fabric.v1_0(
         TorchStore(module), hub.transport(1), SyncConfig.v1_0(sync_interval=NEVER), node_id=1
     )
     peer = hub.transport(2)
@@ -174,7 +174,9 @@ def bench_apply(n: int, ks: list[int]) -> list[dict[str, Any]]:
 def bench_sync(n: int) -> dict[str, Any]:
     module = make_module(n)
     hub = MemoryHub()
-    fab = Fabric(TorchStore(module), hub.transport(1), SyncConfig.v1_0(sync_interval=1), node_id=1)
+    fab = Fabric.v1_0(
+        TorchStore(module), hub.transport(1), SyncConfig.v1_0(sync_interval=1), node_id=1
+    )
     hub.transport(2)
     gen = torch.Generator().manual_seed(0)
     params = list(module.parameters())

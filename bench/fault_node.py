@@ -134,7 +134,7 @@ def main(argv: list[str]) -> int:
     # the first nodes start together: nothing is published before all listen; a joiner sees every
     # source (members and a stranger) before it chooses among them
     transport.wait_for_peers(len(c["peers"]), 60.0, expected=list(c["peers"]))
-    fabric = Fabric(
+    fabric = Fabric.v1_0(
         store,
         transport,
         cfg,

@@ -66,7 +66,7 @@ CI_CELLS = [
 ]
 #: (nodes, ratio, interval): grid cells whose shared model fell below the bar with the residual in
 #: the working weights (docs/convergence-sweep.md, session 4: 3 nodes 1 % every 40 ended at 0.711),
-#: run by ``ci`` with every node holding its residual aside (`Fabric(hold_residual=True)`, 0.975,
+#: run by ``ci`` with every node holding its residual aside (`Fabric.v1_0(hold_residual=True)`, 0.975,
 #: whatever ``--hold-residual`` says for the other cells)
 CI_HELD_CELLS = [(3, 0.01, 40)]
 #: our settings per budget of wire compression, 3 and 5 nodes (ratio, interval): the demo's 10 % at
@@ -565,7 +565,7 @@ def main(argv: list[str] | None = None) -> int:
         "--hold-residual",
         action=argparse.BooleanOptionalAction,
         default=DEFAULTS["hold_residual"],
-        help="every node holds its unsent residual aside (Fabric(hold_residual=...), DF-GEN-240)",
+        help="every node holds its unsent residual aside (Fabric.v1_0(hold_residual=...), DF-GEN-240)",
     )
     args = p.parse_args(argv)
     if args.part == "table":

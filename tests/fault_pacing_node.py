@@ -42,7 +42,7 @@ def main() -> None:
     store = NumpyStore({"w": w})
     transport = ZenohTransport(options)
     cfg = SyncConfig.v1_0(ratio=0.25, sync_interval=1)
-    fabric = Fabric(
+    fabric = Fabric.v1_0(
         store,
         transport,
         cfg,

@@ -25,7 +25,7 @@ def arrays(seed: int = 0, dtype: type = np.float32) -> dict[str, NDArray[np.floa
 def test_manifest_canonical_order() -> None:
     # REQ: DF-MAN-2
     hub = MemoryHub()
-    fab = Fabric(NumpyStore(arrays()), hub.transport(1), CFG, node_id=1, incarnation=1)
+    fab = Fabric.v1_0(NumpyStore(arrays()), hub.transport(1), CFG, node_id=1, incarnation=1)
     assert fab.manifest.names == ("emb", "layer.bias", "layer.weight")
     assert fab.num_params == 8 + 3 + 12
 
@@ -33,11 +33,11 @@ def test_manifest_canonical_order() -> None:
 def test_rejects_bad_arrays() -> None:
     hub = MemoryHub()
     with pytest.raises(TypeError):
-        Fabric(NumpyStore({"a": np.arange(3)}), hub.transport(1), CFG, node_id=1)
+        Fabric.v1_0(NumpyStore({"a": np.arange(3)}), hub.transport(1), CFG, node_id=1)
     ro = np.zeros(3, dtype=np.float32)
     ro.flags.writeable = False
     with pytest.raises(ValueError):
-        Fabric(NumpyStore({"a": ro}), hub.transport(2), CFG, node_id=2)
+        Fabric.v1_0(NumpyStore({"a": ro}), hub.transport(2), CFG, node_id=2)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -45,9 +45,9 @@ def test_apply_in_place_only_affected(dtype: type) -> None:
     # REQ: DF-RCV-7
     hub = MemoryHub()
     a_arr, b_arr = arrays(0, dtype), arrays(0, dtype)
-    a = Fabric(NumpyStore(a_arr), hub.transport(1), CFG, node_id=1, incarnation=1)
+    a = Fabric.v1_0(NumpyStore(a_arr), hub.transport(1), CFG, node_id=1, incarnation=1)
     b_store = NumpyStore(b_arr)
-    b = Fabric(b_store, hub.transport(2), CFG, node_id=2, incarnation=1)
+    b = Fabric.v1_0(b_store, hub.transport(2), CFG, node_id=2, incarnation=1)
     ids = {k: id(v) for k, v in b_arr.items()}
     copies = {k: v.copy() for k, v in b_arr.items()}
     a_arr["layer.weight"][2, 1] += 0.5
@@ -68,8 +68,8 @@ def test_non_contiguous_array() -> None:
     base = np.zeros((4, 3), dtype=np.float32)
     view = base.T  # (3, 4), Fortran order
     a_arr = {"w": np.zeros((3, 4), dtype=np.float32)}
-    a = Fabric(NumpyStore(a_arr), hub.transport(1), CFG, node_id=1, incarnation=1)
-    b = Fabric(NumpyStore({"w": view}), hub.transport(2), CFG, node_id=2, incarnation=1)
+    a = Fabric.v1_0(NumpyStore(a_arr), hub.transport(1), CFG, node_id=1, incarnation=1)
+    b = Fabric.v1_0(NumpyStore({"w": view}), hub.transport(2), CFG, node_id=2, incarnation=1)
     a_arr["w"][1, 3] = 1.25
     a.sync_now()
     b.step()
@@ -79,7 +79,7 @@ def test_non_contiguous_array() -> None:
 
 def test_idle_step_is_constant_work(monkeypatch: pytest.MonkeyPatch) -> None:
     hub = MemoryHub()
-    fab = Fabric(NumpyStore(arrays()), hub.transport(1), CFG, node_id=1, incarnation=1)
+    fab = Fabric.v1_0(NumpyStore(arrays()), hub.transport(1), CFG, node_id=1, incarnation=1)
 
     def boom(*_a: object, **_k: object) -> None:
         raise AssertionError("O(N) work on an idle step")
@@ -93,7 +93,7 @@ def test_idle_step_is_constant_work(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_join_from_snapshot() -> None:
     hub = MemoryHub()
     a_arr = arrays(0)
-    a = Fabric(NumpyStore(a_arr), hub.transport(1), CFG, node_id=1, incarnation=3)
+    a = Fabric.v1_0(NumpyStore(a_arr), hub.transport(1), CFG, node_id=1, incarnation=3)
     a_arr["layer.bias"] += 1.0
     a.sync_now()
     b_arr = arrays(5, np.float64)

@@ -75,7 +75,7 @@ def test_fabric_over_torch_store_with_buffers_uses_the_flat_layout() -> None:
     # REQ: DF-MAN-3
     hub = MemoryHub()
     net = make_net()
-    fab = Fabric(
+    fab = Fabric.v1_0(
         TorchStore(net, include_buffers=True),
         hub.transport(1),
         SyncConfig.v1_0(include_buffers=True),
@@ -109,9 +109,9 @@ def test_sparse_apply_in_place_touches_only_received_elements() -> None:
     # REQ: DF-RCV-7
     hub = MemoryHub()
     a_net, b_net = make_net(), make_net()
-    a = Fabric(TorchStore(a_net), hub.transport(1), CFG, node_id=1, incarnation=1)
+    a = Fabric.v1_0(TorchStore(a_net), hub.transport(1), CFG, node_id=1, incarnation=1)
     b_store = TorchStore(b_net)
-    b = Fabric(b_store, hub.transport(2), CFG, node_id=2, incarnation=1)
+    b = Fabric.v1_0(b_store, hub.transport(2), CFG, node_id=2, incarnation=1)
     ptrs = {n: t.data_ptr() for n, t in b_store.tensors.items()}
     objs = {n: id(t) for n, t in b_store.tensors.items()}
     before = flat(b)
@@ -149,8 +149,8 @@ def test_hops_and_origin_progress_always_tracked_without_a_second_decode() -> No
     assert not hasattr(fabric_mod, "decode_packet")
     hub = MemoryHub()
     a_net = make_net()
-    a = Fabric(TorchStore(a_net), hub.transport(1), CFG, node_id=1, incarnation=1)
-    b = Fabric(TorchStore(make_net()), hub.transport(2), CFG, node_id=2, incarnation=1)
+    a = Fabric.v1_0(TorchStore(a_net), hub.transport(1), CFG, node_id=1, incarnation=1)
+    b = Fabric.v1_0(TorchStore(make_net()), hub.transport(2), CFG, node_id=2, incarnation=1)
     with torch.no_grad():
         a_net.fc2.bias.add_(1.0)
     a.sync_now()
@@ -164,7 +164,7 @@ def test_idle_step_is_constant_work(monkeypatch: pytest.MonkeyPatch) -> None:
     """A step without sync and without traffic gathers nothing, receives nothing, copies nothing."""
     hub = MemoryHub()
     net = make_net()
-    fab = Fabric(
+    fab = Fabric.v1_0(
         TorchStore(net),
         hub.transport(1),
         SyncConfig.v1_0(sync_interval=10),
@@ -191,7 +191,7 @@ def test_sync_step_gathers_once_and_publishes() -> None:
     hub = MemoryHub()
     net = make_net()
     store = TorchStore(net)
-    fab = Fabric(
+    fab = Fabric.v1_0(
         store,
         hub.transport(1),
         SyncConfig.v1_0(sync_interval=3, ratio=0.05),
@@ -235,7 +235,7 @@ def test_ring_relay_alpha_one_every_node_applies_each_delta_once() -> None:
     TAPS.clear()
     TAPS.update({i: hub.transport(100 + i, neighbours=[i]) for i in ids})
     fabs = {
-        i: Fabric(
+        i: Fabric.v1_0(
             TorchStore(nets[i]),
             hub.transport(i, neighbours=ring[i]),
             CFG,
@@ -272,7 +272,7 @@ def test_bootstrap_join_loads_snapshot_and_new_incarnation_is_accepted() -> None
     # REQ: DF-RCV-4
     hub = MemoryHub()
     a_net = make_net(0)
-    a = Fabric(TorchStore(a_net), hub.transport(1), CFG, node_id=1, incarnation=5)
+    a = Fabric.v1_0(TorchStore(a_net), hub.transport(1), CFG, node_id=1, incarnation=5)
     with torch.no_grad():
         for p in a_net.parameters():
             p.mul_(1.5)
@@ -295,7 +295,7 @@ def test_bootstrap_join_loads_snapshot_and_new_incarnation_is_accepted() -> None
 def test_bootstrap_required_without_peer_fails_and_auto_falls_back() -> None:
     hub = MemoryHub()
     with pytest.raises(SnapshotUnavailable):
-        Fabric(
+        Fabric.v1_0(
             TorchStore(make_net()),
             hub.transport(1),
             CFG,
@@ -305,7 +305,7 @@ def test_bootstrap_required_without_peer_fails_and_auto_falls_back() -> None:
         )
     net = make_net(3)
     before = {k: v.clone() for k, v in net.state_dict().items()}
-    fab = Fabric(
+    fab = Fabric.v1_0(
         TorchStore(net), hub.transport(2), CFG, node_id=2, bootstrap="auto", bootstrap_timeout=0.2
     )
     assert not fab.bootstrapped
@@ -316,10 +316,10 @@ def test_bootstrap_required_without_peer_fails_and_auto_falls_back() -> None:
 def test_restart_same_node_id_deltas_accepted_at_once() -> None:
     # REQ: DF-RCV-4
     hub = MemoryHub()
-    a = Fabric(TorchStore(make_net()), hub.transport(1), CFG, node_id=1, incarnation=10)
+    a = Fabric.v1_0(TorchStore(make_net()), hub.transport(1), CFG, node_id=1, incarnation=10)
     b_net = make_net()
     tb = hub.transport(2)
-    b = Fabric(TorchStore(b_net), tb, CFG, node_id=2, incarnation=10)
+    b = Fabric.v1_0(TorchStore(b_net), tb, CFG, node_id=2, incarnation=10)
     for _ in range(3):  # b sends seqs 1..3
         with torch.no_grad():
             b_net.fc2.bias.add_(0.1)
@@ -345,8 +345,8 @@ def test_non_contiguous_parameter_is_updated_correctly() -> None:
         b_net.fc1.weight.detach().t().contiguous().t()
     )  # strides (1, 8)
     assert not b_net.fc1.weight.is_contiguous()
-    a = Fabric(TorchStore(a_net), hub.transport(1), CFG, node_id=1, incarnation=1)
-    b = Fabric(TorchStore(b_net), hub.transport(2), CFG, node_id=2, incarnation=1)
+    a = Fabric.v1_0(TorchStore(a_net), hub.transport(1), CFG, node_id=1, incarnation=1)
+    b = Fabric.v1_0(TorchStore(b_net), hub.transport(2), CFG, node_id=2, incarnation=1)
     with torch.no_grad():
         a_net.fc1.weight[5, 33] += 3.0
     a.sync_now()
@@ -358,8 +358,8 @@ def test_non_contiguous_parameter_is_updated_correctly() -> None:
 def test_double_precision_module() -> None:
     hub = MemoryHub()
     a_net, b_net = make_net().double(), make_net().double()
-    a = Fabric(TorchStore(a_net), hub.transport(1), CFG, node_id=1, incarnation=1)
-    b = Fabric(TorchStore(b_net), hub.transport(2), CFG, node_id=2, incarnation=1)
+    a = Fabric.v1_0(TorchStore(a_net), hub.transport(1), CFG, node_id=1, incarnation=1)
+    b = Fabric.v1_0(TorchStore(b_net), hub.transport(2), CFG, node_id=2, incarnation=1)
     with torch.no_grad():
         a_net.fc1.bias[0] += 0.5
     a.sync_now()
@@ -375,8 +375,8 @@ def test_cuda_module_same_code_path() -> None:
     hub = MemoryHub()
     dev = torch.device("cuda")
     a_net, b_net = make_net().to(dev), make_net().to(dev)
-    a = Fabric(TorchStore(a_net), hub.transport(1), CFG, node_id=1, incarnation=1)
-    b = Fabric(TorchStore(b_net), hub.transport(2), CFG, node_id=2, incarnation=1)
+    a = Fabric.v1_0(TorchStore(a_net), hub.transport(1), CFG, node_id=1, incarnation=1)
+    b = Fabric.v1_0(TorchStore(b_net), hub.transport(2), CFG, node_id=2, incarnation=1)
     ptr = b_net.fc1.weight.data_ptr()
     before = flat(b)
     with torch.no_grad():
@@ -439,7 +439,7 @@ def test_torch_store_sparse_gather_and_apply_match_the_dense_vector() -> None:
     with pytest.raises(StoreError):
         store.apply(idx[::-1].copy(), vals)
     np.testing.assert_array_equal(store.gather(), got)
-    fab = Fabric(store, MemoryHub().transport(1), CFG, node_id=1)
+    fab = Fabric.v1_0(store, MemoryHub().transport(1), CFG, node_id=1)
     assert fab.framework == "torch" and fab.num_params == n
 
 
@@ -499,7 +499,7 @@ def test_torch_store_gather_parts_are_the_canonical_vector_without_a_copy(
     hubs = [MemoryHub(), MemoryHub()]
     nets = [make_net(4), make_net(4)]
     fabs = [
-        Fabric(TorchStore(n), h.transport(1), CFG, node_id=1, incarnation=1)
+        Fabric.v1_0(TorchStore(n), h.transport(1), CFG, node_id=1, incarnation=1)
         for n, h in zip(nets, hubs, strict=True)
     ]
     taps = [h.transport(2) for h in hubs]

@@ -106,8 +106,8 @@ def test_two_node_exchange_torch(ns: str, stack: ExitStack) -> None:
     net_a = torch.nn.Linear(5, 3)
     net_b = torch.nn.Linear(5, 3)
     net_b.load_state_dict(net_a.state_dict())
-    a = Fabric(TorchStore(net_a), ta, CFG, node_id=0xA1)
-    b = Fabric(TorchStore(net_b), tb, CFG, node_id=0xB2)
+    a = Fabric.v1_0(TorchStore(net_a), ta, CFG, node_id=0xA1)
+    b = Fabric.v1_0(TorchStore(net_b), tb, CFG, node_id=0xB2)
     with torch.no_grad():
         net_a.weight[1, 2] += 0.5
         net_b.bias[0] -= 0.25
@@ -137,7 +137,7 @@ def test_directed_ring_relay_reaches_far_node_and_origin_drops_it(
     for t in ts:
         t.wait_for_peers(2, WAIT)
     arrays = [params(0) for _ in range(3)]
-    fabs = [Fabric(NumpyStore(arrays[i]), ts[i], CFG, node_id=ids[i]) for i in range(3)]
+    fabs = [Fabric.v1_0(NumpyStore(arrays[i]), ts[i], CFG, node_id=ids[i]) for i in range(3)]
     time.sleep(0.2)  # let the subscriptions propagate
     arrays[0]["fc.bias"][2] += 1.0
     fabs[0].sync_now()
@@ -172,7 +172,7 @@ CHILD = textwrap.dedent(
                                     connect=connect))
     rng = np.random.default_rng(node)
     arrays = {"fc.weight": np.zeros((4, 6), np.float32), "fc.bias": np.zeros(4, np.float32)}
-    fab = Fabric(NumpyStore(arrays), t, SyncConfig.v1_0(ratio=0.25, sync_interval=5), node_id=node)
+    fab = Fabric.v1_0(NumpyStore(arrays), t, SyncConfig.v1_0(ratio=0.25, sync_interval=5), node_id=node)
     t.wait_for_peers(2, 10.0)
     print("ready", flush=True)
     while True:
@@ -201,8 +201,8 @@ def test_node_killed_mid_run_others_keep_stepping(ns: str, stack: ExitStack) -> 
     assert child.stdout.readline().strip() == "ready"
     arr_a = {k: np.zeros_like(v) for k, v in params().items()}
     arr_b = {k: np.zeros_like(v) for k, v in params().items()}
-    a = Fabric(NumpyStore(arr_a), ta, CFG, node_id=ids[0])
-    b = Fabric(NumpyStore(arr_b), tb, CFG, node_id=ids[1])
+    a = Fabric.v1_0(NumpyStore(arr_a), ta, CFG, node_id=ids[0])
+    b = Fabric.v1_0(NumpyStore(arr_b), tb, CFG, node_id=ids[1])
     rng = np.random.default_rng(1)
 
     def train_step(f: Fabric, arr: dict[str, np.ndarray]) -> float:
@@ -242,8 +242,8 @@ def test_restarted_node_bootstraps_and_new_incarnation_is_accepted(
     tb = transport(stack, ns, 0xBB, pb, connect=[pa])
     ta.wait_for_peers(1, WAIT)
     arr_a, arr_b = params(0), params(0)
-    a = Fabric(NumpyStore(arr_a), ta, CFG, node_id=0xAA)
-    b = Fabric(NumpyStore(arr_b), tb, CFG, node_id=0xBB)
+    a = Fabric.v1_0(NumpyStore(arr_a), ta, CFG, node_id=0xAA)
+    b = Fabric.v1_0(NumpyStore(arr_b), tb, CFG, node_id=0xBB)
     for k in range(3):  # b sends seqs 1..3 of its first incarnation
         arr_b["fc.weight"][k, k] += 0.5
         b.sync_now()
@@ -281,7 +281,7 @@ def test_invalid_packets_rejected_counted_and_move_no_weight(ns: str, stack: Exi
     ta.wait_for_peers(1, WAIT)
     attacker.wait_for_peers(1, WAIT)
     arr = params(0)
-    a = Fabric(NumpyStore(arr), ta, CFG, node_id=0xAA)
+    a = Fabric.v1_0(NumpyStore(arr), ta, CFG, node_id=0xAA)
     before = a.active_vector()
     anchor_before = a.engine.anchor.copy()
     fp = a.manifest.fingerprint

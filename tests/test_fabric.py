@@ -78,7 +78,7 @@ def test_stores_implement_the_protocols() -> None:
     assert isinstance(ns, WeightStore) and not isinstance(ns, FunctionalStore)
     assert RootFabric is Fabric
     with pytest.raises(TypeError, match="WeightStore"):
-        Fabric(object(), MemoryHub().transport(1), node_id=1)  # type: ignore[arg-type]
+        Fabric.v1_0(object(), MemoryHub().transport(1), node_id=1)  # type: ignore[arg-type]
 
 
 def test_functional_store_update_returns_the_new_state() -> None:
@@ -86,9 +86,9 @@ def test_functional_store_update_returns_the_new_state() -> None:
     hub = MemoryHub()
     k0 = np.arange(6, dtype=np.float32).reshape(3, 2)  # [in=3, out=2]
     b0 = np.zeros(2, dtype=np.float32)
-    a = Fabric(NumpyStore({"fc.weight": k0.T.copy(), "fc.bias": b0.copy()}), hub.transport(1),
+    a = Fabric.v1_0(NumpyStore({"fc.weight": k0.T.copy(), "fc.bias": b0.copy()}), hub.transport(1),
                CFG, node_id=1, incarnation=1)  # fmt: skip
-    fb = Fabric(TupleStore((frozen(k0), frozen(b0))), hub.transport(2), CFG, node_id=2)
+    fb = Fabric.v1_0(TupleStore((frozen(k0), frozen(b0))), hub.transport(2), CFG, node_id=2)
     assert fb.fingerprint == a.fingerprint  # same canonical manifest from a transposed layout
     store_a = a.store
     assert isinstance(store_a, NumpyStore)
@@ -106,7 +106,9 @@ def test_functional_store_update_returns_the_new_state() -> None:
 
 
 def test_update_needs_a_functional_store() -> None:
-    fab = Fabric(NumpyStore({"w": np.zeros(2, np.float32)}), MemoryHub().transport(1), node_id=1)
+    fab = Fabric.v1_0(
+        NumpyStore({"w": np.zeros(2, np.float32)}), MemoryHub().transport(1), node_id=1
+    )
     with pytest.raises(TypeError, match="FunctionalStore"):
         fab.update({})
     assert fab.steps == 0
@@ -115,7 +117,7 @@ def test_update_needs_a_functional_store() -> None:
 def test_context_manager_and_closed_fabric_raises_typed_error() -> None:
     hub = MemoryHub()
     t = hub.transport(1)
-    with Fabric(NumpyStore({"w": np.zeros(2, np.float32)}), t, node_id=1) as fab:
+    with Fabric.v1_0(NumpyStore({"w": np.zeros(2, np.float32)}), t, node_id=1) as fab:
         fab.step()
     assert fab.closed
     for call in (fab.step, fab.poll, fab.sync_now):
@@ -124,7 +126,7 @@ def test_context_manager_and_closed_fabric_raises_typed_error() -> None:
         assert isinstance(info.value, DeltaFabricError)
     assert fab.steps == 1
     t.publish(b"x")  # still open
-    with Fabric(NumpyStore({"w": np.zeros(2, np.float32)}), t, node_id=1, own_transport=True):
+    with Fabric.v1_0(NumpyStore({"w": np.zeros(2, np.float32)}), t, node_id=1, own_transport=True):
         pass
     with pytest.raises(DeltaFabricError):
         t.publish(b"x")  # closed with the fabric that owns it
@@ -150,8 +152,8 @@ def test_on_accepted_and_origin_progress() -> None:
         seen.extend(entries)
 
     wa = np.zeros(4, np.float32)
-    a = Fabric(NumpyStore({"w": wa}), hub.transport(1), CFG, node_id=1, incarnation=9)
-    b = Fabric(
+    a = Fabric.v1_0(NumpyStore({"w": wa}), hub.transport(1), CFG, node_id=1, incarnation=9)
+    b = Fabric.v1_0(
         NumpyStore({"w": np.zeros(4, np.float32)}),
         hub.transport(2),
         CFG,
@@ -212,14 +214,14 @@ def test_bad_node_id_is_refused_before_anything_happens(bad: Any) -> None:
     hub = MemoryHub()
     t = hub.transport(5)
     with pytest.raises((TypeError, ValueError)):
-        Fabric(NumpyStore({"w": np.zeros(2, np.float32)}), t, node_id=bad)
+        Fabric.v1_0(NumpyStore({"w": np.zeros(2, np.float32)}), t, node_id=bad)
     assert t.stats.published_packets == 0
 
 
 def test_failed_start_changes_nothing_and_closes_an_owned_transport() -> None:
     hub = MemoryHub()
     wa = np.arange(3, dtype=np.float32)
-    Fabric(NumpyStore({"w": wa}), hub.transport(1), CFG, node_id=1)
+    Fabric.v1_0(NumpyStore({"w": wa}), hub.transport(1), CFG, node_id=1)
     wb = np.full(3, 7.0, dtype=np.float32)
     tb = hub.transport(2)
     with pytest.raises(ValueError, match="incarnation"):  # checked before the snapshot is loaded
@@ -238,7 +240,7 @@ def test_info_lists_the_encodings_the_node_receives() -> None:
     from delta_fabric.encodings import CODECS
 
     hub = MemoryHub()
-    with Fabric(
+    with Fabric.v1_0(
         NumpyStore({"w": np.zeros(8, np.float32)}),
         hub.transport(0x41),
         SyncConfig.v1_0(),

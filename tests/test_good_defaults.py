@@ -232,7 +232,8 @@ def test_finish_repairs_a_lost_last_packet() -> None:
         return [packet]
 
     hub = MemoryHub(intercept=intercept)
-    a, b = (Fabric(_store(128), hub.transport(i), node_id=i) for i in (1, 2))
+    # stepped in turn in one thread: no pacing (it would wait for the other node's round)
+    a, b = (Fabric(_store(128), hub.transport(i), node_id=i, max_lead=None) for i in (1, 2))
     try:
         rng = np.random.default_rng(5)
         for _ in range(40):
@@ -363,3 +364,51 @@ def test_label_skewed_digits_with_the_defaults_reach_the_demo_bar() -> None:
     finally:
         for f in fabs:
             f.close(close_transport=True)
+
+
+def test_v1_0_node_and_the_pacing_option() -> None:
+    hub = MemoryHub()
+    f = Fabric.v1_0(_store(), hub.transport(1), node_id=1)
+    try:
+        assert f.config == SyncConfig.v1_0()
+        assert (f.hold_residual, f.gaps, f.resend, f.max_lead) == (False, None, None, None)
+        g = Fabric(_store(), hub.transport(2), node_id=2)
+        assert g.max_lead == 0 and g.config == SyncConfig()
+        g.close(close_transport=True)
+        for i, bad in enumerate((-1, True, 0.5)):
+            with pytest.raises(ValueError, match="max_lead"):
+                Fabric(_store(), hub.transport(10 + i), node_id=10 + i, max_lead=bad)  # type: ignore[arg-type]
+    finally:
+        f.close(close_transport=True)
+
+
+def test_a_sync_step_waits_for_a_live_peer_round() -> None:
+    """max_lead 0: a node that syncs waits (receiving) until every live peer has sent the same
+    round; a peer that does not move for peer_deadline seconds no longer holds it back."""
+    hub = MemoryHub()
+    a = Fabric(_store(32, 1), hub.transport(1), SyncConfig(sync_interval=1), node_id=1)
+    b = Fabric(
+        _store(32, 2), hub.transport(2), SyncConfig(sync_interval=1), node_id=2, peer_deadline=0.2
+    )
+    try:
+        released = threading.Event()
+
+        def run_a() -> None:
+            a.store.arrays["w"][:] += 1.0  # type: ignore[attr-defined]
+            a.step()  # waits for b's first round
+            released.set()
+
+        t = threading.Thread(target=run_a)
+        t.start()
+        assert not released.wait(0.3)  # still waiting: b has sent nothing
+        b.store.arrays["w"][:] -= 1.0  # type: ignore[attr-defined]
+        b.step()  # b's round 1 (b waits for a, which has sent round 1 already)
+        t.join(timeout=30)
+        assert released.is_set()
+        assert a.origin_progress()[2][1] == 1
+        # a peer that stalls stops holding the others back after its deadline
+        b.store.arrays["w"][:] += 1.0  # type: ignore[attr-defined]
+        b.step()  # a has not moved: b waits at most peer_deadline (0.2 s) beyond a's last move
+    finally:
+        a.close(close_transport=True)
+        b.close(close_transport=True)

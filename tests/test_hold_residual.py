@@ -1,4 +1,4 @@
-"""`Fabric(hold_residual=True)` (spec section 5.11, DF-GEN-240..244): the unsent residual is held in a
+"""`Fabric.v1_0(hold_residual=True)` (spec section 5.11, DF-GEN-240..244): the unsent residual is held in a
 buffer of the node's own, the working weights restart from the anchor after every generation, the
 residual is folded back just before the next one, and incoming entries move the anchor and the working
 weights, never the residual. The same arithmetic is pinned in Rust
@@ -41,9 +41,9 @@ class StatsStore(NumpyStore):
 
 def pair(average_over: int = 1) -> tuple[Fabric, Fabric, MemoryHub]:
     hub = MemoryHub()
-    a = Fabric(NumpyStore({"w": np.zeros(8, np.float32)}), hub.transport(1), cfg(average_over),
+    a = Fabric.v1_0(NumpyStore({"w": np.zeros(8, np.float32)}), hub.transport(1), cfg(average_over),
                node_id=1, incarnation=1, hold_residual=True)  # fmt: skip
-    b = Fabric(NumpyStore({"w": np.zeros(8, np.float32)}), hub.transport(2), cfg(average_over),
+    b = Fabric.v1_0(NumpyStore({"w": np.zeros(8, np.float32)}), hub.transport(2), cfg(average_over),
                node_id=2, incarnation=1)  # fmt: skip
     return a, b, hub
 
@@ -112,7 +112,7 @@ def test_running_statistics_keep_their_residual_in_the_working_weights() -> None
         {"bn.running_var": np.zeros(4, np.float32), "w": np.zeros(4, np.float32)},
         ("bn.running_var",),
     )
-    a = Fabric(store, hub.transport(1), cfg(), node_id=1, hold_residual=True)
+    a = Fabric.v1_0(store, hub.transport(1), cfg(), node_id=1, hold_residual=True)
     # canonical order: bn.running_var (0..3), w (4..7)
     store.arrays["bn.running_var"][:] = f32(1, 0.5, 0, 0)
     store.arrays["w"][:] = f32(4, 0.25, 0, -3)
@@ -131,13 +131,13 @@ def test_a_store_naming_an_unknown_tensor_is_refused_at_start() -> None:
     # REQ: DF-GEN-244
     store = StatsStore({"w": np.zeros(4, np.float32)}, ("bn.running_var",))
     with pytest.raises(StoreError, match="running_stats"):
-        Fabric(store, MemoryHub().transport(1), cfg(), node_id=1, hold_residual=True)
-    Fabric(store, MemoryHub().transport(1), cfg(), node_id=1)  # only read with the option
+        Fabric.v1_0(store, MemoryHub().transport(1), cfg(), node_id=1, hold_residual=True)
+    Fabric.v1_0(store, MemoryHub().transport(1), cfg(), node_id=1)  # only read with the option
 
 
 def test_option_off_keeps_the_residual_in_the_working_weights() -> None:
     hub = MemoryHub()
-    a = Fabric(NumpyStore({"w": np.zeros(8, np.float32)}), hub.transport(1), cfg(), node_id=1)
+    a = Fabric.v1_0(NumpyStore({"w": np.zeros(8, np.float32)}), hub.transport(1), cfg(), node_id=1)
     a.store.arrays["w"][:] = f32(4, -3, 2, 1, 0.5, 0, 0, 0)  # type: ignore[attr-defined]
     a.sync_now()
     np.testing.assert_array_equal(a.residual, np.zeros(8, np.float32))

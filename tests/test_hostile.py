@@ -48,7 +48,7 @@ def _run(
     targets = {n: rng.normal(size=N).astype(np.float32) for n in NODES}
     weights = {n: np.zeros(N, np.float32) for n in NODES}
     fabs = [
-        Fabric(
+        Fabric.v1_0(
             NumpyStore({"w": weights[n]}),
             hub.transport(n),
             CFG,

@@ -99,7 +99,7 @@ def _run(ahead: int, restart: bool) -> tuple[list[int], dict[str, int], int]:
 
     def fabric(n: int) -> Fabric:
         # incarnation: the default, microseconds since the epoch at start (DF-RCV-11)
-        return Fabric(
+        return Fabric.v1_0(
             NumpyStore({"w": weights[n]}),
             hub.transport(n),
             cfg,
@@ -286,7 +286,7 @@ def _run_live(grace: int) -> tuple[list[int], dict[str, int], int]:
     def fabric(n: int) -> Fabric:
         store = NumpyStore({"w": weights[n]})
         t = hub.transport(n)
-        return Fabric(store, t, cfg, node_id=n, members=[1, 2, 3], own_transport=True)
+        return Fabric.v1_0(store, t, cfg, node_id=n, members=[1, 2, 3], own_transport=True)
 
     fabs = {n: fabric(n) for n in (1, 2, 3)}
     for r in range(12):

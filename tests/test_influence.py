@@ -53,7 +53,7 @@ def _run(scale: float, factor: float | None, steps: int = 60) -> tuple[list[Fabr
     n = 500
     cfg = SyncConfig.v1_0(ratio=0.1, sync_interval=2)
     fabs = [
-        Fabric(
+        Fabric.v1_0(
             NumpyStore({"w": np.zeros(n, np.float32)}),
             hub.transport(i),
             cfg,

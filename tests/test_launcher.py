@@ -256,7 +256,7 @@ def test_metrics_json_lines_from_step_and_close(tmp_path: Path) -> None:
     hub = MemoryHub()
     path = tmp_path / "m.jsonl"
     store = NumpyStore({"w": np.zeros(8, np.float32)})
-    with Fabric(store, hub.transport(1), node_id=1, metrics=path, metrics_interval=3600) as f:
+    with Fabric.v1_0(store, hub.transport(1), node_id=1, metrics=path, metrics_interval=3600) as f:
         for _ in range(5):
             f.step()  # the first step writes (due at start); the next one is an hour away
     lines = [json.loads(x) for x in path.read_text().splitlines()]
@@ -264,9 +264,9 @@ def test_metrics_json_lines_from_step_and_close(tmp_path: Path) -> None:
     assert [ln["steps"] for ln in lines] == [1, 5]
     assert lines[1]["node_id"] == "0000000000000001" and "transport" in lines[1]
     with pytest.raises(ValueError, match="metrics interval"):
-        Fabric(store, hub.transport(2), node_id=2, metrics=path, metrics_interval=0)
+        Fabric.v1_0(store, hub.transport(2), node_id=2, metrics=path, metrics_interval=0)
     with pytest.raises(OSError):
-        Fabric(store, hub.transport(3), node_id=3, metrics=tmp_path / "no" / "dir" / "m.jsonl")
+        Fabric.v1_0(store, hub.transport(3), node_id=3, metrics=tmp_path / "no" / "dir" / "m.jsonl")
 
 
 # -- the launcher --------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from delta_fabric.transports.zenoh import ZenohOptions, ZenohTransport
 
 case = sys.argv[1]
 t = ZenohTransport(ZenohOptions(node_id=7, namespace="dftest/life", listen=[sys.argv[2]]))
-fab = Fabric(NumpyStore({{"w": np.zeros(4, np.float32)}}), t, SyncConfig.v1_0(), node_id=7)
+fab = Fabric.v1_0(NumpyStore({{"w": np.zeros(4, np.float32)}}), t, SyncConfig.v1_0(), node_id=7)
 fab.step()
 {body}
 """

@@ -33,7 +33,7 @@ import numpy as np
 from delta_fabric import Fabric, MemoryHub, NumpyStore, SyncConfig
 hub = MemoryHub()
 w = np.zeros(4, np.float32)
-a = Fabric(NumpyStore({"w": w}), hub.transport(1), SyncConfig.v1_0(), node_id=1)
+a = Fabric.v1_0(NumpyStore({"w": w}), hub.transport(1), SyncConfig.v1_0(), node_id=1)
 b = Fabric.join(NumpyStore({"w": np.ones(4, np.float32)}), hub.transport(2), node_id=2)
 w[0] = 1.0
 a.sync_now()
@@ -107,7 +107,7 @@ def test_env_var_turns_on_zenoh_log_and_transport_events() -> None:
 def test_in_process_records_and_levels(caplog: pytest.LogCaptureFixture) -> None:
     hub = MemoryHub()
     with caplog.at_level(logging.DEBUG, logger="delta_fabric"):
-        fab = Fabric(NumpyStore({"w": np.zeros(2, np.float32)}), hub.transport(1), SyncConfig.v1_0(),
+        fab = Fabric.v1_0(NumpyStore({"w": np.zeros(2, np.float32)}), hub.transport(1), SyncConfig.v1_0(),
                      node_id=1)  # fmt: skip
         hub.transport(2).publish(b"\x00" * 8)
         fab.step()

@@ -376,7 +376,7 @@ def test_a_flood_does_not_evict_members_and_memory_stays_bounded(membership: str
         ZenohOptions(node_id=1, namespace=ns, listen=[ep], queue_capacity=qcap, queue_bytes=qbytes)
     )
     seen: set[tuple[int, int]] = set()  # (origin, seq) of every entry the victim accepted
-    victim = Fabric(
+    victim = Fabric.v1_0(
         NumpyStore({"w": np.zeros(N, np.float32)}),
         victim_t,
         CFG,

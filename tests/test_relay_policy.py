@@ -243,7 +243,9 @@ def test_fabric_line_over_memory_hub_advertises_at_start_and_delivers() -> None:
     weights = {i: np.zeros(4, np.float32) for i in line}
     transports = {i: hub.transport(i, neighbours=line[i]) for i in line}
     spy = hub.transport(99, neighbours=[1])  # hears node 1, publishes nothing
-    fabs = {i: Fabric(NumpyStore({"w": weights[i]}), transports[i], cfg, node_id=i) for i in line}
+    fabs = {
+        i: Fabric.v1_0(NumpyStore({"w": weights[i]}), transports[i], cfg, node_id=i) for i in line
+    }
     # each node published one start-up advertisement (no entry, empty heard) before anything else
     assert all(t.stats.published_packets == 1 for t in transports.values())
     probe = decode_packet(spy.drain(10)[0])

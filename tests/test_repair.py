@@ -286,7 +286,9 @@ def _run(
     fabrics = []
     for i in range(nodes):
         store = NumpyStore({"w": init.copy()})
-        fabrics.append(Fabric(store, hub.transport(ids[i]), cfg, node_id=ids[i], repair=repair))
+        fabrics.append(
+            Fabric.v1_0(store, hub.transport(ids[i]), cfg, node_id=ids[i], repair=repair)
+        )
     rngs = [np.random.default_rng(i) for i in range(nodes)]
     spread = []
     for step in range(1, steps + 1):
@@ -341,7 +343,7 @@ def test_burst_loss_over_256_seqs_is_repaired() -> None:
     init = np.zeros(200, np.float32)
     ids = (0x201, 0x202)
     fabrics = [
-        Fabric(NumpyStore({"w": init.copy()}), hub.transport(i), cfg, node_id=i, repair=True)
+        Fabric.v1_0(NumpyStore({"w": init.copy()}), hub.transport(i), cfg, node_id=i, repair=True)
         for i in ids
     ]
     rngs = [np.random.default_rng(i) for i in range(2)]
@@ -378,7 +380,7 @@ def test_no_request_to_an_origin_that_is_not_live() -> None:
     )
     cfg = SyncConfig.v1_0(ratio=0.05, sync_interval=1)
     fa, fb = (
-        Fabric(
+        Fabric.v1_0(
             NumpyStore({"w": np.zeros(100, np.float32)}),
             hub.transport(i),
             cfg,

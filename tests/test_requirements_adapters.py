@@ -48,7 +48,7 @@ def _count_generate(engine: Engine, steps: Callable[[], int]) -> list[int]:
 def test_numpy_adapter_generates_once_per_sync_interval(interval: int, steps: int) -> None:
     hub = MemoryHub()
     w = np.zeros(10, dtype=np.float32)
-    fab = Fabric(
+    fab = Fabric.v1_0(
         NumpyStore({"w": w}),
         hub.transport(1),
         SyncConfig.v1_0(sync_interval=interval),
@@ -69,8 +69,8 @@ def test_generation_never_interleaves_with_receive_and_is_published_before_the_n
     a_w = np.zeros(8, dtype=np.float32)
     b_w = np.zeros(8, dtype=np.float32)
     cfg = SyncConfig.v1_0(sync_interval=2, ratio=0.25)
-    a = Fabric(NumpyStore({"w": a_w}), hub.transport(1), cfg, node_id=1, incarnation=1)
-    b = Fabric(NumpyStore({"w": b_w}), hub.transport(2), cfg, node_id=2, incarnation=1)
+    a = Fabric.v1_0(NumpyStore({"w": a_w}), hub.transport(1), cfg, node_id=1, incarnation=1)
+    b = Fabric.v1_0(NumpyStore({"w": b_w}), hub.transport(2), cfg, node_id=2, incarnation=1)
     order: list[str] = []
     for name, meth in (("receive", "receive"), ("generate", "generate")):
         orig = getattr(a.engine, meth)
@@ -113,7 +113,7 @@ def test_torch_adapter_generates_once_per_sync_interval() -> None:
     model = Small()
     hub = MemoryHub()
     store = TorchStore(model)
-    fab = Fabric(
+    fab = Fabric.v1_0(
         store, hub.transport(1), SyncConfig.v1_0(sync_interval=4), node_id=1, incarnation=1
     )
     calls = _count_generate(fab.engine, lambda: fab.steps)
@@ -142,8 +142,8 @@ def test_num_batches_tracked_is_never_written() -> None:
     nbt = dst.get_buffer("bn.num_batches_tracked")
     hub = MemoryHub()
     cfg = SyncConfig.v1_0(sync_interval=1, ratio=1.0, include_buffers=True)
-    a = Fabric(TorchStore(src, True), hub.transport(1), cfg, node_id=1, incarnation=1)
-    b = Fabric(TorchStore(dst, True), hub.transport(2), cfg, node_id=2, incarnation=1)
+    a = Fabric.v1_0(TorchStore(src, True), hub.transport(1), cfg, node_id=1, incarnation=1)
+    b = Fabric.v1_0(TorchStore(dst, True), hub.transport(2), cfg, node_id=2, incarnation=1)
     assert "bn.num_batches_tracked" not in a.manifest.names
     assert "bn.running_mean" in a.manifest.names
     with torch.no_grad():
@@ -205,7 +205,9 @@ def test_torch_adapter_refuses_unmappable_models(make: Callable[[], nn.Module]) 
     with pytest.raises(ValueError):
         module_tensors(model, include_buffers=False)
     with pytest.raises(ValueError):
-        Fabric(TorchStore(model), hub.transport(1), SyncConfig.v1_0(), node_id=1, incarnation=1)
+        Fabric.v1_0(
+            TorchStore(model), hub.transport(1), SyncConfig.v1_0(), node_id=1, incarnation=1
+        )
 
 
 def test_numpy_adapter_refuses_non_float_arrays() -> None:
@@ -213,7 +215,9 @@ def test_numpy_adapter_refuses_non_float_arrays() -> None:
     for i, bad in enumerate((np.zeros(3, dtype=np.int32), np.zeros(3, dtype=np.complex64))):
         # REQ: DF-MAN-12
         with pytest.raises(TypeError):
-            Fabric(NumpyStore({"w": bad}), hub.transport(i + 1), SyncConfig.v1_0(), node_id=i + 1)
+            Fabric.v1_0(
+                NumpyStore({"w": bad}), hub.transport(i + 1), SyncConfig.v1_0(), node_id=i + 1
+            )
 
 
 # -------------------------------------------------------------------------------------------------
@@ -256,7 +260,7 @@ def test_every_generated_entry_is_published_or_the_error_surfaces() -> None:
     hub = MemoryHub()
     w = np.zeros(300, dtype=np.float32)
     cfg = SyncConfig.v1_0(sync_interval=1, ratio=0.5, max_packet_size=MIN_MAX_PACKET_SIZE + 400)
-    fab = Fabric(NumpyStore({"w": w}), hub.transport(1), cfg, node_id=1, incarnation=1)
+    fab = Fabric.v1_0(NumpyStore({"w": w}), hub.transport(1), cfg, node_id=1, incarnation=1)
     peer = hub.transport(2)
     generated: list[Entry] = []
     orig = fab.engine.generate

@@ -236,7 +236,7 @@ def _fabric_run(signed: bool, forge: bool) -> tuple[list[np.ndarray], list[dict[
     weights = {n: np.zeros(64, np.float32) for n in (1, 2, 3)}
     cfg = SyncConfig.v1_0(ratio=0.25, sync_interval=1)
     fabs = [
-        Fabric(
+        Fabric.v1_0(
             NumpyStore({"w": weights[n]}),
             hub.transport(n),
             cfg,
@@ -288,7 +288,7 @@ def _fabric_no_secret() -> None:
     from delta_fabric.stores.numpy import NumpyStore
     from delta_fabric.transports.memory import MemoryHub
 
-    Fabric(
+    Fabric.v1_0(
         NumpyStore({"w": np.zeros(64, np.float32)}),
         MemoryHub().transport(1),
         node_id=1,

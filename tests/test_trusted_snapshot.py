@@ -60,7 +60,7 @@ def _cluster(
 
 
 def _join(hub: MemoryHub, n: int, quorum: int, timeout: float = 5.0) -> Fabric:
-    return Fabric(
+    return Fabric.v1_0(
         NumpyStore({"w": np.zeros(n, np.float32)}),
         hub.transport(JOINER),
         CFG,
@@ -75,7 +75,7 @@ def _join(hub: MemoryHub, n: int, quorum: int, timeout: float = 5.0) -> Fabric:
 def test_without_quorum_the_lowest_stranger_is_adopted() -> None:
     """The attack of issue 12 (the control): the first answer, the stranger's, is installed."""
     hub, _, _ = _cluster(64)
-    f = Fabric(
+    f = Fabric.v1_0(
         NumpyStore({"w": np.zeros(64, np.float32)}),
         hub.transport(JOINER),
         CFG,
@@ -155,7 +155,7 @@ def test_no_quorum_no_install() -> None:
     hub, _, _ = _cluster(n, hook)
     store = NumpyStore({"w": np.zeros(n, np.float32)})
     with pytest.raises(SnapshotUnavailable, match="none confirmed by 2"):
-        Fabric(
+        Fabric.v1_0(
             store,
             hub.transport(JOINER),
             CFG,

@@ -117,7 +117,7 @@ def main() -> int:
     try:
         transport.wait_for_peers(len(peers), a.timeout, expected=peers)
         config = SyncConfig.v1_0(ratio=0.5, sync_interval=5)
-        fabric = Fabric(TorchStore(model), transport, config, node_id=a.node_id)
+        fabric = Fabric.v1_0(TorchStore(model), transport, config, node_id=a.node_id)
         emit({"event": "ready", "node": f"{a.node_id:016x}", "num_params": fabric.num_params})
         xs, ys = shard(a.index)
         opt = torch.optim.SGD(model.parameters(), lr=0.05 / (len(peers) + 1))

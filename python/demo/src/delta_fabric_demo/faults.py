@@ -213,7 +213,7 @@ def partition_scenario(
         )
     )
     fabs = [
-        Fabric(NumpyStore({"w": init.copy()}), t, cfg, node_id=t.node_id, repair=repair)
+        Fabric.v1_0(NumpyStore({"w": init.copy()}), t, cfg, node_id=t.node_id, repair=repair)
         for t in (ta, tb)
     ]
     rngs = [np.random.default_rng(i) for i in range(2)]

@@ -69,7 +69,9 @@ def run_node(args: Any, channel: Channel) -> int:
                 neighbours=neighbours or None,
             )
         )
-        fabric = Fabric(store, transport, cfg, node_id=node_id, hold_residual=args.hold_residual)
+        fabric = Fabric.v1_0(
+            store, transport, cfg, node_id=node_id, hold_residual=args.hold_residual
+        )
         t_wait = time.monotonic()
         if neighbours:
             try:

@@ -120,7 +120,7 @@ class SimConfig:
     #: a network partition (issue 12 item 3): every packet between the nodes ``0 .. nodes//2`` and the
     #: others is lost in the steps ``cut[0] <= step < cut[1]`` (``(0, 0)``: none)
     cut: tuple[int, int] = (0, 0)
-    #: anti-entropy by gap repair on every node (`Fabric(repair=True)`, spec section 7.9)
+    #: anti-entropy by gap repair on every node (`Fabric.v1_0(repair=True)`, spec section 7.9)
     repair: bool = False
     #: link delay: every published packet is delivered ``delay`` steps later; with probability
     #: ``stall_rate`` (seeded) a packet stalls ``stall_steps`` more, and the sender's later packets
@@ -131,9 +131,9 @@ class SimConfig:
     #: a misbehaving member (issue 12 item 8): node 0's own entries reach the others with their
     #: values multiplied by ``attack_scale`` (1: nobody misbehaves)
     attack_scale: float = 1.0
-    #: bounded influence on every node (`Fabric(influence_factor=...)`; 0: off)
+    #: bounded influence on every node (`Fabric.v1_0(influence_factor=...)`; 0: off)
     influence: float = 0.0
-    #: the unsent residual held aside on every node (`Fabric(hold_residual=True)`, DF-GEN-240)
+    #: the unsent residual held aside on every node (`Fabric.v1_0(hold_residual=True)`, DF-GEN-240)
     hold_residual: bool = False
 
     def resolved_lr(self) -> float:
@@ -385,7 +385,7 @@ def run_sim(cfg: SimConfig) -> SimResult:
         for i in range(n):
             store = TorchStore(models[i], cfg.include_buffers)
             fabrics.append(
-                Fabric(
+                Fabric.v1_0(
                     store,
                     transports[i],
                     sc,

@@ -126,7 +126,7 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
         "--hold-residual",
         action="store_true",
         help="hold the unsent residual aside; the working weights restart from the shared model "
-        "after every sync (Fabric(hold_residual=True), DF-GEN-240, node-local)",
+        "after every sync (Fabric.v1_0(hold_residual=True), DF-GEN-240, node-local)",
     )
     p.add_argument(
         "--relay-policy",
@@ -324,7 +324,7 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
         wait_peers_s = time.monotonic() - t_wait
         if args.lockstep:
             gate = RoundGate(transport, cfg.max_packet_size)
-        fabric = Fabric(
+        fabric = Fabric.v1_0(
             TorchStore(model, args.include_buffers),
             gate if gate is not None else transport,
             cfg,

@@ -89,7 +89,7 @@ class NodeArgs:
         that logs accepted entries: the one line a :class:`ModelKit` needs for a store."""
         from delta_fabric.fabric import Fabric
 
-        fabric: KitFabric = Fabric(
+        fabric: KitFabric = Fabric.v1_0(
             store,
             self.transport,
             self.config,
