@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_jax_own_model_nodes_agree() -> None:
     """REQ: DF-NUM-1: three processes train their own JAX MLP through JaxStore and the Zenoh
-    transport; after the quiescent drain every two nodes' canonical weights agree within the
+    transport; after `finish()` every two nodes' canonical weights agree within the
     tolerance (the script exits 1 otherwise, or if training diverged)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
