@@ -776,3 +776,63 @@ def test_ranks_and_world_size_in_the_environment(tmp_path: Path) -> None:
     assert dfenv.rank({"DELTA_FABRIC_RANK": "4"}) == 4 and dfenv.rank({}) is None
     with pytest.raises(EnvError, match="DELTA_FABRIC_RANK"):
         dfenv.rank({"DELTA_FABRIC_RANK": "-1"})
+
+
+def test_status_reports_misconfigured_peers() -> None:
+    from delta_fabric.cli_status import misconfiguration
+
+    rows = [
+        {
+            "node": "0000000000000001",
+            "info": {
+                "fingerprint": "aa" * 32,
+                "stats": {"misconfigured_peers": {"0000000000000002": "FINGERPRINT_MISMATCH"}},
+            },
+        },
+        {"node": "0000000000000002", "info": {"fingerprint": "bb" * 32, "stats": {}}},
+    ]
+    lines = misconfiguration(rows)
+    assert lines[0] == (
+        "node 0000000000000001 rejects the packets of node 0000000000000002: FINGERPRINT_MISMATCH"
+    )
+    assert lines[1].startswith("the live nodes have 2 different models")
+    assert misconfiguration(rows[1:]) == []
+
+
+MISMATCHED = """
+import os, time
+import numpy as np
+from delta_fabric import Fabric, NumpyStore, SyncConfig, env
+rank = env.rank()
+store = NumpyStore({"w": np.zeros(8 + rank, np.float32)})  # a different model on each node
+with Fabric.from_env(store, SyncConfig(sync_interval=1)) as fabric:
+    fabric.transport.wait_for_peers(1, timeout=30)
+    deadline = time.monotonic() + 20
+    while not fabric.misconfigured_peers() and time.monotonic() < deadline:
+        store.arrays["w"][:] += 1.0
+        fabric.step()
+        fabric.transport.wait_for_packets(0.05)
+    for _ in range(5):  # more rejected packets: still one line
+        store.arrays["w"][:] += 1.0
+        fabric.step()
+        fabric.transport.wait_for_packets(0.05)
+    time.sleep(1.0)  # the peer may still be sending
+    fabric.poll()
+print("done", rank, flush=True)
+"""
+
+
+def test_two_nodes_with_different_models_say_so_once_each(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(MISMATCHED)
+    res = cli("run", "--nodes", "2", "--timeout", "60", str(script), timeout=90)
+    assert res.returncode == 0, res
+    ids = re.findall(r"node \[(\d)\] id ([0-9a-f]{16})", res.stderr)
+    hexes = {int(r): h for r, h in ids}
+    warned = [ln for ln in res.stderr.splitlines() if "has another model" in ln]
+    assert len(warned) == 2, res.stderr
+    for rank, other in ((0, 1), (1, 0)):
+        mine = [ln for ln in warned if ln.startswith(f"[{rank}]: ")]
+        assert len(mine) == 1, warned
+        assert f"node {hexes[other]} has another model" in mine[0]
+        assert "FINGERPRINT_MISMATCH" in mine[0] and f"N={8 + rank}" in mine[0]

@@ -137,6 +137,25 @@ def _stat(row: dict[str, Any], *path: str) -> object:
     return cur
 
 
+def misconfiguration(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per node that rejects a peer's packets for a configuration mismatch (its
+    ``stats.misconfigured_peers``), and one when the live nodes do not share one fingerprint."""
+    out = []
+    for r in rows:
+        peers = _stat(r, "misconfigured_peers")
+        if isinstance(peers, dict):
+            for peer, code in sorted(peers.items()):
+                out.append(f"node {r['node']} rejects the packets of node {peer}: {code}")
+    prints = {str(_info(r, "fingerprint")) for r in rows if _info(r, "fingerprint") != "-"}
+    if len(prints) > 1:
+        out.append(
+            f"the live nodes have {len(prints)} different models (fingerprints "
+            + ", ".join(sorted(p[:16] for p in prints))
+            + "): nodes of different models do not sync"
+        )
+    return out
+
+
 def format_table(rows: list[dict[str, Any]]) -> str:
     cells = [[name for name, _ in _COLUMNS]]
     cells += [[str(get(r)) for _, get in _COLUMNS] for r in rows]
@@ -211,6 +230,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"namespace {options.namespace}: {len(rows)} live node(s)")
             if rows:
                 print(format_table(rows))
+            for line in misconfiguration(rows):
+                print(f"warning: {line}")
         sys.stdout.flush()
     except BrokenPipeError:
         pass

@@ -41,6 +41,7 @@ from delta_fabric.encodings import supports
 from delta_fabric.engine import AcceptedEntry, ActiveView, Engine, ReceiveResult, Snapshot
 from delta_fabric.errors import DeltaFabricError, ErrorCode
 from delta_fabric.influence import InfluenceBound
+from delta_fabric.log import warn_loudly
 from delta_fabric.manifest import Manifest
 from delta_fabric.metrics import MetricsWriter
 from delta_fabric.repair import (
@@ -717,9 +718,7 @@ class Fabric:
         """For `finish`: the live peers still waited for (and why), whether every live peer reports
         ``done``, and per peer whose last entries are not all here ``(incarnation, from, to)``: the
         seqs above the highest accepted one, up to its announced last seq."""
-        live = self.transport.peers()
-        if self._effective is not None:
-            live = live & self._effective
+        live = self._cluster_peers()
         self._finish_waiting = set()
         if not live:
             return {}, True, {}
@@ -899,10 +898,17 @@ class Fabric:
     def cluster_size(self) -> int:
         """The number of nodes this node averages over when ``average_over`` is `AUTO`: itself and
         its live peers (members only, when there is a membership), at least ``world_size``."""
+        return max(self.world_size or 1, 1 + len(self._cluster_peers()))
+
+    def _cluster_peers(self) -> frozenset[int]:
+        """The live peers this node syncs with: members (when there is a membership), and not
+        reported as configured differently (`misconfigured_peers`)."""
         live = self.transport.peers()
         if self._effective is not None:
             live = live & self._effective
-        return max(self.world_size or 1, 1 + len(live))
+        if self._misconfigured:
+            live = live - self._misconfigured.keys()
+        return live
 
     def _resolve_average(self) -> None:
         """DF-GEN-70 with `AUTO`: the engine's ``average_over`` for this generation
@@ -940,7 +946,7 @@ class Fabric:
             )
         else:
             what = "sends entries whose signatures this node's keys do not verify"
-        log.warning("node %s %s: its packets are rejected (%s)", peer, what, code.value)
+        warn_loudly(log, "node %s %s: its packets are rejected (%s)", peer, what, code.value)
 
     def misconfigured_peers(self) -> dict[int, ErrorCode]:
         """The peers whose packets were rejected for a configuration mismatch, and the code."""
@@ -1114,8 +1120,8 @@ class Fabric:
         progress = self._origin_progress
         blockers: set[int] = set()
         for p in live:
-            if members is not None and p not in members:
-                continue
+            if (members is not None and p not in members) or p in self._misconfigured:
+                continue  # a peer of another model or version is not in this node's cluster
             inc, seq = progress.get(p, (0, 0))
             base = self._pace_base.get(p)
             if base is None or base[0] != inc:  # a new incarnation (or first sight): lead from here

@@ -47,6 +47,7 @@ __all__ = [
     "env_level",
     "init_zenoh_log",
     "original_stdout",
+    "warn_loudly",
     "zenoh_log_lines",
 ]
 
@@ -268,6 +269,26 @@ def _stop_capture() -> None:
     except OSError:
         return
     t.join(timeout=2.0)
+
+
+def warn_loudly(logger: logging.Logger, msg: str, *args: object) -> None:
+    """A WARNING that a user must see even when nothing configured logging (a misconfigured
+    cluster): logged on ``logger``, and also written to stderr as one line when no handler but the
+    package's ``NullHandler`` would emit it."""
+    logger.warning(msg, *args)
+    if not logger.isEnabledFor(logging.WARNING):
+        return
+    cur: logging.Logger | None = logger
+    while cur is not None:
+        if any(not isinstance(h, logging.NullHandler) for h in cur.handlers):
+            return  # the application (or DELTA_FABRIC_LOG) shows it
+        if not cur.propagate:
+            break
+        cur = cur.parent
+    try:
+        print(f"delta-fabric: warning: {msg % args if args else msg}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 def _configure_from_env() -> None:
