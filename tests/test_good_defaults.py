@@ -412,3 +412,28 @@ def test_a_sync_step_waits_for_a_live_peer_round() -> None:
     finally:
         a.close(close_transport=True)
         b.close(close_transport=True)
+
+
+def test_checkpoint_saves_the_shared_model_and_resumes(tmp_path: Path) -> None:
+    from delta_fabric import checkpoint
+
+    f = Fabric(_store(16, 3), MemoryHub().transport(1), node_id=1)
+    try:
+        shared = f.finish(timeout=1.0)
+        path = checkpoint.save(tmp_path / "run.dfckpt", f.manifest, shared, step=f.steps)
+    finally:
+        f.close(close_transport=True)
+    fresh = _store(16, 9)
+    meta = checkpoint.load(path, fresh)
+    assert meta["step"] == 0 and meta["format"] == checkpoint.FORMAT
+    np.testing.assert_array_equal(fresh.gather(), shared)
+    other = _store(17)
+    before = other.gather()
+    with pytest.raises(checkpoint.CheckpointError, match="another model"):
+        checkpoint.load(path, other)
+    np.testing.assert_array_equal(other.gather(), before)  # unchanged
+    (tmp_path / "junk.dfckpt").write_bytes(b"not a checkpoint")
+    with pytest.raises(checkpoint.CheckpointError, match="not a DeltaFabric checkpoint"):
+        checkpoint.read(tmp_path / "junk.dfckpt")
+    with pytest.raises(checkpoint.CheckpointError, match="non-finite"):
+        checkpoint.save(tmp_path / "x", fresh.manifest, np.full(16, np.nan, np.float32))

@@ -836,3 +836,41 @@ def test_two_nodes_with_different_models_say_so_once_each(tmp_path: Path) -> Non
         assert len(mine) == 1, warned
         assert f"node {hexes[other]} has another model" in mine[0]
         assert "FINGERPRINT_MISMATCH" in mine[0] and f"N={8 + rank}" in mine[0]
+
+
+RESTARTED = """
+import os
+import numpy as np
+from delta_fabric import Fabric, NumpyStore, SyncConfig, env
+store = NumpyStore({"w": np.zeros(16, np.float32)})
+rank = env.rank()
+restarted = os.environ.get("DELTA_FABRIC_BOOTSTRAP") == "1"
+with Fabric.from_env(store, SyncConfig(sync_interval=2)) as fabric:
+    fabric.transport.wait_for_peers(1, timeout=60)
+    for step in range(40):
+        store.arrays["w"][:] += np.float32(0.01 * (rank + 1))
+        fabric.step()
+        if rank == 1 and step == 10 and not restarted:
+            os._exit(3)  # a crash
+    shared = fabric.finish(timeout=60)
+    print("rank", rank, "restarted" if restarted else "first", "bootstrapped",
+          fabric.bootstrapped, "sum", round(float(shared.sum()), 3), flush=True)
+"""
+
+
+def test_max_restarts_restarts_a_failed_node_from_a_live_peer(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(RESTARTED)
+    res = cli(
+        "run", "--nodes", "2", "--max-restarts", "1", "--timeout", "100", str(script), timeout=120
+    )
+    assert res.returncode == 0, res
+    assert "node [1] exited with code 3: restarting it from a live peer" in res.stderr
+    out = sorted(ln for ln in res.stdout.splitlines() if " bootstrapped " in ln)
+    assert len(out) == 2, res.stdout
+    assert out[0].startswith("[0]: rank 0 first bootstrapped False sum ")
+    assert out[1].startswith("[1]: rank 1 restarted bootstrapped True sum ")
+    assert out[0].rsplit(" ", 1)[1] == out[1].rsplit(" ", 1)[1]  # the same shared model
+    # without restarts left, the failure stops the run with the node's code
+    res = cli("run", "--nodes", "2", "--timeout", "100", str(script), timeout=120)
+    assert res.returncode == 3, res

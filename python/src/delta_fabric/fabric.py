@@ -102,12 +102,16 @@ class FabricClosedError(DeltaFabricError, RuntimeError):
 
 class FinishTimeout(DeltaFabricError, TimeoutError):
     """`Fabric.finish` ran out of time. ``missing``: each live peer it still waited for (node id)
-    and why, e.g. ``"still training"`` or ``"entries up to seq 40 of incarnation ... not applied"``."""
+    and why, e.g. ``"still training"`` or ``"entries up to seq 40 of incarnation ... not applied"``;
+    ``absent``: how many nodes of the run's ``world_size`` it never saw finish."""
 
-    def __init__(self, timeout: float, missing: Mapping[int, str]) -> None:
+    def __init__(self, timeout: float, missing: Mapping[int, str], absent: int = 0) -> None:
         self.missing = dict(missing)
-        who = "; ".join(f"{node_hex(p)}: {why}" for p, why in sorted(self.missing.items()))
-        super().__init__(f"finish: not done within {timeout:.1f}s, waiting for {who}")
+        self.absent = absent
+        parts = [f"{node_hex(p)}: {why}" for p, why in sorted(self.missing.items())]
+        if absent:
+            parts.append(f"{absent} more node(s) of the run's world size, not live")
+        super().__init__(f"finish: not done within {timeout:.1f}s, waiting for {'; '.join(parts)}")
 
 
 #: Rejection codes that mean a peer is configured differently (another model, version, encoding or
@@ -272,6 +276,9 @@ class Fabric:
         #: peers reported as configured differently: node id -> the rejection code (once each)
         self._misconfigured: dict[int, ErrorCode] = {}
         self._finish_waiting: set[int] = set()  # finishing peers not done yet (for FinishTimeout)
+        self._finished_peers: set[int] = set()  # peers seen done while this node finished
+        #: origin -> (incarnation, seq) its entries up to which the installed snapshot holds
+        self._snapshot_floor: dict[int, tuple[int, int]] = {}
         self._closed = False
         # membership (DF-RCV-51, DF-ZEN-150) and pacing (DF-ZEN-156) state
         self._configured: frozenset[int] | None = (
@@ -290,6 +297,8 @@ class Fabric:
                 MetricsWriter(metrics, metrics_interval) if metrics is not None else None
             )
             self.engine = self._start(bootstrap, bootstrap_timeout, incarnation)
+            if self.bootstrapped:
+                self._note_snapshot_floor()
             if members is not None or live_members:  # DF-ZEN-151, DF-ZEN-155
                 self.transport.set_members(self._configured, live=live_members)
             self._refresh_members()  # DF-RCV-51: only members are tracked as origins
@@ -459,6 +468,23 @@ class Fabric:
         self.store.load(snapshot.anchor)
         self.bootstrapped = True
         return engine
+
+    def _note_snapshot_floor(self) -> None:
+        """After a bootstrap: each live peer's highest own seq (its info's ``seq``), taken as held
+        by the snapshot just installed, so that `finish` does not wait for entries that reached
+        this node inside the snapshot rather than as packets (spec section 9.5: an entry in
+        flight meanwhile can be applied twice or missed, as for any joiner)."""
+        try:
+            infos = self.transport.info(None, timeout=1.0)
+        except (OSError, DeltaFabricError) as exc:
+            log.debug("no node information after the bootstrap: %s", exc)
+            return
+        for p, info in infos.items():
+            try:
+                inc, seq = int(info["incarnation"], 16), int(info["seq"])
+            except (KeyError, TypeError, ValueError):
+                continue
+            self._snapshot_floor[p] = (inc, seq)
 
     def _fetch_snapshot(self, *, required: bool, timeout: float) -> Snapshot | None:
         """A verified snapshot from any live peer (the transport checks chunks and the digest)."""
@@ -667,7 +693,9 @@ class Fabric:
         last entry from the peer's node information (member ``finish``, spec/proposals/finish.md).
         The shared model (the anchor, DF-NUM-1: the same on every node up to rounding) is then
         loaded into the store and returned as a fresh flat f32 vector; a residual held aside is
-        dropped. A peer that leaves is no longer waited for. `FinishTimeout` after ``timeout``
+        dropped. A peer that leaves is no longer waited for; with ``world_size``, the node also waits
+        until it has seen ``world_size - 1`` peers finish (a node that restarts is not left
+        behind). `FinishTimeout` after ``timeout``
         seconds names the peers still missing; the node stays usable (call `finish` again or
         `close`)."""
         self._check_open()
@@ -680,18 +708,21 @@ class Fabric:
                 "incarnation": f"{self.engine.incarnation:016x}",
                 "seq": self.engine.next_seq - 1,
                 "done": False,
+                "have": [],
             }
         last_repair = time.monotonic()
         while True:
             self.poll()
             now = time.monotonic()
             left = deadline - now
-            missing, peers_done, tails = self._finish_state(min(1.0, max(0.05, left)))
-            if not missing and not self._finish["done"]:
-                with self._lock:
-                    self._finish["done"] = True
-                log.info("finish: every live peer's last entry is applied")
-            if not missing and peers_done:
+            missing, peers_done, tails, have = self._finish_state(min(1.0, max(0.05, left)))
+            with self._lock:  # what this node's info says now (read by its peers)
+                if not missing and not self._finish["done"]:
+                    log.info("finish: every live peer's last entry is applied")
+                self._finish["done"] = not missing
+                self._finish["have"] = [node_hex(p) for p in sorted(have)]
+            absent = self._finish_absent()
+            if not missing and peers_done and not absent:
                 break
             if time.monotonic() >= deadline:
                 if not missing:
@@ -699,7 +730,7 @@ class Fabric:
                         p: "has not applied every peer's last entry yet"
                         for p in self._finish_waiting
                     }
-                raise FinishTimeout(timeout, missing)
+                raise FinishTimeout(timeout, missing, absent)
             if now - last_repair >= 0.5:  # repair rounds while winding down (section 7.9)
                 last_repair = now
                 self._finish_repair(tails)
@@ -712,16 +743,27 @@ class Fabric:
         log.info("finish: done after %d steps, %d syncs", self.steps, self.syncs)
         return anchor
 
+    def _finish_absent(self) -> int:
+        """How many nodes of ``world_size`` this finishing node has not seen finish yet (0 without
+        a world size): a node of the run that restarts is waited for, not left behind."""
+        if self.world_size is None:
+            return 0
+        return max(0, self.world_size - 1 - len(self._finished_peers))
+
     def _finish_state(
         self, timeout: float
-    ) -> tuple[dict[int, str], bool, dict[int, tuple[int, int, int]]]:
-        """For `finish`: the live peers still waited for (and why), whether every live peer reports
-        ``done``, and per peer whose last entries are not all here ``(incarnation, from, to)``: the
-        seqs above the highest accepted one, up to its announced last seq."""
+    ) -> tuple[dict[int, str], bool, dict[int, tuple[int, int, int]], set[int]]:
+        """For `finish`: the live peers still waited for (and why); whether every live peer reports
+        ``done`` with this node among those it ``have``s (it applied this node's last entry); per
+        peer whose last entries are not all here ``(incarnation, from, to)``: the seqs above the
+        highest accepted one, up to its announced last seq; and the finishing peers whose last
+        entry this node has applied."""
         live = self._cluster_peers()
         self._finish_waiting = set()
+        have: set[int] = set()
         if not live:
-            return {}, True, {}
+            return {}, True, {}, have
+        me = node_hex(self.node_id)
         infos = self.transport.info(None, timeout=timeout)
         progress = self._origin_progress
         missing: dict[int, str] = {}
@@ -739,7 +781,7 @@ class Fabric:
             try:
                 inc = int(fin["incarnation"], 16)
                 seq = int(fin["seq"])
-                done = fin["done"] is True
+                done = fin["done"] is True and me in fin.get("have", ())
             except (KeyError, TypeError, ValueError):
                 missing[p] = f"unreadable finish member {fin!r}"
                 all_done = False
@@ -748,8 +790,10 @@ class Fabric:
                 all_done = False
                 self._finish_waiting.add(p)
             if seq < 1:
+                self._finished_peers.add(p)
+                have.add(p)
                 continue
-            got = progress.get(p, (0, 0))
+            got = max(progress.get(p, (0, 0)), self._snapshot_floor.get(p, (0, 0)))
             gaps = [] if self.gaps is None else self.gaps.missing(p)
             if got < (inc, seq):
                 missing[p] = (
@@ -762,7 +806,10 @@ class Fabric:
                 missing[p] = (
                     f"{len(gaps)} entries of incarnation {inc:016x} missing (seq {gaps[0]}...)"
                 )
-        return missing, all_done, tails
+            if p not in missing:
+                self._finished_peers.add(p)  # finished training, every entry of it applied here
+                have.add(p)
+        return missing, all_done, tails, have
 
     def _finish_repair(self, tails: Mapping[int, tuple[int, int, int]]) -> None:
         """Gap repair while finishing: the tracker's round, requests for the last entries of a
@@ -1190,6 +1237,7 @@ class Fabric:
             "framework": self.framework,
             "N": self.manifest.num_params,
             "supports": supports(),  # DF-ZEN-231
+            "seq": self.engine.next_seq - 1,  # the highest own seq sent (spec/proposals/finish.md)
         }
         if self._finish is not None:  # spec/proposals/finish.md
             info["finish"] = dict(self._finish)

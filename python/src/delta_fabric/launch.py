@@ -87,6 +87,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
 def _rank(text: str) -> int:
     try:
         value = int(text)
@@ -205,6 +215,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=_positive_float,
         default=None,
         help="stop every node after this many seconds (exit 124); default: no limit",
+    )
+    p.add_argument(
+        "--max-restarts",
+        type=_count,
+        default=0,
+        help="restart a node that fails, up to this many times in all; a restarted node keeps its "
+        "id and rank and rejoins from a live peer's snapshot (DELTA_FABRIC_BOOTSTRAP=1)",
     )
     p.add_argument(
         "--grace",
@@ -518,22 +535,27 @@ def run(args: argparse.Namespace) -> int:
     nodes: list[_Node] = []
     sel = selectors.DefaultSelector()
     code = 0
+    restarts_left = int(getattr(args, "max_restarts", 0))
+
+    def start(p: NodePlan, extra: dict[str, str]) -> _Node:
+        proc = subprocess.Popen(
+            command,
+            env={**os.environ, **p.env, **extra},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # its own process group: stopped with everything it started
+        )
+        node = _Node(p, proc)
+        for stream, out in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
+            assert stream is not None
+            os.set_blocking(stream.fileno(), False)
+            sel.register(stream, selectors.EVENT_READ, (node, out))
+        return node
+
     try:
         for p in plans:
-            proc = subprocess.Popen(
-                command,
-                env={**os.environ, **p.env},
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,  # its own process group: stopped with everything it started
-            )
-            node = _Node(p, proc)
-            nodes.append(node)
-            for stream, out in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
-                assert stream is not None
-                os.set_blocking(stream.fileno(), False)
-                sel.register(stream, selectors.EVENT_READ, (node, out))
+            nodes.append(start(p, {}))
         deadline = None if args.timeout is None else time.monotonic() + args.timeout
         open_streams = 2 * len(nodes)
         failed: _Node | None = None
@@ -561,9 +583,20 @@ def run(args: argparse.Namespace) -> int:
                     _emit(out, "", b"".join(prefix.encode() + ln + b"\n" for ln in lines))
             if not open_streams:
                 time.sleep(0.05)
-            for n in nodes:
+            for i, n in enumerate(nodes):
                 rc = n.proc.poll()
                 if rc is not None and rc != 0 and failed is None:
+                    if restarts_left > 0 and rc != 2:  # 2: a configuration error, not restarted
+                        restarts_left -= 1
+                        print(
+                            f"delta-fabric run: node [{n.plan.rank}] exited with code {rc}: "
+                            f"restarting it from a live peer ({restarts_left} restart(s) left)",
+                            file=say,
+                            flush=True,
+                        )
+                        nodes[i] = start(n.plan, {dfenv.BOOTSTRAP: "1"})
+                        open_streams += 2
+                        continue
                     failed = n
             if failed is not None:
                 rc = failed.proc.returncode
