@@ -196,7 +196,7 @@ class _Trained(Fabric):
 
 
 def _node(hub: MemoryHub, n: int, incarnation: int | None = None, **kw: object) -> Fabric:
-    return _Trained(
+    return _Trained.v1_0(
         NumpyStore({"w": np.zeros(N, np.float32)}),
         hub.transport(n),
         CFG,

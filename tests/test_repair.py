@@ -414,10 +414,10 @@ def test_no_request_to_an_origin_that_is_not_live() -> None:
 
 
 def test_env_switch() -> None:
-    """``DELTA_FABRIC_REPAIR`` (what ``Fabric.from_env`` and df-node read): off by default."""
+    """``DELTA_FABRIC_REPAIR`` (what ``Fabric.from_env`` and df-node read): on by default."""
     from delta_fabric import env as dfenv
 
-    assert dfenv.repair({}) is False
+    assert dfenv.repair({}) is True
     assert dfenv.repair({"DELTA_FABRIC_REPAIR": "1"}) is True
     assert dfenv.repair({"DELTA_FABRIC_REPAIR": "off"}) is False
     with pytest.raises(dfenv.EnvError, match="DELTA_FABRIC_REPAIR"):

@@ -607,7 +607,7 @@ class RecvCase:
     description: str
     requirements: list[str]
     packets: list[bytes]
-    config: SyncConfig = field(default_factory=SyncConfig)
+    config: SyncConfig = field(default_factory=SyncConfig.v1_0)
     history: list[tuple[int, int, int]] = field(default_factory=list)
     active: NDArray[np.float32] = field(default_factory=lambda: _pattern(7, 13, 6, 16.0))
     anchor: NDArray[np.float32] = field(default_factory=lambda: _pattern(5, 11, 5, 32.0))

@@ -314,7 +314,7 @@ class SignedCase:
     description: str
     requirements: list[str]
     packets: list[bytes]
-    config: SyncConfig = field(default_factory=SyncConfig)
+    config: SyncConfig = field(default_factory=SyncConfig.v1_0)
     history: list[tuple[int, int, int]] = field(default_factory=list)
     keys: dict[int, bytes] | None = field(default_factory=lambda: dict(KEYS))
 
