@@ -1,27 +1,47 @@
-"""Conformance claims (spec/protocol.md DF-CNF-1, DF-CNF-30; driver protocol 5.1, added in 1.1).
+"""Conformance claims (spec/protocol.md DF-CNF-1, DF-CNF-2, DF-CNF-30; driver protocol 5.1).
 
 A driver's ``hello`` (and its registry entry) names the targets it claims: ``codec``, ``engine``,
-``node``. Claiming a target implies the smaller ones (node > engine > codec). The runner
+``node``. Claiming a target implies the smaller ones (node > engine > codec). Its ``spec_version``
+(``"1.0"`` or ``"1.1"``) is the level it claims, and its ``capabilities`` name the OPTIONAL features it
+claims (:data:`OPTIONAL_FEATURES`). The runner
 
-- refuses a claim whose capabilities the driver lacks (``Required.protocol.hello.claims`` fails), and
-- fails a REQUIRED test of a claimed target that comes back *unsupported*, unless the test needs an
-  OPTIONAL feature (``encoding.f16``, ``encoding.bf16``, ``generate.fast``, ``signing``, ``repair``)
-  the driver does not declare.
+- refuses a claim whose capabilities the driver lacks (``Required.protocol.hello.claims`` fails);
+- runs a vector or live scenario only against an implementation that claims what it needs: every
+  OPTIONAL feature it needs (:func:`packet_features`, :func:`config_features`: derived from the
+  vector's packets and configuration, with the index row's ``features``) and its level
+  (:func:`vector_level`: ``1.1`` for what 1.1 added); the others get ``not claimed``
+  (:func:`not_claimed_reason`), which is never a failure; and
+- fails a REQUIRED test of a claimed target that comes back *unsupported*.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 __all__ = [
+    "COMMANDS_1_1",
     "COMMAND_TARGET",
+    "ENCODING_FEATURES",
+    "ENCODING_NAMES",
+    "FEATURES_1_1",
+    "INDEX_ENCODING_FEATURES",
+    "INDEX_ENCODING_NAMES",
+    "LEVELS",
     "OPTIONAL_FEATURES",
     "TARGETS",
     "TARGET_CAPABILITIES",
     "claim_problems",
+    "config_features",
+    "implementation_level",
     "implied_targets",
+    "not_claimed_reason",
+    "packet_features",
+    "spec_1_1_ids",
     "target_of",
     "unsupported_claim_failure",
+    "vector_level",
 ]
 
 #: The targets, smallest first; each implies the ones before it.
@@ -35,7 +55,7 @@ TARGET_CAPABILITIES: dict[str, frozenset[str]] = {
     ),
 }
 #: The OPTIONAL features of spec DF-CNF-2 as capabilities: a test that needs one an implementation
-#: does not declare stays *unsupported* whatever it claims.
+#: does not declare is *not claimed* for it, whatever targets it claims.
 OPTIONAL_FEATURES = frozenset(
     {
         "encoding.f16",
@@ -47,6 +67,18 @@ OPTIONAL_FEATURES = frozenset(
         "repair",
     }
 )
+#: The conformance levels, oldest first: a driver's ``hello.spec_version``.
+LEVELS = ("1.0", "1.1")
+#: OPTIONAL features that 1.1 added (spec sections 6.8, 7.9, 13.1): a test that needs one is 1.1.
+FEATURES_1_1 = frozenset({"encoding.q8", "index.packed", "signing", "repair"})
+#: Commands that test what 1.1 added (driver protocol 5.10, 5.11, 5.12): their vectors are 1.1.
+COMMANDS_1_1 = frozenset({"config", "repair", "snapshot.serve"})
+#: Value and index encodings (spec Section 6.8, DF-PAR-10, DF-PAR-110) -> the feature that offers them.
+ENCODING_FEATURES = {"F16": "encoding.f16", "BF16": "encoding.bf16", "Q8": "encoding.q8"}
+INDEX_ENCODING_FEATURES = {"PACKED": "index.packed"}
+#: ``Packet.encoding`` and ``Packet.index_encoding`` values (schema/deltafabric.fbs) by name.
+ENCODING_NAMES = {0: "F32", 1: "F16", 2: "BF16", 3: "Q8"}
+INDEX_ENCODING_NAMES = {0: "PLAIN", 1: "PACKED"}
 #: The target whose tests a command's test ids belong to (``<Level>.<command>.<area>.<case>``).
 COMMAND_TARGET = {
     "decode": "codec",
@@ -98,3 +130,88 @@ def unsupported_claim_failure(
     if missing:
         return None  # an optional feature the implementation does not offer
     return f"unsupported, but the implementation claims the {target} target (DF-CNF-30)"
+
+
+def implementation_level(spec_version: object) -> str:
+    """The level a ``hello.spec_version`` claims: ``"1.0"`` for 1.0, else ``"1.1"`` (the newest the
+    runner knows; a later minor version includes it, DF-VER-3)."""
+    return "1.0" if str(spec_version) == "1.0" else LEVELS[-1]
+
+
+def packet_features(packet: Mapping[str, Any]) -> set[str]:
+    """The OPTIONAL features a packet needs of its receiver (its JSON form, spec Appendix B.2): its
+    value encoding and its index encoding (DF-PKT-13, DF-PKT-14, DF-PKT-115, DF-PKT-110)."""
+    out = set()
+    enc = ENCODING_FEATURES.get(str(packet.get("encoding", "F32")))
+    if enc is not None:
+        out.add(enc)
+    ienc = INDEX_ENCODING_FEATURES.get(str(packet.get("index_encoding", "PLAIN")))
+    if ienc is not None:
+        out.add(ienc)
+    return out
+
+
+def config_features(config: object) -> set[str]:
+    """The OPTIONAL features a node's configuration (spec Section 3) needs: its send ``encoding`` and
+    ``index_encoding`` (DF-VER-114: a node is configured to send only what it supports)."""
+    if not isinstance(config, Mapping):
+        return set()
+    return packet_features(config)
+
+
+_ID_MARK = re.compile(r"\*\*\[(DF-[A-Z]+-\d+)\]\*\*\s*(\([^)]*\))?")
+_HEADING = re.compile(r"^(#{2,4}) (.*)$", re.MULTILINE)
+_INDEX_ROW = re.compile(r"^\|\s*(DF-[A-Z]+-\d+)\s*\|([^|]*)\|", re.MULTILINE)
+
+
+def spec_1_1_ids(text: str) -> frozenset[str]:
+    """The requirement ids of ``spec/protocol.md`` that 1.1 added or changed: an id whose definition
+    is marked ``(added in 1.1)`` or ``(erratum, 1.1)``, whose row in the requirement index (Appendix A)
+    says ``1.1``, or that is defined in a section whose heading says ``(added in 1.1)``."""
+    out: set[str] = set()
+    headings = [(m.start(), len(m.group(1)), m.group(2)) for m in _HEADING.finditer(text)]
+    for m in _ID_MARK.finditer(text):
+        if m.group(2) and "1.1" in m.group(2):
+            out.add(m.group(1))
+            continue
+        # the headings around the definition, innermost last
+        stack: list[tuple[int, str]] = []
+        for pos, depth, title in headings:
+            if pos > m.start():
+                break
+            stack = [h for h in stack if h[0] < depth] + [(depth, title)]
+        if any("(added in 1.1)" in title for _d, title in stack):
+            out.add(m.group(1))
+    for m in _INDEX_ROW.finditer(text):
+        if "1.1" in m.group(2):
+            out.add(m.group(1))
+    return frozenset(out)
+
+
+def vector_level(
+    command: str,
+    features: Iterable[str],
+    requirements: Iterable[str],
+    ids_1_1: Iterable[str],
+    content_1_1: bool = False,
+) -> str:
+    """The level that requires a vector: ``"1.1"`` when it tests what 1.1 added: a command of
+    :data:`COMMANDS_1_1`, a feature of :data:`FEATURES_1_1`, a requirement that 1.1 added or changed
+    (:func:`spec_1_1_ids`), or (``content_1_1``) a packet field that only 1.1 defines; else ``"1.0"``."""
+    if command in COMMANDS_1_1 or set(features) & FEATURES_1_1 or content_1_1:
+        return "1.1"
+    return "1.1" if set(requirements) & set(ids_1_1) else "1.0"
+
+
+def not_claimed_reason(
+    level: str, features: Iterable[str], impl_level: str, capabilities: Iterable[str]
+) -> str | None:
+    """Why a test that needs ``features`` at ``level`` is not run against an implementation of
+    ``impl_level`` with ``capabilities`` (None: it is claimed and runs)."""
+    why = []
+    if LEVELS.index(level) > LEVELS.index(impl_level):
+        why.append(f"a {level} addition (the implementation claims {impl_level})")
+    missing = sorted((set(features) & OPTIONAL_FEATURES) - set(capabilities))
+    if missing:
+        why.append(f"needs {', '.join(missing)}, not declared")
+    return "not claimed: " + "; ".join(why) if why else None
