@@ -300,13 +300,13 @@ def run_suite(args: argparse.Namespace) -> int:
         f"{counts['unsupported']} unsupported, {counts['not_claimed']} not claimed, "
         f"{counts['skipped']} skipped"
     )
-    for r in runner.runs:
-        if r.skipped is not None or r.hello is None:
+    for run in runner.runs:
+        if run.skipped is not None or run.hello is None:
             continue
-        n = impl_counts(results, r.name)
-        feats = ", ".join(sorted(r.caps & OPTIONAL_FEATURES)) or "none"
+        n = impl_counts(results, run.name)
+        feats = ", ".join(sorted(run.caps & OPTIONAL_FEATURES)) or "none"
         print(
-            f"  {r.name}: level {r.level}, optional features {feats}: {n['passed']} passed, "
+            f"  {run.name}: level {run.level}, optional features {feats}: {n['passed']} passed, "
             f"{n['failed']} failed, {n['unsupported']} unsupported, {n['not_claimed']} not claimed"
         )
     print(
