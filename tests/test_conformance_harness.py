@@ -342,6 +342,7 @@ LEVEL_FAKES: dict[str, set[str]] = {
     "spec_1_0": set(FEATURES_1_1 | COMMANDS_1_1),
     "f16_claimed_rejected": _F32_ONLY_DROPS - {"encoding.f16"},
     "v10_minor_1": set(FEATURES_1_1 | COMMANDS_1_1),
+    "v10_packed_empty_entry": set(FEATURES_1_1 | COMMANDS_1_1),
 }
 
 
@@ -370,7 +371,11 @@ def level_runs(
     import io
 
     out: dict[str, tuple[int, dict[str, Any], Path]] = {}
-    for group in (("f32_only",), ("spec_1_0",), ("f16_claimed_rejected", "v10_minor_1")):
+    for group in (
+        ("f32_only",),
+        ("spec_1_0",),
+        ("f16_claimed_rejected", "v10_minor_1", "v10_packed_empty_entry"),
+    ):
         tmp = tmp_path_factory.mktemp("_".join(group))
         (tmp / "xfail").mkdir()
         args = ["--suite", str(ROOT), "--registry", str(_fake_registry(tmp, *group))]
@@ -418,6 +423,13 @@ def test_f32_only_driver_passes_its_claim_with_exit_0(
     assert any(
         t.startswith("Required.repair.") and r["result"] == "passed" for t, r in tests.items()
     )
+    # a valid packet of an encoding it does not claim is refused as the spec says (DF-PKT-13,
+    # DF-PKT-14, DF-VER-114): UNSUPPORTED_ENCODING at 1.1
+    refused = {t: r for t, r in tests.items() if t.startswith("Required.decode.refused.")}
+    assert refused and all(r["result"] == "passed" for r in refused.values())
+    for case in ("f16_basic", "bf16_basic", "q8_basic", "packed_delta", "packed_f16"):
+        assert f"Required.decode.refused.{case}" in refused, case
+    assert "Required.decode.refused.single_entry_f32" not in refused
     # and the report says what it claims
     matrix = (out / "matrix.md").read_text()
     row = next(ln for ln in matrix.splitlines() if ln.startswith("| `f32_only` |"))
@@ -439,7 +451,9 @@ def test_spec_1_0_driver_passes_the_1_0_level_with_exit_0(
     assert head["features"] == ["encoding.bf16", "encoding.f16", "generate.fast"]
     for tid, r in tests.items():
         # what 1.1 added is not claimed; everything of 1.0 runs and passes
-        if r["spec_level"] == "1.1":
+        if tid.startswith("Required.decode.refused."):
+            assert r["result"] == "passed", (tid, r["message"])
+        elif r["spec_level"] == "1.1":
             assert r["result"] == "not_claimed" and "a 1.1 addition" in r["message"], tid
         else:
             assert r["result"] == "passed", (tid, r["message"])
@@ -455,6 +469,15 @@ def test_spec_1_0_driver_passes_the_1_0_level_with_exit_0(
         "Required.receive.step.signed_extreme_node_ids",
     ):
         assert tests[tid]["result"] == "not_claimed", tid
+    # DF-VER-114 at 1.0: a PACKED packet is LENGTH_MISMATCH (empty indices, values), a Q8 one
+    # UNSUPPORTED_ENCODING (encoding 3 is unknown to 1.0), and an F16 one decodes
+    assert set(tests["Required.decode.refused.packed_delta"]["requirements"]) == {
+        "DF-ERR-8",
+        "DF-VER-114",
+    }
+    assert "DF-ERR-5" in tests["Required.decode.refused.packed_q8"]["requirements"]
+    assert "Required.decode.refused.f16_basic" not in tests
+    assert "Required.decode.refused.packed_no_entries" in tests  # Q8: refused at 1.0 too
     row = next(
         ln for ln in (out / "matrix.md").read_text().splitlines() if ln.startswith("| `spec_1_0` |")
     )
@@ -478,6 +501,18 @@ def test_a_feature_or_level_claimed_and_failed_still_fails(
     v10 = _mine(results, "v10_minor_1")
     r = v10["Required.receive.step.plain_apply"]
     assert r["result"] == "failed" and "version_minor: expected 0, got 1" in r["message"]
+    # a 1.0 driver that answers EMPTY_ENTRY to a PACKED packet fails the refusal tests
+    empty = _mine(results, "v10_packed_empty_entry")
+    r = empty["Required.decode.refused.packed_delta"]
+    assert r["result"] == "failed" and "expected LENGTH_MISMATCH" in r["message"]
+    length_mismatch = {
+        t
+        for t, r in empty.items()
+        if t.startswith("Required.decode.refused.") and "DF-ERR-8" in r["requirements"]
+    }
+    assert length_mismatch and {t for t, r in empty.items() if r["result"] == "failed"} == (
+        length_mismatch
+    )
 
 
 def test_levels_and_features_of_vectors_follow_the_spec_and_their_content() -> None:

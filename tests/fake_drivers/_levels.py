@@ -49,9 +49,12 @@ class Filtered(Driver):
             and str(stated.get("index_encoding", "PLAIN")) in self.index_encodings
         )
 
-    def refuse_packet(self, buf: bytes, code: str | None) -> str | None:
+    def refuse_packet(
+        self, buf: bytes, code: str | None, packet: Mapping[str, Any] | None = None
+    ) -> str | None:
         """The rejection code for a packet whose header states an encoding this driver does not offer
-        (``code``: what the reference answered, None for accepted); None to keep the reference's."""
+        (``code``: what the reference answered, None for accepted, then ``packet`` is what it read);
+        None to keep the reference's answer."""
         head = packet_header(buf)
         if head is None or (code is not None and code in BEFORE_ENCODING):
             return None
@@ -63,14 +66,14 @@ class Filtered(Driver):
 
     def _decode_filtered(self, buf: bytes, ctx: Mapping[str, Any]) -> dict[str, Any]:
         try:
-            out = {"packet": self._decode_one(buf, ctx)}
+            out: dict[str, Any] = {"packet": self._decode_one(buf, ctx)}
             code = None
         except Exception as exc:  # the reference's rejection (DecodeError)
             code = getattr(getattr(exc, "code", None), "value", None)
             if code is None:
                 raise
             out = {"rejected": code}
-        refused = self.refuse_packet(buf, code)
+        refused = self.refuse_packet(buf, code, out.get("packet"))
         if refused is not None:
             return {"rejected": refused}
         return out
@@ -138,14 +141,19 @@ class Spec10(Filtered):
     def hello(self, req: Mapping[str, Any]) -> dict[str, Any]:
         return {**super().hello(req), "spec_version": self.spec_version}
 
-    def refuse_packet(self, buf: bytes, code: str | None) -> str | None:
+    def refuse_packet(
+        self, buf: bytes, code: str | None, packet: Mapping[str, Any] | None = None
+    ) -> str | None:
         head = packet_header(buf)
         if head is None or (code is not None and code in BEFORE_ENCODING):
             return None
         if head[0] == "Q8":
             return "UNSUPPORTED_ENCODING"  # encoding 3 is unknown to 1.0 (DF-VER-3)
         if head[1] == "PACKED" and head[0] in self.encodings:
-            # 1.0 does not know packed_indices: `indices` is empty, the values are not (DF-VER-114)
+            # 1.0 does not know packed_indices: `indices` is empty, the values are not (DF-VER-114);
+            # a packet without entries has nothing to misread
+            if packet is not None and not packet.get("entries"):
+                return None
             return "LENGTH_MISMATCH"
         return None
 

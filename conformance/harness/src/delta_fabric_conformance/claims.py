@@ -38,6 +38,7 @@ __all__ = [
     "implied_targets",
     "not_claimed_reason",
     "packet_features",
+    "refusal_code",
     "spec_1_1_ids",
     "target_of",
     "unsupported_claim_failure",
@@ -215,3 +216,34 @@ def not_claimed_reason(
     if missing:
         why.append(f"needs {', '.join(missing)}, not declared")
     return "not claimed: " + "; ".join(why) if why else None
+
+
+def refusal_code(
+    packet: Mapping[str, Any], impl_level: str, capabilities: Iterable[str]
+) -> tuple[str, list[str]] | None:
+    """What an implementation of ``impl_level`` with ``capabilities`` answers to a valid packet (JSON
+    form) that states an encoding it does not claim, and the requirements that say so; None when it
+    claims every encoding the packet states (or the packet gives it nothing to refuse).
+
+    A value encoding it lacks is ``UNSUPPORTED_ENCODING`` (DF-PKT-13, DF-PKT-14, DF-PKT-115: ``Q8`` is
+    an unknown encoding to 1.0, DF-VER-3). A ``PACKED`` index encoding it lacks is
+    ``UNSUPPORTED_ENCODING`` at 1.1, and ``LENGTH_MISMATCH`` at 1.0 when the packet has an entry: a 1.0
+    receiver reads neither ``index_encoding`` nor ``packed_indices`` (DF-VER-2), so an entry's
+    ``indices`` is empty and its values are not (DF-VER-114, DF-ERR-8); a 1.0 receiver accepts a
+    ``PACKED`` packet without entries."""
+    caps = set(capabilities)
+    enc = str(packet.get("encoding", "F32"))
+    feature = ENCODING_FEATURES.get(enc)
+    if feature is not None and (
+        feature not in caps or (impl_level == "1.0" and feature in FEATURES_1_1)
+    ):
+        reqs = {"F16": "DF-PKT-13", "BF16": "DF-PKT-14", "Q8": "DF-VER-114"}[enc]
+        return "UNSUPPORTED_ENCODING", sorted({"DF-ERR-5", reqs})
+    packed = str(packet.get("index_encoding", "PLAIN")) == "PACKED"
+    if not packed or ("index.packed" in caps and impl_level != "1.0"):
+        return None
+    if impl_level != "1.0":
+        return "UNSUPPORTED_ENCODING", ["DF-ERR-5", "DF-VER-114"]
+    if not packet.get("entries"):
+        return None
+    return "LENGTH_MISMATCH", ["DF-ERR-8", "DF-VER-114"]

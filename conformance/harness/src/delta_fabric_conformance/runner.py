@@ -23,6 +23,7 @@ from delta_fabric_conformance.claims import (
     config_features,
     not_claimed_reason,
     packet_features,
+    refusal_code,
     spec_1_1_ids,
     unsupported_claim_failure,
     vector_level,
@@ -326,6 +327,8 @@ class Runner:
         live = [r for r in self.runs if r.hello is not None]
         for row in index:
             self.run_vector(row, live)
+            if row["kind"] in ("decode", "decode-valid") and row.get("expect", "ok") == "ok":
+                self.run_refusal(row, live)
         for row in index:
             if round_trips(row):
                 self.run_encode(row, live)
@@ -523,6 +526,57 @@ class Runner:
                 kind,
                 feats,
                 spec_level=spec_level,
+            )
+
+    def run_refusal(self, row: Mapping[str, Any], runs: list[ImplRun]) -> None:
+        """``Required.decode.refused.<case>``: a valid packet of an encoding an implementation does
+        not claim, sent to that implementation, must be rejected with the code the spec gives for
+        its level (:func:`delta_fabric_conformance.claims.refusal_code`; DF-VER-114 for a 1.0
+        receiver). Run only against the implementations that do not claim the encoding."""
+        test_id = f"Required.decode.refused.{str(row['id']).split('.')[-1]}"
+        if not self.wanted(test_id):
+            return
+        data, base = self.vector_files(row)
+        packet = base.with_name(base.name + ".dfp").read_bytes()
+        for run in runs:
+            refusal = refusal_code(data["packet"], run.level, run.caps)
+            if refusal is None or "decode" not in run.caps:
+                continue
+            want, reqs = refusal
+            t0 = time.monotonic()
+            r = run.call(
+                {
+                    "cmd": "decode",
+                    "packet": base64.b64encode(packet).decode(),
+                    "context": data["context"],
+                },
+                f"decode {row['id']} (not claimed: a refusal is expected)",
+            )
+            v = self._reply_verdict(run, "decode", r)
+            if v is not None:
+                result, msg = v
+            else:
+                assert isinstance(r, Reply)
+                got = r.body["code"] if r.kind == "rejected" else None
+                result = PASSED if got == want else FAILED
+                msg = (
+                    ""
+                    if got == want
+                    else (
+                        f"{'rejected with ' + got if got else 'accepted'} a packet of an encoding the "
+                        f"implementation does not claim (level {run.level}); expected {want}"
+                    )
+                )
+            self.add(
+                test_id,
+                "REQUIRED",
+                [run.name],
+                result,
+                msg,
+                reqs,
+                time.monotonic() - t0,
+                "decode",
+                spec_level=run.level,
             )
 
     def _reply_verdict(self, run: ImplRun, cmd: str, r: Reply | str) -> tuple[str, str] | None:
