@@ -74,7 +74,7 @@ LEVELS = ("1.0", "1.1")
 FEATURES_1_1 = frozenset({"encoding.q8", "index.packed", "signing", "repair"})
 #: Commands that test what 1.1 added (driver protocol 5.10, 5.11, 5.12): their vectors are 1.1.
 COMMANDS_1_1 = frozenset({"config", "repair", "snapshot.serve"})
-#: Value and index encodings (spec Section 6.8, DF-PAR-10, DF-PAR-110) -> the feature that offers them.
+#: Value and index encodings (DF-PAR-10, DF-PAR-110) -> the feature that offers them (spec Section 6.8).
 ENCODING_FEATURES = {"F16": "encoding.f16", "BF16": "encoding.bf16", "Q8": "encoding.q8"}
 INDEX_ENCODING_FEATURES = {"PACKED": "index.packed"}
 #: ``Packet.encoding`` and ``Packet.index_encoding`` values (schema/deltafabric.fbs) by name.
