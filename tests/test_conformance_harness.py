@@ -543,6 +543,16 @@ def test_levels_and_features_of_vectors_follow_the_spec_and_their_content() -> N
         data = json.loads((VECTORS / f"{row['path']}.json").read_text())
         stated = set(row.get("features", [])) & OPTIONAL_FEATURES
         assert packet_features(data["packet"]) == stated, row["id"]
+    # live scenarios: today's are 1.0 and need no OPTIONAL feature; a cluster configured to send Q8,
+    # or a scenario that injects an F16 vector, needs the feature
+    from delta_fabric_conformance.live import load_scenarios, scenario_needs
+
+    for sc in load_scenarios(ROOT / "conformance" / "scenarios"):
+        assert scenario_needs(sc, ids, VECTORS) == ([], "1.0"), sc["id"]
+    q8 = {"config": {"encoding": "Q8"}, "requirements": ["DF-RCV-3"], "phases": []}
+    assert scenario_needs(q8, ids, VECTORS) == (["encoding.q8"], "1.1")
+    inject = {"phases": [{"b": [{"op": "inject", "vectors": ["decode/invalid/f16_inf_value"]}]}]}
+    assert scenario_needs(inject, ids, VECTORS) == (["encoding.f16"], "1.0")
     # a 1.0 receiver's relay packets: version_minor 0, the rest unchanged
     exp = {"relay": [{"version_minor": 1, "sender": "x"}], "rejections": [None]}
     assert expected_at_level("receive", exp, "1.0") == {

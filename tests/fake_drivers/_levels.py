@@ -19,9 +19,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from _base import Driver, Rejected
-from delta_fabric_conformance.claims import COMMANDS_1_1, FEATURES_1_1
+from delta_fabric_conformance.claims import COMMANDS_1_1, FEATURES_1_1, packet_header
 from delta_fabric_conformance.kit import Skipped
-from delta_fabric_conformance.runner import packet_header
 
 __all__ = ["F32_ONLY_DROPS", "F32Only", "Spec10"]
 

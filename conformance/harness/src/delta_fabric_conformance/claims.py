@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
+
+from delta_fabric._generated.deltafabric.v1 import Packet as _gen_packet
 
 __all__ = [
     "COMMANDS_1_1",
@@ -38,6 +41,8 @@ __all__ = [
     "implied_targets",
     "not_claimed_reason",
     "packet_features",
+    "packet_file_features",
+    "packet_header",
     "refusal_code",
     "spec_1_1_ids",
     "target_of",
@@ -150,6 +155,27 @@ def packet_features(packet: Mapping[str, Any]) -> set[str]:
     if ienc is not None:
         out.add(ienc)
     return out
+
+
+def packet_header(data: bytes) -> tuple[str, str] | None:
+    """A packet's ``encoding`` and ``index_encoding`` by name (``"?"`` for a value no version
+    defines), or None when the bytes are too broken to read them. Read without verifying: only to know
+    which OPTIONAL features a vector's packet states (spec DF-RCV-20 step 6)."""
+    try:
+        root = _gen_packet.Packet.GetRootAs(data, 0)
+        enc, ienc = int(root.Encoding()), int(root.IndexEncoding())
+    except Exception:  # a broken buffer states nothing
+        return None
+    return ENCODING_NAMES.get(enc, "?"), INDEX_ENCODING_NAMES.get(ienc, "?")
+
+
+def packet_file_features(path: Path) -> set[str]:
+    """:func:`packet_features` of the packet file at ``path`` (by :func:`packet_header`; nothing for
+    a missing or unreadable file)."""
+    head = packet_header(path.read_bytes()) if path.is_file() else None
+    if head is None:
+        return set()
+    return packet_features({"encoding": head[0], "index_encoding": head[1]})
 
 
 def config_features(config: object) -> set[str]:

@@ -29,6 +29,7 @@ from delta_fabric_conformance.claims import (
     config_features,
     not_claimed_reason,
     packet_features,
+    packet_file_features,
     spec_1_1_ids,
     vector_level,
 )
@@ -527,30 +528,34 @@ def _check_one(
     return f"unknown check {kind!r}"
 
 
-def _stated_encodings(obj: Any) -> set[str]:
+def _stated_encodings(obj: Any, vectors: Path | None) -> set[str]:
     """The OPTIONAL features every object of a scenario's configuration or scripts states with an
-    ``encoding`` or ``index_encoding`` member (a node's send encoding, a scripted raw packet)."""
+    ``encoding`` or ``index_encoding`` member (a node's send encoding, a scripted packet), and those the
+    decode vectors an ``inject`` instruction sends state in their bytes (under ``vectors``)."""
     out: set[str] = set()
     if isinstance(obj, Mapping):
         if "encoding" in obj or "index_encoding" in obj:
             out |= packet_features(obj)
+        if obj.get("op") == "inject" and vectors is not None:
+            for ref in obj.get("vectors", []):
+                out |= packet_file_features(vectors / f"{ref}.dfp")
         for v in obj.values():
-            out |= _stated_encodings(v)
+            out |= _stated_encodings(v, vectors)
     elif isinstance(obj, list):
         for v in obj:
-            out |= _stated_encodings(v)
+            out |= _stated_encodings(v, vectors)
     return out
 
 
 def scenario_needs(
-    sc: Mapping[str, Any], ids_1_1: Sequence[str] | frozenset[str]
+    sc: Mapping[str, Any], ids_1_1: Sequence[str] | frozenset[str], vectors: Path | None = None
 ) -> tuple[list[str], str]:
     """What a live scenario needs of both implementations: the OPTIONAL features (its ``features``,
     the cluster configuration's encodings and ``signing``, the encodings its scripts state) and the
     level that requires it (spec DF-CNF-30; see :func:`delta_fabric_conformance.claims.vector_level`)."""
     feats = {str(f) for f in sc.get("features", [])}
     config = sc.get("config", {})
-    feats |= config_features(config) | _stated_encodings(sc.get("phases", []))
+    feats |= config_features(config) | _stated_encodings(sc.get("phases", []), vectors)
     if isinstance(config, Mapping) and config.get("signing"):
         feats.add("signing")
     reqs = [str(r) for r in sc.get("requirements", [])]
@@ -579,7 +584,7 @@ def run_scenarios(runner: ResultSink, runs: list[ImplRun]) -> None:
         if runner.opts.scenario_names and sc["id"] not in runner.opts.scenario_names:
             continue
         level = str(sc.get("level", "REQUIRED")).upper()
-        feats, spec_level = scenario_needs(sc, ids_1_1)
+        feats, spec_level = scenario_needs(sc, ids_1_1, runner.opts.vectors)
         claimed = []
         for r in runs:
             why = not_claimed_reason(spec_level, feats, r.level, r.caps)

@@ -17,12 +17,11 @@ from delta_fabric.snapshot import SnapshotError, decode_chunk
 from delta_fabric.wire import json_loads
 
 from delta_fabric_conformance.claims import (
-    ENCODING_NAMES,
-    INDEX_ENCODING_NAMES,
     claim_problems,
     config_features,
     not_claimed_reason,
     packet_features,
+    packet_file_features,
     refusal_code,
     spec_1_1_ids,
     unsupported_claim_failure,
@@ -131,25 +130,6 @@ def packed_form_problems(packet: Mapping[str, Any], data: bytes) -> list[str]:
     return problems
 
 
-def packet_header(data: bytes) -> tuple[str, str] | None:
-    """A packet's ``encoding`` and ``index_encoding`` by name (``"?"`` for a value no version
-    defines), or None when the bytes are too broken to read them. Read without verifying: only to know
-    which OPTIONAL features a vector's packet states (spec DF-RCV-20 step 6)."""
-    try:
-        root = _gen_packet.Packet.GetRootAs(data, 0)
-        enc, ienc = int(root.Encoding()), int(root.IndexEncoding())
-    except Exception:  # a broken buffer states nothing
-        return None
-    return ENCODING_NAMES.get(enc, "?"), INDEX_ENCODING_NAMES.get(ienc, "?")
-
-
-def _packet_file_features(path: Path) -> set[str]:
-    head = packet_header(path.read_bytes()) if path.is_file() else None
-    if head is None:
-        return set()
-    return packet_features({"encoding": head[0], "index_encoding": head[1]})
-
-
 def _has_1_1_fields(packet: Mapping[str, Any]) -> bool:
     """Whether a packet (JSON form) carries a field only 1.1 defines: ``heard`` (DF-PKT-60), an entry's
     ``signature`` (DF-PKT-140) or a ``PACKED`` index encoding (DF-PKT-110)."""
@@ -175,7 +155,7 @@ def vector_needs(
             feats |= packet_features(data["packet"])
             content_1_1 = _has_1_1_fields(data["packet"])
         else:
-            feats |= _packet_file_features(base.with_name(base.name + ".dfp"))
+            feats |= packet_file_features(base.with_name(base.name + ".dfp"))
     elif kind in ("generate", "receive"):
         feats |= config_features(data.get("config"))
         if kind == "generate" and (bool(data.get("fast")) or data.get("mode") == "fast"):
@@ -185,7 +165,7 @@ def vector_needs(
         if kind == "receive":
             folder = base if base.is_dir() else base.parent
             for p in data.get("packets", []):
-                feats |= _packet_file_features(folder / str(p))
+                feats |= packet_file_features(folder / str(p))
     elif kind == "config":
         for case in data.get("cases", []):
             feats |= config_features(case.get("config"))
