@@ -553,11 +553,27 @@ def test_levels_and_features_of_vectors_follow_the_spec_and_their_content() -> N
     assert scenario_needs(q8, ids, VECTORS) == (["encoding.q8"], "1.1")
     inject = {"phases": [{"b": [{"op": "inject", "vectors": ["decode/invalid/f16_inf_value"]}]}]}
     assert scenario_needs(inject, ids, VECTORS) == (["encoding.f16"], "1.0")
-    # a 1.0 receiver's relay packets: version_minor 0, the rest unchanged
-    exp = {"relay": [{"version_minor": 1, "sender": "x"}], "rejections": [None]}
+    # a 1.0 receiver's relay packets: version_minor 0, and no counter that 1.1 added
+    exp = {
+        "relay": [{"version_minor": 1, "sender": "x"}],
+        "rejections": [None],
+        "counters": {"packets_received": 1, "packets_accepted": 1, "values_applied": 3},
+    }
     assert expected_at_level("receive", exp, "1.0") == {
         "relay": [{"version_minor": 0, "sender": "x"}],
         "rejections": [None],
+        "counters": {"packets_accepted": 1},  # DF-RCV-30's counters are 1.1's
     }
     assert expected_at_level("receive", exp, "1.1") is exp
+    # a 1.1 driver that leaves out a counter of DF-RCV-30 fails the comparison (the schema lets a 1.0
+    # driver leave it out)
+    from delta_fabric_conformance.engine_checks import check_engine_result
+
+    got = {"counters": {"packets_accepted": 1, "values_applied": 3}}
+    problem = check_engine_result("receive", {}, {"counters": exp["counters"]}, got)
+    assert problem is not None and "packets_received" in problem
+    only = {"counters": exp["counters"]}
+    assert (
+        check_engine_result("receive", {}, expected_at_level("receive", only, "1.0"), got) is None
+    )
     assert expected_at_level("generate", exp, "1.0") is exp

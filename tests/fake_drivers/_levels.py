@@ -171,4 +171,22 @@ class Spec10(Filtered):
         for p in out.get("relay", []):  # a 1.0 sender writes version_minor 0 (DF-VER-1)
             if isinstance(p, dict) and "version_minor" in p:
                 p["version_minor"] = 0
+        self.counters_1_0(out.get("counters"))
         return out
+
+    @staticmethod
+    def counters_1_0(counters: object) -> None:
+        """Leave out of a report what a 1.0 node does not keep: the counters of DF-RCV-30 and the
+        codes and reasons 1.1 added (``NON_FINITE_RESULT``, ``BAD_SIGNATURE``, ``not_member``,
+        ``seq_jump``)."""
+        if not isinstance(counters, dict):
+            return
+        for k in ("packets_received", "values_applied"):
+            counters.pop(k, None)
+        for group, keys in (
+            ("errors", ("NON_FINITE_RESULT", "BAD_SIGNATURE")),
+            ("drops", ("not_member", "seq_jump")),
+        ):
+            if isinstance(counters.get(group), dict):
+                for k in keys:
+                    counters[group].pop(k, None)

@@ -175,17 +175,27 @@ def vector_needs(
     return sorted(feats), vector_level(command, feats, reqs, ids_1_1, content_1_1)
 
 
+#: Counters that 1.1 added to a receive step's report (DF-RCV-30): not asked of a 1.0 node.
+COUNTERS_1_1 = ("packets_received", "values_applied")
+
+
 def expected_at_level(kind: str, expected: Mapping[str, Any], level: str) -> Mapping[str, Any]:
-    """A vector's ``expected`` for an implementation of ``level``: a 1.0 node writes
-    ``version_minor = 0`` in the packets it sends (DF-VER-1), so its relay packets expect 0 where the
-    vector (written by 1.1 nodes) has 1. Every other member is the same at both levels."""
-    if level != "1.0" or kind != "receive" or not isinstance(expected.get("relay"), list):
+    """A vector's ``expected`` for an implementation of ``level``. For a 1.0 node: its relay packets
+    carry ``version_minor = 0`` (DF-VER-1) where the vector (written by 1.1 nodes) has 1, and the
+    counters 1.1 added (:data:`COUNTERS_1_1`, DF-RCV-30) are not compared; the error codes and drop
+    reasons 1.1 added need no change (an absent one reads as 0, driver protocol 5.5). Every other
+    member is the same at both levels."""
+    if level != "1.0" or kind != "receive":
         return expected
-    relay = [
-        {**p, "version_minor": 0} if isinstance(p, Mapping) and "version_minor" in p else p
-        for p in expected["relay"]
-    ]
-    return {**expected, "relay": relay}
+    out = dict(expected)
+    if isinstance(out.get("relay"), list):
+        out["relay"] = [
+            {**p, "version_minor": 0} if isinstance(p, Mapping) and "version_minor" in p else p
+            for p in out["relay"]
+        ]
+    if isinstance(out.get("counters"), Mapping):
+        out["counters"] = {k: v for k, v in out["counters"].items() if k not in COUNTERS_1_1}
+    return out
 
 
 def _show_reply(g: object) -> str:
