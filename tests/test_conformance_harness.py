@@ -557,19 +557,24 @@ def test_levels_and_features_of_vectors_follow_the_spec_and_their_content() -> N
     exp = {
         "relay": [{"version_minor": 1, "sender": "x"}],
         "rejections": [None],
-        "counters": {"packets_received": 1, "packets_accepted": 1, "values_applied": 3},
+        "counters": {
+            "packets_received": 1,
+            "packets_accepted": 1,
+            "values_applied": 3,
+            "relay_dropped_oversize": 0,
+        },
     }
     assert expected_at_level("receive", exp, "1.0") == {
         "relay": [{"version_minor": 0, "sender": "x"}],
         "rejections": [None],
-        "counters": {"packets_accepted": 1},  # DF-RCV-30's counters are 1.1's
+        "counters": {"packets_accepted": 1},  # compared since 1.1
     }
     assert expected_at_level("receive", exp, "1.1") is exp
     # a 1.1 driver that leaves out a counter of DF-RCV-30 fails the comparison (the schema lets a 1.0
     # driver leave it out)
     from delta_fabric_conformance.engine_checks import check_engine_result
 
-    got = {"counters": {"packets_accepted": 1, "values_applied": 3}}
+    got = {"counters": {"packets_accepted": 1, "values_applied": 3, "relay_dropped_oversize": 0}}
     problem = check_engine_result("receive", {}, {"counters": exp["counters"]}, got)
     assert problem is not None and "packets_received" in problem
     only = {"counters": exp["counters"]}
@@ -577,3 +582,6 @@ def test_levels_and_features_of_vectors_follow_the_spec_and_their_content() -> N
         check_engine_result("receive", {}, expected_at_level("receive", only, "1.0"), got) is None
     )
     assert expected_at_level("generate", exp, "1.0") is exp
+    split = {"entries": [], "exact_split": False, "max_entry_values": 4}
+    assert expected_at_level("generate", split, "1.0") == {"entries": [], "exact_split": False}
+    assert expected_at_level("generate", split, "1.1") is split

@@ -176,12 +176,12 @@ class Spec10(Filtered):
 
     @staticmethod
     def counters_1_0(counters: object) -> None:
-        """Leave out of a report what a 1.0 node does not keep: the counters of DF-RCV-30 and the
-        codes and reasons 1.1 added (``NON_FINITE_RESULT``, ``BAD_SIGNATURE``, ``not_member``,
-        ``seq_jump``)."""
+        """Leave out of a report what a 1.0 driver does not report: the counters of DF-RCV-30,
+        ``relay_dropped_oversize`` (reported since 1.1) and the codes and reasons 1.1 added
+        (``NON_FINITE_RESULT``, ``BAD_SIGNATURE``, ``not_member``, ``seq_jump``)."""
         if not isinstance(counters, dict):
             return
-        for k in ("packets_received", "values_applied"):
+        for k in ("packets_received", "values_applied", "relay_dropped_oversize"):
             counters.pop(k, None)
         for group, keys in (
             ("errors", ("NON_FINITE_RESULT", "BAD_SIGNATURE")),
