@@ -210,8 +210,9 @@ def run(args: argparse.Namespace) -> int:
 
 def run_suite(args: argparse.Namespace) -> int:
     """``run``: ``args`` as :func:`add_arguments` parses them, every path filled (see :func:`run`)."""
+    from delta_fabric_conformance.claims import OPTIONAL_FEATURES
     from delta_fabric_conformance.registry import load_registry
-    from delta_fabric_conformance.report import compute_coverage, write_outputs
+    from delta_fabric_conformance.report import compute_coverage, impl_counts, write_outputs
     from delta_fabric_conformance.runner import Options, Runner
 
     suite = Suite.at(args.suite)
@@ -260,6 +261,8 @@ def run_suite(args: argparse.Namespace) -> int:
                 "registered_framework": r.impl.framework,
                 "command": list(r.impl.command),
                 **(r.hello or {"hello": None}),
+                "level": r.level,
+                "features": sorted(r.caps & OPTIONAL_FEATURES),
                 "restarts": r.restarts,
                 "abandoned": r.abandoned,
             }
@@ -294,8 +297,18 @@ def run_suite(args: argparse.Namespace) -> int:
             print(f"  warning: {r.id} [{', '.join(r.impls)}] {r.message[:300]}", file=sys.stderr)
     print(
         f"conformance: {counts['passed']} passed, {counts['failed']} failed, "
-        f"{counts['unsupported']} unsupported, {counts['skipped']} skipped"
+        f"{counts['unsupported']} unsupported, {counts['not_claimed']} not claimed, "
+        f"{counts['skipped']} skipped"
     )
+    for run in runner.runs:
+        if run.skipped is not None or run.hello is None:
+            continue
+        n = impl_counts(results, run.name)
+        feats = ", ".join(sorted(run.caps & OPTIONAL_FEATURES)) or "none"
+        print(
+            f"  {run.name}: level {run.level}, optional features {feats}: {n['passed']} passed, "
+            f"{n['failed']} failed, {n['unsupported']} unsupported, {n['not_claimed']} not claimed"
+        )
     print(
         f"  {counts['expected_failures']} expected failures, {counts['unexpected_failures']} unexpected "
         f"failures, {counts['unexpected_passes']} unexpected passes; coverage by vectors and "

@@ -25,11 +25,20 @@ from typing import Any
 import numpy as np
 from delta_fabric.ports import free_ports
 
+from delta_fabric_conformance.claims import (
+    config_features,
+    not_claimed_reason,
+    packet_features,
+    packet_file_features,
+    spec_1_1_ids,
+    vector_level,
+)
 from delta_fabric_conformance.client import DriverClient, ProtocolViolation
 from delta_fabric_conformance.compare import f32_bits
 from delta_fabric_conformance.kit.models import model_manifest
 from delta_fabric_conformance.results import (
     FAILED,
+    NOT_CLAIMED,
     PASSED,
     UNSUPPORTED,
     ImplRun,
@@ -519,6 +528,40 @@ def _check_one(
     return f"unknown check {kind!r}"
 
 
+def _stated_encodings(obj: Any, vectors: Path | None) -> set[str]:
+    """The OPTIONAL features every object of a scenario's configuration or scripts states with an
+    ``encoding`` or ``index_encoding`` member (a node's send encoding, a scripted packet), and those the
+    decode vectors an ``inject`` instruction sends state in their bytes (under ``vectors``)."""
+    out: set[str] = set()
+    if isinstance(obj, Mapping):
+        if "encoding" in obj or "index_encoding" in obj:
+            out |= packet_features(obj)
+        if obj.get("op") == "inject" and vectors is not None:
+            for ref in obj.get("vectors", []):
+                out |= packet_file_features(vectors / f"{ref}.dfp")
+        for v in obj.values():
+            out |= _stated_encodings(v, vectors)
+    elif isinstance(obj, list):
+        for v in obj:
+            out |= _stated_encodings(v, vectors)
+    return out
+
+
+def scenario_needs(
+    sc: Mapping[str, Any], ids_1_1: Sequence[str] | frozenset[str], vectors: Path | None = None
+) -> tuple[list[str], str]:
+    """What a live scenario needs of both implementations: the OPTIONAL features (its ``features``,
+    the cluster configuration's encodings and ``signing``, the encodings its scripts state) and the
+    level that requires it (spec DF-CNF-30; see :func:`delta_fabric_conformance.claims.vector_level`)."""
+    feats = {str(f) for f in sc.get("features", [])}
+    config = sc.get("config", {})
+    feats |= config_features(config) | _stated_encodings(sc.get("phases", []), vectors)
+    if isinstance(config, Mapping) and config.get("signing"):
+        feats.add("signing")
+    reqs = [str(r) for r in sc.get("requirements", [])]
+    return sorted(feats), vector_level("live", feats, reqs, ids_1_1)
+
+
 def _pairs(sc: Mapping[str, Any], runs: Sequence[ImplRun]) -> list[tuple[ImplRun, ImplRun]]:
     need = set(sc.get("capabilities", ["peer"]))
     able = [r for r in runs if need <= r.caps and r.abandoned is None]
@@ -535,13 +578,36 @@ def _test_id(sc: Mapping[str, Any], a: ImplRun, b: ImplRun, runs: Sequence[ImplR
 
 
 def run_scenarios(runner: ResultSink, runs: list[ImplRun]) -> None:
+    spec = runner.opts.spec
+    ids_1_1 = spec_1_1_ids(spec.read_text(encoding="utf-8")) if spec.is_file() else frozenset()
     for sc in load_scenarios(runner.opts.scenarios):
         if runner.opts.scenario_names and sc["id"] not in runner.opts.scenario_names:
             continue
         level = str(sc.get("level", "REQUIRED")).upper()
-        pairs = _pairs(sc, runs)
+        feats, spec_level = scenario_needs(sc, ids_1_1, runner.opts.vectors)
+        claimed = []
+        for r in runs:
+            why = not_claimed_reason(spec_level, feats, r.level, r.caps)
+            if why is None:
+                claimed.append(r)
+                continue
+            tid = _test_id(sc, r, r, runs)
+            if runner.wanted(tid):
+                runner.add(
+                    tid,
+                    level,
+                    [r.name],
+                    NOT_CLAIMED,
+                    why,
+                    sc.get("requirements", []),
+                    0.0,
+                    "live",
+                    feats,
+                    spec_level=spec_level,
+                )
+        pairs = _pairs(sc, claimed)
         if not pairs:
-            for r in runs:
+            for r in claimed:
                 tid = _test_id(sc, r, r, runs)
                 if runner.wanted(tid):
                     runner.add(
@@ -553,6 +619,8 @@ def run_scenarios(runner: ResultSink, runs: list[ImplRun]) -> None:
                         sc.get("requirements", []),
                         0.0,
                         "live",
+                        feats,
+                        spec_level=spec_level,
                     )
             continue
         baseline: dict[str, Any] | None = None
@@ -593,6 +661,8 @@ def run_scenarios(runner: ResultSink, runs: list[ImplRun]) -> None:
                 sc.get("requirements", []),
                 time.monotonic() - t0,
                 "live",
+                feats,
+                spec_level=spec_level,
             )
 
 

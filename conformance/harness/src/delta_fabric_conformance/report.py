@@ -9,11 +9,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from delta_fabric_conformance.claims import TARGETS, implied_targets, target_of
+from delta_fabric_conformance.claims import (
+    OPTIONAL_FEATURES,
+    TARGETS,
+    implementation_level,
+    implied_targets,
+    target_of,
+)
 
 __all__ = [
     "Coverage",
     "compute_coverage",
+    "impl_counts",
     "spec_requirement_ids",
     "summary_counts",
     "write_outputs",
@@ -21,7 +28,13 @@ __all__ = [
 
 _ID_DEF = re.compile(r"\*\*\[(DF-[A-Z]+-\d+)\]\*\*")
 _NORMATIVE = re.compile(r"\b(MUST|MUST NOT|REQUIRED|SHALL|SHALL NOT)\b")
-_MARK = {"passed": "✓", "failed": "✕", "unsupported": "?", "skipped": "skip"}
+_MARK = {
+    "passed": "✓",
+    "failed": "✕",
+    "unsupported": "?",
+    "not_claimed": "n/c",
+    "skipped": "skip",
+}
 
 
 _INDEX_ROW = re.compile(r"^\|\s*(DF-[A-Z]+-\d+)\s*\|[^|]*\|\s*([A-Z ]+?)\s*\|\s*$", re.MULTILINE)
@@ -114,6 +127,7 @@ def summary_counts(results: Sequence[Any]) -> dict[str, int]:
         "passed": 0,
         "failed": 0,
         "unsupported": 0,
+        "not_claimed": 0,
         "skipped": 0,
         "expected_failures": 0,
         "unexpected_failures": 0,
@@ -131,6 +145,18 @@ def summary_counts(results: Sequence[Any]) -> dict[str, int]:
         elif r.verdict == "warning":
             out["warnings"] += 1
     return out
+
+
+def impl_counts(results: Sequence[Any], name: str) -> dict[str, int]:
+    """:func:`summary_counts` of the tests that ran against implementation ``name`` alone (vectors,
+    encode, protocol), without the live scenarios of a pair."""
+    return summary_counts([r for r in results if tuple(r.impls) == (name,)])
+
+
+def impl_claim(h: Mapping[str, Any]) -> tuple[str, list[str]]:
+    """An implementation's claimed level and OPTIONAL features, from its report header (its hello)."""
+    level = str(h.get("level") or implementation_level(h.get("spec_version")))
+    return level, sorted(set(h.get("capabilities", [])) & OPTIONAL_FEATURES)
 
 
 def _cell(r: Any) -> str:
@@ -153,11 +179,16 @@ def _claims_md(results: Sequence[Any], header: Mapping[str, Any]) -> list[str]:
         "",
         "## Claims",
         "",
-        "Targets claimed in `hello` (a claim implies the smaller targets). Cells: REQUIRED tests of "
-        "the target passed / failed / unsupported; **holds** when a claimed target has no failed test.",
+        "What each `hello` claims: the level (`spec_version`), the OPTIONAL features (capabilities, "
+        "spec DF-CNF-2) and the targets (a claim implies the smaller targets). A test that needs a "
+        "level or feature the implementation does not claim is *not claimed* (n/c): not run, never a "
+        "failure. Target cells: REQUIRED tests of the target passed / failed / unsupported / not "
+        "claimed; **holds** when a claimed target has no failed test.",
         "",
-        "| implementation | " + " | ".join(TARGETS) + " |",
-        "|---|" + "---|" * len(TARGETS),
+        "| implementation | level | optional features | "
+        + " | ".join(TARGETS)
+        + " | not claimed |",
+        "|---|---|---|" + "---|" * len(TARGETS) + "---|",
     ]
     for h in heads:
         name = h["name"]
@@ -173,8 +204,11 @@ def _claims_md(results: Sequence[Any], header: Mapping[str, Any]) -> list[str]:
                 for r in results
                 if name in r.impls and r.level == "REQUIRED" and target_of(r.id) == t
             ]
-            n = {k: sum(r.result == k for r in mine) for k in ("passed", "failed", "unsupported")}
-            fig = f"{n['passed']} / {n['failed']} / {n['unsupported']}"
+            n = {
+                k: sum(r.result == k for r in mine)
+                for k in ("passed", "failed", "unsupported", "not_claimed")
+            }
+            fig = f"{n['passed']} / {n['failed']} / {n['unsupported']} / {n['not_claimed']}"
             if t not in claimed:
                 cells.append(f"not claimed ({fig})")
             elif refused:
@@ -183,7 +217,13 @@ def _claims_md(results: Sequence[Any], header: Mapping[str, Any]) -> list[str]:
                 cells.append("claimed, not run")
             else:
                 cells.append(("**holds**" if n["failed"] == 0 else "**fails**") + f" ({fig})")
-        out.append(f"| `{name}` | " + " | ".join(cells) + " |")
+        level, feats = impl_claim(h)
+        n_nc = impl_counts(results, name)["not_claimed"]
+        out.append(
+            f"| `{name}` | {level} | {', '.join(feats) or 'none'} | "
+            + " | ".join(cells)
+            + f" | {n_nc} |"
+        )
     return out
 
 
@@ -198,7 +238,8 @@ def _matrix_md(
     counts = summary_counts(results)
     lines.append(
         f"`conformance: {counts['passed']} passed, {counts['failed']} failed, "
-        f"{counts['unsupported']} unsupported, {counts['skipped']} skipped` "
+        f"{counts['unsupported']} unsupported, {counts['not_claimed']} not claimed, "
+        f"{counts['skipped']} skipped` "
         f"({counts['expected_failures']} expected failures, {counts['unexpected_failures']} unexpected "
         f"failures, {counts['unexpected_passes']} unexpected passes, {counts['warnings']} warnings)"
     )
@@ -217,15 +258,21 @@ def _matrix_md(
         if h.get("skipped"):
             lines.append(f"- `{h['name']}`: SKIPPED: {h['skipped']}")
             continue
+        level, feats = impl_claim(h)
+        n = impl_counts(results, h["name"])
         lines.append(
             f"- `{h['name']}`: {h.get('language', '?')} / {h.get('framework', '?')} "
             f"{h.get('version', '')} capabilities: {', '.join(h.get('capabilities', []))}; "
-            f"claims: {', '.join(h.get('claims', [])) or 'none'}"
+            f"claims: {', '.join(h.get('claims', [])) or 'none'}; level {level}; optional "
+            f"features: {', '.join(feats) or 'none'}; {n['passed']} passed, {n['failed']} failed, "
+            f"{n['unsupported']} unsupported, {n['not_claimed']} not claimed"
         )
     lines += _claims_md(results, header)
     lines += [
         "",
-        "✓ passed, ✕ failed, ? unsupported, skip: skipped (optional, not installed); (xfail) listed in expected-failures, (XPASS) listed but passed",
+        "✓ passed, ✕ failed, ? unsupported, n/c not claimed (needs a level or OPTIONAL feature the "
+        "implementation does not claim), skip: skipped (optional, not installed); (xfail) listed in "
+        "expected-failures, (XPASS) listed but passed",
         "",
     ]
 

@@ -9,12 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from delta_fabric_conformance.claims import LEVELS, implementation_level
 from delta_fabric_conformance.client import DriverClient, ProtocolViolation, Reply
 from delta_fabric_conformance.registry import Implementation
 from delta_fabric_conformance.suite import Suite
 
 __all__ = [
     "FAILED",
+    "NOT_CLAIMED",
     "PASSED",
     "SKIPPED",
     "UNSUPPORTED",
@@ -26,6 +28,9 @@ __all__ = [
 ]
 
 PASSED, FAILED, UNSUPPORTED = "passed", "failed", "unsupported"
+#: A test that needs an OPTIONAL feature or a level the implementation's hello does not claim
+#: (spec DF-CNF-30, driver protocol 5.1): not run, never a failure, counted on its own.
+NOT_CLAIMED = "not_claimed"
 #: An optional implementation that cannot run here (its framework is not installed); never a failure.
 SKIPPED = "skipped"
 MAX_RESTARTS = 3
@@ -45,13 +50,15 @@ class TestResult:
     id: str
     level: str  # REQUIRED | RECOMMENDED
     impls: tuple[str, ...]
-    result: str  # passed | failed | unsupported
+    result: str  # passed | failed | unsupported | not_claimed | skipped
     message: str = ""
     requirements: list[str] = field(default_factory=list)
     expected_failure: str | None = None  # the expected-failures pattern naming this test
     verdict: str = ""  # ok | expected_failure | unexpected_failure | unexpected_pass | warning
     duration_s: float = 0.0
     category: str = ""
+    features: list[str] = field(default_factory=list)  # the OPTIONAL features the test needs
+    spec_level: str = ""  # the level that requires it ("1.0", "1.1"; "" for protocol tests)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -65,6 +72,8 @@ class TestResult:
             "expected_failure": self.expected_failure,
             "duration_s": round(self.duration_s, 4),
             "category": self.category,
+            "features": self.features,
+            "spec_level": self.spec_level,
         }
 
 
@@ -121,6 +130,10 @@ class ResultSink(Protocol):
         requirements: Iterable[str] = (),
         duration: float = 0.0,
         category: str = "",
+        features: Iterable[str] = (),
+        *,
+        enforce_claims: bool = True,
+        spec_level: str = "",
     ) -> TestResult: ...
 
 
@@ -139,6 +152,8 @@ class ImplRun:
         self.skipped: str | None = None  # why an optional implementation did not run
         self.hello: dict[str, Any] | None = None
         self.caps: set[str] = set()
+        # the level hello.spec_version claims ("1.0" or "1.1", spec DF-CNF-30)
+        self.level: str = LEVELS[-1]
         # the targets hello claims (DF-CNF-30), and those the runner accepted (capabilities present)
         self.claims: tuple[str, ...] = ()
         self.accepted_claims: tuple[str, ...] = ()
@@ -173,6 +188,7 @@ class ImplRun:
             return f"hello name {r.body['name']!r} != registry name {self.impl.name!r}"
         self.hello = r.body
         self.caps = set(r.body["capabilities"])
+        self.level = implementation_level(r.body.get("spec_version"))
         self.claims = tuple(str(c) for c in r.body.get("claims", []))
         return None
 

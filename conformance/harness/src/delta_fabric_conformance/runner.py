@@ -16,7 +16,17 @@ from delta_fabric._generated.deltafabric.v1 import Packet as _gen_packet
 from delta_fabric.snapshot import SnapshotError, decode_chunk
 from delta_fabric.wire import json_loads
 
-from delta_fabric_conformance.claims import claim_problems, unsupported_claim_failure
+from delta_fabric_conformance.claims import (
+    claim_problems,
+    config_features,
+    not_claimed_reason,
+    packet_features,
+    packet_file_features,
+    refusal_code,
+    spec_1_1_ids,
+    unsupported_claim_failure,
+    vector_level,
+)
 from delta_fabric_conformance.client import Reply
 from delta_fabric_conformance.compare import diff_json
 from delta_fabric_conformance.engine_checks import check_engine_result
@@ -26,6 +36,7 @@ from delta_fabric_conformance.live import run_scenarios
 from delta_fabric_conformance.registry import ExpectedFailures, Implementation
 from delta_fabric_conformance.results import (
     FAILED,
+    NOT_CLAIMED,
     PASSED,
     SKIPPED,
     UNSUPPORTED,
@@ -119,6 +130,81 @@ def packed_form_problems(packet: Mapping[str, Any], data: bytes) -> list[str]:
     return problems
 
 
+def _has_1_1_fields(packet: Mapping[str, Any]) -> bool:
+    """Whether a packet (JSON form) carries a field only 1.1 defines: ``heard`` (DF-PKT-60), an entry's
+    ``signature`` (DF-PKT-140) or a ``PACKED`` index encoding (DF-PKT-110)."""
+    entries = packet.get("entries", [])
+    return (
+        "heard" in packet
+        or packet.get("index_encoding", "PLAIN") != "PLAIN"
+        or any(isinstance(e, Mapping) and "signature" in e for e in entries)
+    )
+
+
+def vector_needs(
+    row: Mapping[str, Any], kind: str, data: Mapping[str, Any], base: Path, ids_1_1: Iterable[str]
+) -> tuple[list[str], str]:
+    """What a vector needs of an implementation: the OPTIONAL features (the index row's ``features``
+    and what its content states: a packet's value and index encodings, a node's configured send
+    encodings, fast mode, signing) and the level that requires it (``"1.0"`` or ``"1.1"``, spec
+    DF-CNF-30; see :func:`delta_fabric_conformance.claims.vector_level`)."""
+    feats = {str(f) for f in row.get("features", [])}
+    command, content_1_1 = kind, False
+    if kind == "decode":
+        if isinstance(data.get("packet"), Mapping):
+            feats |= packet_features(data["packet"])
+            content_1_1 = _has_1_1_fields(data["packet"])
+        else:
+            feats |= packet_file_features(base.with_name(base.name + ".dfp"))
+    elif kind in ("generate", "receive"):
+        feats |= config_features(data.get("config"))
+        if kind == "generate" and (bool(data.get("fast")) or data.get("mode") == "fast"):
+            feats.add("generate.fast")
+        if isinstance(data.get("node"), Mapping) and "signing" in data["node"]:
+            feats.add("signing")
+        if kind == "receive":
+            folder = base if base.is_dir() else base.parent
+            for p in data.get("packets", []):
+                feats |= packet_file_features(folder / str(p))
+    elif kind == "config":
+        for case in data.get("cases", []):
+            feats |= config_features(case.get("config"))
+    elif kind == "snapshot" and Path(str(row["path"])).parent.name == "serve":
+        command = "snapshot.serve"
+    reqs = [str(r) for r in row.get("requirements", [])]
+    return sorted(feats), vector_level(command, feats, reqs, ids_1_1, content_1_1)
+
+
+#: Counters a receive step's report gives since 1.1 (DF-RCV-30 added the first two; drivers report
+#: ``relay_dropped_oversize`` of DF-RCV-10 since 1.1): not compared for a 1.0 node.
+COUNTERS_1_1 = ("packets_received", "values_applied", "relay_dropped_oversize")
+
+
+def expected_at_level(kind: str, expected: Mapping[str, Any], level: str) -> Mapping[str, Any]:
+    """A vector's ``expected`` for an implementation of ``level``. For a 1.0 node: its relay packets
+    carry ``version_minor = 0`` (DF-VER-1) where the vector (written by 1.1 nodes) has 1; the counters
+    compared since 1.1 (:data:`COUNTERS_1_1`) are not compared, and a generate vector's
+    ``max_entry_values`` (the split bound of DF-GEN-30, an erratum of 1.1) is not checked. The error
+    codes and drop reasons 1.1 added need no change (an absent one reads as 0, driver protocol 5.5).
+    Every other member is the same at both levels: with these, the expectations of the vectors 1.0
+    had are 1.0's."""
+    if level != "1.0":
+        return expected
+    if kind == "generate" and "max_entry_values" in expected:
+        return {k: v for k, v in expected.items() if k != "max_entry_values"}
+    if kind != "receive":
+        return expected
+    out = dict(expected)
+    if isinstance(out.get("relay"), list):
+        out["relay"] = [
+            {**p, "version_minor": 0} if isinstance(p, Mapping) and "version_minor" in p else p
+            for p in out["relay"]
+        ]
+    if isinstance(out.get("counters"), Mapping):
+        out["counters"] = {k: v for k, v in out["counters"].items() if k not in COUNTERS_1_1}
+    return out
+
+
 def _show_reply(g: object) -> str:
     """A ``snapshot_serve`` reply, short: the error and its message, or a chunk's size."""
     if isinstance(g, Mapping) and "chunk" in g:
@@ -152,6 +238,13 @@ class Runner:
         # producer -> consumer -> {passed, failed}
         self.encode_matrix: dict[str, dict[str, dict[str, int]]] = {}
         self.decode_passed: dict[tuple[str, str], bool] = {}  # (impl, vector id) -> passed
+        # vector id -> (the OPTIONAL features it needs, the level that requires it)
+        self.needs: dict[str, tuple[list[str], str]] = {}
+        self.ids_1_1 = (
+            spec_1_1_ids(opts.spec.read_text(encoding="utf-8"))
+            if opts.spec.is_file()
+            else frozenset()
+        )
         self.log: Callable[[str], None] = print if opts.verbose else (lambda _m: None)
 
     # results ----------------------------------------------------------------------------------------
@@ -171,8 +264,10 @@ class Runner:
         features: Iterable[str] = (),
         *,
         enforce_claims: bool = True,
+        spec_level: str = "",
     ) -> TestResult:
         names = tuple(impls)
+        features = sorted(set(features))
         if result == UNSUPPORTED and level == "REQUIRED" and enforce_claims:
             # DF-CNF-30: a REQUIRED test of a claimed target may not be unsupported
             for run in self.runs:
@@ -199,6 +294,8 @@ class Runner:
             verdict = "unexpected_pass" if pattern else "ok"
         elif result == SKIPPED:
             verdict = "skipped"
+        elif result == NOT_CLAIMED:
+            verdict = "not_claimed"
         else:
             verdict = "ok"
         r = TestResult(
@@ -212,6 +309,8 @@ class Runner:
             verdict,
             duration,
             category or test_id.split(".")[1],
+            features,
+            spec_level,
         )
         self.results.append(r)
         self.log(f"{result:11s} {test_id} [{', '.join(names)}] {message}")
@@ -225,6 +324,8 @@ class Runner:
         live = [r for r in self.runs if r.hello is not None]
         for row in index:
             self.run_vector(row, live)
+            if row["kind"] in ("decode", "decode-valid") and row.get("expect", "ok") == "ok":
+                self.run_refusal(row, live)
         for row in index:
             if round_trips(row):
                 self.run_encode(row, live)
@@ -373,8 +474,28 @@ class Runner:
             return
         data, base = self.vector_files(row)
         reqs = list(row.get("requirements", []))
+        feats, spec_level = self.needs[str(row["id"])] = vector_needs(
+            row, kind, data, base, self.ids_1_1
+        )
         for run in runs:
             t0 = time.monotonic()
+            why = not_claimed_reason(spec_level, feats, run.level, run.caps)
+            if why is not None:
+                if kind == "decode":
+                    self.decode_passed[(run.name, str(row["id"]))] = False
+                self.add(
+                    test_id,
+                    level,
+                    [run.name],
+                    NOT_CLAIMED,
+                    why,
+                    reqs,
+                    0.0,
+                    kind,
+                    feats,
+                    spec_level=spec_level,
+                )
+                continue
             if kind == "decode":
                 result, msg = self.judge_decode(run, row, data, base)
             elif kind in ("generate", "receive"):
@@ -400,7 +521,59 @@ class Runner:
                 reqs,
                 time.monotonic() - t0,
                 kind,
-                row.get("features", []),
+                feats,
+                spec_level=spec_level,
+            )
+
+    def run_refusal(self, row: Mapping[str, Any], runs: list[ImplRun]) -> None:
+        """``Required.decode.refused.<case>``: a valid packet of an encoding an implementation does
+        not claim, sent to that implementation, must be rejected with the code the spec gives for
+        its level (:func:`delta_fabric_conformance.claims.refusal_code`; DF-VER-114 for a 1.0
+        receiver). Run only against the implementations that do not claim the encoding."""
+        test_id = f"Required.decode.refused.{str(row['id']).split('.')[-1]}"
+        if not self.wanted(test_id):
+            return
+        data, base = self.vector_files(row)
+        packet = base.with_name(base.name + ".dfp").read_bytes()
+        for run in runs:
+            refusal = refusal_code(data["packet"], run.level, run.caps)
+            if refusal is None or "decode" not in run.caps:
+                continue
+            want, reqs = refusal
+            t0 = time.monotonic()
+            r = run.call(
+                {
+                    "cmd": "decode",
+                    "packet": base64.b64encode(packet).decode(),
+                    "context": data["context"],
+                },
+                f"decode {row['id']} (not claimed: a refusal is expected)",
+            )
+            v = self._reply_verdict(run, "decode", r)
+            if v is not None:
+                result, msg = v
+            else:
+                assert isinstance(r, Reply)
+                got = r.body["code"] if r.kind == "rejected" else None
+                result = PASSED if got == want else FAILED
+                msg = (
+                    ""
+                    if got == want
+                    else (
+                        f"{'rejected with ' + got if got else 'accepted'} a packet of an encoding the "
+                        f"implementation does not claim (level {run.level}); expected {want}"
+                    )
+                )
+            self.add(
+                test_id,
+                "REQUIRED",
+                [run.name],
+                result,
+                msg,
+                reqs,
+                time.monotonic() - t0,
+                "decode",
+                spec_level=run.level,
             )
 
     def _reply_verdict(self, run: ImplRun, cmd: str, r: Reply | str) -> tuple[str, str] | None:
@@ -474,8 +647,7 @@ class Runner:
         assert isinstance(r, Reply)
         if r.kind == "rejected":
             return FAILED, f"{kind} answered rejected ({r.body['code']}); results are expected"
-        expected = data.get("expected", {})
-
+        expected = expected_at_level(kind, data.get("expected", {}), run.level)
         problem = check_engine_result(kind, data, expected, r.body)
         return (PASSED, "") if problem is None else (FAILED, problem)
 
@@ -691,14 +863,31 @@ class Runner:
         test_id = f"{level_prefix(level)}.encode.{vid.split('.', 1)[1]}"
         if not self.wanted(test_id):
             return
-        data, _base = self.vector_files(row)
+        data, base = self.vector_files(row)
         reqs = list(row.get("requirements", []))
-        feats = list(row.get("features", []))
+        if vid not in self.needs:
+            self.needs[vid] = vector_needs(row, "decode", data, base, self.ids_1_1)
+        feats, spec_level = self.needs[vid]
         consumers = [
             c for c in runs if "decode" in c.caps and self.decode_passed.get((c.name, vid), False)
         ]
         for prod in runs:
             t0 = time.monotonic()
+            why = not_claimed_reason(spec_level, feats, prod.level, prod.caps)
+            if why is not None:
+                self.add(
+                    test_id,
+                    level,
+                    [prod.name],
+                    NOT_CLAIMED,
+                    why,
+                    reqs,
+                    0.0,
+                    "encode",
+                    feats,
+                    spec_level=spec_level,
+                )
+                continue
             if "encode" not in prod.caps:
                 self.add(
                     test_id,
@@ -710,6 +899,7 @@ class Runner:
                     0.0,
                     "encode",
                     feats,
+                    spec_level=spec_level,
                 )
                 continue
             r = prod.call({"cmd": "encode", "packet": data["packet"]}, f"encode {vid}")
@@ -725,11 +915,21 @@ class Runner:
                     time.monotonic() - t0,
                     "encode",
                     feats,
+                    spec_level=spec_level,
                 )
                 continue
             assert isinstance(r, Reply)
             if r.kind != "ok":
-                self.add(test_id, level, [prod.name], FAILED, f"encode answered {r.kind}", reqs)
+                self.add(
+                    test_id,
+                    level,
+                    [prod.name],
+                    FAILED,
+                    f"encode answered {r.kind}",
+                    reqs,
+                    features=feats,
+                    spec_level=spec_level,
+                )
                 continue
             if not consumers:
                 self.add(
@@ -741,7 +941,9 @@ class Runner:
                     reqs,
                     time.monotonic() - t0,
                     "encode",
+                    feats,
                     enforce_claims=False,  # nothing judged the producer: not its fault
+                    spec_level=spec_level,
                 )
                 continue
             problems = []
@@ -778,4 +980,6 @@ class Runner:
                 reqs,
                 time.monotonic() - t0,
                 "encode",
+                feats,
+                spec_level=spec_level,
             )
