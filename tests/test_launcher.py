@@ -874,3 +874,15 @@ def test_max_restarts_restarts_a_failed_node_from_a_live_peer(tmp_path: Path) ->
     # without restarts left, the failure stops the run with the node's code
     res = cli("run", "--nodes", "2", "--timeout", "100", str(script), timeout=120)
     assert res.returncode == 3, res
+
+
+def test_the_join_line_names_an_address_not_a_loopback_host_name() -> None:
+    from delta_fabric.launch import _advertised, _this_host, interface_addresses
+
+    addrs = interface_addresses()
+    assert all(not a.startswith("127.") and a.count(".") == 3 for a in addrs)
+    host = _this_host()
+    if addrs:  # a machine with a network interface advertises an address of it, not "localhost"
+        assert not host.startswith("127.") and host != "localhost"
+    assert _advertised("tcp/0.0.0.0:7447", None) == f"tcp/{host}:7447"
+    assert _advertised("tcp/0.0.0.0:7447", "10.1.2.3") == "tcp/10.1.2.3:7447"

@@ -291,7 +291,8 @@ def _advertised(endpoint: str, advertise: str | None) -> str:
 
 def _this_host() -> str:
     """An address of this machine other machines may reach: the first non-loopback IPv4 address
-    of the host name, else the host name itself."""
+    of the host name, else of a network interface (the host name often resolves to 127.0.1.1 or
+    127.0.0.1 on the other machine too), else the host name itself."""
     name = socket.gethostname()
     try:
         for info in socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM):
@@ -300,7 +301,32 @@ def _this_host() -> str:
                 return addr
     except OSError:
         pass
+    for addr in interface_addresses():
+        return addr
     return name
+
+
+def interface_addresses() -> list[str]:
+    """The IPv4 addresses of this machine's network interfaces, loopback left out (Linux: the
+    SIOCGIFADDR ioctl per interface; elsewhere none). Sends nothing."""
+    try:
+        import fcntl
+        import struct
+
+        names = [n for _, n in socket.if_nameindex()]
+    except (ImportError, OSError, AttributeError):
+        return []
+    out = []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for n in names:
+            try:
+                req = struct.pack("256s", n.encode()[:15])
+                addr = socket.inet_ntoa(fcntl.ioctl(s.fileno(), 0x8915, req)[20:24])
+            except OSError:
+                continue  # no IPv4 address on it
+            if not addr.startswith("127."):
+                out.append(addr)
+    return out
 
 
 def plan_nodes(args: argparse.Namespace) -> list[NodePlan]:
