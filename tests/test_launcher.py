@@ -774,6 +774,9 @@ def test_ranks_and_world_size_in_the_environment(tmp_path: Path) -> None:
     bad = cli("run", "--nodes", "3", "--world-size", "4", "--first-rank", "2", str(script))
     assert bad.returncode == 2 and "--world-size 4 is smaller than --first-rank 2" in bad.stderr
     assert dfenv.rank({"DELTA_FABRIC_RANK": "4"}) == 4 and dfenv.rank({}) is None
+    assert dfenv.bootstrap({"DELTA_FABRIC_RANK": "1"}) is True  # ranks above 0 start from rank 0
+    assert dfenv.bootstrap({"DELTA_FABRIC_RANK": "0"}) is False
+    assert dfenv.bootstrap({"DELTA_FABRIC_RANK": "1", "DELTA_FABRIC_BOOTSTRAP": "0"}) is False
     with pytest.raises(EnvError, match="DELTA_FABRIC_RANK"):
         dfenv.rank({"DELTA_FABRIC_RANK": "-1"})
 

@@ -685,3 +685,32 @@ def test_closed_memory_transport_rejects_use() -> None:
         t.fetch_snapshot(None, FP, 1.0)
     with pytest.raises(TransportClosedError):
         t.wait_for_peers(1, 0.1)
+
+
+def test_a_young_capture_is_reused_only_while_the_versioned_state_is_unchanged() -> None:
+    """A node restarted within the server's reuse window once installed the capture of its first
+    join (all zeros) although the anchor had moved since: a `VersionedProvider` capture is reused
+    only while its version holds."""
+    from delta_fabric.snapshot import SnapshotServer, SnapshotSource, VersionedProvider
+
+    state = {"version": 0, "value": 0.0, "captures": 0}
+
+    class Provider:
+        def __call__(self) -> SnapshotSource:
+            state["captures"] += 1
+            return SnapshotSource(1, b"\x01" * 32, np.full(4, state["value"], np.float32))
+
+        def version(self) -> int:
+            return int(state["version"])
+
+    assert isinstance(Provider(), VersionedProvider)
+    srv = SnapshotServer(7, Provider(), reuse_s=10.0)
+    first, src = srv.current(fresh=True)
+    again, _ = srv.current(fresh=True)  # unchanged: the same capture (concurrent joiners)
+    assert again == first and state["captures"] == 1
+    state["version"], state["value"] = 1, 2.5
+    newer, src = srv.current(fresh=True)  # changed within reuse_s: a new capture
+    assert newer != first and state["captures"] == 2
+    assert float(np.asarray(src.anchor)[0]) == 2.5
+    later, _ = srv.current(fresh=False)  # later chunks keep the capture they started from
+    assert later == newer and state["captures"] == 2

@@ -24,7 +24,8 @@ variable                                  meaning
                                           ``MAX_SEQ_JUMP`` (DF-PAR-50),
                                           ``MAX_INCARNATION_AHEAD`` (microseconds, DF-PAR-175),
                                           ``INCARNATION_GRACE`` (microseconds, DF-PAR-178)
-``DELTA_FABRIC_BOOTSTRAP``                ``auto``, ``1`` (required) or ``0`` (default)
+``DELTA_FABRIC_BOOTSTRAP``                ``auto``, ``1`` (required) or ``0``; default: ``1`` for a
+                                          ``RANK`` above 0, else ``0``
 ``DELTA_FABRIC_RANK``                     this node's global rank in [0, ``NODES``) (also ``RANK``)
 ``DELTA_FABRIC_LOCAL_RANK``               this process's index among the launcher's local nodes
 ``DELTA_FABRIC_LOCAL_NODES``              how many nodes the launcher started on this machine
@@ -241,10 +242,13 @@ def zenoh_config(env: Env | None = None) -> Path | None:
 
 
 def bootstrap(env: Env | None = None) -> bool | str:
-    """``DELTA_FABRIC_BOOTSTRAP``: ``"auto"``, True (required) or False (the default)."""
+    """``DELTA_FABRIC_BOOTSTRAP``: ``"auto"``, True (required) or False. Unset: True for a node
+    whose ``DELTA_FABRIC_RANK`` is above 0, so that every node of a launched run starts from rank
+    0's weights (see `delta_fabric.fabric.Fabric.step`'s first sync), else False."""
     raw = _get(env, BOOTSTRAP)
     if raw is None:
-        return False
+        r = rank(env)
+        return r is not None and r > 0
     if raw.lower() == "auto":
         return "auto"
     value = _bool(env, BOOTSTRAP)

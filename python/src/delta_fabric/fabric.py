@@ -92,6 +92,21 @@ DEFAULT_MEMBER_GRACE = 10.0
 DEFAULT_PEER_DEADLINE = 5.0
 
 
+class _AnchorProvider:
+    """The node's snapshot provider: its anchor, and a version that changes with it
+    (`delta_fabric.snapshot.VersionedProvider`), so that a joiner never installs a capture older
+    than the anchor (a node restarted within seconds of its first join got the first capture)."""
+
+    def __init__(self, fabric: Fabric) -> None:
+        self._fabric = fabric
+
+    def __call__(self) -> SnapshotSource:
+        return self._fabric._snapshot_source()
+
+    def version(self) -> int:
+        return self._fabric._anchor_version
+
+
 class SnapshotUnavailable(DeltaFabricError, RuntimeError):
     """A bootstrap was required but no live peer delivered a valid snapshot in time."""
 
@@ -277,6 +292,9 @@ class Fabric:
         self._misconfigured: dict[int, ErrorCode] = {}
         self._finish_waiting: set[int] = set()  # finishing peers not done yet (for FinishTimeout)
         self._finished_peers: set[int] = set()  # peers seen done while this node finished
+        self._anchor_version = (
+            0  # changes with the anchor (snapshot captures are reused until then)
+        )
         #: origin -> (incarnation, seq) its entries up to which the installed snapshot holds
         self._snapshot_floor: dict[int, tuple[int, int]] = {}
         self._closed = False
@@ -318,7 +336,7 @@ class Fabric:
                 self.resend = ResendBuffer(
                     self.node_id, self.engine.incarnation, self.manifest.fingerprint
                 )
-            self.transport.serve_snapshot(self._snapshot_source)
+            self.transport.serve_snapshot(_AnchorProvider(self))
             self.transport.serve_info(self._info)  # info replies, with the counters
         except BaseException:
             if own_transport:
@@ -356,7 +374,9 @@ class Fabric:
         ``_MEMBER_GRACE`` (DF-ZEN-150), ``DELTA_FABRIC_KEYS`` / ``_SECRET_KEY`` (a signed
         cluster, spec section 13.1), ``DELTA_FABRIC_BOOTSTRAP``, ``DELTA_FABRIC_REPAIR`` and
         ``DELTA_FABRIC_METRICS`` / ``_METRICS_INTERVAL`` unless given in ``kw``;
-        ``DELTA_FABRIC_NODES`` as ``world_size``. The fabric owns the
+        ``DELTA_FABRIC_NODES`` as ``world_size``. Under ``delta-fabric run`` every rank above 0
+        bootstraps from a live peer's snapshot (``DELTA_FABRIC_BOOTSTRAP`` unset), so every node
+        starts from rank 0's weights, in any framework. The fabric owns the
         transport (closed with it). A bad variable raises `delta_fabric.env.EnvError`; an id already
         live in the namespace `delta_fabric.transports.DuplicateNodeError`. Does not wait for peers
         (DF-ZEN-16): call ``fabric.transport.wait_for_peers(...)`` when the program wants to.
@@ -373,6 +393,8 @@ class Fabric:
         cfg = SyncConfig.from_env(env, **defaults)
         if "bootstrap" not in kw:
             kw["bootstrap"] = _env.bootstrap(env)
+            if _env.rank(env):  # rank 0 may still be starting (imports): wait for it longer
+                kw.setdefault("bootstrap_timeout", 120.0)
         if "world_size" not in kw:
             kw["world_size"] = _env.nodes(env)
         if "repair" not in kw:
@@ -651,6 +673,8 @@ class Fabric:
         sync = self.steps % self.config.sync_interval == 0
         if not packets and not sync:
             return 0
+        if sync and self.syncs == 0 and self.world_size is not None and self.world_size > 1:
+            self._rendezvous()
         out = self._process(packets, sync)
         if sync and self.max_lead is not None:
             self.pace(self.max_lead, peer_deadline=self.peer_deadline)
@@ -896,6 +920,7 @@ class Fabric:
                 self.engine.set_now_us(time.time_ns() // 1000)
                 res = self.engine.receive(packets, active=self._active_for_receive())
                 if res.indices.size:
+                    self._anchor_version += 1
                     self.store.apply(res.indices, res.values)
                     self.values_received_applied += int(res.indices.size)
                 relay = res.relay
@@ -911,6 +936,8 @@ class Fabric:
                 if self.hold_residual:
                     self._fold_residual()  # DF-GEN-241
                 own = self.engine.generate(self._active_for_generate(), fast=self.fast_selection)
+                if own:
+                    self._anchor_version += 1
                 ci, cv = self.engine.last_correction
                 if ci.size:  # DF-GEN-70: the own weights move by what was sent only
                     self.store.apply(ci, cv)
@@ -941,6 +968,29 @@ class Fabric:
             self.bytes_sent += len(pkt)
             self.packets_sent += 1
         return len(out)
+
+    def _rendezvous(self, timeout: float = 120.0) -> None:
+        """Before the first generation of a run of ``world_size`` nodes: wait (receiving) until
+        ``world_size - 1`` peers serve their node information, which a node does once it has
+        started (after its bootstrap). No anchor moves before every node of the run has started,
+        so a node that bootstraps installs the initial weights, with no entry in flight that it
+        could apply twice or miss (spec section 9.5). ``timeout`` seconds at most, then a warning."""
+        deadline = time.monotonic() + timeout
+        need = self.world_size - 1 if self.world_size is not None else 0
+        while True:
+            started = len(set(self.transport.info(None, timeout=1.0)) & self._cluster_peers())
+            if started >= need:
+                return
+            if time.monotonic() >= deadline:
+                log.warning(
+                    "first sync: %d of the run's %d other node(s) started within %.0fs; going on",
+                    started,
+                    need,
+                    timeout,
+                )
+                return
+            self.transport.wait_for_packets(0.1)
+            self.poll()
 
     def cluster_size(self) -> int:
         """The number of nodes this node averages over when ``average_over`` is `AUTO`: itself and

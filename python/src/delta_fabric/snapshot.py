@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import NoReturn
+from typing import NoReturn, Protocol, runtime_checkable
 
 import flatbuffers
 import numpy as np
@@ -521,6 +521,18 @@ class SnapshotAssembler:
 # ------------------------------------------------------------------------------------------------------
 
 
+@runtime_checkable
+class VersionedProvider(Protocol):
+    """A snapshot provider that also tells when its state changed: ``version()`` returns a number
+    that changes whenever the state a capture would hold changes. A `SnapshotServer` then reuses a
+    young capture only while the version is the one it was captured at (a joiner never gets a
+    capture older than the state, also within ``reuse_s``)."""
+
+    def __call__(self) -> SnapshotSource: ...
+
+    def version(self) -> int: ...
+
+
 class SnapshotServer:
     """Answers the chunk and info requests of one node from captured snapshots (DF-ZEN-5, -6, -11).
 
@@ -529,7 +541,9 @@ class SnapshotServer:
     than ``reuse_s`` (10 s: concurrent joiners share one snapshot), otherwise from a new capture with a new
     ``snapshot_id``; requests for later chunks are answered from the latest capture, which is kept while
     it is queried (released after ``keep_s`` = 60 s without a query). A joiner whose chunks disagree
-    (snapshot id changed by another joiner's chunk 0 after 10 s) restarts from chunk 0. Thread-safe.
+    (snapshot id changed by another joiner's chunk 0 after 10 s) restarts from chunk 0. With a
+    `VersionedProvider`, a chunk-0 request reuses the capture only while the state has not changed
+    since it was taken. Thread-safe.
     """
 
     def __init__(
@@ -550,18 +564,26 @@ class SnapshotServer:
         # (snapshot id, capture time, last query time, source)
         self._latest: tuple[int, float, float, SnapshotSource] | None = None
         self._next_id = 1
+        self._version: Callable[[], int] | None = (
+            provider.version if isinstance(provider, VersionedProvider) else None
+        )
+        self._captured_version: int | None = None
 
     def current(self, *, fresh: bool) -> tuple[int, SnapshotSource]:
         """The snapshot that answers a request; ``fresh``: a chunk-0 (or info) request."""
         with self._lock:
             now = time.monotonic()
             latest = self._latest
+            version = self._version() if (fresh and self._version is not None) else None
             stale = (
                 latest is None
                 or now - latest[2] > self.keep_s
                 or (fresh and now - latest[1] >= self.reuse_s)
+                or (version is not None and version != self._captured_version)
             )
             if stale:
+                # read before the capture: a change in between makes the next request capture anew
+                self._captured_version = self._version() if self._version is not None else None
                 src = self.provider()
                 if not isinstance(src, SnapshotSource):
                     raise TypeError(
