@@ -168,7 +168,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let sync = df_core::SyncConfig {
         ratio: 0.5,
         sync_interval: 5,
-        ..df_core::SyncConfig::default()
+        ..df_core::SyncConfig::v1_0()
     };
     // The fabric owns the store and the transport; dropping it closes the transport.
     let mut fabric = Fabric::with_options(store, transport, sync, FabricOptions::default())?;

@@ -16,8 +16,8 @@ fn cfg(average_over: u32) -> SyncConfig {
         ratio: 0.25,
         sync_interval: 1000,
         alpha: 1.0,
-        average_over,
-        ..SyncConfig::default()
+        average_over: Some(average_over),
+        ..SyncConfig::v1_0()
     }
 }
 
@@ -199,7 +199,10 @@ fn a_store_naming_an_unknown_tensor_is_refused_at_start() {
         store(),
         hub.join(2, &[]).unwrap(),
         cfg(1),
-        FabricOptions::default(),
+        FabricOptions {
+            hold_residual: false,
+            ..FabricOptions::default()
+        },
     )
     .unwrap();
 }

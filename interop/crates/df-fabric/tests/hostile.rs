@@ -57,7 +57,7 @@ fn run_with(
     let cfg = SyncConfig {
         ratio: 0.25,
         sync_interval: 1,
-        ..SyncConfig::default()
+        ..SyncConfig::v1_0()
     };
     let mut nodes: Vec<Node> = NODES
         .iter()

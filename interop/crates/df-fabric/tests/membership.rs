@@ -21,7 +21,7 @@ fn node(hub: &MemoryHub, id: u64, incarnation: u64, live_members: bool, grace: D
     let cfg = SyncConfig {
         ratio: 0.25,
         sync_interval: 1,
-        ..SyncConfig::default()
+        ..SyncConfig::v1_0()
     };
     let options = FabricOptions {
         incarnation: Some(incarnation),

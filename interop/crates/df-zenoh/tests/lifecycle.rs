@@ -54,7 +54,7 @@ fn child(mode: &str, ns: &str, parent_port: u16) {
     t.wait_for_peers(1, &[PARENT], BOUND).expect("parent live");
     let cfg = SyncConfig {
         sync_interval: 1,
-        ..SyncConfig::default()
+        ..SyncConfig::v1_0()
     };
     let mut fabric = Fabric::new(store, t, cfg).expect("fabric");
     for i in 0..3 {
