@@ -26,6 +26,7 @@
 //! through the [`log`] facade with target `delta_fabric` and is silent unless a logger is installed;
 //! binaries call [`logging::init_from_env`] (`DELTA_FABRIC_LOG` or `RUST_LOG`).
 
+pub mod env;
 pub mod fabric;
 pub mod lifecycle;
 pub mod logging;
@@ -34,6 +35,7 @@ pub mod queue;
 pub mod store;
 pub mod transport;
 
+pub use env::{Bootstrap, Env, EnvError};
 pub use fabric::{Fabric, FabricError, FabricOptions, JoinOptions, TrustCounters};
 pub use memory::{MemoryHub, MemoryTransport};
 pub use store::{StoreError, VecStore, WeightStore};

@@ -27,7 +27,7 @@ fn cfg() -> SyncConfig {
     SyncConfig {
         ratio: 0.25,
         sync_interval: 2,
-        ..SyncConfig::default()
+        ..SyncConfig::v1_0()
     }
 }
 
@@ -150,6 +150,7 @@ fn a_late_joiner_starts_from_a_live_peers_anchor() {
         join: Some(JoinOptions {
             timeout: Duration::from_secs(5),
             preferred: vec![1],
+            required: true,
         }),
         ..FabricOptions::default()
     };
@@ -181,6 +182,7 @@ fn a_snapshot_with_a_non_finite_value_is_refused() {
         join: Some(JoinOptions {
             timeout: Duration::from_millis(300),
             preferred: vec![],
+            required: true,
         }),
         ..FabricOptions::default()
     };
@@ -201,6 +203,7 @@ fn join_with_nobody_to_join_is_a_typed_error_within_the_timeout() {
         join: Some(JoinOptions {
             timeout: Duration::from_millis(200),
             preferred: vec![],
+            required: true,
         }),
         ..FabricOptions::default()
     };
