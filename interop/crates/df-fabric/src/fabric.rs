@@ -600,15 +600,21 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
     }
 
     /// The cluster size an AUTO `average_over` is derived from (DF-GEN-70): this node and its live
-    /// peers that are members (every live peer without a membership), at least the world-size
-    /// hint.
+    /// peers that are members (every live peer without a membership) and not misconfigured, at
+    /// least the world-size hint.
     pub fn cluster_size(&self) -> Result<usize, FabricError> {
-        let live = self.transport.peers()?;
-        let peers = live
-            .iter()
-            .filter(|p| self.effective.as_ref().is_none_or(|m| m.contains(p)))
-            .count();
-        Ok((1 + peers).max(self.world_size.unwrap_or(1)))
+        Ok((1 + self.cluster_peers()?.len()).max(self.world_size.unwrap_or(1)))
+    }
+
+    /// The live peers this node syncs with: members (when there is a membership), and not
+    /// reported as configured differently ([`Fabric::misconfigured_peers`]).
+    fn cluster_peers(&self) -> Result<BTreeSet<u64>, FabricError> {
+        let mut live = self.transport.peers()?;
+        live.retain(|p| {
+            self.effective.as_ref().is_none_or(|m| m.contains(p))
+                && !self.misconfigured.contains_key(p)
+        });
+        Ok(live)
     }
 
     /// One receive step over `packets`; with `generate` one generation (a sync), with
@@ -794,12 +800,11 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
             ),
             _ => "sends entries whose signatures this node's keys do not verify".to_owned(),
         };
-        warn!(
-            target: LOG_TARGET,
+        crate::logging::warn_loudly(&format!(
             "node {} {what}: its packets are rejected ({})",
             node_hex(h.sender),
             code.as_str()
-        );
+        ));
     }
 
     /// The peers rejected for misconfiguration (another model, protocol version, encoding or
@@ -884,10 +889,7 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
     /// to)`: the seqs above the highest accepted one, up to its announced last seq.
     fn finish_state(&self, timeout: Duration) -> Result<FinishState, FabricError> {
         let mut st = FinishState::default();
-        for p in self.transport.peers()? {
-            if self.effective.as_ref().is_some_and(|m| !m.contains(&p)) {
-                continue;
-            }
+        for p in self.cluster_peers()? {
             let info = self.transport.query_info(p, timeout).ok();
             let Some(fin) = info.as_ref().and_then(|i| i.get("finish")) else {
                 let why = if info.is_none() {
@@ -1281,8 +1283,10 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
         let live = self.transport.peers()?;
         let mut blockers = BTreeSet::new();
         for p in &live {
-            if self.effective.as_ref().is_some_and(|m| !m.contains(p)) {
-                continue;
+            if self.effective.as_ref().is_some_and(|m| !m.contains(p))
+                || self.misconfigured.contains_key(p)
+            {
+                continue; // a peer of another model or version is not in this node's cluster
             }
             let (inc, seq) = self.origin_progress.get(p).copied().unwrap_or((0, 0));
             let base = match self.pace_base.get(p) {

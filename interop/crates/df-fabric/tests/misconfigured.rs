@@ -105,6 +105,11 @@ fn another_model_another_version_and_another_encoding_are_reported_once() {
             .count(),
         1
     );
+    // a peer of another model is out of this node's cluster: not averaged over, not waited for
+    a.step().unwrap();
+    assert_eq!(a.cluster_size().unwrap(), 1);
+    assert_eq!(a.stats()["average_over"], 1);
+    a.finish(std::time::Duration::from_secs(2)).unwrap();
 
     // another protocol version and an encoding this node does not receive, from a third sender
     let spy = hub.join(3, &[]).unwrap();
