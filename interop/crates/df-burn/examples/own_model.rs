@@ -207,9 +207,24 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     } else {
         args.peers.len()
     };
-    fabric
+    let live = fabric
         .transport()
         .wait_for_peers(others, &args.peers, timeout)?;
+    // A peer answers info queries once its node has started (after its bootstrap): training
+    // starts when every peer has, so that no delta is in flight while a snapshot is captured.
+    let deadline = std::time::Instant::now() + timeout;
+    for p in live {
+        while fabric
+            .transport()
+            .query_info(p, Duration::from_millis(500))
+            .is_err()
+        {
+            if std::time::Instant::now() > deadline {
+                return Err(format!("peer {p:016x} did not start within {timeout:?}").into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
     let node = format!("{:016x}", fabric.node_id());
     emit(json!({"event": "ready", "node": node, "num_params": fabric.store().num_params()}));
 
