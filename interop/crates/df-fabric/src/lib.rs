@@ -11,6 +11,13 @@
 //! | transport seam | `delta_fabric.transports.base.Transport` | [`transport::Transport`] |
 //! | in-memory transport | `delta_fabric.transports.memory` | [`memory::MemoryHub`] / [`memory::MemoryTransport`] |
 //! | the node | `delta_fabric.fabric.Fabric` | [`fabric::Fabric`] |
+//! | `DELTA_FABRIC_*` variables | `delta_fabric.env` | [`env`](mod@env) (`Fabric::from_env` is in `df_zenoh`) |
+//!
+//! The defaults are the recommended ones: `SyncConfig::default()` with `FabricOptions::default()`
+//! (residual held aside, gap repair, `average_over` derived from the live cluster) needs no
+//! learning-rate change and no cluster size, and [`fabric::Fabric::finish`] ends a run with the
+//! nodes in agreement. A peer rejected for another model, version, encoding or signature is
+//! reported once ([`fabric::Fabric::misconfigured_peers`]).
 //!
 //! Stores: `df_burn::BurnStore` (any Burn `Module`) and [`store::VecStore`] (a plain `Vec<f32>`).
 //! Transports: `df_zenoh::ZenohTransport` and [`memory::MemoryTransport`].
