@@ -521,6 +521,13 @@ impl SyncConfig {
         if let Some(x) = obj.get("average_over") {
             c.average_over = if x.as_str() == Some("auto") {
                 None
+            } else if x.is_null() {
+                // null is not AUTO: the JSON form of AUTO is the string "auto"
+                return Err(ConfigError::WrongType {
+                    name: "average_over",
+                    expected: "int or \"auto\"",
+                    got: "null",
+                });
             } else {
                 Some(json_int("average_over", x, 1, MAX_AVERAGE_OVER)? as u32)
             };

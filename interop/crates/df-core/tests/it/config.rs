@@ -392,7 +392,10 @@ fn default_is_the_recommended_profile() {
     );
     for (bad, msg) in [
         (json!("AUTO"), "average_over must be an int, got str"),
-        (json!(null), "average_over must be an int, got null"),
+        (
+            json!(null),
+            "average_over must be an int or \"auto\", got null",
+        ),
         (json!(0), "average_over must be [1, 65536], got 0"),
     ] {
         let e = SyncConfig::from_json(&json!({ "average_over": bad })).expect_err(msg);
