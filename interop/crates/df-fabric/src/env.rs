@@ -61,7 +61,7 @@ pub const KEYS: &str = "DELTA_FABRIC_KEYS";
 pub const SECRET_KEY: &str = "DELTA_FABRIC_SECRET_KEY";
 
 /// How long a node under the launcher (rank > 0) looks for a live peer's snapshot to start from.
-pub const LAUNCH_BOOTSTRAP_TIMEOUT: Duration = Duration::from_secs(60);
+pub const LAUNCH_BOOTSTRAP_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// An environment variable holds a value DeltaFabric cannot use: `variable` and `value` say
 /// which, `expected` what is expected. Its message is one line:
@@ -154,6 +154,18 @@ impl<'a> Env<'a> {
             .ok_or_else(|| EnvError::new(name, &raw, format!("must be an integer in [{lo}, {hi}]")))
     }
 
+    /// An integer `>= lo` (at most 2^64 - 1), as [`Env::int`].
+    pub fn int_min(&self, name: &str, lo: i128) -> Result<Option<u64>, EnvError> {
+        let Some(raw) = self.get(name) else {
+            return Ok(None);
+        };
+        parse_int(&raw)
+            .filter(|v| *v >= lo)
+            .and_then(|v| u64::try_from(v).ok())
+            .map(Some)
+            .ok_or_else(|| EnvError::new(name, &raw, format!("must be an integer >= {lo}")))
+    }
+
     /// A finite number.
     pub fn float(&self, name: &str) -> Result<Option<f64>, EnvError> {
         let Some(raw) = self.get(name) else {
@@ -241,28 +253,24 @@ impl<'a> Env<'a> {
 
     /// `DELTA_FABRIC_RANK`: this node's global rank (`None` when unset).
     pub fn rank(&self) -> Result<Option<u64>, EnvError> {
-        Ok(self.int(RANK, 0, i128::from(u64::MAX))?.map(|v| v as u64))
+        self.int_min(RANK, 0)
     }
 
     /// `DELTA_FABRIC_NODES`: how many nodes the run expects in all (`None` when unset).
     pub fn nodes(&self) -> Result<Option<usize>, EnvError> {
         Ok(self
-            .int(NODES, 1, i128::from(u32::MAX))?
-            .map(|v| v as usize))
+            .int_min(NODES, 1)?
+            .map(|v| usize::try_from(v).unwrap_or(usize::MAX)))
     }
 
     /// `DELTA_FABRIC_LOCAL_RANK` (`None` when unset).
     pub fn local_rank(&self) -> Result<Option<u64>, EnvError> {
-        Ok(self
-            .int(LOCAL_RANK, 0, i128::from(u64::MAX))?
-            .map(|v| v as u64))
+        self.int_min(LOCAL_RANK, 0)
     }
 
     /// `DELTA_FABRIC_LOCAL_NODES` (`None` when unset).
     pub fn local_nodes(&self) -> Result<Option<u64>, EnvError> {
-        Ok(self
-            .int(LOCAL_NODES, 1, i128::from(u64::MAX))?
-            .map(|v| v as u64))
+        self.int_min(LOCAL_NODES, 1)
     }
 
     /// `(members, live_members, member_grace)` from `DELTA_FABRIC_MEMBERS` (comma list of node
@@ -423,13 +431,14 @@ impl<'a> Env<'a> {
         if let Some(n) = self.nodes()? {
             o.world_size = Some(n);
         }
-        let launched = self.rank()?.is_some() && self.get(BOOTSTRAP).is_none();
+        let launched = self.rank()?.is_some_and(|r| r > 0);
         match self.bootstrap()? {
             Bootstrap::Off => {}
             b => {
                 let j = o.join.get_or_insert_with(JoinOptions::default);
                 j.required = b == Bootstrap::Required;
                 if launched {
+                    // rank 0 may still be starting: wait for it longer
                     j.timeout = j.timeout.max(LAUNCH_BOOTSTRAP_TIMEOUT);
                 }
             }
@@ -652,7 +661,7 @@ mod tests {
             (
                 "DELTA_FABRIC_NODES",
                 "0",
-                "DELTA_FABRIC_NODES='0': must be an integer in [1, 4294967295]",
+                "DELTA_FABRIC_NODES='0': must be an integer >= 1",
             ),
             (
                 "DELTA_FABRIC_BOOTSTRAP",
