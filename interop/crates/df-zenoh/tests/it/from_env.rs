@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use df_core::{Manifest, SyncConfig, TensorSpec};
 use df_fabric::env::Env;
-use df_fabric::{Fabric, FabricError, FabricOptions, Transport, VecStore};
+use df_fabric::{Fabric, FabricError, FabricOptions, VecStore};
 
 use df_zenoh::{FabricFromEnv, ZenohTransport};
 
