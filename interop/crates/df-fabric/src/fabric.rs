@@ -279,7 +279,7 @@ pub const MISCONFIGURATION: [ErrorCode; 4] = [
 /// forged senders).
 pub const MAX_MISCONFIGURED: usize = 1024;
 
-/// Interval of the repair rounds and info queries of [`Fabric::finish`].
+/// Longest wait for packets between two reads of the peers' info in [`Fabric::finish`].
 pub const FINISH_ROUND: Duration = Duration::from_millis(50);
 /// Interval of the repair rounds of [`Fabric::finish`].
 pub const FINISH_REPAIR_ROUND: Duration = Duration::from_millis(500);
@@ -749,7 +749,7 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
         let ours = (e.manifest().fingerprint(), e.num_params());
         drop(e);
         for (code, h) in misconfigured {
-            // outside the engine's lock: the info query may call a peer's provider
+            // after the engine's lock is released: a logger may take its time
             self.report_misconfigured(code, &h, &ours.0, ours.1);
         }
         if out.is_empty() {
