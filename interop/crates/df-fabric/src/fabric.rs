@@ -157,11 +157,34 @@ pub struct FabricOptions {
     /// How many nodes the run expects in all (the launcher's `DELTA_FABRIC_NODES`): with an AUTO
     /// `average_over` the node averages over at least this many before they are all live.
     pub world_size: Option<usize>,
+    /// Bounded staleness after every sync step ([`Fabric::pace`], DF-ZEN-156): the node waits
+    /// (receiving and relaying) while it is more than this many sync rounds ahead of a live member
+    /// peer; `Some(0)` (the default) is a barrier per sync among the live peers, as a blocking
+    /// all-reduce, except that a peer without progress for `peer_deadline` no longer holds the
+    /// others back. `None`: never wait (a program that drives several nodes in one thread).
+    pub max_lead: Option<u64>,
+    /// Time without progress after which a live peer no longer holds pacing back (DF-ZEN-156).
+    pub peer_deadline: Duration,
+}
+
+impl FabricOptions {
+    /// A node that behaves as a protocol 1.0 node: no residual held aside, no repair, no pacing
+    /// (pair it with `SyncConfig::v1_0()`). For a cluster with 1.0 nodes, and for programs that
+    /// drive several nodes in one thread.
+    pub fn v1_0() -> FabricOptions {
+        FabricOptions {
+            repair: false,
+            hold_residual: false,
+            max_lead: None,
+            ..FabricOptions::default()
+        }
+    }
 }
 
 impl Default for FabricOptions {
-    /// The recommended node options: residual held aside (DF-GEN-240) and gap repair on (spec
-    /// section 7.9); both are node-local, so a node with them works with any other.
+    /// The recommended node options: residual held aside (DF-GEN-240), gap repair on (spec
+    /// section 7.9) and a pacing barrier per sync (`max_lead` 0); all are node-local, so a node with
+    /// them works with any other.
     fn default() -> Self {
         FabricOptions {
             incarnation: None,
@@ -176,6 +199,8 @@ impl Default for FabricOptions {
             member_grace: DEFAULT_MEMBER_GRACE,
             hold_residual: true,
             world_size: None,
+            max_lead: Some(0),
+            peer_deadline: DEFAULT_PEER_DEADLINE,
         }
     }
 }
@@ -259,6 +284,9 @@ pub struct Fabric<W: WeightStore, T: Transport> {
     held: Vec<bool>,
     /// The world-size hint of an AUTO `average_over` (DF-GEN-70).
     world_size: Option<usize>,
+    /// Pacing after every sync step (DF-ZEN-156).
+    max_lead: Option<u64>,
+    peer_deadline: Duration,
     /// Misconfigured peers (rejected for a code of [`MISCONFIGURATION`]): the first code per peer,
     /// and every `(peer, code)` already reported.
     misconfigured: BTreeMap<u64, ErrorCode>,
@@ -278,6 +306,9 @@ pub const MISCONFIGURATION: [ErrorCode; 4] = [
 /// At most this many `(peer, code)` misconfiguration reports are kept (a bound against floods of
 /// forged senders).
 pub const MAX_MISCONFIGURED: usize = 1024;
+
+/// Longest wait of one pacing call after a sync step ([`FabricOptions::max_lead`]).
+pub const PACE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Longest wait for packets between two reads of the peers' info in [`Fabric::finish`].
 pub const FINISH_ROUND: Duration = Duration::from_millis(50);
@@ -376,6 +407,8 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
                     residual: Vec::new(),
                     held: Vec::new(),
                     world_size: options.world_size,
+                    max_lead: options.max_lead,
+                    peer_deadline: options.peer_deadline,
                     misconfigured: BTreeMap::new(),
                     misconfig_reported: HashSet::new(),
                 };
@@ -516,7 +549,8 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
     }
 
     /// Call once after every local optimizer step. Returns the number of packets published.
-    /// Never waits for packets; only `publish` can block (transport congestion control). After a
+    /// Never waits for packets, but for the pacing after a sync step ([`FabricOptions::max_lead`]);
+    /// `publish` can block too (transport congestion control). After a
     /// stop signal (with [`crate::lifecycle::install`]) it returns [`FabricError::Stopped`].
     pub fn step(&mut self) -> Result<usize, FabricError> {
         self.check_open()?;
@@ -526,7 +560,11 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
         if packets.is_empty() && !sync {
             return Ok(0);
         }
-        self.process(&packets, sync)
+        let out = self.process(&packets, sync)?;
+        if sync && let Some(m) = self.max_lead {
+            self.pace(m, self.peer_deadline, PACE_TIMEOUT)?;
+        }
+        Ok(out)
     }
 
     /// Receives, applies and relays what is pending without generating (idle, winding down);

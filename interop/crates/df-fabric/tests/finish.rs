@@ -21,8 +21,16 @@ fn store() -> VecStore {
 }
 
 fn node(hub: &MemoryHub, id: u64, config: SyncConfig) -> Node {
+    paced_node(hub, id, config, None)
+}
+
+/// A node with the recommended options but `max_lead` (`None` for the nodes one thread drives).
+fn paced_node(hub: &MemoryHub, id: u64, config: SyncConfig, max_lead: Option<u64>) -> Node {
     let options = FabricOptions {
         incarnation: Some(id),
+        max_lead,
+        // a node that stopped early (finishing) holds the others' pacing back this long
+        peer_deadline: Duration::from_millis(300),
         ..FabricOptions::default()
     };
     Fabric::with_options(store(), hub.join(id, &[]).unwrap(), config, options).unwrap()
@@ -57,7 +65,8 @@ fn three_nodes_finish(config: SyncConfig, steps: &[u64; 3]) -> Vec<(Vec<f32>, Ve
             let config = config.clone();
             let steps = steps[(id - 1) as usize];
             thread::spawn(move || {
-                let mut f = node(&hub, id, config);
+                // one thread per node: the default pacing barrier per sync
+                let mut f = paced_node(&hub, id, config, FabricOptions::default().max_lead);
                 f.transport()
                     .wait_for_peers(2, &[], Duration::from_secs(10))
                     .unwrap();

@@ -64,7 +64,7 @@ fn run_with(
         .map(|&id| {
             let options = FabricOptions {
                 incarnation: Some(100 + id),
-                ..FabricOptions::default()
+                ..FabricOptions::v1_0()
             };
             let store = VecStore::new(manifest(), vec![0.0; 64]).unwrap();
             let f = Fabric::with_options(store, hub.join(id, &[]).unwrap(), cfg.clone(), options)

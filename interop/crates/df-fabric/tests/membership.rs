@@ -27,7 +27,7 @@ fn node(hub: &MemoryHub, id: u64, incarnation: u64, live_members: bool, grace: D
         incarnation: Some(incarnation),
         live_members,
         member_grace: grace,
-        ..FabricOptions::default()
+        ..FabricOptions::v1_0()
     };
     let store = VecStore::new(manifest(), vec![0.0; 64]).unwrap();
     Fabric::with_options(store, hub.join(id, &[]).unwrap(), cfg, options).unwrap()

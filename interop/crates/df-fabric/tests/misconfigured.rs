@@ -41,6 +41,7 @@ fn node(hub: &MemoryHub, id: u64, n: u64) -> Fabric<VecStore, MemoryTransport> {
     let store = VecStore::new(m, vec![0.5; n as usize]).unwrap();
     let options = FabricOptions {
         incarnation: Some(1),
+        max_lead: None, // one thread drives both nodes
         ..FabricOptions::default()
     };
     let config = SyncConfig {

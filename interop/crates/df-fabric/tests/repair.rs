@@ -45,7 +45,7 @@ fn run(cut: (u64, u64), repair: bool, steps: u64) -> (Vec<f32>, Vec<Node>) {
             let options = FabricOptions {
                 incarnation: Some(1),
                 repair,
-                ..FabricOptions::default()
+                ..FabricOptions::v1_0()
             };
             let store = VecStore::new(manifest.clone(), start.clone()).unwrap();
             Fabric::with_options(store, hub.join(id, &[]).unwrap(), cfg.clone(), options).unwrap()
@@ -153,7 +153,7 @@ fn quorum_join_refuses_the_lowest_stranger() {
             }),
             snapshot_quorum: quorum,
             snapshot_members: Some(vec![0x10, 0x11, 0x12, 0x20]),
-            ..FabricOptions::default()
+            ..FabricOptions::v1_0()
         };
         let store = VecStore::new(manifest.clone(), vec![0.0; 16]).unwrap();
         Fabric::with_options(
@@ -270,7 +270,7 @@ fn no_request_to_an_origin_that_is_not_live() {
     let options = || FabricOptions {
         incarnation: Some(1),
         repair: true,
-        ..FabricOptions::default()
+        ..FabricOptions::v1_0()
     };
     let live = std::rc::Rc::new(std::cell::Cell::new(true));
     let store = || VecStore::new(manifest.clone(), vec![0.0; 100]).unwrap();

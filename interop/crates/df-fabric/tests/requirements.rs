@@ -151,7 +151,7 @@ fn logged_node(
         incarnation: Some(1),
         hold_residual: false,
         repair: false,
-        ..FabricOptions::default()
+        ..FabricOptions::v1_0()
     };
     let fabric = Fabric::with_options(store, transport, cfg, options).unwrap();
     log.borrow_mut().clear(); // the start-up gather (the initial anchor)

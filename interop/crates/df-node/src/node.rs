@@ -558,6 +558,7 @@ pub fn run_node(
                 member_grace: opts.member_grace,
                 hold_residual: opts.hold_residual,
                 world_size: opts.world_size,
+                max_lead: None, // the node paces itself (--max-lead, --lockstep)
                 ..FabricOptions::default()
             };
             let f = Fabric::with_options(store, t, opts.sync_config.clone(), options)?;

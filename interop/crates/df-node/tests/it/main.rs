@@ -913,7 +913,7 @@ fn join_starts_from_a_live_peers_snapshot() {
     let transport = df_node::zenoh::open(&oa).unwrap();
     let options = FabricOptions {
         incarnation: Some(11),
-        ..FabricOptions::default()
+        ..FabricOptions::v1_0()
     };
     let mut fabric =
         Fabric::with_options(store, transport, oa.sync_config.clone(), options).unwrap();

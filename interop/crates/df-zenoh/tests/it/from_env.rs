@@ -76,7 +76,7 @@ fn two_nodes_from_the_launchers_variables_bootstrap_train_finish_and_agree() {
         // rank 0's weights, not this node's 9.0
         assert_eq!(b.store().values(), vec![0.25; N]);
         assert_eq!(b.stats()["average_over"], 1); // not generated yet
-        for s in 0..30u32 {
+        for s in 0..40u32 {
             for (j, w) in b.store_mut().values_mut().iter_mut().enumerate() {
                 *w -= 0.001 * ((s as usize + j) % 7) as f32;
             }

@@ -379,7 +379,8 @@ fn a_node_trains_and_publishes_with_no_peer_reachable() {
         sync_interval: 1,
         ..SyncConfig::v1_0()
     };
-    let mut fabric = Fabric::new(store, a, cfg).expect("fabric");
+    let mut fabric =
+        Fabric::with_options(store, a, cfg, df_fabric::FabricOptions::v1_0()).expect("fabric");
     let t1 = Instant::now();
     for s in 0..10 {
         fabric.store_mut().values_mut()[s] += 1.0;
