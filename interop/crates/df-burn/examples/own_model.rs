@@ -3,24 +3,29 @@
 //! ```text
 //! cargo run -p df-burn --example own_model -- --node-id 0a --peers 0b,0c \
 //!     --listen tcp/127.0.0.1:7501 --connect tcp/127.0.0.1:7500 --out a.f32
+//! delta-fabric run --nodes 2 --no-python target/debug/examples/own_model --steps 200
 //! ```
 //!
 //! The model is a small MLP regressor (`fc1: Linear(4, 16)`, ReLU, `fc2: Linear(16, 1)`), defined
 //! here and nowhere in the library. Its canonical names are the PyTorch `state_dict` keys of the same
 //! module (`fc1.weight [16, 4]`, ...; `df_burn::BurnStore` transposes Burn's `[in, out]` Linear
 //! weights). The PyTorch peer is `interop/examples/own_model_peer.py`; both sides draw the initial
-//! weights from one seed in canonical order, so every node starts from identical weights, and each
-//! node trains on its own synthetic shard of `y = sin(x0) + 0.5 x1 x2 - 0.3 x3`.
+//! weights from one seed in canonical order, so every node starts from identical weights (under
+//! `delta-fabric run` every rank but 0 also starts from rank 0's snapshot), and each node trains on
+//! its own synthetic shard of `y = sin(x0) + 0.5 x1 x2 - 0.3 x3`.
 //!
-//! Stdout protocol (JSON lines), shared with the Python peer: after training and 3 drain rounds the
-//! node prints `{"event":"finished","node":HEX,"seq":S}` (S: its last sequence number) and waits
-//! for one stdin line `{"final":{HEX:S,...}}`; it then receives until it has accepted every peer's
-//! entries up to S, writes its canonical weights (raw little-endian f32) to `--out` and prints
-//! `{"event":"done",...}`.
+//! The node comes from `Fabric::from_env` (the `DELTA_FABRIC_*` variables `delta-fabric run` sets;
+//! `--node-id`, `--listen`, `--connect` and `--namespace` replace theirs), with the recommended sync
+//! settings (averaging over the cluster: the single-node learning rate) but 50 % of the weights every
+//! 5 steps, and ends with `Fabric::finish`: every node returns the same shared model. Stdout (JSON
+//! lines, shared with the Python peer): `{"event":"ready",...}`, then after training and `finish`
+//! `{"event":"finished","node":HEX,"seq":S,"loss":L}` (S: its last sequence number) and
+//! `{"event":"done","stats":{...}}`; `--out` gets the shared model's canonical weights (raw
+//! little-endian f32).
 
-use std::io::BufRead;
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use burn::backend::{Autodiff, NdArray};
 use burn::module::Module;
@@ -31,8 +36,9 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Tensor, TensorData};
 use clap::Parser;
 use df_burn::BurnStore;
+use df_fabric::env::{CONNECT, Env, LISTEN, NAMESPACE, NODE_ID};
 use df_fabric::{Fabric, FabricOptions, Transport, WeightStore};
-use df_zenoh::{TransportConfig, ZenohTransport};
+use df_zenoh::{FabricFromEnv, ZenohTransport};
 use serde_json::{Value, json};
 
 /// The training backend (autodiff over ndarray, CPU).
@@ -62,24 +68,25 @@ impl<B: Backend> Mlp<B> {
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Args {
-    /// Node id (hex, non-zero).
+    /// Node id (hex, non-zero) [default: DELTA_FABRIC_NODE_ID, else random].
     #[arg(long, value_parser = hex_id)]
-    node_id: u64,
-    /// Index of this node's data shard.
-    #[arg(long, default_value_t = 0)]
-    index: u64,
-    /// Ids (hex) of the other nodes, comma-separated.
+    node_id: Option<u64>,
+    /// Index of this node's data shard [default: DELTA_FABRIC_RANK, else 0].
+    #[arg(long)]
+    index: Option<u64>,
+    /// Ids (hex) of the other nodes, comma-separated: waited for before training (without it, the
+    /// node waits for DELTA_FABRIC_NODES - 1 peers).
     #[arg(long, value_delimiter = ',', value_parser = hex_id)]
     peers: Vec<u64>,
-    /// Zenoh listen endpoint.
+    /// Zenoh listen endpoint [default: DELTA_FABRIC_LISTEN].
     #[arg(long)]
     listen: Option<String>,
-    /// Zenoh connect endpoints (repeatable).
+    /// Zenoh connect endpoints (repeatable) [default: DELTA_FABRIC_CONNECT].
     #[arg(long)]
     connect: Vec<String>,
-    /// Zenoh namespace.
-    #[arg(long, default_value = "deltafabric/own-model")]
-    namespace: String,
+    /// Zenoh namespace [default: DELTA_FABRIC_NAMESPACE, else deltafabric/own-model].
+    #[arg(long)]
+    namespace: Option<String>,
     /// Local training steps.
     #[arg(long, default_value_t = 200)]
     steps: u64,
@@ -88,8 +95,8 @@ struct Args {
     seed: u64,
     /// Where to write the final canonical weights (raw little-endian f32).
     #[arg(long)]
-    out: PathBuf,
-    /// Seconds to wait for peers and for their final entries.
+    out: Option<PathBuf>,
+    /// Seconds to wait for peers, and for them to finish.
     #[arg(long, default_value_t = 60.0)]
     timeout: f64,
 }
@@ -153,35 +160,79 @@ fn main() {
 
 fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let device = Default::default();
-    let store = BurnStore::<Tb, Mlp<Tb>>::new(Mlp::new(&device), false)?;
-    let mut store = store;
+    let mut store = BurnStore::<Tb, Mlp<Tb>>::new(Mlp::new(&device), false)?;
     store.load(&initial_weights(args.seed, store.num_params()))?;
 
-    let mut cfg = TransportConfig::new(args.node_id);
-    cfg.namespace = args.namespace.clone();
-    cfg.listen = args.listen.iter().cloned().collect();
-    cfg.connect = args.connect.clone();
-    let transport = ZenohTransport::open(cfg)?;
-    let timeout = Duration::from_secs_f64(args.timeout);
-    transport.wait_for_peers(args.peers.len(), &args.peers, timeout)?;
+    // The command line's settings replace the launcher's variables.
+    let mut given: HashMap<&str, String> = HashMap::new();
+    if let Some(id) = args.node_id {
+        given.insert(NODE_ID, format!("0x{id:x}"));
+    }
+    if let Some(l) = &args.listen {
+        given.insert(LISTEN, l.clone());
+    }
+    if !args.connect.is_empty() {
+        given.insert(CONNECT, args.connect.join(","));
+    }
+    let namespace = args
+        .namespace
+        .clone()
+        .or_else(|| {
+            std::env::var(NAMESPACE)
+                .ok()
+                .filter(|v| !v.trim().is_empty())
+        })
+        .unwrap_or_else(|| "deltafabric/own-model".to_owned());
+    given.insert(NAMESPACE, namespace);
+    let lookup = |k: &str| given.get(k).cloned().or_else(|| std::env::var(k).ok());
+    let env = Env::from_fn(&lookup);
+    let index = match args.index {
+        Some(i) => i,
+        None => env.rank()?.unwrap_or(0),
+    };
 
+    // The recommended profile (Q8, PACKED, relay NEEDED, averaged over the cluster), with more of
+    // this small model's weights sent more often.
     let sync = df_core::SyncConfig {
         ratio: 0.5,
         sync_interval: 5,
         ..df_core::SyncConfig::default()
     };
     // The fabric owns the store and the transport; dropping it closes the transport.
-    let mut fabric = Fabric::with_options(store, transport, sync, FabricOptions::default())?;
-    emit(
-        json!({"event": "ready", "node": format!("{:016x}", args.node_id),
-                "num_params": fabric.store().num_params()}),
-    );
+    let mut fabric: Fabric<_, ZenohTransport> =
+        Fabric::from_env_with(store, sync, FabricOptions::default(), env)?;
+    let timeout = Duration::from_secs_f64(args.timeout);
+    let others = if args.peers.is_empty() {
+        env.nodes()?.unwrap_or(1).saturating_sub(1)
+    } else {
+        args.peers.len()
+    };
+    let live = fabric
+        .transport()
+        .wait_for_peers(others, &args.peers, timeout)?;
+    // A peer answers info queries once its node has started (after its bootstrap): training
+    // starts when every peer has, so that no delta is in flight while a snapshot is captured.
+    let deadline = std::time::Instant::now() + timeout;
+    for p in live {
+        while fabric
+            .transport()
+            .query_info(p, Duration::from_millis(500))
+            .is_err()
+        {
+            if std::time::Instant::now() > deadline {
+                return Err(format!("peer {p:016x} did not start within {timeout:?}").into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let node = format!("{:016x}", fabric.node_id());
+    emit(json!({"event": "ready", "node": node, "num_params": fabric.store().num_params()}));
 
-    let (xs, ys) = shard(args.index);
+    let (xs, ys) = shard(index);
     let n = ys.len();
-    let lr = 0.05 / (args.peers.len() + 1) as f64; // the learning rate divided by cluster size
+    let lr = 0.05; // the single-node learning rate: the node averages over the cluster
     let mut optim = SgdConfig::new().init::<Tb, Mlp<Tb>>();
-    let mut rng = SplitMix64(2000 + args.index);
+    let mut rng = SplitMix64(2000 + index);
     let mut last_loss = 0.0f32;
     for _ in 0..args.steps {
         let idx: Vec<usize> = (0..16)
@@ -201,50 +252,15 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         fabric.store_mut().update(|m| optim.step(lr, m, grads));
         fabric.step()?;
     }
-    // Quiescent drain: sync rounds without local steps (spec DF-NUM-1).
-    for _ in 0..3 {
-        fabric.sync_now()?;
-        fabric
-            .transport()
-            .wait_for_packets(Duration::from_millis(20))?;
-        fabric.poll()?;
-    }
+    // One call to finish: the last progress goes out, every live peer's last entry is applied,
+    // and the store holds the shared model (the same on every node, DF-NUM-1).
+    let shared = fabric.finish(timeout)?;
     let seq = fabric.engine()?.next_seq() - 1;
-    emit(
-        json!({"event": "finished", "node": format!("{:016x}", args.node_id),
-                "seq": seq, "loss": last_loss}),
-    );
-
-    let mut line = String::new();
-    std::io::stdin().lock().read_line(&mut line)?;
-    let msg: Value = serde_json::from_str(&line)?;
-    let finals: Vec<(u64, u64)> = msg["final"]
-        .as_object()
-        .ok_or("stdin: expected {\"final\": {...}}")?
-        .iter()
-        .filter_map(|(k, v)| Some((hex_id(k).ok()?, v.as_u64()?)))
-        .filter(|&(node, _)| node != args.node_id)
-        .collect();
-    let deadline = Instant::now() + timeout;
-    loop {
-        fabric.poll()?;
-        let progress = fabric.origin_progress();
-        let caught_up = finals
-            .iter()
-            .all(|(p, s)| progress.get(p).is_some_and(|&(_, got)| got >= *s));
-        if caught_up {
-            break;
-        }
-        if Instant::now() > deadline {
-            return Err(format!("peers' final entries not received within {timeout:?}").into());
-        }
-        fabric
-            .transport()
-            .wait_for_packets(Duration::from_millis(50))?;
+    emit(json!({"event": "finished", "node": node, "seq": seq, "loss": last_loss}));
+    if let Some(out) = &args.out {
+        let bytes: Vec<u8> = shared.iter().flat_map(|v| v.to_le_bytes()).collect();
+        std::fs::write(out, bytes)?;
     }
-    let w = fabric.store().gather()?;
-    let bytes: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
-    std::fs::write(&args.out, bytes)?;
     emit(json!({"event": "done", "stats": fabric.stats()}));
     fabric.close()?;
     Ok(())

@@ -26,6 +26,35 @@ pub const MAX_MAX_INCARNATIONS: usize = 1 << 16;
 pub const MAX_MAX_ORIGINS: usize = 1 << 20;
 /// Largest `average_over` accepted (DF-PAR-70).
 pub const MAX_AVERAGE_OVER: u64 = 1 << 16;
+/// Local steps between syncs up to which [`outer_average`] gives the cluster size (an outer
+/// learning rate of 1, DF-GEN-300).
+pub const OUTER_INTERVAL: u32 = 40;
+/// `ratio * sync_interval` above which [`outer_average`] damps by `sync_interval / OUTER_INTERVAL`.
+pub const OUTER_SPAN: f64 = 1.0;
+
+/// The `average_over` a node of `nodes` averaging nodes (itself included) uses when its
+/// configuration says AUTO (`average_over: None`; DF-GEN-70, DF-GEN-300): `nodes` up to
+/// [`OUTER_INTERVAL`] local steps between syncs (an outer learning rate of 1); beyond,
+/// `ceil(nodes * sync_interval / OUTER_INTERVAL)` when `ratio * sync_interval` exceeds
+/// [`OUTER_SPAN`], else the milder `ceil(nodes * (OUTER_INTERVAL + sync_interval) / (2 *
+/// OUTER_INTERVAL))`; at most [`MAX_AVERAGE_OVER`], and 1 for a node alone (the demo's rule,
+/// measured in docs/convergence-sweep.md).
+pub fn outer_average(nodes: usize, sync_interval: u32, ratio: f64) -> u32 {
+    if nodes <= 1 {
+        return 1;
+    }
+    let c = nodes as u128;
+    let si = u128::from(sync_interval);
+    let oi = u128::from(OUTER_INTERVAL);
+    let m = if sync_interval <= OUTER_INTERVAL {
+        c
+    } else if ratio * f64::from(sync_interval) > OUTER_SPAN {
+        (c * si).div_ceil(oi)
+    } else {
+        (c * (oi + si)).div_ceil(2 * oi)
+    };
+    m.min(u128::from(MAX_AVERAGE_OVER)) as u32
+}
 /// Largest accepted `sync_interval` (DF-PAR-3, erratum 1.1): 2^32 - 1, the `u32` of
 /// [`SyncConfig::sync_interval`], exact in every JSON parser.
 pub const MAX_SYNC_INTERVAL: u32 = u32::MAX;
@@ -218,10 +247,13 @@ pub struct SyncConfig {
     pub max_origins: usize,
     /// DF-PAR-60 (1.1): which accepted entries are relayed.
     pub relay_policy: RelayPolicy,
-    /// DF-PAR-70: `C > 1` sends `fl32(1/C)` of each
-    /// selected delta and moves the node's own weights by what it sent only (DF-GEN-70), so that C
-    /// nodes move by the mean of their progress; `1` keeps protocol 1.0's sums. `1..=65536`.
-    pub average_over: u32,
+    /// DF-PAR-70: `Some(C)` with `C > 1` sends `fl32(1/C)` of each selected delta and moves the
+    /// node's own weights by what it sent only (DF-GEN-70), so that C nodes move by the mean of
+    /// their progress; `Some(1)` keeps protocol 1.0's sums; `1..=65536`. `None` is AUTO (JSON
+    /// `"auto"`, the recommended profile): the node derives C from its cluster at every generation
+    /// ([`outer_average`], node-local: DF-GEN-70 lets nodes differ); an engine alone counts it as 1
+    /// ([`SyncConfig::average_count`]) until its node resolves it.
+    pub average_over: Option<u32>,
     /// DF-PAR-50 (1.1): largest accepted step of a tracked incarnation's highest seq, in
     /// `0..=`[`MAX_SEQ_JUMP`] (0: no bound).
     pub max_seq_jump: u64,
@@ -237,8 +269,31 @@ pub struct SyncConfig {
 }
 
 impl Default for SyncConfig {
-    /// The spec's defaults (section 3).
+    /// The recommended profile: what the project's measurements recommend for training
+    /// (docs/convergence-sweep.md): 10 % of the weights every 20 local steps, Q8 values with PACKED
+    /// indices (section 6.8), relay policy NEEDED (section 8.6) and progress averaged over the
+    /// cluster (`average_over` AUTO), so that a single node's learning rate is the right one.
+    /// Every node of the cluster must receive Q8 and PACKED (DF-PAR-110, DF-VER-3): a cluster
+    /// with 1.0 nodes uses [`SyncConfig::v1_0`].
     fn default() -> Self {
+        SyncConfig {
+            ratio: 0.10,
+            sync_interval: 20,
+            encoding: ValueEncoding::Q8,
+            relay_policy: RelayPolicy::Needed,
+            average_over: None,
+            index_encoding: IndexEncoding::Packed,
+            ..SyncConfig::v1_0()
+        }
+    }
+}
+
+impl SyncConfig {
+    /// The spec's table of defaults (section 3, DF-PAR-11), the behaviour of protocol 1.0: 5 %
+    /// every 10 steps, F32 values, PLAIN indices, relay policy ALL, deltas summed
+    /// (`average_over` 1). The preset for a cluster with 1.0 nodes, and what every absent key of
+    /// a JSON configuration takes ([`SyncConfig::from_json`]).
+    pub fn v1_0() -> SyncConfig {
         SyncConfig {
             alpha: 1.0,
             ratio: 0.05,
@@ -252,18 +307,32 @@ impl Default for SyncConfig {
             encoding: ValueEncoding::F32,
             max_origins: DEFAULT_MAX_ORIGINS,
             relay_policy: RelayPolicy::All,
-            average_over: 1,
+            average_over: Some(1),
             max_seq_jump: 0,
             index_encoding: IndexEncoding::Plain,
             max_incarnation_ahead: 0,
             incarnation_grace: 0,
         }
     }
-}
 
-impl SyncConfig {
+    /// `average_over`, with AUTO counted as 1 (a node alone) until the node resolves it
+    /// ([`SyncConfig::resolve_average`]).
+    pub fn average_count(&self) -> u32 {
+        self.average_over.unwrap_or(1)
+    }
+
+    /// This configuration with an AUTO `average_over` set to [`outer_average`] of `nodes` (the
+    /// node's cluster size, itself included); a set `average_over` is kept.
+    pub fn resolve_average(&self, nodes: usize) -> SyncConfig {
+        let mut c = self.clone();
+        if c.average_over.is_none() {
+            c.average_over = Some(outer_average(nodes, c.sync_interval, c.ratio));
+        }
+        c
+    }
+
     /// A checked configuration with the spec's parameters in the order of its table (DF-PAR-1..10)
-    /// and the default `max_origins`. Every value outside its allowed range is a [`ConfigError`]
+    /// and the [`SyncConfig::v1_0`] values of the others. Every value outside its allowed range is a [`ConfigError`]
     /// (DF-PAR-11), with the Python reference's message.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
@@ -290,12 +359,7 @@ impl SyncConfig {
             include_buffers,
             encoding,
             max_origins: DEFAULT_MAX_ORIGINS,
-            relay_policy: RelayPolicy::All,
-            average_over: 1,
-            max_seq_jump: 0,
-            index_encoding: IndexEncoding::Plain,
-            max_incarnation_ahead: 0,
-            incarnation_grace: 0,
+            ..SyncConfig::v1_0()
         }
         .validated()
     }
@@ -351,12 +415,9 @@ impl SyncConfig {
             1,
             MAX_MAX_ORIGINS as u64,
         )?;
-        check_range(
-            "average_over",
-            u64::from(self.average_over),
-            1,
-            MAX_AVERAGE_OVER,
-        )?;
+        if let Some(m) = self.average_over {
+            check_range("average_over", u64::from(m), 1, MAX_AVERAGE_OVER)?;
+        }
         check_range("max_seq_jump", self.max_seq_jump, 0, MAX_SEQ_JUMP)?;
         check_range(
             "max_incarnation_ahead",
@@ -374,7 +435,8 @@ impl SyncConfig {
     }
 
     /// Reads a JSON object of the Python `SyncConfig.to_json` shape (every key optional; absent
-    /// keys take their defaults) and checks it like the Python `SyncConfig.from_json`: unknown
+    /// keys take the spec's defaults, [`SyncConfig::v1_0`], not the recommended profile's;
+    /// `average_over` may be `"auto"`) and checks it like the Python `SyncConfig.from_json`: unknown
     /// keys (see [`CONFIG_KEYS`]), wrong types (a bool is not a number, an integer parameter must
     /// be a JSON integer) and values outside the allowed ranges are [`ConfigError`]s.
     /// `encoding` is a name (`"F16"`) or the wire value (`1`).
@@ -389,7 +451,7 @@ impl SyncConfig {
             unknown.sort();
             return Err(ConfigError::UnknownKeys(unknown));
         }
-        let mut c = SyncConfig::default();
+        let mut c = SyncConfig::v1_0();
         if let Some(x) = obj.get("alpha") {
             c.alpha = json_float("alpha", x)?;
         }
@@ -457,7 +519,18 @@ impl SyncConfig {
                 })?;
         }
         if let Some(x) = obj.get("average_over") {
-            c.average_over = json_int("average_over", x, 1, MAX_AVERAGE_OVER)? as u32;
+            c.average_over = if x.as_str() == Some("auto") {
+                None
+            } else if x.is_null() {
+                // null is not AUTO: the JSON form of AUTO is the string "auto"
+                return Err(ConfigError::WrongType {
+                    name: "average_over",
+                    expected: "int or \"auto\"",
+                    got: "null",
+                });
+            } else {
+                Some(json_int("average_over", x, 1, MAX_AVERAGE_OVER)? as u32)
+            };
         }
         if let Some(x) = obj.get("index_encoding") {
             c.index_encoding = x
@@ -474,9 +547,10 @@ impl SyncConfig {
         c.validated()
     }
 
-    /// The JSON object of the Python `SyncConfig.to_json` (the spec's ten parameters), plus
-    /// `max_origins` only when it is not the default (so the Python reference reads the output
-    /// of a default-bounded config); inverse of [`SyncConfig::from_json`].
+    /// The JSON object of the Python `SyncConfig.to_json` (DF-PAR-261): the spec's ten parameters
+    /// and the relay policy, plus each other 1.1 key only when it differs from its
+    /// [`SyncConfig::v1_0`] value (so that a 1.0 reader reads a 1.0 configuration); an AUTO
+    /// `average_over` is `"auto"`. Inverse of [`SyncConfig::from_json`].
     pub fn to_json(&self) -> Value {
         let mut m = Map::new();
         m.insert("alpha".into(), json!(self.alpha));
@@ -508,15 +582,22 @@ impl SyncConfig {
         if self.max_origins != DEFAULT_MAX_ORIGINS {
             m.insert("max_origins".into(), json!(self.max_origins));
         }
-        if self.average_over != 1 {
-            m.insert("average_over".into(), json!(self.average_over));
+        match self.average_over {
+            Some(1) => {}
+            Some(c) => {
+                m.insert("average_over".into(), json!(c));
+            }
+            None => {
+                m.insert("average_over".into(), json!("auto"));
+            }
         }
         Value::Object(m)
     }
 
-    /// `fl32(1 / average_over)`, the factor of DF-GEN-70 (DF-PAR-70).
+    /// `fl32(1 / average_over)`, the factor of DF-GEN-70 (DF-PAR-70), with AUTO counted as 1
+    /// ([`SyncConfig::average_count`]).
     pub fn send_weight_f32(&self) -> f32 {
-        (1.0f64 / f64::from(self.average_over)) as f32
+        (1.0f64 / f64::from(self.average_count())) as f32
     }
 
     /// `alpha` rounded to binary32, the factor of DF-RCV-5 (DF-PAR-1).

@@ -232,6 +232,8 @@ pub struct Engine {
     correction_values: Vec<f32>,
     // Signed entries (spec 1.1 section 13.1): `Some` in a signed cluster.
     signing: Option<Signing>,
+    // DF-GEN-70: the `average_over` generations use (AUTO counts as 1 until the node resolves it).
+    average: u32,
 }
 
 impl Engine {
@@ -269,7 +271,9 @@ impl Engine {
         state.set_max_seq_jump(config.max_seq_jump);
         state.set_max_incarnation_ahead(config.max_incarnation_ahead);
         state.set_incarnation_grace(config.incarnation_grace);
+        let average = config.average_count();
         Ok(Engine {
+            average,
             manifest,
             config,
             node_id,
@@ -389,6 +393,21 @@ impl Engine {
     pub fn config(&self) -> &SyncConfig {
         &self.config
     }
+    /// The `average_over` the next generation uses (DF-GEN-70): the configured one, or with AUTO
+    /// (`config().average_over` `None`) the last [`Engine::resolve_average`] (1 before any).
+    pub fn average_over(&self) -> u32 {
+        self.average
+    }
+    /// With an AUTO `average_over`, sets the one the next generations use to
+    /// [`crate::config::outer_average`] of `nodes` (the node's cluster size, itself included);
+    /// a configured `average_over` is kept. Returns the one in use.
+    pub fn resolve_average(&mut self, nodes: usize) -> u32 {
+        if self.config.average_over.is_none() {
+            self.average =
+                crate::config::outer_average(nodes, self.config.sync_interval, self.config.ratio);
+        }
+        self.average
+    }
     /// Own node id.
     pub fn node_id(&self) -> u64 {
         self.node_id
@@ -484,8 +503,8 @@ impl Engine {
         let mut out = Vec::with_capacity(self.sel.len().div_ceil(per));
         // DF-GEN-70: with average_over C > 1 the sent value is fl32(w * d) and the own
         // weights keep only what is sent (the correction fl32(v' - d), applied by the caller).
-        let averaging = self.config.average_over > 1;
-        let w = self.config.send_weight_f32();
+        let averaging = self.average > 1;
+        let w = (1.0f64 / f64::from(self.average)) as f32;
         for ci in self.sel.chunks(per) {
             let mut values: Vec<f32> = if averaging {
                 ci.iter().map(|&i| w * self.d[i as usize]).collect()
@@ -529,7 +548,7 @@ impl Engine {
 
     /// What the last [`Engine::generate`] asks the caller to add to its active weights
     /// (DF-GEN-70): `fl32(v' - d)` at the sent indices, ascending; empty unless
-    /// `config.average_over > 1`.
+    /// the `average_over` in use ([`Engine::average_over`]) is greater than 1.
     pub fn last_correction(&self) -> (&[u32], &[f32]) {
         (&self.correction_indices, &self.correction_values)
     }

@@ -803,6 +803,61 @@ pub fn decode_packet(buf: &[u8], max_packet_size: usize) -> Result<Packet<'_>, D
     })
 }
 
+/// The header fields of a packet as far as they read, whatever else fails to decode: the sender,
+/// its incarnation, the protocol version, the fingerprint and the two encodings (raw wire values).
+/// What a node names a misconfigured peer by when its packets are rejected for
+/// `UNSUPPORTED_VERSION`, `UNSUPPORTED_ENCODING`, `FINGERPRINT_MISMATCH` or `BAD_SIGNATURE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PacketHeader {
+    /// `Packet.version_major`.
+    pub version_major: u16,
+    /// `Packet.version_minor`.
+    pub version_minor: u16,
+    /// `Packet.sender` (0 when absent).
+    pub sender: u64,
+    /// `Packet.sender_incarnation` (0 when absent).
+    pub sender_incarnation: u64,
+    /// `Packet.fingerprint` when it has 32 bytes.
+    pub fingerprint: Option<[u8; FINGERPRINT_SIZE]>,
+    /// `Packet.encoding` as on the wire.
+    pub encoding: u8,
+    /// `Packet.index_encoding` as on the wire.
+    pub index_encoding: u8,
+}
+
+/// [`PacketHeader`] of `buf`: `None` unless the file identifier, the root table and every header
+/// field read in bounds (nothing else is checked).
+pub fn peek_header(buf: &[u8]) -> Option<PacketHeader> {
+    if buf.len() < 8 || &buf[4..8] != FILE_IDENTIFIER {
+        return None;
+    }
+    let mut r = Reader::new(buf);
+    let root = r.root("Packet").ok()?;
+    let version_major = r.u16(root, P_VERSION_MAJOR, "Packet.version_major").ok()?;
+    let version_minor = r.u16(root, P_VERSION_MINOR, "Packet.version_minor").ok()?;
+    let sender = r.u64(root, P_SENDER, "Packet.sender").ok()?;
+    let sender_incarnation = r
+        .u64(root, P_SENDER_INC, "Packet.sender_incarnation")
+        .ok()?;
+    let encoding = r.u8(root, P_ENCODING, "Packet.encoding").ok()?;
+    let index_encoding = r.u8(root, P_INDEX_ENCODING, "Packet.index_encoding").ok()?;
+    let fingerprint = match r.vector(root, P_FINGERPRINT, 1, "Packet.fingerprint") {
+        Ok(Some((start, FINGERPRINT_SIZE))) => buf
+            .get(start..start + FINGERPRINT_SIZE)
+            .and_then(|b| b.try_into().ok()),
+        _ => None,
+    };
+    Some(PacketHeader {
+        version_major,
+        version_minor,
+        sender,
+        sender_incarnation,
+        fingerprint,
+        encoding,
+        index_encoding,
+    })
+}
+
 /// Context checks of a decoded packet, in this order, each over all entries:
 /// `FINGERPRINT_MISMATCH`, `HOP_LIMIT`, `INDEX_OUT_OF_RANGE`. REQ: DF-RCV-1.
 pub fn validate_packet(

@@ -18,13 +18,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use df_core::config::RelayPolicy;
+use df_core::engine::Outcome;
 use df_core::repair::{
-    DEFAULT_AGREEMENT, GapParams, GapTracker, REQUEST_VERSION_MINOR, RepairCounters, RepairRequest,
-    ResendBuffer, ResendParams, confirm_snapshot, decode_request, encode_request,
-    is_repair_request,
+    DEFAULT_AGREEMENT, GapParams, GapTracker, MAX_REQUEST_SEQS, REQUEST_VERSION_MINOR,
+    RepairCounters, RepairRequest, ResendBuffer, ResendParams, confirm_snapshot, decode_request,
+    encode_request, is_repair_request,
 };
+use df_core::wire::peek_header;
 use df_core::wire::{OwnedPacket, encode_packet};
-use df_core::{Engine, EngineError, ReceiveResult, SyncConfig};
+use df_core::{Engine, EngineError, ErrorCode, ReceiveResult, SyncConfig};
 use log::{debug, info, warn};
 use serde_json::{Value, json};
 
@@ -70,6 +72,27 @@ pub enum FabricError {
     /// A thread panicked while holding the engine.
     #[error("engine lock poisoned by a panic")]
     Poisoned,
+    /// A `DELTA_FABRIC_*` variable holds a bad value (`from_env`).
+    #[error(transparent)]
+    Env(#[from] crate::env::EnvError),
+    /// [`Fabric::finish`] ran out of time: the live peers it still waited for, each with why
+    /// (`still training (not finishing)`, `entries up to seq ... not applied ...`, ...). The node
+    /// stays usable (call `finish` again or `close`).
+    #[error("finish: not done within {:.1}s, waiting for {}", .timeout.as_secs_f64(), missing_list(.missing))]
+    FinishTimeout {
+        /// The `timeout` given to `finish`.
+        timeout: Duration,
+        /// `(peer id, why)`, ascending by id.
+        missing: Vec<(u64, String)>,
+    },
+}
+
+fn missing_list(missing: &[(u64, String)]) -> String {
+    missing
+        .iter()
+        .map(|(p, why)| format!("{}: {why}", node_hex(*p)))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 impl From<EngineError> for FabricError {
@@ -85,6 +108,9 @@ pub struct JoinOptions {
     pub timeout: Duration,
     /// Peers tried first when live (e.g. the configured neighbours), in this order.
     pub preferred: Vec<u64>,
+    /// `true`: no verified snapshot within `timeout` is an error ([`FabricError::Join`]);
+    /// `false` (`DELTA_FABRIC_BOOTSTRAP=auto`): the node then starts from the store's weights.
+    pub required: bool,
 }
 
 impl Default for JoinOptions {
@@ -92,6 +118,7 @@ impl Default for JoinOptions {
         JoinOptions {
             timeout: Duration::from_secs(10),
             preferred: Vec::new(),
+            required: true,
         }
     }
 }
@@ -127,22 +154,53 @@ pub struct FabricOptions {
     /// ([`Fabric::residual`]); the working weights restart from the anchor after every generation
     /// and the residual is folded back into them just before the next one (spec section 5.11).
     pub hold_residual: bool,
+    /// How many nodes the run expects in all (the launcher's `DELTA_FABRIC_NODES`): with an AUTO
+    /// `average_over` the node averages over at least this many before they are all live.
+    pub world_size: Option<usize>,
+    /// Bounded staleness after every sync step ([`Fabric::pace`], DF-ZEN-156): the node waits
+    /// (receiving and relaying) while it is more than this many sync rounds ahead of a live member
+    /// peer; `Some(0)` (the default) is a barrier per sync among the live peers, as a blocking
+    /// all-reduce, except that a peer without progress for `peer_deadline` no longer holds the
+    /// others back. `None`: never wait (a program that drives several nodes in one thread).
+    pub max_lead: Option<u64>,
+    /// Time without progress after which a live peer no longer holds pacing back (DF-ZEN-156).
+    pub peer_deadline: Duration,
+}
+
+impl FabricOptions {
+    /// A node that behaves as a protocol 1.0 node: no residual held aside, no repair, no pacing
+    /// (pair it with `SyncConfig::v1_0()`). For a cluster with 1.0 nodes, and for programs that
+    /// drive several nodes in one thread.
+    pub fn v1_0() -> FabricOptions {
+        FabricOptions {
+            repair: false,
+            hold_residual: false,
+            max_lead: None,
+            ..FabricOptions::default()
+        }
+    }
 }
 
 impl Default for FabricOptions {
+    /// The recommended node options: residual held aside (DF-GEN-240), gap repair on (spec
+    /// section 7.9) and a pacing barrier per sync (`max_lead` 0); all are node-local, so a node with
+    /// them works with any other.
     fn default() -> Self {
         FabricOptions {
             incarnation: None,
             max_drain: DEFAULT_MAX_DRAIN,
             fast_selection: false,
             join: None,
-            repair: false,
+            repair: true,
             snapshot_quorum: 0,
             snapshot_members: None,
             members: None,
             live_members: false,
             member_grace: DEFAULT_MEMBER_GRACE,
-            hold_residual: false,
+            hold_residual: true,
+            world_size: None,
+            max_lead: Some(0),
+            peer_deadline: DEFAULT_PEER_DEADLINE,
         }
     }
 }
@@ -179,6 +237,17 @@ pub struct SendCounters {
     pub values_received_applied: u64,
 }
 
+/// What [`Fabric::finish`] still waits for.
+#[derive(Debug, Default)]
+struct FinishState {
+    /// Live member peers this node waits for, and why.
+    missing: BTreeMap<u64, String>,
+    /// Live member peers that do not report `done`.
+    not_done: BTreeSet<u64>,
+    /// `(incarnation, from, to)` of announced last entries not received, per peer.
+    tails: BTreeMap<u64, (u64, u64, u64)>,
+}
+
 /// One DeltaFabric node: a store, a transport and the engine between them (see the module docs).
 pub struct Fabric<W: WeightStore, T: Transport> {
     store: W,
@@ -213,7 +282,38 @@ pub struct Fabric<W: WeightStore, T: Transport> {
     hold_residual: bool,
     residual: Vec<f32>,
     held: Vec<bool>,
+    /// The world-size hint of an AUTO `average_over` (DF-GEN-70).
+    world_size: Option<usize>,
+    /// Pacing after every sync step (DF-ZEN-156).
+    max_lead: Option<u64>,
+    peer_deadline: Duration,
+    /// Misconfigured peers (rejected for a code of [`MISCONFIGURATION`]): the first code per peer,
+    /// and every `(peer, code)` already reported.
+    misconfigured: BTreeMap<u64, ErrorCode>,
+    misconfig_reported: HashSet<(u64, ErrorCode)>,
 }
+
+/// The rejection codes that mean a peer is configured differently from this node (another model,
+/// protocol version, encoding, or keys): [`Fabric`] reports each such peer once per code at
+/// WARNING and lists it in `stats()["misconfigured_peers"]`.
+pub const MISCONFIGURATION: [ErrorCode; 4] = [
+    ErrorCode::FingerprintMismatch,
+    ErrorCode::UnsupportedVersion,
+    ErrorCode::UnsupportedEncoding,
+    ErrorCode::BadSignature,
+];
+
+/// At most this many `(peer, code)` misconfiguration reports are kept (a bound against floods of
+/// forged senders).
+pub const MAX_MISCONFIGURED: usize = 1024;
+
+/// Longest wait of one pacing call after a sync step ([`FabricOptions::max_lead`]).
+pub const PACE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Longest wait for packets between two reads of the peers' info in [`Fabric::finish`].
+pub const FINISH_ROUND: Duration = Duration::from_millis(50);
+/// Interval of the repair rounds of [`Fabric::finish`].
+pub const FINISH_REPAIR_ROUND: Duration = Duration::from_millis(500);
 
 /// Counters of a quorum join (Python `stats()["snapshot_trust"]`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -306,6 +406,11 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
                     hold_residual: options.hold_residual,
                     residual: Vec::new(),
                     held: Vec::new(),
+                    world_size: options.world_size,
+                    max_lead: options.max_lead,
+                    peer_deadline: options.peer_deadline,
+                    misconfigured: BTreeMap::new(),
+                    misconfig_reported: HashSet::new(),
                 };
                 if fabric.hold_residual {
                     // DF-GEN-244: a store naming an unknown tensor is refused here
@@ -366,13 +471,26 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
             transport.publish(&encode_packet(&probe))?;
         }
         let mut trust = TrustCounters::default();
-        let (anchor, joined_from) = match &options.join {
+        let fetched = match &options.join {
             Some(j) => {
-                let (from, values) = if options.snapshot_quorum > 0 {
-                    fetch_quorum(transport, &manifest, j, options, &mut trust)?
+                let got = if options.snapshot_quorum > 0 {
+                    fetch_quorum(transport, &manifest, j, options, &mut trust)
                 } else {
-                    fetch_verified(transport, &manifest, j)?
+                    fetch_verified(transport, &manifest, j)
                 };
+                match got {
+                    Ok(x) => Some(x),
+                    Err(e) if !j.required => {
+                        info!(target: LOG_TARGET, "{e}: starting from own weights");
+                        None
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            None => None,
+        };
+        let (anchor, joined_from) = match fetched {
+            Some((from, values)) => {
                 store.load(&values)?;
                 // The store must now read back exactly the snapshot: active = anchor (DF-ZEN-5).
                 let back = store.gather()?;
@@ -431,7 +549,8 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
     }
 
     /// Call once after every local optimizer step. Returns the number of packets published.
-    /// Never waits for packets; only `publish` can block (transport congestion control). After a
+    /// Never waits for packets, but for the pacing after a sync step ([`FabricOptions::max_lead`]);
+    /// `publish` can block too (transport congestion control). After a
     /// stop signal (with [`crate::lifecycle::install`]) it returns [`FabricError::Stopped`].
     pub fn step(&mut self) -> Result<usize, FabricError> {
         self.check_open()?;
@@ -441,7 +560,11 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
         if packets.is_empty() && !sync {
             return Ok(0);
         }
-        self.process(&packets, sync)
+        let out = self.process(&packets, sync)?;
+        if sync && let Some(m) = self.max_lead {
+            self.pace(m, self.peer_deadline, PACE_TIMEOUT)?;
+        }
+        Ok(out)
     }
 
     /// Receives, applies and relays what is pending without generating (idle, winding down);
@@ -511,6 +634,36 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
     }
 
     fn process(&mut self, packets: &[Vec<u8>], sync: bool) -> Result<usize, FabricError> {
+        self.process_with(packets, sync, sync)
+    }
+
+    /// The cluster size an AUTO `average_over` is derived from (DF-GEN-70): this node and its live
+    /// peers that are members (every live peer without a membership) and not misconfigured, at
+    /// least the world-size hint.
+    pub fn cluster_size(&self) -> Result<usize, FabricError> {
+        Ok((1 + self.cluster_peers()?.len()).max(self.world_size.unwrap_or(1)))
+    }
+
+    /// The live peers this node syncs with: members (when there is a membership), and not
+    /// reported as configured differently ([`Fabric::misconfigured_peers`]).
+    fn cluster_peers(&self) -> Result<BTreeSet<u64>, FabricError> {
+        let mut live = self.transport.peers()?;
+        live.retain(|p| {
+            self.effective.as_ref().is_none_or(|m| m.contains(p))
+                && !self.misconfigured.contains_key(p)
+        });
+        Ok(live)
+    }
+
+    /// One receive step over `packets`; with `generate` one generation (a sync), with
+    /// `repair_round` one round of gap repair (requests for missed entries, entries asked again).
+    fn process_with(
+        &mut self,
+        packets: &[Vec<u8>],
+        generate: bool,
+        repair_round: bool,
+    ) -> Result<usize, FabricError> {
+        let sync = generate;
         // DF-RCV-160: a repair request is not a packet
         let split: Vec<Vec<u8>>;
         let packets = if packets.iter().any(|p| is_repair_request(p)) {
@@ -530,6 +683,7 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
             e.count_rejected(code, n); // DF-ZEN-154: rejected before the queue
         }
         let mut relay = Vec::new();
+        let mut misconfigured = Vec::new();
         if !packets.is_empty() {
             let refs: Vec<&[u8]> = packets.iter().map(Vec::as_slice).collect();
             let store = &self.store;
@@ -543,6 +697,18 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
             // DF-RCV-175: the node's clock, once per step, for the engine's incarnation bound
             e.set_now_us(now_us());
             let res = e.receive_with(&refs, Some(&view));
+            for (i, o) in res.outcomes.iter().enumerate() {
+                if let Outcome::Rejected(code) = *o
+                    && MISCONFIGURATION.contains(&code)
+                    && let Some(h) = peek_header(&packets[i])
+                        .filter(|h| h.sender != 0 && h.sender != e.node_id())
+                    && self.misconfig_reported.len() < MAX_MISCONFIGURED
+                    && self.misconfig_reported.insert((h.sender, code))
+                {
+                    self.misconfigured.entry(h.sender).or_insert(code);
+                    misconfigured.push((code, h));
+                }
+            }
             self.track_accepted(&res);
             if let Some(g) = self.gaps.as_mut() {
                 for a in &res.accepted {
@@ -561,6 +727,11 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
             if self.hold_residual {
                 self.fold_residual()?; // DF-GEN-241
             }
+            if e.config().average_over.is_none() {
+                // DF-GEN-70 with AUTO: averaged over the cluster as this node sees it now
+                let c = self.cluster_size()?;
+                e.resolve_average(c);
+            }
             let active = self.store.gather()?;
             own = e.generate(&active, self.fast_selection)?;
             let (ci, cv) = e.last_correction();
@@ -574,7 +745,7 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
         }
         let mut resent = Vec::new();
         let mut requests = Vec::new();
-        if sync {
+        if repair_round {
             if let Some(r) = self.resend.as_mut() {
                 r.add(&own);
                 resent = r.take();
@@ -613,7 +784,12 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
             e.pack(&both, &relay)
         };
         out.extend(requests);
+        let ours = (e.manifest().fingerprint(), e.num_params());
         drop(e);
+        for (code, h) in misconfigured {
+            // after the engine's lock is released: a logger may take its time
+            self.report_misconfigured(code, &h, &ours.0, ours.1);
+        }
         if out.is_empty() {
             return Ok(0);
         }
@@ -631,6 +807,220 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
             self.counters.packets_sent += 1;
         }
         Ok(out.len())
+    }
+
+    /// Reports a misconfigured peer at WARNING (once per peer and code), naming what differs.
+    fn report_misconfigured(
+        &self,
+        code: ErrorCode,
+        h: &df_core::wire::PacketHeader,
+        fingerprint: &[u8; 32],
+        n: usize,
+    ) {
+        let what = match code {
+            ErrorCode::FingerprintMismatch => format!(
+                "has another model: fingerprint {}... against this node's {}... (N={n}; check \
+                 the model, include_buffers and the framework mapping)",
+                h.fingerprint
+                    .map_or_else(|| "?".to_owned(), |f| hex_lower(&f[..8])),
+                hex_lower(&fingerprint[..8])
+            ),
+            ErrorCode::UnsupportedVersion => format!(
+                "speaks protocol {}.{}, this node {}.x",
+                h.version_major,
+                h.version_minor,
+                df_core::wire::VERSION_MAJOR
+            ),
+            ErrorCode::UnsupportedEncoding => format!(
+                "sends value encoding {} / index encoding {}, which this node does not receive \
+                 (a cluster with 1.0 nodes uses SyncConfig::v1_0())",
+                h.encoding, h.index_encoding
+            ),
+            _ => "sends entries whose signatures this node's keys do not verify".to_owned(),
+        };
+        crate::logging::warn_loudly(&format!(
+            "node {} {what}: its packets are rejected ({})",
+            node_hex(h.sender),
+            code.as_str()
+        ));
+    }
+
+    /// The peers rejected for misconfiguration (another model, protocol version, encoding or
+    /// keys), each with the first such code: `stats()["misconfigured_peers"]`.
+    pub fn misconfigured_peers(&self) -> &BTreeMap<u64, ErrorCode> {
+        &self.misconfigured
+    }
+
+    /// One call to finish: ends the run with every node in agreement and returns the shared
+    /// model. One last generation sends what this node learned since its last sync; then the
+    /// node receives, relays and repairs without generating until every live member peer has
+    /// finished too and this node has applied each one's entries up to the last one it announced,
+    /// and until each of them reports the same of its own peers. A node tells its last entry
+    /// through the `finish` member of its info object (`{"incarnation": "<hex16>", "seq": <its
+    /// highest own seq, 0 if none>, "done": <bool>}`; DF-ZEN-6 readers ignore it). The shared
+    /// model (the anchor, DF-NUM-1: the same on every node up to rounding) is then loaded into
+    /// the store and returned; a residual held aside (DF-GEN-240) is dropped. A peer that leaves
+    /// is no longer waited for. After `timeout`: [`FabricError::FinishTimeout`] naming the peers
+    /// still waited for; the node stays usable.
+    pub fn finish(&mut self, timeout: Duration) -> Result<Vec<f32>, FabricError> {
+        self.check_open()?;
+        let deadline = Instant::now() + timeout;
+        self.sync_now()?; // the last local progress goes out
+        let (inc, seq) = {
+            let e = self.lock()?;
+            (e.incarnation(), e.next_seq().saturating_sub(1))
+        };
+        let member = |done: bool| json!({"incarnation": node_hex(inc), "seq": seq, "done": done});
+        self.transport
+            .set_info_member("finish", Some(member(false)));
+        let mut done = false;
+        let mut last_repair = Instant::now();
+        loop {
+            self.poll()?;
+            let now = Instant::now();
+            let left = deadline.saturating_duration_since(now);
+            let state =
+                self.finish_state(left.clamp(Duration::from_millis(50), Duration::from_secs(1)))?;
+            if state.missing.is_empty() && !done {
+                done = true;
+                self.transport.set_info_member("finish", Some(member(true)));
+                debug!(target: LOG_TARGET, "finish: every live peer's last entry is applied");
+            }
+            if state.missing.is_empty() && state.not_done.is_empty() {
+                break;
+            }
+            if Instant::now() >= deadline {
+                let mut missing = state.missing;
+                if missing.is_empty() {
+                    missing = state
+                        .not_done
+                        .into_iter()
+                        .map(|p| (p, "has not applied every peer's last entry yet".to_owned()))
+                        .collect();
+                }
+                return Err(FabricError::FinishTimeout {
+                    timeout,
+                    missing: missing.into_iter().collect(),
+                });
+            }
+            if now.saturating_duration_since(last_repair) >= FINISH_REPAIR_ROUND {
+                last_repair = now;
+                self.finish_repair(&state.tails)?;
+            }
+            self.transport
+                .wait_for_packets(FINISH_ROUND.min(deadline.saturating_duration_since(now)))?;
+        }
+        let anchor = self.lock()?.anchor().to_vec();
+        self.store.load(&anchor)?;
+        self.residual.iter_mut().for_each(|r| *r = 0.0);
+        info!(
+            target: LOG_TARGET,
+            "finish: done after {} steps, {} syncs",
+            self.counters.steps,
+            self.counters.syncs
+        );
+        Ok(anchor)
+    }
+
+    /// For [`Fabric::finish`]: the live member peers still waited for (and why), those that do not
+    /// report `done` yet, and per peer whose last entries are not all here `(incarnation, from,
+    /// to)`: the seqs above the highest accepted one, up to its announced last seq.
+    fn finish_state(&self, timeout: Duration) -> Result<FinishState, FabricError> {
+        let mut st = FinishState::default();
+        for p in self.cluster_peers()? {
+            let info = self.transport.query_info(p, timeout).ok();
+            let Some(fin) = info.as_ref().and_then(|i| i.get("finish")) else {
+                let why = if info.is_none() {
+                    "no node information"
+                } else {
+                    "still training (not finishing)"
+                };
+                if info.is_some() || self.transport.peers()?.contains(&p) {
+                    st.missing.insert(p, why.to_owned());
+                    st.not_done.insert(p);
+                }
+                continue;
+            };
+            let parsed = (
+                fin.get("incarnation")
+                    .and_then(Value::as_str)
+                    .filter(|h| h.len() == 16)
+                    .and_then(|h| u64::from_str_radix(h, 16).ok()),
+                fin.get("seq").and_then(Value::as_u64),
+                fin.get("done").and_then(Value::as_bool),
+            );
+            let (Some(inc), Some(seq), Some(done)) = parsed else {
+                st.missing
+                    .insert(p, format!("unreadable finish member {fin}"));
+                st.not_done.insert(p);
+                continue;
+            };
+            if !done {
+                st.not_done.insert(p);
+            }
+            if seq < 1 {
+                continue;
+            }
+            let got = self.origin_progress.get(&p).copied().unwrap_or((0, 0));
+            let gaps = self.gaps.as_ref().map(|g| g.missing(p)).unwrap_or_default();
+            if got < (inc, seq) {
+                st.missing.insert(
+                    p,
+                    format!(
+                        "entries up to seq {seq} of incarnation {} not applied (highest applied: \
+                         seq {} of {})",
+                        node_hex(inc),
+                        got.1,
+                        node_hex(got.0)
+                    ),
+                );
+                if got.0 == inc {
+                    st.tails.insert(p, (inc, got.1 + 1, seq));
+                }
+            } else if got.0 == inc && !gaps.is_empty() {
+                st.missing.insert(
+                    p,
+                    format!(
+                        "{} entries of incarnation {} missing (seq {}...)",
+                        gaps.len(),
+                        node_hex(inc),
+                        gaps[0]
+                    ),
+                );
+            }
+        }
+        Ok(st)
+    }
+
+    /// Gap repair while finishing: the tracker's round, and requests for the last entries of a
+    /// finishing peer that never arrived (no later entry shows their gap to the tracker).
+    fn finish_repair(&mut self, tails: &BTreeMap<u64, (u64, u64, u64)>) -> Result<(), FabricError> {
+        if self.gaps.is_none() {
+            return Ok(());
+        }
+        self.process_with(&[], false, true)?;
+        let (me, my_inc, fingerprint) = {
+            let e = self.lock()?;
+            (e.node_id(), e.incarnation(), e.manifest().fingerprint())
+        };
+        for (&origin, &(incarnation, lo, hi)) in tails {
+            let hi = hi.min(lo + MAX_REQUEST_SEQS as u64 - 1);
+            let req = RepairRequest {
+                sender: me,
+                sender_incarnation: my_inc,
+                fingerprint,
+                origin,
+                incarnation,
+                seqs: (lo..=hi).collect(),
+                version_minor: REQUEST_VERSION_MINOR,
+            };
+            if let Ok(buf) = encode_request(&req) {
+                self.transport.publish(&buf)?;
+                self.counters.bytes_sent += buf.len() as u64;
+                self.counters.packets_sent += 1;
+            }
+        }
+        Ok(())
     }
 
     /// DF-RCV-164: queue the requests addressed to this node; a request that does not decode, or
@@ -885,6 +1275,10 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
                 "outliers": self.snapshot_trust.outliers,
                 "quorum_failed": self.snapshot_trust.quorum_failed,
             },
+            "average_over": e.average_over(),
+            "misconfigured_peers": self.misconfigured.iter()
+                .map(|(p, c)| (node_hex(*p), json!(c.as_str())))
+                .collect::<serde_json::Map<String, Value>>(),
             "repair": self.repair_counters().pairs().iter()
                 .map(|(k, v)| ((*k).to_owned(), json!(v)))
                 .collect::<serde_json::Map<String, Value>>(),
@@ -927,8 +1321,10 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
         let live = self.transport.peers()?;
         let mut blockers = BTreeSet::new();
         for p in &live {
-            if self.effective.as_ref().is_some_and(|m| !m.contains(p)) {
-                continue;
+            if self.effective.as_ref().is_some_and(|m| !m.contains(p))
+                || self.misconfigured.contains_key(p)
+            {
+                continue; // a peer of another model or version is not in this node's cluster
             }
             let (inc, seq) = self.origin_progress.get(p).copied().unwrap_or((0, 0));
             let base = match self.pace_base.get(p) {

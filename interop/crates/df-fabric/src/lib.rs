@@ -11,6 +11,13 @@
 //! | transport seam | `delta_fabric.transports.base.Transport` | [`transport::Transport`] |
 //! | in-memory transport | `delta_fabric.transports.memory` | [`memory::MemoryHub`] / [`memory::MemoryTransport`] |
 //! | the node | `delta_fabric.fabric.Fabric` | [`fabric::Fabric`] |
+//! | `DELTA_FABRIC_*` variables | `delta_fabric.env` | [`env`](mod@env) (`Fabric::from_env` is in `df_zenoh`) |
+//!
+//! The defaults are the recommended ones: `SyncConfig::default()` with `FabricOptions::default()`
+//! (residual held aside, gap repair, `average_over` derived from the live cluster) needs no
+//! learning-rate change and no cluster size, and [`fabric::Fabric::finish`] ends a run with the
+//! nodes in agreement. A peer rejected for another model, version, encoding or signature is
+//! reported once ([`fabric::Fabric::misconfigured_peers`]).
 //!
 //! Stores: `df_burn::BurnStore` (any Burn `Module`) and [`store::VecStore`] (a plain `Vec<f32>`).
 //! Transports: `df_zenoh::ZenohTransport` and [`memory::MemoryTransport`].
@@ -26,6 +33,7 @@
 //! through the [`log`] facade with target `delta_fabric` and is silent unless a logger is installed;
 //! binaries call [`logging::init_from_env`] (`DELTA_FABRIC_LOG` or `RUST_LOG`).
 
+pub mod env;
 pub mod fabric;
 pub mod lifecycle;
 pub mod logging;
@@ -34,6 +42,7 @@ pub mod queue;
 pub mod store;
 pub mod transport;
 
+pub use env::{Bootstrap, Env, EnvError};
 pub use fabric::{Fabric, FabricError, FabricOptions, JoinOptions, TrustCounters};
 pub use memory::{MemoryHub, MemoryTransport};
 pub use store::{StoreError, VecStore, WeightStore};

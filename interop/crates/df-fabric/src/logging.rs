@@ -57,3 +57,21 @@ pub fn init_from_env() -> Option<LevelFilter> {
     log::set_max_level(level);
     Some(level)
 }
+
+/// A WARNING that a user must see even when nothing configured logging (a misconfigured cluster):
+/// logged under [`crate::LOG_TARGET`], and also written to stderr as one line
+/// (`delta-fabric: warning: ...`) when no logger would show it, unless `DELTA_FABRIC_LOG` is
+/// `off`.
+pub fn warn_loudly(msg: &str) {
+    log::warn!(target: crate::LOG_TARGET, "{msg}");
+    if log::log_enabled!(target: crate::LOG_TARGET, log::Level::Warn) {
+        return; // the program's logger (or DELTA_FABRIC_LOG) shows it
+    }
+    let off = std::env::var("DELTA_FABRIC_LOG")
+        .ok()
+        .and_then(|v| parse_level(&v))
+        .is_some_and(|l| l < LevelFilter::Warn);
+    if !off {
+        eprintln!("delta-fabric: warning: {msg}");
+    }
+}

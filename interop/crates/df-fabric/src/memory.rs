@@ -14,6 +14,7 @@ use df_core::DEFAULT_MAX_PACKET_SIZE;
 use df_core::snapshot::{
     SnapshotAssembler, SnapshotError, SnapshotErrorKind, encode_chunk, fetch_snapshot_chunks,
 };
+use serde_json::{Value, json};
 
 use crate::transport::{
     SnapshotProvider, Transport, TransportError, TransportStats, VerifiedSnapshot, node_hex,
@@ -30,6 +31,10 @@ struct Member {
     /// Whose packets it receives (`None`: everybody's).
     neighbours: Option<Vec<u64>>,
     provider: Option<SnapshotProvider>,
+    /// The info object's DF-ZEN-6 members, captured from the provider at the first query.
+    info_base: Option<serde_json::Map<String, Value>>,
+    /// The members added by [`Transport::set_info_member`].
+    info_extra: serde_json::Map<String, Value>,
     stats: TransportStats,
     snapshot_ids: u64,
 }
@@ -246,8 +251,61 @@ impl Transport for MemoryTransport {
         let mut s = self.state()?;
         if let Some(m) = s.members.get_mut(&self.id) {
             m.provider = Some(provider);
+            m.info_base = None;
         }
         Ok(())
+    }
+
+    fn set_info_member(&self, name: &str, value: Option<Value>) {
+        let mut s = lock(&self.hub.hub);
+        if let Some(m) = s.members.get_mut(&self.id) {
+            match value {
+                Some(v) => m.info_extra.insert(name.to_owned(), v),
+                None => m.info_extra.remove(name),
+            };
+        }
+    }
+
+    /// `peer`'s info object as its info queryable would answer it: the DF-ZEN-6 members from its
+    /// snapshot provider (captured once) and the members it set.
+    fn query_info(&self, peer: u64, _timeout: Duration) -> Result<Value, TransportError> {
+        let (provider, base, extra) = {
+            let s = self.state()?;
+            let m = s
+                .members
+                .get(&peer)
+                .filter(|_| !s.cut(self.id, peer))
+                .ok_or_else(|| {
+                    TransportError::Timeout(format!("no info from {}", node_hex(peer)))
+                })?;
+            let provider = m.provider.clone().ok_or_else(|| {
+                TransportError::Network(format!("node {} serves no info", node_hex(peer)))
+            })?;
+            (provider, m.info_base.clone(), m.info_extra.clone())
+        };
+        let mut info = match base {
+            Some(b) => b,
+            None => {
+                // outside the hub's lock: the provider takes the peer's engine lock
+                let src = provider()?;
+                let Value::Object(b) = json!({
+                    "node": node_hex(peer),
+                    "incarnation": node_hex(src.incarnation()),
+                    "fingerprint": hex_lower(src.fingerprint()),
+                    "framework": src.framework(),
+                    "N": src.total(),
+                    "supports": df_core::encodings::supports(),
+                }) else {
+                    unreachable!("a JSON object literal")
+                };
+                if let Some(m) = lock(&self.hub.hub).members.get_mut(&peer) {
+                    m.info_base = Some(b.clone());
+                }
+                b
+            }
+        };
+        info.extend(extra);
+        Ok(Value::Object(info))
     }
 
     fn fetch_snapshot(
@@ -317,4 +375,8 @@ impl Drop for MemoryTransport {
     fn drop(&mut self) {
         let _ = self.close();
     }
+}
+
+fn hex_lower(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }

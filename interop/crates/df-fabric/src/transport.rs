@@ -131,6 +131,17 @@ pub trait Transport {
         timeout: Duration,
     ) -> Result<VerifiedSnapshot, TransportError>;
 
+    /// Adds (`Some`) or removes (`None`) the member `name` of this node's info object (DF-ZEN-6:
+    /// readers ignore members they do not know), e.g. `finish` ([`crate::Fabric::finish`]). The
+    /// info object is served once [`Transport::serve_snapshot`] gave a provider. A transport
+    /// without info queries ignores it; a wrapper must pass it through (no default body).
+    fn set_info_member(&self, name: &str, value: Option<Value>);
+
+    /// `peer`'s info object (DF-ZEN-6, with the members it added by
+    /// [`Transport::set_info_member`]) within `timeout`. A transport without info queries answers
+    /// [`TransportError::Network`]; a wrapper must pass it through (no default body).
+    fn query_info(&self, peer: u64, timeout: Duration) -> Result<Value, TransportError>;
+
     /// A copy of the counters.
     fn stats(&self) -> TransportStats;
 
@@ -176,6 +187,12 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     }
     fn stats(&self) -> TransportStats {
         (**self).stats()
+    }
+    fn set_info_member(&self, name: &str, value: Option<Value>) {
+        (**self).set_info_member(name, value)
+    }
+    fn query_info(&self, peer: u64, timeout: Duration) -> Result<Value, TransportError> {
+        (**self).query_info(peer, timeout)
     }
     fn take_screened(&self) -> Vec<(df_core::ErrorCode, u64)> {
         (**self).take_screened()

@@ -27,7 +27,7 @@ fn cfg() -> SyncConfig {
     SyncConfig {
         ratio: 0.25,
         sync_interval: 2,
-        ..SyncConfig::default()
+        ..SyncConfig::v1_0()
     }
 }
 
@@ -36,7 +36,7 @@ type Node = Fabric<VecStore, MemoryTransport>;
 fn node(hub: &MemoryHub, id: u64, neighbours: &[u64]) -> Node {
     let options = FabricOptions {
         incarnation: Some(1),
-        ..FabricOptions::default()
+        ..FabricOptions::v1_0()
     };
     Fabric::with_options(
         store(0.0),
@@ -150,8 +150,9 @@ fn a_late_joiner_starts_from_a_live_peers_anchor() {
         join: Some(JoinOptions {
             timeout: Duration::from_secs(5),
             preferred: vec![1],
+            required: true,
         }),
-        ..FabricOptions::default()
+        ..FabricOptions::v1_0()
     };
     let b = Fabric::with_options(store(3.0), hub.join(2, &[]).unwrap(), cfg(), options).unwrap();
     assert_eq!(b.joined_from(), Some(1));
@@ -181,8 +182,9 @@ fn a_snapshot_with_a_non_finite_value_is_refused() {
         join: Some(JoinOptions {
             timeout: Duration::from_millis(300),
             preferred: vec![],
+            required: true,
         }),
-        ..FabricOptions::default()
+        ..FabricOptions::v1_0()
     };
     let e =
         Fabric::with_options(store(0.0), hub.join(2, &[]).unwrap(), cfg(), options).unwrap_err();
@@ -201,8 +203,9 @@ fn join_with_nobody_to_join_is_a_typed_error_within_the_timeout() {
         join: Some(JoinOptions {
             timeout: Duration::from_millis(200),
             preferred: vec![],
+            required: true,
         }),
-        ..FabricOptions::default()
+        ..FabricOptions::v1_0()
     };
     let t0 = std::time::Instant::now();
     let e =
@@ -310,7 +313,7 @@ fn relay_policy_needed_advertises_at_start_and_delivers_on_a_line() {
     let mk = |id: u64, nb: &[u64]| -> Node {
         let options = FabricOptions {
             incarnation: Some(1),
-            ..FabricOptions::default()
+            ..FabricOptions::v1_0()
         };
         Fabric::with_options(
             store(0.0),
@@ -353,5 +356,48 @@ fn relay_policy_needed_advertises_at_start_and_delivers_on_a_line() {
             .counters()
             .drop_count(df_core::Admission::Duplicate),
         0
+    );
+}
+
+#[test]
+fn the_default_options_pace_every_sync_step() {
+    // max_lead 0 (the default): a sync step waits while a live peer is a round behind, until the
+    // peer has not moved for peer_deadline; max_lead None never waits
+    use std::time::Instant;
+    let hub = MemoryHub::new();
+    let _silent = hub.join(2, &[]).unwrap(); // live, never sends
+    let mk = |id: u64, max_lead: Option<u64>| {
+        let options = FabricOptions {
+            incarnation: Some(1),
+            max_lead,
+            peer_deadline: Duration::from_millis(300),
+            ..FabricOptions::default()
+        };
+        let config = SyncConfig {
+            sync_interval: 1,
+            ..SyncConfig::default()
+        };
+        Fabric::with_options(store(0.0), hub.join(id, &[]).unwrap(), config, options).unwrap()
+    };
+    assert_eq!(FabricOptions::default().max_lead, Some(0));
+    assert_eq!(FabricOptions::v1_0().max_lead, None);
+    let mut paced = mk(1, Some(0));
+    paced.store_mut().values_mut()[0] = 1.0;
+    let t0 = Instant::now();
+    paced.step().unwrap();
+    assert!(
+        t0.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        t0.elapsed()
+    );
+    drop(paced);
+    let mut free = mk(3, None);
+    free.store_mut().values_mut()[0] = 1.0;
+    let t0 = Instant::now();
+    free.step().unwrap();
+    assert!(
+        t0.elapsed() < Duration::from_millis(250),
+        "{:?}",
+        t0.elapsed()
     );
 }

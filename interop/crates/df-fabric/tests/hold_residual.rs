@@ -16,8 +16,8 @@ fn cfg(average_over: u32) -> SyncConfig {
         ratio: 0.25,
         sync_interval: 1000,
         alpha: 1.0,
-        average_over,
-        ..SyncConfig::default()
+        average_over: Some(average_over),
+        ..SyncConfig::v1_0()
     }
 }
 
@@ -59,7 +59,7 @@ fn node(hub: &MemoryHub, id: u64, average_over: u32, hold: bool) -> Node {
     let options = FabricOptions {
         incarnation: Some(1),
         hold_residual: hold,
-        ..FabricOptions::default()
+        ..FabricOptions::v1_0()
     };
     let peers: Vec<u64> = [1u64, 2].into_iter().filter(|&p| p != id).collect();
     Fabric::with_options(
@@ -153,7 +153,7 @@ fn running_statistics_keep_their_residual_in_the_working_weights() {
     let options = FabricOptions {
         incarnation: Some(1),
         hold_residual: true,
-        ..FabricOptions::default()
+        ..FabricOptions::v1_0()
     };
     let mut a = Fabric::with_options(store, hub.join(1, &[]).unwrap(), cfg(1), options).unwrap();
     // canonical order: bn.running_var (0..3), w (4..7)
@@ -185,7 +185,7 @@ fn a_store_naming_an_unknown_tensor_is_refused_at_start() {
     };
     let options = FabricOptions {
         hold_residual: true,
-        ..FabricOptions::default()
+        ..FabricOptions::v1_0()
     };
     let err = Fabric::with_options(store(), hub.join(1, &[]).unwrap(), cfg(1), options)
         .err()
@@ -199,7 +199,10 @@ fn a_store_naming_an_unknown_tensor_is_refused_at_start() {
         store(),
         hub.join(2, &[]).unwrap(),
         cfg(1),
-        FabricOptions::default(),
+        FabricOptions {
+            hold_residual: false,
+            ..FabricOptions::v1_0()
+        },
     )
     .unwrap();
 }

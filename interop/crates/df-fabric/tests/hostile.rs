@@ -57,14 +57,14 @@ fn run_with(
     let cfg = SyncConfig {
         ratio: 0.25,
         sync_interval: 1,
-        ..SyncConfig::default()
+        ..SyncConfig::v1_0()
     };
     let mut nodes: Vec<Node> = NODES
         .iter()
         .map(|&id| {
             let options = FabricOptions {
                 incarnation: Some(100 + id),
-                ..FabricOptions::default()
+                ..FabricOptions::v1_0()
             };
             let store = VecStore::new(manifest(), vec![0.0; 64]).unwrap();
             let f = Fabric::with_options(store, hub.join(id, &[]).unwrap(), cfg.clone(), options)

@@ -29,11 +29,11 @@ fn node_with(hub: &MemoryHub, id: u64, ahead: u64, grace: u64) -> Node {
         sync_interval: 1,
         max_incarnation_ahead: ahead,
         incarnation_grace: grace,
-        ..SyncConfig::default()
+        ..SyncConfig::v1_0()
     };
     let options = FabricOptions {
         members: Some(HashSet::from([1, 2, 3])),
-        ..FabricOptions::default()
+        ..FabricOptions::v1_0()
     };
     let store = VecStore::new(manifest(), vec![0.0; 64]).unwrap();
     Fabric::with_options(store, hub.join(id, &[]).unwrap(), cfg, options).unwrap()

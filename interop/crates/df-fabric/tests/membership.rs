@@ -21,13 +21,13 @@ fn node(hub: &MemoryHub, id: u64, incarnation: u64, live_members: bool, grace: D
     let cfg = SyncConfig {
         ratio: 0.25,
         sync_interval: 1,
-        ..SyncConfig::default()
+        ..SyncConfig::v1_0()
     };
     let options = FabricOptions {
         incarnation: Some(incarnation),
         live_members,
         member_grace: grace,
-        ..FabricOptions::default()
+        ..FabricOptions::v1_0()
     };
     let store = VecStore::new(manifest(), vec![0.0; 64]).unwrap();
     Fabric::with_options(store, hub.join(id, &[]).unwrap(), cfg, options).unwrap()

@@ -36,7 +36,7 @@ fn run(cut: (u64, u64), repair: bool, steps: u64) -> (Vec<f32>, Vec<Node>) {
     let cfg = SyncConfig {
         ratio: 0.05,
         sync_interval: INTERVAL as u32,
-        ..SyncConfig::default()
+        ..SyncConfig::v1_0()
     };
     let mut init = 7u64;
     let start: Vec<f32> = (0..N).map(|_| 100.0 * noise(&mut init)).collect();
@@ -45,7 +45,7 @@ fn run(cut: (u64, u64), repair: bool, steps: u64) -> (Vec<f32>, Vec<Node>) {
             let options = FabricOptions {
                 incarnation: Some(1),
                 repair,
-                ..FabricOptions::default()
+                ..FabricOptions::v1_0()
             };
             let store = VecStore::new(manifest.clone(), start.clone()).unwrap();
             Fabric::with_options(store, hub.join(id, &[]).unwrap(), cfg.clone(), options).unwrap()
@@ -149,16 +149,17 @@ fn quorum_join_refuses_the_lowest_stranger() {
             join: Some(JoinOptions {
                 timeout: Duration::from_secs(5),
                 preferred: vec![],
+                required: true,
             }),
             snapshot_quorum: quorum,
             snapshot_members: Some(vec![0x10, 0x11, 0x12, 0x20]),
-            ..FabricOptions::default()
+            ..FabricOptions::v1_0()
         };
         let store = VecStore::new(manifest.clone(), vec![0.0; 16]).unwrap();
         Fabric::with_options(
             store,
             hub.join(0x20, &[]).unwrap(),
-            SyncConfig::default(),
+            SyncConfig::v1_0(),
             options,
         )
         .unwrap()
@@ -235,6 +236,16 @@ impl Transport for Masked {
     ) -> Result<df_fabric::VerifiedSnapshot, df_fabric::TransportError> {
         self.inner.fetch_snapshot(peer, fingerprint, timeout)
     }
+    fn set_info_member(&self, name: &str, value: Option<serde_json::Value>) {
+        self.inner.set_info_member(name, value)
+    }
+    fn query_info(
+        &self,
+        peer: u64,
+        timeout: std::time::Duration,
+    ) -> Result<serde_json::Value, df_fabric::TransportError> {
+        self.inner.query_info(peer, timeout)
+    }
     fn stats(&self) -> df_fabric::TransportStats {
         self.inner.stats()
     }
@@ -254,12 +265,12 @@ fn no_request_to_an_origin_that_is_not_live() {
     let cfg = SyncConfig {
         ratio: 0.05,
         sync_interval: 1,
-        ..SyncConfig::default()
+        ..SyncConfig::v1_0()
     };
     let options = || FabricOptions {
         incarnation: Some(1),
         repair: true,
-        ..FabricOptions::default()
+        ..FabricOptions::v1_0()
     };
     let live = std::rc::Rc::new(std::cell::Cell::new(true));
     let store = || VecStore::new(manifest.clone(), vec![0.0; 100]).unwrap();

@@ -108,6 +108,16 @@ impl Transport for LoggedTransport {
     ) -> Result<VerifiedSnapshot, TransportError> {
         self.inner.fetch_snapshot(peer, fingerprint, timeout)
     }
+    fn set_info_member(&self, name: &str, value: Option<serde_json::Value>) {
+        self.inner.set_info_member(name, value)
+    }
+    fn query_info(
+        &self,
+        peer: u64,
+        timeout: std::time::Duration,
+    ) -> Result<serde_json::Value, TransportError> {
+        self.inner.query_info(peer, timeout)
+    }
     fn stats(&self) -> TransportStats {
         self.inner.stats()
     }
@@ -136,9 +146,12 @@ fn logged_node(
         log: log.clone(),
         fail_publish: Cell::new(false),
     };
+    // the store and transport calls of the 1.0 node loop: no residual held aside, no repair
     let options = FabricOptions {
         incarnation: Some(1),
-        ..FabricOptions::default()
+        hold_residual: false,
+        repair: false,
+        ..FabricOptions::v1_0()
     };
     let fabric = Fabric::with_options(store, transport, cfg, options).unwrap();
     log.borrow_mut().clear(); // the start-up gather (the initial anchor)
@@ -162,7 +175,7 @@ fn generation_runs_once_after_every_sync_interval_th_step_and_at_no_other() {
         let cfg = SyncConfig {
             sync_interval: interval,
             ratio: 0.5,
-            ..SyncConfig::default()
+            ..SyncConfig::v1_0()
         };
         let (mut a, log) = logged_node(&hub, 1, &[], 10, cfg);
         let mut generated_at = Vec::new();
@@ -199,7 +212,7 @@ fn generation_follows_the_receive_step_and_is_published_before_the_next_one() {
     let cfg = SyncConfig {
         sync_interval: 2,
         ratio: 1.0,
-        ..SyncConfig::default()
+        ..SyncConfig::v1_0()
     };
     let (mut a, log) = logged_node(&hub, 1, &[], 16, cfg.clone());
     // b hears nobody (no relays of a's entries back to a)
@@ -261,7 +274,7 @@ fn every_generated_entry_is_published_or_the_error_surfaces() {
         sync_interval: 1,
         ratio: 0.5,
         max_packet_size: max,
-        ..SyncConfig::default()
+        ..SyncConfig::v1_0()
     };
     let (mut a, _) = logged_node(&hub, 1, &[], 300, cfg);
     let mut x = 0x2545_f491u32;

@@ -66,15 +66,23 @@ pub struct Args {
     /// Synchronise with peers (`on`) or train alone (`off`).
     #[arg(long, default_value = "on", value_parser = on_off, action = clap::ArgAction::Set)]
     pub sync: bool,
-    /// Damping per hop in [0, 1] (DF-RCV-5) [env: DELTA_FABRIC_ALPHA].
-    #[arg(long, default_value_t = 1.0)]
-    pub alpha: f64,
-    /// Selection ratio r in (0, 1] (DF-GEN-2) [env: DELTA_FABRIC_RATIO].
-    #[arg(long, default_value_t = 0.05)]
-    pub ratio: f64,
-    /// Local steps between two syncs [env: DELTA_FABRIC_SYNC_INTERVAL].
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
-    pub sync_interval: u32,
+    /// Protocol 1.0's settings, for a cluster with 1.0 nodes: the spec's table (ratio 0.05 every
+    /// 10 steps, F32 values, PLAIN indices, relay ALL, deltas summed) with the residual not held
+    /// and no repair. Without it the defaults are the recommended profile (ratio 0.10 every 20
+    /// steps, Q8 + PACKED, relay NEEDED, average_over auto, residual held, repair on). Options and
+    /// variables given still win.
+    #[arg(long = "v1-0")]
+    pub v1_0: bool,
+    /// Damping per hop in [0, 1] (DF-RCV-5; default 1) [env: DELTA_FABRIC_ALPHA].
+    #[arg(long)]
+    pub alpha: Option<f64>,
+    /// Selection ratio r in (0, 1] (DF-GEN-2; default 0.10, --v1-0: 0.05) [env:
+    /// DELTA_FABRIC_RATIO].
+    #[arg(long)]
+    pub ratio: Option<f64>,
+    /// Local steps between two syncs (default 20, --v1-0: 10) [env: DELTA_FABRIC_SYNC_INTERVAL].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub sync_interval: Option<u32>,
     /// Also synchronise the BatchNorm running statistics [env: DELTA_FABRIC_INCLUDE_BUFFERS].
     #[arg(long)]
     pub include_buffers: bool,
@@ -127,9 +135,10 @@ pub struct Args {
     #[arg(long)]
     pub lockstep: bool,
     /// `average_over` C (DF-PAR-70, DF-GEN-70): C > 1 averages the progress of C nodes, 1 sums
-    /// it as in 1.0 [env: DELTA_FABRIC_AVERAGE_OVER].
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=65536))]
-    pub average_over: Option<u32>,
+    /// it as in 1.0, `auto` (the default; --v1-0: 1) averages over the live cluster (DF-GEN-300)
+    /// [env: DELTA_FABRIC_AVERAGE_OVER].
+    #[arg(long, value_parser = parse_average_over)]
+    pub average_over: Option<AverageOver>,
     /// Relay policy (DF-PAR-60): ALL relays every entry (1.0), NEEDED only where a neighbour may
     /// lack it; NEEDED requires symmetric links (DF-RLY-64) [env: DELTA_FABRIC_RELAY_POLICY].
     #[arg(long, value_parser = parse_relay_policy)]
@@ -155,9 +164,12 @@ pub struct Args {
     #[arg(long, default_value = "30", value_parser = seconds)]
     pub join_timeout: Duration,
     /// Anti-entropy by gap repair (spec section 7.9): ask origins again for lost entries, publish
-    /// own entries again when asked [env: DELTA_FABRIC_REPAIR].
-    #[arg(long)]
+    /// own entries again when asked (the default; --v1-0: off) [env: DELTA_FABRIC_REPAIR].
+    #[arg(long, conflicts_with = "no_repair")]
     pub repair: bool,
+    /// No gap repair.
+    #[arg(long)]
+    pub no_repair: bool,
     /// Comma-separated hex ids of the cluster's members: only they are origins (DF-RCV-51) and
     /// samples on other nodes' keys are refused (DF-ZEN-151) [env: DELTA_FABRIC_MEMBERS, decimal
     /// or 0x hex].
@@ -168,9 +180,12 @@ pub struct Args {
     #[arg(long)]
     pub live_members: bool,
     /// Hold the unsent residual aside so the working weights restart from the shared model after
-    /// every sync (DF-GEN-240, node-local; the demo's default).
-    #[arg(long)]
+    /// every sync (DF-GEN-240, node-local; the default; --v1-0: off).
+    #[arg(long, conflicts_with = "no_hold_residual")]
     pub hold_residual: bool,
+    /// Keep the unsent residual in the working weights (1.0's behaviour).
+    #[arg(long)]
+    pub no_hold_residual: bool,
     /// Seconds a member that left stays one (DF-ZEN-150) [env: DELTA_FABRIC_MEMBER_GRACE].
     #[arg(long, default_value = "10", value_parser = seconds)]
     pub member_grace: Duration,
@@ -212,6 +227,22 @@ pub struct Args {
     pub index_encoding: Option<IndexEncoding>,
 }
 
+/// An `average_over`: an integer in [1, 65536] or `auto` (DF-PAR-70, DF-GEN-300).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AverageOver(pub Option<u32>);
+
+fn parse_average_over(v: &str) -> Result<AverageOver, String> {
+    if v.trim().eq_ignore_ascii_case("auto") {
+        return Ok(AverageOver(None));
+    }
+    v.trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|c| (1..=65536).contains(c))
+        .map(|c| AverageOver(Some(c)))
+        .ok_or_else(|| "must be an integer in [1, 65536] or auto".to_string())
+}
+
 /// A value encoding name (case-insensitive), as `delta_fabric.env` reads it.
 fn parse_encoding(v: &str) -> Result<ValueEncoding, String> {
     ValueEncoding::from_name(&v.trim().to_uppercase())
@@ -248,8 +279,9 @@ command line wins, then the variable, then the default; an empty variable counts
   DELTA_FABRIC_ZENOH_CONFIG  --zenoh-config, a Zenoh JSON5 file
   DELTA_FABRIC_RATIO, _ALPHA, _SYNC_INTERVAL, _INCLUDE_BUFFERS (1/0), _RELAY_THRESHOLD,
   _HOP_LIMIT, _MAX_PACKET_SIZE, _REPLAY_WINDOW, _MAX_INCARNATIONS, _ENCODING (F32/F16/BF16/Q8),
-  _INDEX_ENCODING (PLAIN/PACKED), _AVERAGE_OVER, _RELAY_POLICY (ALL/NEEDED)
+  _INDEX_ENCODING (PLAIN/PACKED), _AVERAGE_OVER (an integer or auto), _RELAY_POLICY (ALL/NEEDED)
                              the sync parameter of the same name
+  DELTA_FABRIC_NODES         how many nodes the run has in all (averaged over with auto)
   DELTA_FABRIC_REPAIR        --repair (1/0)
   DELTA_FABRIC_MAX_SEQ_JUMP  --max-seq-jump
   DELTA_FABRIC_MAX_INCARNATION_AHEAD
@@ -457,6 +489,12 @@ impl Args {
                 })?,
         };
         let mut o = NodeOptions::new(node_id, self.data, self.steps);
+        if !self.v1_0 {
+            // the recommended profile (SyncConfig::default, FabricOptions::default)
+            o.sync_config = df_core::SyncConfig::default();
+            o.repair = true;
+            o.hold_residual = true;
+        }
         o.index = self.index;
         o.init = self.init;
         o.batch = usize::try_from(self.batch)
@@ -466,9 +504,15 @@ impl Args {
         o.momentum = self.momentum;
         o.seed = self.seed;
         o.sync = self.sync;
-        o.sync_config.alpha = self.alpha;
-        o.sync_config.ratio = self.ratio;
-        o.sync_config.sync_interval = self.sync_interval;
+        if let Some(v) = self.alpha {
+            o.sync_config.alpha = v;
+        }
+        if let Some(v) = self.ratio {
+            o.sync_config.ratio = v;
+        }
+        if let Some(v) = self.sync_interval {
+            o.sync_config.sync_interval = v;
+        }
         o.include_buffers = self.include_buffers;
         o.namespace = self.namespace;
         o.listen = self.listen;
@@ -488,11 +532,15 @@ impl Args {
         o.join = self.join;
         o.join_timeout = self.join_timeout;
         o.drain = self.drain;
-        o.repair = self.repair;
+        if self.repair || self.no_repair {
+            o.repair = self.repair;
+        }
         o.weights_dir = self.weights_dir;
         o.members = (!self.members.is_empty()).then_some(self.members);
         o.live_members = self.live_members;
-        o.hold_residual = self.hold_residual;
+        if self.hold_residual || self.no_hold_residual {
+            o.hold_residual = self.hold_residual;
+        }
         o.member_grace = self.member_grace;
         o.sync_config.max_seq_jump = self.max_seq_jump;
         o.sync_config.max_incarnation_ahead = self.max_incarnation_ahead;
@@ -617,6 +665,7 @@ impl Args {
             o.sync_config.sync_interval = v;
         }
         if !given(m, "repair")
+            && !given(m, "no_repair")
             && let Some(v) = env.boolean("REPAIR")?
         {
             o.repair = v;
@@ -660,12 +709,17 @@ impl Args {
             }
         }
         match self.average_over {
-            Some(v) => o.sync_config.average_over = v,
+            Some(AverageOver(v)) => o.sync_config.average_over = v,
             None => {
-                if let Some(v) = env.uint("AVERAGE_OVER", 1, 65536)? {
-                    o.sync_config.average_over = v;
+                if let Some((name, raw)) = env.get("AVERAGE_OVER") {
+                    o.sync_config.average_over = parse_average_over(&raw)
+                        .map_err(|e| Env::bad(&name, &raw, &e))?
+                        .0;
                 }
             }
+        }
+        if let Some(n) = env.uint::<usize>("NODES", 1, u128::from(u32::MAX))? {
+            o.world_size = Some(n); // the world-size hint of an AUTO average_over
         }
         match self.relay_policy {
             Some(v) => o.sync_config.relay_policy = v,

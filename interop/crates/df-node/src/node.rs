@@ -116,6 +116,9 @@ pub struct NodeOptions {
     pub hold_residual: bool,
     /// DF-ZEN-150: how long a member that left stays one.
     pub member_grace: Duration,
+    /// How many nodes the run has in all: an AUTO `average_over` averages over at least this
+    /// many (`FabricOptions::world_size`).
+    pub world_size: Option<usize>,
     /// DF-ZEN-153: packets per second each sender may queue (0: no limit), and the burst.
     pub rate_limit: f64,
     pub rate_burst: f64,
@@ -127,7 +130,9 @@ pub struct NodeOptions {
 }
 
 impl NodeOptions {
-    /// Defaults of the demo node for `node_id` on the data in `data` (no sync).
+    /// Defaults of the demo node for `node_id` on the data in `data` (no sync), with protocol
+    /// 1.0's settings (`SyncConfig::v1_0()`, residual not held, no repair; the command line's
+    /// defaults are the recommended profile unless `--v1-0`).
     pub fn new(node_id: u64, data: PathBuf, steps: u64) -> Self {
         NodeOptions {
             index: 0,
@@ -141,7 +146,7 @@ impl NodeOptions {
             momentum: 0.9,
             seed: 0,
             sync: false,
-            sync_config: SyncConfig::default(),
+            sync_config: SyncConfig::v1_0(),
             include_buffers: false,
             namespace: "deltafabric/demo".into(),
             listen: Vec::new(),
@@ -167,6 +172,7 @@ impl NodeOptions {
             live_members: false,
             hold_residual: false,
             member_grace: df_fabric::fabric::DEFAULT_MEMBER_GRACE,
+            world_size: None,
             rate_limit: 0.0,
             rate_burst: 0.0,
             peer_deadline: df_fabric::fabric::DEFAULT_PEER_DEADLINE,
@@ -544,12 +550,15 @@ pub fn run_node(
                 join: opts.join.then(|| JoinOptions {
                     timeout: opts.join_timeout,
                     preferred: opts.neighbours.clone(),
+                    required: true,
                 }),
                 repair: opts.repair,
                 members: opts.members.as_ref().map(|m| m.iter().copied().collect()),
                 live_members: opts.live_members,
                 member_grace: opts.member_grace,
                 hold_residual: opts.hold_residual,
+                world_size: opts.world_size,
+                max_lead: None, // the node paces itself (--max-lead, --lockstep)
                 ..FabricOptions::default()
             };
             let f = Fabric::with_options(store, t, opts.sync_config.clone(), options)?;

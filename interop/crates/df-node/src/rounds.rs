@@ -225,6 +225,16 @@ impl Transport for RoundGate {
         self.inner.fetch_snapshot(peer, fingerprint, timeout)
     }
 
+    fn set_info_member(&self, name: &str, value: Option<serde_json::Value>) {
+        self.inner.set_info_member(name, value)
+    }
+    fn query_info(
+        &self,
+        peer: u64,
+        timeout: std::time::Duration,
+    ) -> Result<serde_json::Value, TransportError> {
+        self.inner.query_info(peer, timeout)
+    }
     fn stats(&self) -> TransportStats {
         self.inner.stats()
     }

@@ -9,7 +9,8 @@
 //!   peer set.
 //! - `NS/v1/snapshot/<hex16>`: queryable answering `chunk=<i>&chunk_size=<c>` (pairs separated by `&`
 //!   or `;`) with one `SnapshotChunk` (values `[i*c, min((i+1)*c, N))`), see [`ZenohTransport::serve_snapshot`].
-//! - `NS/v1/info/<hex16>`: queryable answering JSON `{node, incarnation, fingerprint, framework, N}`.
+//! - `NS/v1/info/<hex16>`: queryable answering JSON `{node, incarnation, fingerprint, framework, N,
+//!   supports}` plus the members the node added (`Transport::set_info_member`, e.g. `finish`).
 //!
 //! Received packets go through a callback into a bounded queue. [`QueuePolicy::DropOldest`] (the
 //! default) never blocks Zenoh's receive path and counts every dropped packet in
@@ -42,7 +43,10 @@ use zenoh::query::{ConsolidationMode, QueryTarget, Queryable};
 use zenoh::sample::SampleKind;
 use zenoh::{Config, Session};
 
+pub mod env;
 pub mod ports;
+
+pub use env::FabricFromEnv;
 
 /// Default cluster namespace.
 pub const DEFAULT_NAMESPACE: &str = "deltafabric/default";
@@ -131,8 +135,13 @@ pub struct TransportConfig {
     pub listen: Vec<String>,
     /// Connect endpoints.
     pub connect: Vec<String>,
-    /// A Zenoh config file used as is (the fields above are then ignored).
+    /// A Zenoh config file used as is (the fields above are then ignored, but see
+    /// `endpoints_over_file`).
     pub config_file: Option<PathBuf>,
+    /// With a `config_file`: a non-empty `listen` / `connect` replaces the file's endpoints (what
+    /// `DELTA_FABRIC_LISTEN` / `_CONNECT` do next to `DELTA_FABRIC_ZENOH_CONFIG`, as in Python);
+    /// off by default (the file is used unchanged).
+    pub endpoints_over_file: bool,
     /// Multicast scouting (and gossip); off by default.
     pub multicast: bool,
     /// Neighbours whose delta keys to subscribe to; `None`: all (`NS/v1/delta/*`).
@@ -164,6 +173,7 @@ impl TransportConfig {
             listen: Vec::new(),
             connect: Vec::new(),
             config_file: None,
+            endpoints_over_file: false,
             multicast: false,
             neighbours: None,
             queue_capacity: 1024,
@@ -183,7 +193,7 @@ impl TransportConfig {
     }
 
     /// The Zenoh config this transport opens its session with (a config file as is, but for the
-    /// message size cap).
+    /// message size cap and, with `endpoints_over_file`, a non-empty `listen` / `connect`).
     pub fn zenoh_config(&self) -> Result<Config, TransportError> {
         let set = |c: &mut Config, k: &str, v: String| {
             c.insert_json5(k, &v)
@@ -191,8 +201,20 @@ impl TransportConfig {
         };
         let cap = self.max_message_size().to_string();
         if let Some(p) = &self.config_file {
-            let mut c = Config::from_file(p).map_err(|e| TransportError::Config(e.to_string()))?;
+            let mut c = Config::from_file(p).map_err(|e| {
+                TransportError::Config(format!(
+                    "zenoh config {}: {}",
+                    p.display(),
+                    e.to_string().lines().next().unwrap_or("unreadable")
+                ))
+            })?;
             set(&mut c, "transport/link/rx/max_message_size", cap)?;
+            if self.endpoints_over_file && !self.listen.is_empty() {
+                set(&mut c, "listen/endpoints", json!(self.listen).to_string())?;
+            }
+            if self.endpoints_over_file && !self.connect.is_empty() {
+                set(&mut c, "connect/endpoints", json!(self.connect).to_string())?;
+            }
             return Ok(c);
         }
         let mut c = Config::default();
@@ -263,6 +285,8 @@ struct Shared {
     published: AtomicU64,
     published_bytes: AtomicU64,
     provider: Mutex<Option<SnapshotProvider>>,
+    /// The info members added by `set_info_member` (DF-ZEN-6 allows members readers ignore).
+    info_extra: Mutex<serde_json::Map<String, Value>>,
     /// Set by close: a blocked receive callback gives up instead of waiting for room.
     closing: std::sync::atomic::AtomicBool,
     /// Which capture answers which request (DF-ZEN-5, -11), shared by the queryable threads.
@@ -416,6 +440,7 @@ impl ZenohTransport {
             published: AtomicU64::new(0),
             published_bytes: AtomicU64::new(0),
             provider: Mutex::new(None),
+            info_extra: Mutex::new(serde_json::Map::new()),
             closing: std::sync::atomic::AtomicBool::new(false),
             server: Mutex::new(
                 SnapshotServer::new(cfg.node_id, cfg.max_packet_size).map_err(cfgerr)?,
@@ -503,10 +528,15 @@ impl ZenohTransport {
                 .callback(move |query| {
                     let info = sh.with_server(true, |srv, now, capture| srv.info(now, capture));
                     let _ = match info {
-                        Ok(info) => query
-                            .reply(reply_key.clone(), info.to_string())
-                            .encoding(Encoding::APPLICATION_JSON)
-                            .wait(),
+                        Ok(mut info) => {
+                            if let Some(o) = info.as_object_mut() {
+                                o.extend(lock(&sh.info_extra).clone());
+                            }
+                            query
+                                .reply(reply_key.clone(), info.to_string())
+                                .encoding(Encoding::APPLICATION_JSON)
+                                .wait()
+                        }
                         Err(e) => query.reply_err(e.to_string()).wait(),
                     };
                 })
@@ -706,6 +736,19 @@ impl Transport for ZenohTransport {
             .published_bytes
             .fetch_add(packet.len() as u64, Ordering::Relaxed);
         Ok(())
+    }
+
+    fn set_info_member(&self, name: &str, value: Option<Value>) {
+        let mut m = lock(&self.shared.info_extra);
+        match value {
+            Some(v) => m.insert(name.to_owned(), v),
+            None => m.remove(name),
+        };
+    }
+
+    fn query_info(&self, peer: u64, timeout: Duration) -> Result<Value, TransportError> {
+        self.check_open()?;
+        self.info(peer, timeout)
     }
 
     fn take_screened(&self) -> Vec<(ErrorCode, u64)> {

@@ -54,9 +54,10 @@ fn child(mode: &str, ns: &str, parent_port: u16) {
     t.wait_for_peers(1, &[PARENT], BOUND).expect("parent live");
     let cfg = SyncConfig {
         sync_interval: 1,
-        ..SyncConfig::default()
+        ..SyncConfig::v1_0()
     };
-    let mut fabric = Fabric::new(store, t, cfg).expect("fabric");
+    let mut fabric =
+        Fabric::with_options(store, t, cfg, df_fabric::FabricOptions::v1_0()).expect("fabric");
     for i in 0..3 {
         fabric.store_mut().values_mut()[i] += 0.25;
         fabric.step().expect("step");

@@ -314,6 +314,10 @@ def _node_command(spec: NodeSpec, args: argparse.Namespace, common: dict[str, An
     # options a native node build may not know yet: passed to it only when its --help lists them
     launcher = NODE_LAUNCHERS[spec.framework]
     binary = common["bins"].get(spec.framework) if launcher.binary else None
+    if binary is not None and _native_supports(binary, "--v1-0"):
+        # the run's settings are given in full below, every option left out at its 1.0 value
+        # (as the demo node reads them): df-node's own defaults are the recommended profile
+        argv.append("--v1-0")
     if binary is None or _native_supports(binary, "--max-lead"):
         argv += ["--max-lead", str(args.max_lead)]
     if common.get("lockstep") and spec.sync:

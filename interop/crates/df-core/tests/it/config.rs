@@ -5,7 +5,7 @@ use df_core::{ConfigError, Engine, EngineError, Manifest, SyncConfig, TensorSpec
 use serde_json::json;
 
 fn ok_new(f: impl FnOnce(&mut SyncConfig)) -> Result<SyncConfig, ConfigError> {
-    let mut c = SyncConfig::default();
+    let mut c = SyncConfig::v1_0();
     f(&mut c);
     SyncConfig::new(
         c.alpha,
@@ -39,7 +39,7 @@ fn name_of(e: &ConfigError) -> &'static str {
 fn defaults_are_the_spec_table() {
     // REQ: DF-PAR-1, DF-PAR-2, DF-PAR-3, DF-PAR-4, DF-PAR-5, DF-PAR-6, DF-PAR-7, DF-PAR-8
     // REQ: DF-PAR-9, DF-PAR-10, DF-PAR-11 (the defaults of the spec's table)
-    let c = SyncConfig::default();
+    let c = SyncConfig::v1_0();
     assert_eq!(c.alpha, 1.0);
     assert_eq!(c.ratio, 0.05);
     assert_eq!(c.sync_interval, 10);
@@ -181,7 +181,7 @@ fn every_parameter_outside_its_range_is_refused_with_its_name() {
     ];
     let m = Manifest::new([TensorSpec::new("w", &[4])]).expect("manifest");
     for (name, f, msg) in refused {
-        let mut c = SyncConfig::default();
+        let mut c = SyncConfig::v1_0();
         f(&mut c);
         let e = c.validate().expect_err(name);
         assert_eq!(name_of(&e), name);
@@ -222,9 +222,9 @@ fn from_json_reads_every_key_and_round_trips() {
         SyncConfig::from_json(&json!({"relay_policy": "SOME"})),
         Err(ConfigError::UnknownRelayPolicy("'SOME'".into()))
     );
-    assert_eq!(SyncConfig::default().relay_policy, RelayPolicy::All);
+    assert_eq!(SyncConfig::v1_0().relay_policy, RelayPolicy::All);
     // the default-bounded config has exactly the keys of the Python reference's to_json
-    let keys: Vec<String> = SyncConfig::default()
+    let keys: Vec<String> = SyncConfig::v1_0()
         .to_json()
         .as_object()
         .expect("object")
@@ -336,7 +336,7 @@ fn max_origins_is_a_parameter_with_a_range() {
     // REQ: DF-PAR-30
     // REQ: DF-SEC-30
     // the origin bound of DF-SEC-2: default 4096, both ends of [1, 2^20] accepted, outside refused
-    assert_eq!(SyncConfig::default().max_origins, 4096);
+    assert_eq!(SyncConfig::v1_0().max_origins, 4096);
     for n in [1u64, 1 << 20] {
         let c = SyncConfig::from_json(&json!({ "max_origins": n })).expect("in range");
         assert_eq!(c.max_origins as u64, n);
@@ -344,4 +344,129 @@ fn max_origins_is_a_parameter_with_a_range() {
     for n in [0u64, (1 << 20) + 1] {
         assert!(SyncConfig::from_json(&json!({ "max_origins": n })).is_err());
     }
+}
+
+#[test]
+fn default_is_the_recommended_profile() {
+    use df_core::compact::IndexEncoding;
+    let c = SyncConfig::default();
+    assert_eq!(c.alpha, 1.0);
+    assert_eq!(c.ratio, 0.10);
+    assert_eq!(c.sync_interval, 20);
+    assert_eq!(c.relay_threshold, 1e-6);
+    assert_eq!(c.hop_limit, 16);
+    assert_eq!(c.max_packet_size, 16_777_216);
+    assert_eq!(c.replay_window, 1024);
+    assert_eq!(c.max_incarnations, 4);
+    assert!(!c.include_buffers);
+    assert_eq!(c.encoding, ValueEncoding::Q8);
+    assert_eq!(c.max_origins, 4096);
+    assert_eq!(c.relay_policy, RelayPolicy::Needed);
+    assert_eq!(c.average_over, None);
+    assert_eq!(c.max_seq_jump, 0);
+    assert_eq!(c.index_encoding, IndexEncoding::Packed);
+    assert_eq!(c.max_incarnation_ahead, 0);
+    assert_eq!(c.incarnation_grace, 0);
+    assert_eq!(c.validate(), Ok(()));
+    // AUTO counts as 1 until a node resolves it
+    assert_eq!(c.average_count(), 1);
+    assert_eq!(c.send_weight_f32(), 1.0);
+    assert_eq!(c.resolve_average(3).average_over, Some(3));
+    assert_eq!(SyncConfig::v1_0().resolve_average(3).average_over, Some(1));
+    // the JSON form writes AUTO as "auto" and every key that differs from the 1.0 table
+    let j = c.to_json();
+    assert_eq!(j["average_over"], json!("auto"));
+    assert_eq!(j["encoding"], json!("Q8"));
+    assert_eq!(j["index_encoding"], json!("PACKED"));
+    assert_eq!(j["relay_policy"], json!("NEEDED"));
+    assert_eq!(SyncConfig::from_json(&j), Ok(c));
+    // absent keys take the 1.0 table's values, not the recommended profile's
+    assert_eq!(SyncConfig::from_json(&json!({})), Ok(SyncConfig::v1_0()));
+    let auto = SyncConfig::from_json(&json!({"average_over": "auto"})).expect("auto");
+    assert_eq!(
+        auto,
+        SyncConfig {
+            average_over: None,
+            ..SyncConfig::v1_0()
+        }
+    );
+    for (bad, msg) in [
+        (json!("AUTO"), "average_over must be an int, got str"),
+        (
+            json!(null),
+            "average_over must be an int or \"auto\", got null",
+        ),
+        (json!(0), "average_over must be [1, 65536], got 0"),
+    ] {
+        let e = SyncConfig::from_json(&json!({ "average_over": bad })).expect_err(msg);
+        assert_eq!(e.to_string(), msg);
+    }
+    let e = SyncConfig {
+        average_over: Some(0),
+        ..SyncConfig::default()
+    }
+    .validate()
+    .expect_err("0");
+    assert_eq!(e.to_string(), "average_over must be [1, 65536], got 0");
+}
+
+#[test]
+fn outer_average_is_the_rule_of_df_gen_300() {
+    use df_core::config::outer_average;
+    // REQ: DF-GEN-300 (the demo's rule; the spec's example: 5 nodes every 80 steps)
+    assert_eq!(outer_average(5, 80, 0.10), 10);
+    assert_eq!(outer_average(5, 80, 0.01), 8);
+    for (nodes, si, ratio, m) in [
+        (0, 10, 0.05, 1),
+        (1, 10, 0.05, 1),
+        (1, 400, 0.5, 1),
+        (2, 1, 1.0, 2),
+        (3, 20, 0.10, 3),
+        (3, 40, 0.10, 3),
+        (3, 41, 0.10, 4),   // ceil(3 * 41 / 40)
+        (3, 41, 0.02, 4),   // ratio * si = 0.82: ceil(3 * 81 / 80)
+        (4, 100, 0.01, 7),  // ratio * si = 1 is not above OUTER_SPAN: ceil(4 * 140 / 80)
+        (4, 100, 0.02, 10), // ceil(4 * 100 / 40)
+        (70_000, 10, 0.05, 65_536),
+        (1 << 20, u32::MAX, 1.0, 65_536),
+    ] {
+        assert_eq!(outer_average(nodes, si, ratio), m, "{nodes} {si} {ratio}");
+    }
+}
+
+#[test]
+fn an_engine_counts_auto_as_one_until_resolved() {
+    // REQ: DF-GEN-70 (average_over MAY differ between nodes: the node resolves AUTO itself)
+    let m = Manifest::new([TensorSpec::new("w", &[4])]).expect("manifest");
+    let auto = SyncConfig {
+        ratio: 1.0,
+        average_over: None,
+        ..SyncConfig::v1_0()
+    };
+    let mut e = Engine::new(m.clone(), auto.clone(), 1, 1, vec![0.0; 4]).expect("engine");
+    assert_eq!(e.average_over(), 1);
+    let active = [1.0f32, -2.0, 0.5, 4.0];
+    let sent = e.generate(&active, false).expect("generate");
+    assert_eq!(sent[0].values, vec![1.0, -2.0, 0.5, 4.0]); // summed, as average_over 1
+    assert!(e.last_correction().0.is_empty());
+    assert_eq!(e.resolve_average(4), 4);
+    assert_eq!(e.average_over(), 4);
+    let next = [2.0f32, -4.0, 1.0, 8.0];
+    let sent = e.generate(&next, false).expect("generate");
+    assert_eq!(sent[0].values, vec![0.25, -0.5, 0.125, 1.0]);
+    assert_eq!(e.last_correction().0, &[0, 1, 2, 3]);
+    assert_eq!(e.config().average_over, None);
+    // a configured average_over is kept
+    let mut fixed = Engine::new(
+        m,
+        SyncConfig {
+            average_over: Some(2),
+            ..auto
+        },
+        1,
+        1,
+        vec![0.0; 4],
+    )
+    .expect("engine");
+    assert_eq!(fixed.resolve_average(9), 2);
 }

@@ -22,7 +22,7 @@ fn generate_selects_feeds_back_and_numbers() {
         1,
         SyncConfig {
             ratio: 0.1,
-            ..SyncConfig::default()
+            ..SyncConfig::v1_0()
         },
     );
     let mut active = vec![0.0f32; 24];
@@ -43,7 +43,7 @@ fn generate_selects_feeds_back_and_numbers() {
         SyncConfig {
             ratio: 1.0,
             encoding: ValueEncoding::F16,
-            ..SyncConfig::default()
+            ..SyncConfig::v1_0()
         },
     );
     let mut a = vec![0.0f32; 24];
@@ -54,7 +54,7 @@ fn generate_selects_feeds_back_and_numbers() {
     // non-finite delta: refused, no state change
     let mut a = vec![0.0f32; 24];
     a[5] = f32::INFINITY;
-    let mut e = engine(1, SyncConfig::default());
+    let mut e = engine(1, SyncConfig::v1_0());
     assert!(e.generate(&a, false).is_err());
     assert_eq!(e.next_seq(), 1);
     assert!(e.anchor().iter().all(|&x| x == 0.0));
@@ -66,7 +66,7 @@ fn generate_splits_large_entries() {
     let cfg = SyncConfig {
         ratio: 1.0,
         max_packet_size: 320,
-        ..SyncConfig::default()
+        ..SyncConfig::v1_0()
     };
     let mut e = engine(1, cfg);
     let a: Vec<f32> = (0..24).map(|i| i as f32 + 1.0).collect();
@@ -90,7 +90,7 @@ fn two_nodes_exchange_relay_and_dedupe() {
         ratio: 0.25,
         alpha: 0.5,
         hop_limit: 1,
-        ..SyncConfig::default()
+        ..SyncConfig::v1_0()
     };
     let mut a = engine(1, cfg.clone());
     let mut b = engine(2, cfg.clone());
@@ -142,7 +142,7 @@ fn pack_greedy() {
     // REQ: DF-RLY-3
     let cfg = SyncConfig {
         max_packet_size: 600,
-        ..SyncConfig::default()
+        ..SyncConfig::v1_0()
     };
     let e = engine(9, cfg);
     let mk = |seq: u64, n: u32| df_core::OwnedEntry {
@@ -171,7 +171,7 @@ fn pack_greedy() {
         9,
         SyncConfig {
             max_packet_size: 160 + 128 + 8 * 10 - 1,
-            ..SyncConfig::default()
+            ..SyncConfig::v1_0()
         },
     );
     let packets = e2.pack_packets(&[], &[mk(1, 2), mk(2, 10), mk(3, 2)]);
@@ -183,7 +183,7 @@ fn pack_greedy() {
 #[test]
 fn receive_reports_the_accepted_entry_headers() {
     // REQ: DF-RCV-3, DF-RCV-4 (only entries the replay window accepts are reported)
-    let mut b = engine(2, SyncConfig::default());
+    let mut b = engine(2, SyncConfig::v1_0());
     let fp = b.manifest().fingerprint();
     let entry = |origin: u64, inc: u64, seq: u64, hops: u8| df_core::OwnedEntry {
         origin,

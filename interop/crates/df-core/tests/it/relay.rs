@@ -69,7 +69,7 @@ impl Sim {
                 let cfg = SyncConfig {
                     ratio: 0.1,
                     relay_policy: p,
-                    ..SyncConfig::default()
+                    ..SyncConfig::v1_0()
                 };
                 Engine::new(manifest(), cfg, ids[i], 1, vec![0.0; N]).expect("engine")
             })
@@ -237,7 +237,7 @@ fn needed_engine(id: u64, max_packet_size: usize) -> Engine {
     let cfg = SyncConfig {
         relay_policy: RelayPolicy::Needed,
         max_packet_size,
-        ..SyncConfig::default()
+        ..SyncConfig::v1_0()
     };
     Engine::new(manifest(), cfg, id, 1, vec![0.0; N]).expect("engine")
 }
@@ -302,7 +302,7 @@ fn packets_without_heard_keep_the_stored_advertisement() {
 #[test]
 fn advertisement_only_with_needed_and_left_out_when_it_does_not_fit() {
     // REQ: DF-RLY-61, DF-RLY-63, DF-PKT-60
-    let all = Engine::new(manifest(), SyncConfig::default(), 0x10, 1, vec![0.0; N]).expect("e");
+    let all = Engine::new(manifest(), SyncConfig::v1_0(), 0x10, 1, vec![0.0; N]).expect("e");
     assert!(all.advertisement().is_none());
     let mut e = needed_engine(0x10, 296);
     let adv = e.advertisement().expect("advert");

@@ -102,7 +102,7 @@ fn incarnations_ahead_of_the_clock_are_dropped_when_untracked() {
         .is_err()
     );
     assert_eq!(
-        df_core::SyncConfig::default()
+        df_core::SyncConfig::v1_0()
             .to_json()
             .get("max_incarnation_ahead"),
         None

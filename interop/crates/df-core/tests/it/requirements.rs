@@ -27,7 +27,7 @@ fn infinite_delta_fails_the_whole_generation() {
                 let cfg = SyncConfig {
                     ratio: [0.02, 0.25, 1.0][round % 3],
                     encoding: enc,
-                    ..SyncConfig::default()
+                    ..SyncConfig::v1_0()
                 };
                 let mut e = engine(1, cfg);
                 let first: Vec<f32> = (0..N).map(|_| rng.f32()).collect();
@@ -68,7 +68,7 @@ fn nan_delta_is_never_a_candidate() {
             let cfg = SyncConfig {
                 ratio: [0.05, 0.5, 1.0][round % 3],
                 encoding: enc,
-                ..SyncConfig::default()
+                ..SyncConfig::v1_0()
             };
             let mut e = engine(1, cfg);
             let active: Vec<f32> = (0..N)
@@ -111,7 +111,7 @@ fn manifest_size_bounds() {
     assert_eq!(scalar.num_params(), 1);
     // REQ: DF-MAN-7 -- a node refuses to start with N = 0
     let empty = Manifest::new([TensorSpec::new("z", &[0, 3])]).expect("manifest");
-    assert!(Engine::new(empty, SyncConfig::default(), 1, 1, Vec::new()).is_err());
+    assert!(Engine::new(empty, SyncConfig::v1_0(), 1, 1, Vec::new()).is_err());
 }
 
 #[test]
@@ -124,7 +124,7 @@ fn pack_keys_unique_and_relay_entries_whole() {
             ratio: 0.1 + 0.9 * (rng.below(10) as f64) / 10.0,
             max_packet_size: limit,
             encoding: enc,
-            ..SyncConfig::default()
+            ..SyncConfig::v1_0()
         };
         let mut e = engine(1, cfg);
         let active: Vec<f32> = (0..N).map(|_| rng.f32()).collect();

@@ -64,7 +64,7 @@ fn alpha_is_applied_as_one_binary32_multiplication_by_fl32_alpha() {
         SyncConfig {
             alpha,
             relay_threshold: 0.0,
-            ..SyncConfig::default()
+            ..SyncConfig::v1_0()
         },
     );
     let idx: Vec<u32> = (0..N as u32).collect();
@@ -95,7 +95,7 @@ fn k_is_ceil_of_the_binary64_product() {
         m,
         SyncConfig {
             ratio: 0.07,
-            ..SyncConfig::default()
+            ..SyncConfig::v1_0()
         },
         1,
         1,
@@ -121,7 +121,7 @@ fn relay_threshold_is_compared_exactly_in_binary64() {
             1,
             SyncConfig {
                 relay_threshold: threshold,
-                ..SyncConfig::default()
+                ..SyncConfig::v1_0()
             },
         );
         let res = e.receive(&[&packet(9, vec![entry(9, 1, 1, 0, &[2, 5], &[v, 1.0])])]);
@@ -139,7 +139,7 @@ fn hop_limit_bounds_sent_and_accepted_hops() {
     let cfg = SyncConfig {
         hop_limit: 3,
         relay_threshold: 0.0,
-        ..SyncConfig::default()
+        ..SyncConfig::v1_0()
     };
     let mut e = engine(1, cfg.clone());
     let res = e.receive(&[&packet(
@@ -184,7 +184,7 @@ fn max_packet_size_bounds_sent_and_accepted_packets() {
         let cfg = SyncConfig {
             ratio: 1.0,
             max_packet_size,
-            ..SyncConfig::default()
+            ..SyncConfig::v1_0()
         };
         Engine::new(m.clone(), cfg, id, 1, vec![0.0; BIG]).expect("engine")
     };
@@ -224,7 +224,7 @@ fn at_most_max_incarnations_are_tracked_per_origin() {
             1,
             SyncConfig {
                 max_incarnations,
-                ..SyncConfig::default()
+                ..SyncConfig::v1_0()
             },
         );
         for inc in 1..=10u64 {
@@ -252,9 +252,9 @@ fn at_most_max_incarnations_are_tracked_per_origin() {
 fn f32_is_sent_and_received() {
     let cfg = SyncConfig {
         ratio: 1.0,
-        ..SyncConfig::default()
+        ..SyncConfig::v1_0()
     };
-    assert_eq!(SyncConfig::default().encoding, ValueEncoding::F32);
+    assert_eq!(SyncConfig::v1_0().encoding, ValueEncoding::F32);
     let mut a = engine(1, cfg.clone());
     let active: Vec<f32> = (0..N).map(|i| (i as f32 - 11.5) / 3.0).collect();
     let own = a.generate(&active, false).expect("finite");
@@ -279,7 +279,7 @@ fn cluster_nodes_disagreeing_on_max_packet_size_reject_oversize() {
         SyncConfig {
             ratio: 1.0,
             max_packet_size: 4096,
-            ..SyncConfig::default()
+            ..SyncConfig::v1_0()
         },
     );
     let own = big.generate(&[1.5; N], false).expect("finite");
@@ -291,7 +291,7 @@ fn cluster_nodes_disagreeing_on_max_packet_size_reject_oversize() {
         2,
         SyncConfig {
             max_packet_size: small_size,
-            ..SyncConfig::default()
+            ..SyncConfig::v1_0()
         },
     );
     let res = small.receive(&[&wire[0]]);
@@ -304,7 +304,7 @@ fn cluster_nodes_disagreeing_on_max_packet_size_reject_oversize() {
         3,
         SyncConfig {
             max_packet_size: 4096,
-            ..SyncConfig::default()
+            ..SyncConfig::v1_0()
         },
     );
     assert_eq!(same.receive(&[&wire[0]]).outcomes, vec![Outcome::Ok]);
@@ -317,7 +317,7 @@ fn cluster_nodes_disagreeing_on_hop_limit_reject_hop_limit() {
         SyncConfig {
             hop_limit: 8,
             relay_threshold: 0.0,
-            ..SyncConfig::default()
+            ..SyncConfig::v1_0()
         },
     );
     let res = relay.receive(&[&packet(
@@ -331,7 +331,7 @@ fn cluster_nodes_disagreeing_on_hop_limit_reject_hop_limit() {
         2,
         SyncConfig {
             hop_limit: 3,
-            ..SyncConfig::default()
+            ..SyncConfig::v1_0()
         },
     );
     let out = strict.receive(&[&fwd[0]]);
@@ -353,12 +353,12 @@ fn cluster_nodes_disagreeing_on_the_manifest_reject_fingerprint() {
     let n = with_buffers.num_params() as usize;
     let cfg = SyncConfig {
         ratio: 1.0,
-        ..SyncConfig::default()
+        ..SyncConfig::v1_0()
     };
     let mut a = Engine::new(with_buffers, cfg, 1, 1, vec![0.0; n]).expect("engine");
     let own = a.generate(&vec![1.0; n], false).expect("finite");
     let wire = a.pack(&own, &[]);
-    let mut b = engine(2, SyncConfig::default());
+    let mut b = engine(2, SyncConfig::v1_0());
     let refs: Vec<&[u8]> = wire.iter().map(Vec::as_slice).collect();
     let res = b.receive(&refs);
     // REQ: DF-PAR-12 -- FINGERPRINT_MISMATCH
@@ -374,7 +374,7 @@ fn cluster_nodes_disagreeing_on_the_manifest_reject_fingerprint() {
 #[test]
 fn origin_and_incarnation_state_is_bounded() {
     assert_eq!(DEFAULT_MAX_ORIGINS, 4096); // the RECOMMENDED default
-    assert_eq!(SyncConfig::default().max_origins, DEFAULT_MAX_ORIGINS);
+    assert_eq!(SyncConfig::v1_0().max_origins, DEFAULT_MAX_ORIGINS);
     let (max_origins, max_inc, window) = (8usize, 2usize, 16u64);
     let mut e = engine(
         1,
@@ -382,7 +382,7 @@ fn origin_and_incarnation_state_is_bounded() {
             replay_window: window,
             max_incarnations: max_inc,
             max_origins,
-            ..SyncConfig::default()
+            ..SyncConfig::v1_0()
         },
     );
     let origins: Vec<u64> = (100..160).collect();
@@ -454,7 +454,7 @@ fn a_sender_writes_version_1_1() {
         SyncConfig {
             ratio: 1.0,
             relay_threshold: 0.0,
-            ..SyncConfig::default()
+            ..SyncConfig::v1_0()
         },
     );
     let own = e.generate(&[0.5; N], false).expect("finite");

@@ -24,7 +24,7 @@ fn engine(n: u64, alpha: f64, signed: bool) -> Engine {
     let cfg = SyncConfig {
         ratio: 0.25,
         alpha,
-        ..SyncConfig::default()
+        ..SyncConfig::v1_0()
     };
     let mut e = Engine::new(manifest(), cfg, n, 100 + n, vec![0.0; 64]).expect("engine");
     if signed {
@@ -226,7 +226,7 @@ fn a_signed_cluster_needs_room_for_one_signed_value() {
     let make = |mps: usize| {
         let cfg = SyncConfig {
             max_packet_size: mps,
-            ..SyncConfig::default()
+            ..SyncConfig::v1_0()
         };
         Engine::new(manifest(), cfg, 1, 101, vec![0.0; 64]).expect("engine")
     };

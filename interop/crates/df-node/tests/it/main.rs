@@ -236,7 +236,7 @@ fn command_line_matches_the_python_node() {
     ])
     .unwrap();
     assert!(o.lockstep);
-    assert_eq!(o.sync_config.average_over, 3);
+    assert_eq!(o.sync_config.average_over, Some(3));
     assert_eq!(o.sync_config.relay_policy, RelayPolicy::Needed);
     assert_eq!(o.sync_config.encoding, ValueEncoding::F16);
     assert_eq!((o.index, o.node_id, o.steps), (2, 0xab, 30));
@@ -432,7 +432,7 @@ fn three_skewed_nodes_learn_every_class_through_sync() {
                 o.index = i as u32;
                 o.sync = true;
                 o.include_buffers = true;
-                o.sync_config.average_over = 3;
+                o.sync_config.average_over = Some(3);
                 o.eval_every = 200;
                 o.init = Some(init_path);
                 o.neighbours = ids.iter().copied().filter(|&x| x != ids[i]).collect();
@@ -913,7 +913,7 @@ fn join_starts_from_a_live_peers_snapshot() {
     let transport = df_node::zenoh::open(&oa).unwrap();
     let options = FabricOptions {
         incarnation: Some(11),
-        ..FabricOptions::default()
+        ..FabricOptions::v1_0()
     };
     let mut fabric =
         Fabric::with_options(store, transport, oa.sync_config.clone(), options).unwrap();
@@ -1363,7 +1363,7 @@ fn an_option_wins_over_its_variable_which_wins_over_the_default() {
     // No option, no variable (or an empty one): the defaults.
     let empty = env_of(&[("DELTA_FABRIC_NODE_ID", "3"), ("DELTA_FABRIC_RATIO", "  ")]);
     let d = df_node::cli::parse_args_env(NODE_BASE, &empty).unwrap();
-    assert_eq!((d.sync_config.ratio, d.sync_config.alpha), (0.05, 1.0));
+    assert_eq!((d.sync_config.ratio, d.sync_config.alpha), (0.10, 1.0));
     assert_eq!(d.namespace, "deltafabric/demo");
     assert_eq!(d.mode, df_zenoh::Mode::Peer);
     assert!(d.listen.is_empty() && d.connect.is_empty() && d.zenoh_config.is_none());
@@ -1562,7 +1562,7 @@ fn membership_seq_jump_and_rate_options() {
     let o = df_node::cli::parse_args_env(NODE_BASE, &env).unwrap();
     assert_eq!(o.members, Some(vec![1, 2, 3]));
     assert!(o.live_members);
-    assert!(!o.hold_residual);
+    assert!(o.hold_residual); // the recommended profile's
     assert_eq!(o.member_grace, Duration::from_millis(2500));
     assert_eq!(o.sync_config.max_seq_jump, 1000);
     let t = df_node::zenoh::transport_config(&o);
@@ -1727,4 +1727,67 @@ fn incarnation_bound_and_keys_options() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("--keys: keys file"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn defaults_are_the_recommended_profile_and_v1_0_is_the_1_0_preset() {
+    use df_core::SyncConfig;
+    let env = env_of(&[("DELTA_FABRIC_NODE_ID", "1")]);
+    let o = df_node::cli::parse_args_env(NODE_BASE, &env).unwrap();
+    assert_eq!(
+        o.sync_config,
+        SyncConfig {
+            include_buffers: false,
+            ..SyncConfig::default()
+        }
+    );
+    assert!(o.repair && o.hold_residual);
+    let args = NODE_BASE.iter().copied().chain(["--v1-0"]);
+    let o = df_node::cli::parse_args_env(args, &env).unwrap();
+    assert_eq!(o.sync_config, SyncConfig::v1_0());
+    assert!(!o.repair && !o.hold_residual);
+    // explicit options still win over either profile
+    let args = NODE_BASE.iter().copied().chain([
+        "--v1-0",
+        "--hold-residual",
+        "--repair",
+        "--average-over",
+        "auto",
+        "--encoding",
+        "q8",
+    ]);
+    let o = df_node::cli::parse_args_env(args, &env).unwrap();
+    assert!(o.repair && o.hold_residual);
+    assert_eq!(o.sync_config.average_over, None);
+    assert_eq!(o.sync_config.encoding, df_core::ValueEncoding::Q8);
+    let args = NODE_BASE.iter().copied().chain([
+        "--no-hold-residual",
+        "--no-repair",
+        "--average-over",
+        "1",
+    ]);
+    let o = df_node::cli::parse_args_env(args, &env).unwrap();
+    assert!(!o.repair && !o.hold_residual);
+    assert_eq!(o.sync_config.average_over, Some(1));
+    let args = NODE_BASE.iter().copied().chain(["--repair", "--no-repair"]);
+    assert!(df_node::cli::parse_args_env(args, &env).is_err());
+    // DELTA_FABRIC_AVERAGE_OVER takes auto, DELTA_FABRIC_NODES the world size
+    let env = env_of(&[
+        ("DELTA_FABRIC_NODE_ID", "1"),
+        ("DELTA_FABRIC_AVERAGE_OVER", "AUTO"),
+        ("DELTA_FABRIC_NODES", "4"),
+    ]);
+    let args = NODE_BASE.iter().copied().chain(["--v1-0"]);
+    let o = df_node::cli::parse_args_env(args, &env).unwrap();
+    assert_eq!(o.sync_config.average_over, None);
+    assert_eq!(o.world_size, Some(4));
+    let bad = env_of(&[
+        ("DELTA_FABRIC_NODE_ID", "1"),
+        ("DELTA_FABRIC_AVERAGE_OVER", "0"),
+    ]);
+    let e = df_node::cli::parse_args_env(NODE_BASE, &bad).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "usage: DELTA_FABRIC_AVERAGE_OVER='0': must be an integer in [1, 65536] or auto"
+    );
 }

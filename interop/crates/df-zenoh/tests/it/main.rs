@@ -1,6 +1,7 @@
 //! Two Zenoh sessions on tcp/127.0.0.1 (random free ports, no scouting): a packet exchange, a
 //! liveliness appearance and disappearance, info and a chunked snapshot fetch, all bounded in time.
 
+mod from_env;
 mod requirements;
 mod tls;
 

@@ -228,7 +228,7 @@ fn samples_are_accepted_on_their_payload_only() {
     let cfg = SyncConfig {
         ratio: 1.0,
         sync_interval: 1,
-        ..SyncConfig::default()
+        ..SyncConfig::v1_0()
     };
     // A packet of node 0x77 ...
     let mut sender =
@@ -377,9 +377,10 @@ fn a_node_trains_and_publishes_with_no_peer_reachable() {
     let store = VecStore::new(manifest, vec![0.0; 64]).expect("store");
     let cfg = SyncConfig {
         sync_interval: 1,
-        ..SyncConfig::default()
+        ..SyncConfig::v1_0()
     };
-    let mut fabric = Fabric::new(store, a, cfg).expect("fabric");
+    let mut fabric =
+        Fabric::with_options(store, a, cfg, df_fabric::FabricOptions::v1_0()).expect("fabric");
     let t1 = Instant::now();
     for s in 0..10 {
         fabric.store_mut().values_mut()[s] += 1.0;
