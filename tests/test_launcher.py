@@ -889,3 +889,68 @@ def test_the_join_line_names_an_address_not_a_loopback_host_name() -> None:
         assert not host.startswith("127.") and host != "localhost"
     assert _advertised("tcp/0.0.0.0:7447", None) == f"tcp/{host}:7447"
     assert _advertised("tcp/0.0.0.0:7447", "10.1.2.3") == "tcp/10.1.2.3:7447"
+
+
+DIGITS = Path(__file__).resolve().parent.parent / "python" / "examples" / "torch_digits.py"
+
+
+def test_digits_with_the_defaults_across_two_launchers(tmp_path: Path) -> None:
+    """python/examples/torch_digits.py under two launchers (2 nodes + 1, joined by the printed
+    line): every node shards by its global rank, trains with SyncConfig() and a single node's
+    learning rate, and finish() leaves one shared model above the demo's bar on every node."""
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    port = free_port()
+    first = subprocess.Popen(
+        [
+            *CLI,
+            "run",
+            "--listen",
+            f"tcp/127.0.0.1:{port}",
+            "--advertise",
+            "127.0.0.1",
+            "--nodes",
+            "2",
+            "--world-size",
+            "3",
+            "--namespace",
+            "dftest/digits",
+            "--timeout",
+            "240",
+            str(DIGITS),
+            "--out",
+            str(tmp_path / "w.npy"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
+    try:
+        assert first.stderr is not None
+        line = ""
+        for _ in range(10):
+            line = first.stderr.readline()
+            if line.startswith("to join this run: "):
+                break
+        join = shlex.split(line.removeprefix("to join this run: delta-fabric "))
+        assert join[:1] == ["run"] and "--first-rank" in join, line
+        assert (
+            join[join.index("--first-rank") + 1] == "2" and join[join.index("--nodes") + 1] == "1"
+        )
+        second = cli(*join, timeout=260)
+        out, err = first.communicate(timeout=260)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait(5)
+    assert first.returncode == 0 and second.returncode == 0, (err, second.stderr)
+    lines = out.splitlines() + second.stdout.splitlines()
+    accs = {
+        int(m.group(1)): float(m.group(2))
+        for ln in lines
+        if (m := re.search(r"rank (\d) of 3: shared model test accuracy ([0-9.]+)", ln))
+    }
+    assert sorted(accs) == [0, 1, 2], lines  # three distinct global ranks, one per shard
+    assert min(accs.values()) >= 0.95, accs
+    assert len(set(accs.values())) == 1, accs  # the same shared model on every node
