@@ -461,27 +461,35 @@ except KeyboardInterrupt:
 """
 
 
-def test_ctrl_c_is_passed_on_to_every_node(tmp_path: Path) -> None:
-    script = tmp_path / "train.py"
-    script.write_text(INTERRUPTIBLE)
+def _interrupt(tmp_path: Path, script: str, nodes: int) -> tuple[int, str, str]:
+    """Start ``nodes`` nodes of ``script`` (which marks its start in ``marks/<local rank>``), send
+    the launcher SIGINT once every node has started: (exit code, stdout, stderr)."""
+    path = tmp_path / "train.py"
+    path.write_text(script)
     proc = subprocess.Popen(
-        [*CLI, "run", "--nodes", "2", "--grace", "5", str(script)],
+        [*CLI, "run", "--nodes", str(nodes), "--grace", "5", str(path)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
         deadline = time.monotonic() + 30
-        while not (tmp_path / "marks").is_dir() or len(os.listdir(tmp_path / "marks")) < 2:
+        while not (tmp_path / "marks").is_dir() or len(os.listdir(tmp_path / "marks")) < nodes:
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.05)
+        time.sleep(0.2)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(5)
-    assert proc.returncode == 130, (out, err)
+    return proc.returncode, out, err
+
+
+def test_ctrl_c_is_passed_on_to_every_node(tmp_path: Path) -> None:
+    code, out, err = _interrupt(tmp_path, INTERRUPTIBLE, 2)
+    assert code == 130, (out, err)
     assert sorted(ln for ln in out.splitlines()) == ["[0]: interrupted", "[1]: interrupted"]
     assert "delta-fabric run: SIGINT: stopping every node" in err
 
@@ -729,33 +737,15 @@ def test_a_malformed_zenoh_config_is_one_line_and_exit_2(tmp_path: Path) -> None
 
 
 def test_ctrl_c_without_any_handler_prints_one_line(tmp_path: Path) -> None:
-    script = tmp_path / "train.py"
-    script.write_text(
+    script = (
         "import os, time\n"
         "marks = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'marks')\n"
         "os.makedirs(marks, exist_ok=True)\n"
         "open(os.path.join(marks, os.environ['DELTA_FABRIC_LOCAL_RANK']), 'w').close()\n"
         "time.sleep(120)\n"
     )
-    proc = subprocess.Popen(
-        [*CLI, "run", "--nodes", "3", "--grace", "5", str(script)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while not (tmp_path / "marks").is_dir() or len(os.listdir(tmp_path / "marks")) < 3:
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.05)
-        time.sleep(0.2)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(5)
-    assert proc.returncode == 130, (out, err)
+    code, out, err = _interrupt(tmp_path, script, 3)
+    assert code == 130, (out, err)
     node_err = sorted(ln for ln in err.splitlines() if ln.startswith("["))
     assert node_err == ["[0]: interrupted", "[1]: interrupted", "[2]: interrupted"], err
     assert "Traceback" not in err
