@@ -944,3 +944,26 @@ def test_digits_with_the_defaults_across_two_launchers(tmp_path: Path) -> None:
     assert sorted(accs) == [0, 1, 2], lines  # three distinct global ranks, one per shard
     assert min(accs.values()) >= 0.95, accs
     assert len(set(accs.values())) == 1, accs  # the same shared model on every node
+
+
+def test_a_duplicate_node_id_under_the_launcher_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    port = free_port()
+    base = ZenohOptions(node_id=0xD0D, namespace="dftest/dup-run", listen=[f"tcp/127.0.0.1:{port}"])
+    script = tmp_path / "train.py"
+    script.write_text(FROM_ENV)
+    with ZenohTransport(base):  # a live node that already holds the id
+        res = cli(
+            "run",
+            "--node-id",
+            str(0xD0D),
+            "--namespace",
+            "dftest/dup-run",
+            "--connect",
+            f"tcp/127.0.0.1:{port}",
+            str(script),
+        )
+    assert res.returncode == 2, res
+    node_lines = [ln for ln in res.stderr.splitlines() if ln.startswith("[")]
+    assert len(node_lines) == 1, res.stderr
+    assert node_lines[0].startswith("[0]: error: node id 0000000000000d0d is already used")
+    assert "Traceback" not in res.stderr and "likely causes" not in res.stderr
