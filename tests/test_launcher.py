@@ -818,7 +818,18 @@ print("done", rank, flush=True)
 def test_two_nodes_with_different_models_say_so_once_each(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(MISMATCHED)
-    res = cli("run", "--nodes", "2", "--timeout", "60", str(script), timeout=90)
+    # two runs that meet in one namespace, each starting from its own weights (under one
+    # launcher rank 1 would bootstrap from rank 0, whose snapshot is of the other model)
+    res = cli(
+        "run",
+        "--nodes",
+        "2",
+        "--timeout",
+        "60",
+        str(script),
+        timeout=90,
+        extra_env={"DELTA_FABRIC_BOOTSTRAP": "0"},
+    )
     assert res.returncode == 0, res
     ids = re.findall(r"node \[(\d)\] id ([0-9a-f]{16})", res.stderr)
     hexes = {int(r): h for r, h in ids}

@@ -978,7 +978,10 @@ class Fabric:
         deadline = time.monotonic() + timeout
         need = self.world_size - 1 if self.world_size is not None else 0
         while True:
-            started = len(set(self.transport.info(None, timeout=1.0)) & self._cluster_peers())
+            live = self.transport.peers()  # a peer of another model has started too
+            if self._effective is not None:
+                live = live & self._effective
+            started = len(set(self.transport.info(None, timeout=1.0)) & live)
             if started >= need:
                 return
             if time.monotonic() >= deadline:
