@@ -459,6 +459,10 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
                 fabric
                     .transport
                     .serve_snapshot(fabric.snapshot_provider())?;
+                let version = Arc::clone(&fabric.anchor_version);
+                fabric
+                    .transport
+                    .set_snapshot_version(Some(Arc::new(move || version.load(Ordering::Acquire))));
                 if fabric.bootstrapped {
                     fabric.note_snapshot_floor()?;
                 }

@@ -261,7 +261,8 @@ pub const DEFAULT_QUEUE_BYTES: usize = 256 * 1024 * 1024;
 pub const ZENOH_MESSAGE_MARGIN: usize = 65_536;
 
 pub use df_fabric::transport::{
-    SnapshotProvider, SnapshotSource, Transport, TransportError, TransportStats, VerifiedSnapshot,
+    SnapshotProvider, SnapshotSource, SnapshotVersion, Transport, TransportError, TransportStats,
+    VerifiedSnapshot,
 };
 
 fn zerr(e: impl fmt::Display) -> TransportError {
@@ -285,6 +286,8 @@ struct Shared {
     published: AtomicU64,
     published_bytes: AtomicU64,
     provider: Mutex<Option<SnapshotProvider>>,
+    /// The version of what the provider captures (`Transport::set_snapshot_version`).
+    version: Mutex<Option<SnapshotVersion>>,
     /// The info members added by `set_info_member` (DF-ZEN-6 allows members readers ignore).
     info_extra: Mutex<serde_json::Map<String, Value>>,
     /// Set by close: a blocked receive callback gives up instead of waiting for room.
@@ -364,7 +367,10 @@ impl Shared {
         let provider = lock(&self.provider).clone().ok_or_else(|| {
             SnapshotError::new(SnapshotErrorKind::ServerError, "no snapshot served")
         })?;
+        let version = lock(&self.version).clone();
         let mut server = lock(&self.server);
+        // read before the capture: a change in between makes the next request capture again
+        server.set_version(version.map(|v| v()));
         let now = Instant::now();
         let captured = if server.needs_capture(fresh, now) {
             Some(provider()?)
@@ -440,6 +446,7 @@ impl ZenohTransport {
             published: AtomicU64::new(0),
             published_bytes: AtomicU64::new(0),
             provider: Mutex::new(None),
+            version: Mutex::new(None),
             info_extra: Mutex::new(serde_json::Map::new()),
             closing: std::sync::atomic::AtomicBool::new(false),
             server: Mutex::new(
@@ -738,6 +745,10 @@ impl Transport for ZenohTransport {
         Ok(())
     }
 
+    fn set_snapshot_version(&self, version: Option<SnapshotVersion>) {
+        *lock(&self.shared.version) = version;
+    }
+
     fn set_info_member(&self, name: &str, value: Option<Value>) {
         let mut m = lock(&self.shared.info_extra);
         match value {
@@ -815,7 +826,8 @@ impl Transport for ZenohTransport {
     }
 
     /// Serves snapshots and info from `provider` (DF-ZEN-5). Chunk-0 and info requests capture a
-    /// new snapshot unless the last one is younger than 10 s; later chunks use the last capture.
+    /// new snapshot unless the last one is younger than 10 s and was taken at the version
+    /// [`Transport::set_snapshot_version`] tells now; later chunks use the last capture.
     fn serve_snapshot(&self, provider: SnapshotProvider) -> Result<(), TransportError> {
         self.check_open()?;
         *lock(&self.shared.provider) = Some(provider);
