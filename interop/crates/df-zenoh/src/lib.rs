@@ -10,7 +10,8 @@
 //! - `NS/v1/snapshot/<hex16>`: queryable answering `chunk=<i>&chunk_size=<c>` (pairs separated by `&`
 //!   or `;`) with one `SnapshotChunk` (values `[i*c, min((i+1)*c, N))`), see [`ZenohTransport::serve_snapshot`].
 //! - `NS/v1/info/<hex16>`: queryable answering JSON `{node, incarnation, fingerprint, framework, N,
-//!   supports}` plus the members the node added (`Transport::set_info_member`, e.g. `finish`).
+//!   supports}` plus the members the node added (`Transport::set_info_member`, e.g. `seq` and
+//!   `finish`).
 //!
 //! Received packets go through a callback into a bounded queue. [`QueuePolicy::DropOldest`] (the
 //! default) never blocks Zenoh's receive path and counts every dropped packet in
