@@ -417,3 +417,71 @@ fn the_first_sync_waits_for_the_runs_other_nodes_to_start() {
     assert!(t1.elapsed() < Duration::from_millis(400));
     drop(b);
 }
+
+#[test]
+fn a_node_restarted_from_a_live_peer_finishes_with_it() {
+    // a run of 2 (the launcher's world size): node 2 crashes after 10 steps; node 1 trains on,
+    // finishes and waits for the run's other node; node 2 comes back as a new incarnation from
+    // node 1's snapshot (which holds node 1's last entry), trains and finishes: one shared model
+    let hub = MemoryHub::new();
+    let options = |inc| FabricOptions {
+        incarnation: Some(inc),
+        world_size: Some(2),
+        peer_deadline: Duration::from_millis(300),
+        ..FabricOptions::default()
+    };
+    let config = SyncConfig {
+        sync_interval: 2,
+        ..SyncConfig::default()
+    };
+    let mut first = Fabric::with_options(
+        store(),
+        hub.join(2, &[]).unwrap(),
+        config.clone(),
+        options(2),
+    )
+    .unwrap();
+    let (hub1, config1) = (hub.clone(), config.clone());
+    let a = thread::spawn(move || {
+        let mut f =
+            Fabric::with_options(store(), hub1.join(1, &[]).unwrap(), config1, options(1)).unwrap();
+        for s in 0..40 {
+            train(&mut f, 1, s);
+            f.step().unwrap();
+        }
+        f.finish(Duration::from_secs(20)).unwrap()
+    });
+    for s in 0..10 {
+        train(&mut first, 2, s);
+        first.step().unwrap();
+    }
+    drop(first); // a crash: its transport goes, no finish
+    let probe = hub.join(9, &[]).unwrap();
+    let t0 = Instant::now();
+    while probe
+        .query_info(1, Duration::from_secs(1))
+        .map_or(true, |i| i.get("finish").is_none())
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "node 1 does not finish"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+    drop(probe);
+    let restarted = FabricOptions {
+        join: Some(JoinOptions::default()),
+        ..options(3)
+    };
+    let mut b =
+        Fabric::with_options(store(), hub.join(2, &[]).unwrap(), config, restarted).unwrap();
+    assert_eq!(b.joined_from(), Some(1));
+    assert!(b.snapshot_floor().contains_key(&1));
+    for s in 10..40 {
+        train(&mut b, 2, s);
+        b.step().unwrap();
+    }
+    let rb = b.finish(Duration::from_secs(20)).unwrap();
+    let ra = a.join().unwrap();
+    assert!(agree(&ra, &rb));
+}
