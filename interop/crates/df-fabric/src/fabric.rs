@@ -251,7 +251,7 @@ pub struct SendCounters {
 struct FinishState {
     /// Live member peers this node waits for, and why.
     missing: BTreeMap<u64, String>,
-    /// Live member peers that do not report `done`.
+    /// Live member peers that do not report `done` with this node in their `have`.
     not_done: BTreeSet<u64>,
     /// `(incarnation, from, to)` of announced last entries not received, per peer.
     tails: BTreeMap<u64, (u64, u64, u64)>,

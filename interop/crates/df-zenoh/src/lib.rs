@@ -359,16 +359,23 @@ impl Shared {
 
     /// Runs `f` on the snapshot server at one clock reading, with a capture taken from the
     /// provider only when the server needs one (DF-ZEN-11: chunk 0 and info may capture, later
-    /// chunks reuse the capture they started from).
+    /// chunks reuse the capture they started from). `versioned`: a capture is reused only at the provider's current version (snapshot
+    /// requests); info requests (whose members do not depend on the anchor) reuse one by age, so
+    /// that the info queries of finishing peers do not copy the anchor after every receive.
     fn with_server<R>(
         &self,
         fresh: bool,
+        versioned: bool,
         f: impl FnOnce(&mut SnapshotServer, Instant, &dyn Fn() -> SnapshotSource) -> R,
     ) -> Result<R, SnapshotError> {
         let provider = lock(&self.provider).clone().ok_or_else(|| {
             SnapshotError::new(SnapshotErrorKind::ServerError, "no snapshot served")
         })?;
-        let version = lock(&self.version).clone();
+        let version = if versioned {
+            lock(&self.version).clone()
+        } else {
+            None
+        };
         let mut server = lock(&self.server);
         // read before the capture: a change in between makes the next request capture again
         server.set_version(version.map(|v| v()));
@@ -508,7 +515,7 @@ impl ZenohTransport {
                         return;
                     }
                     let answer = parse_chunk_params(&params, mps).and_then(|(chunk, _)| {
-                        sh.with_server(chunk == 0, |srv, now, capture| {
+                        sh.with_server(chunk == 0, true, |srv, now, capture| {
                             srv.answer(&params, now, capture)
                         })?
                     });
@@ -534,7 +541,8 @@ impl ZenohTransport {
                 .declare_queryable(key)
                 .complete(true)
                 .callback(move |query| {
-                    let info = sh.with_server(true, |srv, now, capture| srv.info(now, capture));
+                    let info =
+                        sh.with_server(true, false, |srv, now, capture| srv.info(now, capture));
                     let _ = match info {
                         Ok(mut info) => {
                             if let Some(o) = info.as_object_mut() {

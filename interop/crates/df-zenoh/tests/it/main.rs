@@ -206,7 +206,10 @@ fn a_young_capture_is_reused_only_while_the_anchor_version_is_unchanged() {
     let state = Arc::new(std::sync::Mutex::new(vec![1.0f32; 50]));
     let version = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let st = Arc::clone(&state);
+    let captures = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let n = Arc::clone(&captures);
     a.serve_snapshot(Arc::new(move || {
+        n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         SnapshotSource::new(5, fp, st.lock().unwrap().clone(), "test")
     }))
     .expect("serve");
@@ -227,6 +230,14 @@ fn a_young_capture_is_reused_only_while_the_anchor_version_is_unchanged() {
     // the version unchanged (within 10 s): the capture is shared
     *state.lock().unwrap() = vec![3.0; 50];
     assert_eq!(fetch(), vec![2.0; 50]);
+    // info queries (finishing peers ask a few times a second) do not capture after every move
+    let before = captures.load(std::sync::atomic::Ordering::SeqCst);
+    version.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    for _ in 0..3 {
+        let info = b.info(1, Duration::from_secs(5)).expect("info");
+        assert_eq!(info["N"], 50);
+    }
+    assert_eq!(captures.load(std::sync::atomic::Ordering::SeqCst), before);
     // no version: reuse by age only, as before
     a.set_snapshot_version(None);
     assert_eq!(fetch(), vec![2.0; 50]);
