@@ -844,6 +844,8 @@ pub fn fetch_snapshot_chunks(
 #[derive(Debug, Clone)]
 struct Captured {
     id: u64,
+    /// The state version at the capture ([`SnapshotServer::set_version`]).
+    version: Option<u64>,
     captured_at: Instant,
     last_query: Instant,
     source: SnapshotSource,
@@ -852,8 +854,11 @@ struct Captured {
 /// Answers the chunk and info requests of one node from captured snapshots (DF-ZEN-5, -6, -11).
 ///
 /// A request for chunk 0 (or info) is answered from the latest capture when it is younger than
-/// `reuse` (10 s: concurrent joiners share one snapshot), otherwise from a new capture with a new
-/// snapshot id; requests for later chunks are answered from the latest capture, which is kept while
+/// `reuse` (10 s: concurrent joiners share one snapshot) and, when the caller tells the state's
+/// version ([`SnapshotServer::set_version`]), captured at the version it has now, otherwise from a
+/// new capture with a new snapshot id (a joiner never gets a capture older than the state, also
+/// within `reuse`: a node restarted seconds after its first join would install that join's
+/// capture); requests for later chunks are answered from the latest capture, which is kept while
 /// it is queried (released after `keep` = 60 s without a query). The caller passes the time of
 /// each request and a `capture` closure that copies the node's state (called only when a new
 /// capture is needed); wrap the server in a mutex to share it between threads.
@@ -865,6 +870,7 @@ pub struct SnapshotServer {
     max_packet_size: usize,
     latest: Option<Captured>,
     next_id: u64,
+    version: Option<u64>,
 }
 
 impl SnapshotServer {
@@ -884,6 +890,7 @@ impl SnapshotServer {
             max_packet_size,
             latest: None,
             next_id: 1,
+            version: None,
         })
     }
     /// Other reuse and keep times.
@@ -891,6 +898,13 @@ impl SnapshotServer {
         self.reuse = reuse;
         self.keep = keep;
         self
+    }
+    /// The version of the node's state now (a number that changes whenever the state a capture
+    /// would hold changes; `None`: unknown, captures are reused by age only). Set it before each
+    /// request, read before the capture: a chunk-0 or info request reuses the latest capture only
+    /// while it was taken at this version.
+    pub fn set_version(&mut self, version: Option<u64>) {
+        self.version = version;
     }
     /// The serving node.
     pub fn node(&self) -> u64 {
@@ -903,7 +917,9 @@ impl SnapshotServer {
             None => true,
             Some(c) => {
                 now.saturating_duration_since(c.last_query) > self.keep
-                    || (fresh && now.saturating_duration_since(c.captured_at) >= self.reuse)
+                    || (fresh
+                        && (now.saturating_duration_since(c.captured_at) >= self.reuse
+                            || (self.version.is_some() && c.version != self.version)))
             }
         }
     }
@@ -920,11 +936,13 @@ impl SnapshotServer {
             self.latest = None;
         }
         let next_id = &mut self.next_id;
+        let version = self.version;
         let c = self.latest.get_or_insert_with(|| {
             let id = *next_id;
             *next_id += 1;
             Captured {
                 id,
+                version,
                 captured_at: now,
                 last_query: now,
                 source: capture(),

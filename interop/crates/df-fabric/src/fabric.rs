@@ -78,21 +78,30 @@ pub enum FabricError {
     /// [`Fabric::finish`] ran out of time: the live peers it still waited for, each with why
     /// (`still training (not finishing)`, `entries up to seq ... not applied ...`, ...). The node
     /// stays usable (call `finish` again or `close`).
-    #[error("finish: not done within {:.1}s, waiting for {}", .timeout.as_secs_f64(), missing_list(.missing))]
+    /// `absent`: how many nodes of the run's world size ([`FabricOptions::world_size`]) it never
+    /// saw finish.
+    #[error("finish: not done within {:.1}s, waiting for {}", .timeout.as_secs_f64(), missing_list(.missing, *.absent))]
     FinishTimeout {
         /// The `timeout` given to `finish`.
         timeout: Duration,
         /// `(peer id, why)`, ascending by id.
         missing: Vec<(u64, String)>,
+        /// Nodes of the world size not seen finish (0 without a world size).
+        absent: usize,
     },
 }
 
-fn missing_list(missing: &[(u64, String)]) -> String {
-    missing
+fn missing_list(missing: &[(u64, String)], absent: usize) -> String {
+    let mut parts: Vec<String> = missing
         .iter()
         .map(|(p, why)| format!("{}: {why}", node_hex(*p)))
-        .collect::<Vec<_>>()
-        .join("; ")
+        .collect();
+    if absent > 0 {
+        parts.push(format!(
+            "{absent} more node(s) of the run's world size, not live"
+        ));
+    }
+    parts.join("; ")
 }
 
 impl From<EngineError> for FabricError {
@@ -242,10 +251,12 @@ pub struct SendCounters {
 struct FinishState {
     /// Live member peers this node waits for, and why.
     missing: BTreeMap<u64, String>,
-    /// Live member peers that do not report `done`.
+    /// Live member peers that do not report `done` with this node in their `have`.
     not_done: BTreeSet<u64>,
     /// `(incarnation, from, to)` of announced last entries not received, per peer.
     tails: BTreeMap<u64, (u64, u64, u64)>,
+    /// Finishing peers whose entries up to their announced seq this node has applied.
+    have: BTreeSet<u64>,
 }
 
 /// One DeltaFabric node: a store, a transport and the engine between them (see the module docs).
@@ -291,6 +302,15 @@ pub struct Fabric<W: WeightStore, T: Transport> {
     /// and every `(peer, code)` already reported.
     misconfigured: BTreeMap<u64, ErrorCode>,
     misconfig_reported: HashSet<(u64, ErrorCode)>,
+    /// Peers seen finished by [`Fabric::finish`] (announced finish, every entry applied here).
+    finished_peers: BTreeSet<u64>,
+    /// Per origin, the `(incarnation, seq)` up to which the installed snapshot holds its entries.
+    snapshot_floor: HashMap<u64, (u64, u64)>,
+    /// Changes on every receive that applied values and every generation that produced entries:
+    /// a snapshot capture is reused only while it is unchanged.
+    anchor_version: Arc<AtomicU64>,
+    /// The `seq` member of the info object as last set.
+    info_seq: Option<u64>,
 }
 
 /// The rejection codes that mean a peer is configured differently from this node (another model,
@@ -314,6 +334,10 @@ pub const PACE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const FINISH_ROUND: Duration = Duration::from_millis(50);
 /// Interval of the repair rounds of [`Fabric::finish`].
 pub const FINISH_REPAIR_ROUND: Duration = Duration::from_millis(500);
+/// Longest wait of the first sync for the run's other nodes to start (with a world size > 1).
+pub const RENDEZVOUS_TIMEOUT: Duration = Duration::from_secs(120);
+/// Longest wait for one peer's node information (the first sync's rendezvous, after a bootstrap).
+pub const INFO_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Counters of a quorum join (Python `stats()["snapshot_trust"]`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -411,6 +435,10 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
                     peer_deadline: options.peer_deadline,
                     misconfigured: BTreeMap::new(),
                     misconfig_reported: HashSet::new(),
+                    finished_peers: BTreeSet::new(),
+                    snapshot_floor: HashMap::new(),
+                    anchor_version: Arc::new(AtomicU64::new(0)),
+                    info_seq: None,
                 };
                 if fabric.hold_residual {
                     // DF-GEN-244: a store naming an unknown tensor is refused here
@@ -427,9 +455,17 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
                     let mut e = engine.lock().map_err(|_| FabricError::Poisoned)?;
                     fabric.refresh_members(&mut e);
                 }
+                fabric.note_info_seq()?;
                 fabric
                     .transport
                     .serve_snapshot(fabric.snapshot_provider())?;
+                let version = Arc::clone(&fabric.anchor_version);
+                fabric
+                    .transport
+                    .set_snapshot_version(Some(Arc::new(move || version.load(Ordering::Acquire))));
+                if fabric.bootstrapped {
+                    fabric.note_snapshot_floor()?;
+                }
                 info!(
                     target: LOG_TARGET,
                     "node {} up: framework {}, N = {}, incarnation {}{}",
@@ -560,11 +596,84 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
         if packets.is_empty() && !sync {
             return Ok(0);
         }
+        if sync && self.counters.syncs == 0 && self.world_size.is_some_and(|w| w > 1) {
+            self.rendezvous(RENDEZVOUS_TIMEOUT)?;
+        }
         let out = self.process(&packets, sync)?;
         if sync && let Some(m) = self.max_lead {
             self.pace(m, self.peer_deadline, PACE_TIMEOUT)?;
         }
         Ok(out)
+    }
+
+    /// Before the first generation of a run of `world_size` nodes: waits (receiving) until
+    /// `world_size - 1` cluster peers serve their node information, which a node does once it has
+    /// started (after its bootstrap). No anchor moves before every node of the run has started,
+    /// so a node that bootstraps installs the initial weights, with no entry in flight that it
+    /// could apply twice or miss (spec section 9.5). `timeout` at most, then a warning.
+    fn rendezvous(&mut self, timeout: Duration) -> Result<(), FabricError> {
+        let deadline = Instant::now() + timeout;
+        let need = self.world_size.unwrap_or(1).saturating_sub(1);
+        loop {
+            let mut started = 0;
+            for p in self.cluster_peers()? {
+                if self.transport.query_info(p, INFO_TIMEOUT).is_ok() {
+                    started += 1;
+                }
+            }
+            if started >= need {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                warn!(
+                    target: LOG_TARGET,
+                    "first sync: {started} of the run's {need} other node(s) started within {:.0}s; \
+                     going on",
+                    timeout.as_secs_f64()
+                );
+                return Ok(());
+            }
+            self.transport
+                .wait_for_packets(Duration::from_millis(100))?;
+            self.poll()?;
+        }
+    }
+
+    /// Sets the info object's `seq` member (the highest own seq sent) when it changed.
+    fn note_info_seq(&mut self) -> Result<(), FabricError> {
+        let seq = self.lock()?.next_seq().saturating_sub(1);
+        if self.info_seq != Some(seq) {
+            self.info_seq = Some(seq);
+            self.transport.set_info_member("seq", Some(json!(seq)));
+        }
+        Ok(())
+    }
+
+    /// After a bootstrap: each live peer's highest own seq (its info's `seq`), taken as held by the
+    /// snapshot just installed, so that [`Fabric::finish`] does not wait for entries that reached
+    /// this node inside the snapshot rather than as packets (spec section 9.5: an entry in flight
+    /// meanwhile can be applied twice or missed, as for any joiner).
+    fn note_snapshot_floor(&mut self) -> Result<(), FabricError> {
+        for p in self.transport.peers()? {
+            let Ok(info) = self.transport.query_info(p, INFO_TIMEOUT) else {
+                debug!(target: LOG_TARGET, "no node information of {} after the bootstrap", node_hex(p));
+                continue;
+            };
+            let inc = info
+                .get("incarnation")
+                .and_then(Value::as_str)
+                .and_then(|h| u64::from_str_radix(h, 16).ok());
+            if let (Some(inc), Some(seq)) = (inc, info.get("seq").and_then(Value::as_u64)) {
+                self.snapshot_floor.insert(p, (inc, seq));
+            }
+        }
+        Ok(())
+    }
+
+    /// Per origin, the `(incarnation, seq)` up to which the snapshot this node installed holds its
+    /// entries (empty without a bootstrap); [`Fabric::finish`] counts them as applied.
+    pub fn snapshot_floor(&self) -> &HashMap<u64, (u64, u64)> {
+        &self.snapshot_floor
     }
 
     /// Receives, applies and relays what is pending without generating (idle, winding down);
@@ -716,6 +825,7 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
                 }
             }
             if !res.indices.is_empty() {
+                self.anchor_version.fetch_add(1, Ordering::Release);
                 self.store.apply(&res.indices, &res.values)?;
                 self.counters.values_received_applied += res.indices.len() as u64;
             }
@@ -734,6 +844,9 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
             }
             let active = self.store.gather()?;
             own = e.generate(&active, self.fast_selection)?;
+            if !own.is_empty() {
+                self.anchor_version.fetch_add(1, Ordering::Release);
+            }
             let (ci, cv) = e.last_correction();
             if !ci.is_empty() {
                 // DF-GEN-70: the own weights move by what was sent only
@@ -786,6 +899,9 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
         out.extend(requests);
         let ours = (e.manifest().fingerprint(), e.num_params());
         drop(e);
+        if !own.is_empty() {
+            self.note_info_seq()?;
+        }
         for (code, h) in misconfigured {
             // after the engine's lock is released: a logger may take its time
             self.report_misconfigured(code, &h, &ours.0, ours.1);
@@ -855,13 +971,18 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
     /// model. One last generation sends what this node learned since its last sync; then the
     /// node receives, relays and repairs without generating until every live member peer has
     /// finished too and this node has applied each one's entries up to the last one it announced,
-    /// and until each of them reports the same of its own peers. A node tells its last entry
-    /// through the `finish` member of its info object (`{"incarnation": "<hex16>", "seq": <its
-    /// highest own seq, 0 if none>, "done": <bool>}`; DF-ZEN-6 readers ignore it). The shared
-    /// model (the anchor, DF-NUM-1: the same on every node up to rounding) is then loaded into
-    /// the store and returned; a residual held aside (DF-GEN-240) is dropped. A peer that leaves
-    /// is no longer waited for. After `timeout`: [`FabricError::FinishTimeout`] naming the peers
-    /// still waited for; the node stays usable.
+    /// and until each of them reports the same of its own peers, this node among them. A node
+    /// tells its last entry through the `finish` member of its info object (`{"incarnation":
+    /// "<hex16>", "seq": <its highest own seq, 0 if none>, "done": <bool>, "have": [<hex16 ids of
+    /// the finishing peers whose entries up to their seq it has applied>]}`, spec/proposals/
+    /// finish.md; DF-ZEN-6 readers ignore it); `done` is true while it waits for no peer. Entries
+    /// held by a snapshot this node bootstrapped from count as applied. With a world size
+    /// ([`FabricOptions::world_size`]) the node also waits until it has seen `world_size - 1`
+    /// peers finish, so that a node that restarts is not left behind. The shared model (the
+    /// anchor, DF-NUM-1: the same on every node up to rounding) is then loaded into the store and
+    /// returned; a residual held aside (DF-GEN-240) is dropped. A peer that leaves is no longer
+    /// waited for. After `timeout`: [`FabricError::FinishTimeout`] naming the peers still waited
+    /// for; the node stays usable.
     pub fn finish(&mut self, timeout: Duration) -> Result<Vec<f32>, FabricError> {
         self.check_open()?;
         let deadline = Instant::now() + timeout;
@@ -870,10 +991,13 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
             let e = self.lock()?;
             (e.incarnation(), e.next_seq().saturating_sub(1))
         };
-        let member = |done: bool| json!({"incarnation": node_hex(inc), "seq": seq, "done": done});
+        let member = |done: bool, have: &BTreeSet<u64>| {
+            let have: Vec<String> = have.iter().map(|p| node_hex(*p)).collect();
+            json!({"incarnation": node_hex(inc), "seq": seq, "done": done, "have": have})
+        };
+        let mut shown = (false, BTreeSet::new());
         self.transport
-            .set_info_member("finish", Some(member(false)));
-        let mut done = false;
+            .set_info_member("finish", Some(member(shown.0, &shown.1)));
         let mut last_repair = Instant::now();
         loop {
             self.poll()?;
@@ -881,12 +1005,18 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
             let left = deadline.saturating_duration_since(now);
             let state =
                 self.finish_state(left.clamp(Duration::from_millis(50), Duration::from_secs(1)))?;
-            if state.missing.is_empty() && !done {
-                done = true;
-                self.transport.set_info_member("finish", Some(member(true)));
+            let done = state.missing.is_empty();
+            if done && !shown.0 {
                 debug!(target: LOG_TARGET, "finish: every live peer's last entry is applied");
             }
-            if state.missing.is_empty() && state.not_done.is_empty() {
+            if shown.0 != done || shown.1 != state.have {
+                // what this node's info says now (read by its peers)
+                shown = (done, state.have.clone());
+                self.transport
+                    .set_info_member("finish", Some(member(shown.0, &shown.1)));
+            }
+            let absent = self.finish_absent();
+            if done && state.not_done.is_empty() && absent == 0 {
                 break;
             }
             if Instant::now() >= deadline {
@@ -901,6 +1031,7 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
                 return Err(FabricError::FinishTimeout {
                     timeout,
                     missing: missing.into_iter().collect(),
+                    absent,
                 });
             }
             if now.saturating_duration_since(last_repair) >= FINISH_REPAIR_ROUND {
@@ -922,11 +1053,23 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
         Ok(anchor)
     }
 
+    /// How many nodes of the world size this finishing node has not seen finish yet (0 without a
+    /// world size): a node of the run that restarts is waited for, not left behind.
+    fn finish_absent(&self) -> usize {
+        self.world_size.map_or(0, |w| {
+            w.saturating_sub(1)
+                .saturating_sub(self.finished_peers.len())
+        })
+    }
+
     /// For [`Fabric::finish`]: the live member peers still waited for (and why), those that do not
-    /// report `done` yet, and per peer whose last entries are not all here `(incarnation, from,
-    /// to)`: the seqs above the highest accepted one, up to its announced last seq.
-    fn finish_state(&self, timeout: Duration) -> Result<FinishState, FabricError> {
+    /// report `done` with this node in their `have` yet, per peer whose last entries are not all
+    /// here `(incarnation, from, to)`: the seqs above the highest accepted one, up to its
+    /// announced last seq, and the finishing peers whose last entry this node has applied. Notes
+    /// every peer seen finished.
+    fn finish_state(&mut self, timeout: Duration) -> Result<FinishState, FabricError> {
         let mut st = FinishState::default();
+        let me = node_hex(self.transport.node_id());
         for p in self.cluster_peers()? {
             let info = self.transport.query_info(p, timeout).ok();
             let Some(fin) = info.as_ref().and_then(|i| i.get("finish")) else {
@@ -955,13 +1098,21 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
                 st.not_done.insert(p);
                 continue;
             };
-            if !done {
+            let has_me = fin
+                .get("have")
+                .and_then(Value::as_array)
+                .is_some_and(|h| h.iter().any(|x| x.as_str() == Some(me.as_str())));
+            if !(done && has_me) {
                 st.not_done.insert(p);
             }
             if seq < 1 {
+                self.finished_peers.insert(p);
+                st.have.insert(p);
                 continue;
             }
-            let got = self.origin_progress.get(&p).copied().unwrap_or((0, 0));
+            let progress = self.origin_progress.get(&p).copied().unwrap_or((0, 0));
+            let floor = self.snapshot_floor.get(&p).copied().unwrap_or((0, 0));
+            let got = progress.max(floor);
             let gaps = self.gaps.as_ref().map(|g| g.missing(p)).unwrap_or_default();
             if got < (inc, seq) {
                 st.missing.insert(
@@ -987,6 +1138,11 @@ impl<W: WeightStore, T: Transport> Fabric<W, T> {
                         gaps[0]
                     ),
                 );
+            }
+            if !st.missing.contains_key(&p) {
+                // finished training, every entry of it applied here
+                self.finished_peers.insert(p);
+                st.have.insert(p);
             }
         }
         Ok(st)

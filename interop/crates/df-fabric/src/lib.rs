@@ -47,8 +47,8 @@ pub use fabric::{Fabric, FabricError, FabricOptions, JoinOptions, TrustCounters}
 pub use memory::{MemoryHub, MemoryTransport};
 pub use store::{StoreError, VecStore, WeightStore};
 pub use transport::{
-    SnapshotError, SnapshotErrorKind, SnapshotProvider, SnapshotSource, Transport, TransportError,
-    TransportStats, VerifiedSnapshot,
+    SnapshotError, SnapshotErrorKind, SnapshotProvider, SnapshotSource, SnapshotVersion, Transport,
+    TransportError, TransportStats, VerifiedSnapshot,
 };
 
 /// The `log` target of every DeltaFabric record (the Python logger name).

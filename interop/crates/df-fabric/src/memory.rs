@@ -256,6 +256,9 @@ impl Transport for MemoryTransport {
         Ok(())
     }
 
+    /// Ignored: every fetch captures anew (no capture is reused).
+    fn set_snapshot_version(&self, _version: Option<crate::transport::SnapshotVersion>) {}
+
     fn set_info_member(&self, name: &str, value: Option<Value>) {
         let mut s = lock(&self.hub.hub);
         if let Some(m) = s.members.get_mut(&self.id) {

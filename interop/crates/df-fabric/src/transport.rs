@@ -37,6 +37,10 @@ pub use df_core::snapshot::{SnapshotError, SnapshotErrorKind, SnapshotSource, Ve
 /// transport's threads when a joiner's request needs a new capture, so it must be thread-safe.
 pub type SnapshotProvider = Arc<dyn Fn() -> Result<SnapshotSource, SnapshotError> + Send + Sync>;
 
+/// The version of the state a [`SnapshotProvider`] captures: a number that changes whenever a
+/// capture would hold something else (the node's anchor moved). Read from the transport's threads.
+pub type SnapshotVersion = Arc<dyn Fn() -> u64 + Send + Sync>;
+
 /// Counters of one transport (Python `TransportStats`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TransportStats {
@@ -121,6 +125,13 @@ pub trait Transport {
     /// previous provider).
     fn serve_snapshot(&self, provider: SnapshotProvider) -> Result<(), TransportError>;
 
+    /// The version of what the snapshot provider captures (`None`: unknown). A transport that
+    /// reuses a young capture for a new joiner (DF-ZEN-11) reuses it only while the version is the
+    /// one it was captured at, so that a joiner never installs a capture older than the anchor; a
+    /// transport that captures for every joiner ignores it. A wrapper must pass it through (no
+    /// default body).
+    fn set_snapshot_version(&self, version: Option<SnapshotVersion>);
+
     /// Fetches `peer`'s anchor snapshot of manifest `fingerprint` within `timeout`, verified by a
     /// [`df_core::snapshot::SnapshotAssembler`] (fingerprint, consistency, offsets, finite values, digest:
     /// DF-ZEN-12).
@@ -176,6 +187,9 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     }
     fn serve_snapshot(&self, provider: SnapshotProvider) -> Result<(), TransportError> {
         (**self).serve_snapshot(provider)
+    }
+    fn set_snapshot_version(&self, version: Option<SnapshotVersion>) {
+        (**self).set_snapshot_version(version)
     }
     fn fetch_snapshot(
         &self,

@@ -222,6 +222,9 @@ impl Transport for Masked {
     ) -> Result<std::collections::BTreeSet<u64>, df_fabric::TransportError> {
         self.inner.wait_for_peers(n, expected, timeout)
     }
+    fn set_snapshot_version(&self, version: Option<df_fabric::SnapshotVersion>) {
+        self.inner.set_snapshot_version(version)
+    }
     fn serve_snapshot(
         &self,
         provider: df_fabric::SnapshotProvider,

@@ -100,6 +100,9 @@ impl Transport for LoggedTransport {
     fn serve_snapshot(&self, provider: SnapshotProvider) -> Result<(), TransportError> {
         self.inner.serve_snapshot(provider)
     }
+    fn set_snapshot_version(&self, version: Option<df_fabric::SnapshotVersion>) {
+        self.inner.set_snapshot_version(version)
+    }
     fn fetch_snapshot(
         &self,
         peer: u64,

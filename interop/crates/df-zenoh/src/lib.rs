@@ -10,7 +10,8 @@
 //! - `NS/v1/snapshot/<hex16>`: queryable answering `chunk=<i>&chunk_size=<c>` (pairs separated by `&`
 //!   or `;`) with one `SnapshotChunk` (values `[i*c, min((i+1)*c, N))`), see [`ZenohTransport::serve_snapshot`].
 //! - `NS/v1/info/<hex16>`: queryable answering JSON `{node, incarnation, fingerprint, framework, N,
-//!   supports}` plus the members the node added (`Transport::set_info_member`, e.g. `finish`).
+//!   supports}` plus the members the node added (`Transport::set_info_member`, e.g. `seq` and
+//!   `finish`).
 //!
 //! Received packets go through a callback into a bounded queue. [`QueuePolicy::DropOldest`] (the
 //! default) never blocks Zenoh's receive path and counts every dropped packet in
@@ -261,7 +262,8 @@ pub const DEFAULT_QUEUE_BYTES: usize = 256 * 1024 * 1024;
 pub const ZENOH_MESSAGE_MARGIN: usize = 65_536;
 
 pub use df_fabric::transport::{
-    SnapshotProvider, SnapshotSource, Transport, TransportError, TransportStats, VerifiedSnapshot,
+    SnapshotProvider, SnapshotSource, SnapshotVersion, Transport, TransportError, TransportStats,
+    VerifiedSnapshot,
 };
 
 fn zerr(e: impl fmt::Display) -> TransportError {
@@ -285,6 +287,8 @@ struct Shared {
     published: AtomicU64,
     published_bytes: AtomicU64,
     provider: Mutex<Option<SnapshotProvider>>,
+    /// The version of what the provider captures (`Transport::set_snapshot_version`).
+    version: Mutex<Option<SnapshotVersion>>,
     /// The info members added by `set_info_member` (DF-ZEN-6 allows members readers ignore).
     info_extra: Mutex<serde_json::Map<String, Value>>,
     /// Set by close: a blocked receive callback gives up instead of waiting for room.
@@ -355,16 +359,26 @@ impl Shared {
 
     /// Runs `f` on the snapshot server at one clock reading, with a capture taken from the
     /// provider only when the server needs one (DF-ZEN-11: chunk 0 and info may capture, later
-    /// chunks reuse the capture they started from).
+    /// chunks reuse the capture they started from). `versioned`: a capture is reused only at the provider's current version (snapshot
+    /// requests); info requests (whose members do not depend on the anchor) reuse one by age, so
+    /// that the info queries of finishing peers do not copy the anchor after every receive.
     fn with_server<R>(
         &self,
         fresh: bool,
+        versioned: bool,
         f: impl FnOnce(&mut SnapshotServer, Instant, &dyn Fn() -> SnapshotSource) -> R,
     ) -> Result<R, SnapshotError> {
         let provider = lock(&self.provider).clone().ok_or_else(|| {
             SnapshotError::new(SnapshotErrorKind::ServerError, "no snapshot served")
         })?;
+        let version = if versioned {
+            lock(&self.version).clone()
+        } else {
+            None
+        };
         let mut server = lock(&self.server);
+        // read before the capture: a change in between makes the next request capture again
+        server.set_version(version.map(|v| v()));
         let now = Instant::now();
         let captured = if server.needs_capture(fresh, now) {
             Some(provider()?)
@@ -440,6 +454,7 @@ impl ZenohTransport {
             published: AtomicU64::new(0),
             published_bytes: AtomicU64::new(0),
             provider: Mutex::new(None),
+            version: Mutex::new(None),
             info_extra: Mutex::new(serde_json::Map::new()),
             closing: std::sync::atomic::AtomicBool::new(false),
             server: Mutex::new(
@@ -500,7 +515,7 @@ impl ZenohTransport {
                         return;
                     }
                     let answer = parse_chunk_params(&params, mps).and_then(|(chunk, _)| {
-                        sh.with_server(chunk == 0, |srv, now, capture| {
+                        sh.with_server(chunk == 0, true, |srv, now, capture| {
                             srv.answer(&params, now, capture)
                         })?
                     });
@@ -526,7 +541,8 @@ impl ZenohTransport {
                 .declare_queryable(key)
                 .complete(true)
                 .callback(move |query| {
-                    let info = sh.with_server(true, |srv, now, capture| srv.info(now, capture));
+                    let info =
+                        sh.with_server(true, false, |srv, now, capture| srv.info(now, capture));
                     let _ = match info {
                         Ok(mut info) => {
                             if let Some(o) = info.as_object_mut() {
@@ -738,6 +754,10 @@ impl Transport for ZenohTransport {
         Ok(())
     }
 
+    fn set_snapshot_version(&self, version: Option<SnapshotVersion>) {
+        *lock(&self.shared.version) = version;
+    }
+
     fn set_info_member(&self, name: &str, value: Option<Value>) {
         let mut m = lock(&self.shared.info_extra);
         match value {
@@ -815,7 +835,8 @@ impl Transport for ZenohTransport {
     }
 
     /// Serves snapshots and info from `provider` (DF-ZEN-5). Chunk-0 and info requests capture a
-    /// new snapshot unless the last one is younger than 10 s; later chunks use the last capture.
+    /// new snapshot unless the last one is younger than 10 s and was taken at the version
+    /// [`Transport::set_snapshot_version`] tells now; later chunks use the last capture.
     fn serve_snapshot(&self, provider: SnapshotProvider) -> Result<(), TransportError> {
         self.check_open()?;
         *lock(&self.shared.provider) = Some(provider);

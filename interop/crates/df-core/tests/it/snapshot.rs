@@ -407,6 +407,48 @@ fn server_policy_reuses_and_keeps_captures_by_the_given_time() {
 }
 
 #[test]
+fn a_young_capture_is_reused_only_while_the_state_version_is_unchanged() {
+    // REQ: DF-ZEN-11 (a joiner never gets a capture older than the state, also within 10 s)
+    let t0 = Instant::now();
+    let s = |secs: u64| t0 + Duration::from_secs(secs);
+    let captures = Cell::new(0u32);
+    let capture = || {
+        captures.set(captures.get() + 1);
+        source(5 + captures.get() as usize)
+    };
+    let id_of = |buf: Vec<u8>| decode_chunk(&buf).expect("chunk").snapshot_id;
+    let mut srv = SnapshotServer::new(9, MPS).expect("server");
+    srv.set_version(Some(1));
+    let first = srv.answer("chunk=0&chunk_size=2", s(0), capture);
+    assert_eq!(id_of(first.expect("ok")), 1);
+    // the same version within 10 s: shared
+    assert!(!srv.needs_capture(true, s(1)));
+    let again = srv.answer("chunk=0&chunk_size=2", s(1), capture);
+    assert_eq!(id_of(again.expect("ok")), 1);
+    assert_eq!(captures.get(), 1);
+    // the state changed a second later: chunk 0 and info capture again ...
+    srv.set_version(Some(2));
+    assert!(srv.needs_capture(true, s(2)));
+    // ... later chunks of the running transfer keep their capture
+    assert!(!srv.needs_capture(false, s(2)));
+    let later = srv.answer("chunk=1&chunk_size=2", s(2), capture);
+    assert_eq!(id_of(later.expect("ok")), 1);
+    let fresh = srv.answer("chunk=0&chunk_size=2", s(2), capture);
+    assert_eq!(id_of(fresh.expect("ok")), 2);
+    assert_eq!(captures.get(), 2);
+    let _ = srv.info(s(3), capture);
+    assert_eq!(
+        captures.get(),
+        2,
+        "info at the same version reuses the capture"
+    );
+    // no version known: reuse by age only
+    srv.set_version(None);
+    assert!(!srv.needs_capture(true, s(4)));
+    assert!(srv.needs_capture(true, s(12)));
+}
+
+#[test]
 fn fetch_chunks_restarts_when_the_server_switches_snapshots() {
     // REQ: DF-ZEN-12 (a failed snapshot is discarded and retried)
     let t0 = Instant::now();

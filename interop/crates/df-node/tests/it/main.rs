@@ -1730,6 +1730,26 @@ fn incarnation_bound_and_keys_options() {
 }
 
 #[test]
+fn delta_fabric_repair_defaults_to_on_and_the_command_line_wins() {
+    // as Python's env.repair: on unless DELTA_FABRIC_REPAIR=0
+    let on = env_of(&[("DELTA_FABRIC_NODE_ID", "1")]);
+    assert!(df_node::cli::parse_args_env(NODE_BASE, &on).unwrap().repair);
+    let off = env_of(&[("DELTA_FABRIC_NODE_ID", "1"), ("DELTA_FABRIC_REPAIR", "0")]);
+    assert!(
+        !df_node::cli::parse_args_env(NODE_BASE, &off)
+            .unwrap()
+            .repair
+    );
+    let args = NODE_BASE.iter().copied().chain(["--repair"]);
+    assert!(df_node::cli::parse_args_env(args, &off).unwrap().repair);
+    let one = env_of(&[("DELTA_FABRIC_NODE_ID", "1"), ("DELTA_FABRIC_REPAIR", "1")]);
+    let args = NODE_BASE.iter().copied().chain(["--v1-0"]);
+    assert!(df_node::cli::parse_args_env(args, &one).unwrap().repair);
+    let args = NODE_BASE.iter().copied().chain(["--no-repair"]);
+    assert!(!df_node::cli::parse_args_env(args, &one).unwrap().repair);
+}
+
+#[test]
 fn defaults_are_the_recommended_profile_and_v1_0_is_the_1_0_preset() {
     use df_core::SyncConfig;
     let env = env_of(&[("DELTA_FABRIC_NODE_ID", "1")]);

@@ -194,6 +194,56 @@ fn two_sessions_exchange_liveliness_and_snapshot() {
 }
 
 #[test]
+fn a_young_capture_is_reused_only_while_the_anchor_version_is_unchanged() {
+    // REQ: DF-ZEN-11 (a joiner never installs a capture older than the anchor, also within 10 s)
+    let ns = format!("dftest/version{}", std::process::id());
+    let (pa, pb) = (free_port(), free_port());
+    let a = node(1, &ns, pa, None);
+    let b = node(2, &ns, pb, Some(pa));
+    a.wait_for_peers(1, &[2], Duration::from_secs(10))
+        .expect("A sees B");
+    let fp = [7u8; 32];
+    let state = Arc::new(std::sync::Mutex::new(vec![1.0f32; 50]));
+    let version = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let st = Arc::clone(&state);
+    let captures = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let n = Arc::clone(&captures);
+    a.serve_snapshot(Arc::new(move || {
+        n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        SnapshotSource::new(5, fp, st.lock().unwrap().clone(), "test")
+    }))
+    .expect("serve");
+    let v = Arc::clone(&version);
+    a.set_snapshot_version(Some(Arc::new(move || {
+        v.load(std::sync::atomic::Ordering::SeqCst)
+    })));
+    let fetch = || {
+        b.fetch_snapshot(1, &fp, Duration::from_secs(10))
+            .expect("fetch")
+            .values
+    };
+    assert_eq!(fetch(), vec![1.0; 50]);
+    // the anchor moves and its version with it: the next joiner gets the new anchor at once
+    *state.lock().unwrap() = vec![2.0; 50];
+    version.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(fetch(), vec![2.0; 50]);
+    // the version unchanged (within 10 s): the capture is shared
+    *state.lock().unwrap() = vec![3.0; 50];
+    assert_eq!(fetch(), vec![2.0; 50]);
+    // info queries (finishing peers ask a few times a second) do not capture after every move
+    let before = captures.load(std::sync::atomic::Ordering::SeqCst);
+    version.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    for _ in 0..3 {
+        let info = b.info(1, Duration::from_secs(5)).expect("info");
+        assert_eq!(info["N"], 50);
+    }
+    assert_eq!(captures.load(std::sync::atomic::Ordering::SeqCst), before);
+    // no version: reuse by age only, as before
+    a.set_snapshot_version(None);
+    assert_eq!(fetch(), vec![2.0; 50]);
+}
+
+#[test]
 fn snapshot_answers_only_members() {
     // REQ: DF-ZEN-155
     let ns = format!("dftest/members{}", std::process::id());
