@@ -120,3 +120,67 @@ def _initial(n: int) -> np.ndarray:
         return own_model_peer.initial_weights(7, n)
     finally:
         sys.path.remove(str(PEER.parent))
+
+
+def test_delta_fabric_run_starts_a_burn_node_next_to_a_pytorch_node(tmp_path: Path) -> None:
+    """REQ: DF-NUM-1: two launchers, as on two machines: the first starts the PyTorch peer (rank 0),
+    the second the Burn example's binary (``--no-python``, rank 1, which bootstraps from rank 0);
+    both read the launcher's variables, train, ``finish`` and write the same shared model. No
+    coordinator, no ids or endpoints given to the programs."""
+    cli = [sys.executable, "-m", "delta_fabric.cli", "run"]
+    (port,) = free_ports(1)
+    ns = ["--namespace", f"dftest/burn-run-{uuid.uuid4().hex[:12]}", "--world-size", "2"]
+    a_out, b_out = tmp_path / "a.f32", tmp_path / "b.f32"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    first = subprocess.Popen(
+        [
+            *cli,
+            "--listen",
+            f"tcp/127.0.0.1:{port}",
+            *ns,
+            "--timeout",
+            "150",
+            str(PEER),
+            "--out",
+            str(a_out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        second = subprocess.run(
+            [
+                *cli,
+                "--connect",
+                f"tcp/127.0.0.1:{port}",
+                "--first-rank",
+                "1",
+                *ns,
+                "--timeout",
+                "150",
+                "--no-python",
+                str(EXAMPLE),
+                "--out",
+                str(b_out),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            env=env,
+            check=False,
+        )
+        _out, err = first.communicate(timeout=TIMEOUT)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait(5)
+    assert first.returncode == 0 and second.returncode == 0, (err, second.stderr)
+    a, b = np.fromfile(a_out, "<f4"), np.fromfile(b_out, "<f4")
+    assert a.shape == b.shape and a.size > 0
+    scale = max(float(np.abs(a).max()), float(np.abs(b).max()))
+    assert float(np.abs(a - b).max()) <= 5e-2 * scale  # DF-NUM-1
+    assert float(np.abs(a - b).max()) <= 1e-5 * max(1.0, scale)  # finish: one shared model
+    burn = [json.loads(ln.split(": ", 1)[1]) for ln in second.stdout.splitlines() if '"done"' in ln]
+    assert burn and burn[0]["stats"]["bootstrapped"] is True  # rank 1 starts from rank 0's weights

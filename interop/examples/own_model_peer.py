@@ -8,6 +8,14 @@ own shard of the same synthetic task, syncs with the Burn nodes over Zenoh and e
     python interop/examples/own_model_peer.py --node-id 0c --peers 0a,0b \\
         --listen tcp/127.0.0.1:7502 --connect tcp/127.0.0.1:7500 --connect tcp/127.0.0.1:7501 \\
         --out c.f32
+
+Without ``--node-id`` it takes its settings from the launcher's variables (``Fabric.from_env``), so
+that ``delta-fabric run`` starts it next to a Burn node started the same way::
+
+    delta-fabric run --listen tcp/127.0.0.1:7500 --advertise 127.0.0.1 --world-size 2 \\
+        interop/examples/own_model_peer.py --out a.f32
+    delta-fabric run --connect tcp/127.0.0.1:7500 --world-size 2 --first-rank 1 \\
+        --no-python target/debug/examples/own_model --out b.f32
 """
 
 from __future__ import annotations
@@ -83,8 +91,8 @@ def emit(event: dict[str, object]) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--node-id", required=True, type=lambda s: int(s, 16))
-    p.add_argument("--index", type=int, default=0)
+    p.add_argument("--node-id", default=None, type=lambda s: int(s, 16))
+    p.add_argument("--index", type=int, default=None)
     p.add_argument("--peers", default="", help="comma-separated hex ids of the other nodes")
     p.add_argument("--listen", default=None)
     p.add_argument("--connect", action="append", default=[])
@@ -95,6 +103,10 @@ def main() -> int:
     p.add_argument("--timeout", type=float, default=60.0)
     a = p.parse_args()
     peers = [int(s, 16) for s in a.peers.split(",") if s]
+    from delta_fabric import env
+
+    if a.index is None:
+        a.index = env.rank() or 0
 
     torch.manual_seed(0)
     model = Mlp()
@@ -105,21 +117,27 @@ def main() -> int:
             t.copy_(torch.from_numpy(init[off : off + t.numel()]).view_as(t))
             off += t.numel()
 
-    transport = ZenohTransport(
-        ZenohOptions(
-            node_id=a.node_id,
-            namespace=a.namespace,
-            listen=[a.listen] if a.listen else [],
-            connect=a.connect,
+    # the recommended profile (averaged over the cluster: the single-node learning rate), with
+    # more of this small model's weights sent more often, as the Rust example
+    config = SyncConfig(ratio=0.5, sync_interval=5)
+    if a.node_id is None:  # under delta-fabric run: every setting from its variables
+        fabric = Fabric.from_env(TorchStore(model), config)
+        transport = fabric.transport
+        transport.wait_for_peers((env.nodes() or 1) - 1, a.timeout)
+    else:
+        transport = ZenohTransport(
+            ZenohOptions(
+                node_id=a.node_id,
+                namespace=a.namespace,
+                listen=[a.listen] if a.listen else [],
+                connect=a.connect,
+            )
         )
-    )
     try:
-        transport.wait_for_peers(len(peers), a.timeout, expected=peers)
-        # the recommended profile (averaged over the cluster: the single-node learning rate), with
-        # more of this small model's weights sent more often, as the Rust example
-        config = SyncConfig(ratio=0.5, sync_interval=5)
-        fabric = Fabric(TorchStore(model), transport, config, node_id=a.node_id)
-        emit({"event": "ready", "node": f"{a.node_id:016x}", "num_params": fabric.num_params})
+        if a.node_id is not None:
+            transport.wait_for_peers(len(peers), a.timeout, expected=peers)
+            fabric = Fabric(TorchStore(model), transport, config, node_id=a.node_id)
+        emit({"event": "ready", "node": f"{fabric.node_id:016x}", "num_params": fabric.num_params})
         xs, ys = shard(a.index)
         opt = torch.optim.SGD(model.parameters(), lr=0.05)
         rng = SplitMix64(2000 + a.index)
@@ -136,7 +154,7 @@ def main() -> int:
         emit(
             {
                 "event": "finished",
-                "node": f"{a.node_id:016x}",
+                "node": f"{fabric.node_id:016x}",
                 "seq": fabric.engine.next_seq - 1,
                 "loss": float(loss),
             }
