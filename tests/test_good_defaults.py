@@ -437,3 +437,23 @@ def test_checkpoint_saves_the_shared_model_and_resumes(tmp_path: Path) -> None:
         checkpoint.read(tmp_path / "junk.dfckpt")
     with pytest.raises(checkpoint.CheckpointError, match="non-finite"):
         checkpoint.save(tmp_path / "x", fresh.manifest, np.full(16, np.nan, np.float32))
+
+
+def test_a_required_bootstrap_from_peers_of_another_model_fails_at_once() -> None:
+    import time
+
+    from delta_fabric.errors import ConfigurationError
+    from delta_fabric.fabric import ModelMismatch, SnapshotUnavailable
+
+    hub = MemoryHub()
+    a = Fabric(_store(8), hub.transport(1), node_id=1)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(ModelMismatch, match="another model's snapshot") as err:
+            Fabric(_store(9), hub.transport(2), node_id=2, bootstrap=True, bootstrap_timeout=60)
+        assert time.monotonic() - t0 < 30  # not the 60 s timeout
+        assert isinstance(err.value, ConfigurationError)  # one line under delta-fabric run
+        assert isinstance(err.value, SnapshotUnavailable)
+        assert "\n" not in str(err.value) and "N=9" in str(err.value)
+    finally:
+        a.close(close_transport=True)

@@ -978,3 +978,13 @@ def test_a_duplicate_node_id_under_the_launcher_is_one_line_and_exit_2(tmp_path:
     assert len(node_lines) == 1, res.stderr
     assert node_lines[0].startswith("[0]: error: node id 0000000000000d0d is already used")
     assert "Traceback" not in res.stderr and "likely causes" not in res.stderr
+
+
+def test_a_rank_that_bootstraps_from_another_model_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(MISMATCHED)  # rank r has a model of 8 + r values
+    res = cli("run", "--nodes", "2", "--timeout", "60", str(script), timeout=90)
+    assert res.returncode == 2, res
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("[1]: ")]
+    assert len(lines) == 1 and lines[0].startswith("[1]: error: the live peers serve another model")
+    assert "Traceback" not in res.stderr

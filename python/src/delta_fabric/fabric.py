@@ -39,7 +39,7 @@ from numpy.typing import NDArray
 from delta_fabric.config import AUTO, RelayPolicy, SyncConfig
 from delta_fabric.encodings import supports
 from delta_fabric.engine import AcceptedEntry, ActiveView, Engine, ReceiveResult, Snapshot
-from delta_fabric.errors import DeltaFabricError, ErrorCode
+from delta_fabric.errors import ConfigurationError, DeltaFabricError, ErrorCode
 from delta_fabric.influence import InfluenceBound
 from delta_fabric.log import warn_loudly
 from delta_fabric.manifest import Manifest
@@ -56,7 +56,7 @@ from delta_fabric.repair import (
     encode_request,
     is_repair_request,
 )
-from delta_fabric.snapshot import SnapshotError, SnapshotSource
+from delta_fabric.snapshot import SnapshotError, SnapshotErrorKind, SnapshotSource
 from delta_fabric.store import FunctionalStore, WeightStore, running_stats
 from delta_fabric.transports.base import Transport, check_node_id, node_hex
 from delta_fabric.wire import VERSION_MAJOR, Entry, Packet, encode_packet, peek_header
@@ -73,6 +73,7 @@ __all__ = [
     "Fabric",
     "FabricClosedError",
     "FinishTimeout",
+    "ModelMismatch",
     "SnapshotUnavailable",
     "default_incarnation",
 ]
@@ -109,6 +110,11 @@ class _AnchorProvider:
 
 class SnapshotUnavailable(DeltaFabricError, RuntimeError):
     """A bootstrap was required but no live peer delivered a valid snapshot in time."""
+
+
+class ModelMismatch(SnapshotUnavailable, ConfigurationError):
+    """A required bootstrap found only peers of another model (their snapshots' fingerprint is not
+    this node's): a configuration error, raised at once rather than after the timeout."""
 
 
 class FabricClosedError(DeltaFabricError, RuntimeError):
@@ -512,6 +518,7 @@ class Fabric:
         """A verified snapshot from any live peer (the transport checks chunks and the digest)."""
         deadline = time.monotonic() + timeout
         last: Exception | None = None
+        other_model = 0  # fetches in a row answered with another model's snapshot
         while True:
             remaining = deadline - time.monotonic()
             try:
@@ -521,6 +528,18 @@ class Fabric:
             except (SnapshotError, TimeoutError, OSError) as exc:
                 last = exc
                 log.debug("snapshot fetch failed: %s", exc)
+                mismatch = (
+                    isinstance(exc, SnapshotError)
+                    and exc.kind is SnapshotErrorKind.FINGERPRINT_MISMATCH
+                )
+                other_model = other_model + 1 if mismatch else 0
+                if required and other_model >= 3:
+                    raise ModelMismatch(
+                        "the live peers serve another model's snapshot (this node's fingerprint "
+                        f"{self.manifest.fingerprint.hex()[:16]}..., N={self.manifest.num_params}): "
+                        "the nodes of one run must have the same model (check the model, "
+                        "include_buffers and the framework mapping)"
+                    ) from None
             else:
                 snap = Snapshot(
                     self.manifest.fingerprint, np.asarray(anchor, dtype=np.float32).copy()
