@@ -194,12 +194,18 @@ def decode_cases(ns: ModuleType) -> tuple[list[Any], list[Any]]:
         kw = {} if manifest is None else {"manifest": manifest}
         valid.append(ValidCase(name, desc, [*reqs], packet=p, **kw))
 
-    def ok_raw(name: str, desc: str, p: CP, expect: Packet, reqs: Sequence[str]) -> None:
+    def ok_raw(
+        name: str, desc: str, p: CP, expect: Packet, reqs: Sequence[str], manifest: Any = None
+    ) -> None:
         # an encoder writes other bytes for these values unless they are its own output
         again = decode_packet(encode_packet(expect))
         canonical = again == expect
+        kw = {} if manifest is None else {"manifest": manifest}
+        mfp = fp if manifest is None else manifest.fingerprint
         valid.append(
-            ValidCase(name, desc, [*reqs], raw=build_raw(p, fp), expect=expect, encode=canonical)
+            ValidCase(
+                name, desc, [*reqs], raw=build_raw(p, mfp), expect=expect, encode=canonical, **kw
+            )
         )
 
     def bad(
@@ -252,6 +258,26 @@ def decode_cases(ns: ModuleType) -> tuple[list[Any], list[Any]]:
         "(00 00 07), not the bitmap 01 00 81.",
         pk(_entry(0xB2, 1, [0, 7], [1.0, -1.0])),
         [REQ_PACKED],
+    )
+    assert encode_delta(np.array([128, 129], np.uint32)) == bytes([0, 0x80, 1, 1])
+    assert encode_bitmap(np.array([128, 129], np.uint32)) == bytes([1, 0x80, 1, 3])
+    ok(
+        "packed_tie_from_first_index",
+        "PACKED F32: indices [128, 129]: the encoder writes delta (00 80 01 01), since the bitmap "
+        "from the first index (01 80 01 03) is as long. The bitmap from base 127 (01 7f 06) would "
+        "be shorter, but the base a sender compares and writes is the first index (DF-PKT-116).",
+        pk(_entry(0xB2, 1, [128, 129], [1.0, -1.0]), manifest=large),
+        [REQ_PACKED],
+        manifest=large,
+    )
+    ok_raw(
+        "packed_bitmap_base_below_first",
+        "PACKED F32: indices [128, 129] written as the bitmap from base 127 (01 7f 06, bits 1 and 2): "
+        "a valid encoding that a receiver decodes, though no sender writes it (DF-PKT-116).",
+        CP([CE(indices=(), values=(1.0, -1.0), packed=bytes([1, 0x7F, 0x06]))], encoding=int(F32)),
+        pk(_entry(0xB2, 1, [128, 129], [1.0, -1.0]), manifest=large),
+        [REQ_PACKED],
+        manifest=large,
     )
     ok_raw(
         "packed_bitmap_as_written",

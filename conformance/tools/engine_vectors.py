@@ -888,6 +888,43 @@ def receive_cases() -> list[RecvCase]:
             config=SyncConfig.v1_0(relay_policy=RelayPolicy.NEEDED),
         ),
         RecvCase(
+            "relay_needed_refused_packet_not_heard",
+            "Relay policy NEEDED: B's first packet advertises [X] and carries B's entry, C's packet "
+            "advertises [X, B] and carries C's entry; B's second packet advertises [X, C] but is refused "
+            "with NON_FINITE_RESULT (two entries of D at one index overflow). A refused packet updates "
+            "no advertisement (DF-RLY-62), so B's stays [X]: C's entry is relayed for B. B's entry is "
+            "not relayed: its only other neighbour, C, hears B.",
+            ["DF-RLY-60", "DF-RLY-61", "DF-RLY-62", "DF-RCV-50"],
+            [
+                pkt(ent(B, B_INC, 1, 0, [2], [0.5]), heard=[NODE]),
+                pkt(ent(C, C_INC, 1, 0, [4], [0.25]), sender=C, heard=[NODE, B]),
+                pkt(
+                    ent(D, D_INC, 1, 1, [7], [3e38]),
+                    ent(D, D_INC, 2, 1, [7], [3e38]),
+                    heard=[NODE, C],
+                ),
+            ],
+            config=SyncConfig.v1_0(relay_policy=RelayPolicy.NEEDED),
+        ),
+        RecvCase(
+            "relay_needed_refused_copy",
+            "Relay policy NEEDED: as relay_needed_refused_packet_not_heard, but B's second packet "
+            "carries no advertisement and a copy of C's entry next to the two overflowing entries of D. "
+            "The packet is refused (NON_FINITE_RESULT), so its copy does not count (DF-RLY-60 (b) "
+            "counts only accepted packets): C's entry is still relayed for B.",
+            ["DF-RLY-60", "DF-RCV-50"],
+            [
+                pkt(ent(B, B_INC, 1, 0, [2], [0.5]), heard=[NODE]),
+                pkt(ent(C, C_INC, 1, 0, [4], [0.25]), sender=C, heard=[NODE, B]),
+                pkt(
+                    ent(C, C_INC, 1, 1, [4], [0.25]),
+                    ent(D, D_INC, 1, 1, [7], [3e38]),
+                    ent(D, D_INC, 2, 1, [7], [3e38]),
+                ),
+            ],
+            config=SyncConfig.v1_0(relay_policy=RelayPolicy.NEEDED),
+        ),
+        RecvCase(
             "relay_threshold_boundary",
             "relay_threshold 0.25 (exact in f32), alpha 1: |u| == 0.25 passes (>=), the f32 just below "
             "0.25 does not; the other entry has only values below the threshold and is not relayed.",

@@ -77,6 +77,46 @@ def entry_json(e: Entry) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------
 
 
+def _shared_signature_packet(e1: Entry, e2: Entry, sig: bytes, fp: bytes) -> bytes:
+    """A packet of ``e1`` and ``e2`` (F32, PLAIN) whose two entries point at one signature vector
+    (``sig``), as no builder writes it: the sharing rule (DF-SEC-20) makes it MALFORMED."""
+    import flatbuffers
+
+    b = flatbuffers.Builder(1024)
+    shared = b.CreateByteVector(sig)
+    made = []
+    for e in (e1, e2):
+        ix = b.CreateNumpyVector(np.asarray(e.indices, "<u4"))
+        vals = b.CreateNumpyVector(np.asarray(e.values, "<f4"))
+        made.append((e, ix, vals))
+    tables = []
+    for e, ix, vals in made:
+        b.StartObject(11)
+        b.PrependUint64Slot(0, e.origin, 0)
+        b.PrependUint64Slot(1, e.incarnation, 0)
+        b.PrependUint64Slot(2, e.seq, 0)
+        b.PrependUint8Slot(3, e.hops, 0)
+        b.PrependUOffsetTRelativeSlot(4, ix, 0)
+        b.PrependUOffsetTRelativeSlot(5, vals, 0)
+        b.PrependUOffsetTRelativeSlot(10, shared, 0)
+        tables.append(b.EndObject())
+    b.StartVector(4, len(tables), 4)
+    for off in reversed(tables):
+        b.PrependUOffsetTRelative(off)
+    entries = b.EndVector()
+    fpv = b.CreateByteVector(fp)
+    b.StartObject(9)
+    b.PrependUint16Slot(0, 1, 0)
+    b.PrependUint16Slot(1, 1, 0)
+    b.PrependUint64Slot(2, B, 0)
+    b.PrependUint64Slot(3, B_INC, 0)
+    b.PrependUOffsetTRelativeSlot(4, fpv, 0)
+    b.PrependUOffsetTRelativeSlot(6, entries, 0)
+    b.Finish(b.EndObject(), file_identifier=b"DFP1")
+    return bytes(b.Output())
+
+
+
 def _decode_vectors(vectors_dir: Path) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     man = mv.VECTOR_MANIFEST
@@ -139,13 +179,24 @@ def _decode_vectors(vectors_dir: Path) -> list[dict[str, Any]]:
         ("signature_65_bytes", "Entry.signature of 65 bytes.", sig + b"\0"),
         ("signature_empty", "Entry.signature present with 0 bytes.", b""),
     ]
+    cases: list[tuple[str, str, bytes, list[str]]] = []
     for name, desc, s in invalid:
         p = replace(good, entries=(replace(good.entries[0], signature=s), good.entries[1]))
-        data = encode_packet(p)
+        cases.append((name, desc, encode_packet(p), []))
+    cases.append(
+        (
+            "signatures_shared",
+            "Two entries whose signature fields designate one 64-byte vector: two objects share "
+            "bytes (DF-SEC-20), although each entry's signature has the right length.",
+            _shared_signature_packet(e1, e2, sig, fp),
+            ["DF-SEC-20"],
+        )
+    )
+    for name, desc, data, more in cases:
         ctx = mv.context(man)
         _, err = mv._check_decode(data, ctx)
         assert err is ErrorCode.MALFORMED, (name, err)
-        reqs = ["DF-ERR-3", "DF-PKT-140", "DF-RCV-1"]
+        reqs = sorted(["DF-ERR-3", "DF-PKT-140", "DF-RCV-1", *more])
         rel = f"decode/invalid/{name}"
         (vectors_dir / f"{rel}.dfp").write_bytes(data)
         mv._dump_json(
