@@ -4,7 +4,7 @@ calls.
 
 The pure-Python ``flatbuffers.Builder`` spends about 50 us per Entry table on this project's packets
 (per-call range checks, ``Prep``/``Pad``/``Place`` for every scalar); a relay re-encode of a packet of
-small entries cost as much as receiving it (issue 11, item 5). This class follows the same algorithm
+small entries cost as much as receiving it. This class follows the same algorithm
 (back-to-front writing, the same alignment and padding rules, vtable trimming and de-duplication,
 ``Finish`` with a file identifier), so its output is byte-identical: ``tests/test_fastbuild.py`` checks
 it against ``flatbuffers.Builder`` on random packets and on every conformance vector's packet.

@@ -1,4 +1,4 @@
-"""Bounded influence (issue 12 item 8; OPTIONAL, per node; proposal spec/proposals/bounded-influence.md).
+"""Bounded influence (OPTIONAL, per node; proposal spec/proposals/bounded-influence.md).
 
 A receiver bounds what one entry of one origin moves in one step: after damping (DF-RCV-5), an
 entry whose L2 norm exceeds ``factor`` times the running scale is scaled down to that bound, and

@@ -481,7 +481,7 @@ class ResendBuffer:
 
 
 # ------------------------------------------------------------------------------------------------------
-# Trusted snapshots: confirmation by a quorum of members (issue 12 item 6; proposal, see
+# Trusted snapshots: confirmation by a quorum of members (proposal, see
 # spec/proposals/trusted-snapshots.md)
 # ------------------------------------------------------------------------------------------------------
 

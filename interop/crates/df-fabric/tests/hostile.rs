@@ -1,6 +1,7 @@
-//! Hostile inputs on a live cluster (issue 12), over the in-memory transport: deterministic, no
-//! timing. Three nodes train; a stranger on the same medium publishes issue 12's 3e38 packet every
-//! round, or one packet of 4,096 forged origins. Each attacked run is compared with the clean run.
+//! Hostile inputs on a live cluster, over the in-memory transport: deterministic, no
+//! timing. Three nodes train; a stranger on the same medium publishes a packet of two 3e38 entries
+//! at one index (their sum overflows) every round, or one packet of 4,096 forged origins. Each
+//! attacked run is compared with the clean run.
 
 use std::collections::HashSet;
 

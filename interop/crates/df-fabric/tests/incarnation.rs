@@ -1,5 +1,5 @@
 //! The incarnation bound (spec 1.1, DF-PAR-175, DF-RCV-175..177) at the fabric level, over the
-//! in-memory hub: a member forges issue 12's four incarnations `2^64 - 4 .. 2^64 - 1` of node 1
+//! in-memory hub: a member forges the four incarnations `2^64 - 4 .. 2^64 - 1` of node 1
 //! every round. With `max_incarnation_ahead` every real entry of node 1 is applied, before and after
 //! its restart; without it node 1 is silenced. The mirror of tests/test_incarnation_bound.py.
 

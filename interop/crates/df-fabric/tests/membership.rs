@@ -1,5 +1,5 @@
-//! Membership from liveliness, the pre-queue screen and pacing on live members (issue 12 items 4
-//! and 5; DF-ZEN-150, -154, -156), over the in-memory hub (its live set is the binding's
+//! Membership from liveliness, the pre-queue screen and pacing on live members
+//! (DF-ZEN-150, -154, -156), over the in-memory hub (its live set is the binding's
 //! liveliness). The mirror of tests/test_membership_floods.py.
 
 use std::collections::{BTreeSet, HashSet};

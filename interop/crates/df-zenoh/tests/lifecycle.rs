@@ -1,4 +1,4 @@
-//! Lifecycle of a process running a `Fabric` over a `ZenohTransport` (issue 8, item 3): a program
+//! Lifecycle of a process running a `Fabric` over a `ZenohTransport`: a program
 //! that panics, returns without calling `close()`, or receives SIGTERM / SIGINT exits promptly, and
 //! its peers see it go. With `df_fabric::lifecycle::install` (as df-node does), SIGTERM / SIGINT stop
 //! the node loop at its next step, the fabric is dropped (transport closed), one reason line is
