@@ -46,6 +46,8 @@ def test_sync_config_is_the_recommended_profile() -> None:
     assert c.relay_policy is RelayPolicy.NEEDED
     assert c.average_over is AUTO
     assert c.average_count == 1  # counted as a node alone until the node resolves it
+    # forged claims are bounded (DF-RCV-52, DF-RCV-175); the incarnation grace stays off
+    assert (c.max_seq_jump, c.max_incarnation_ahead, c.incarnation_grace) == (2**20, 60_000_000, 0)
 
 
 def test_v1_0_is_the_spec_table_and_what_json_defaults_to() -> None:
@@ -57,6 +59,7 @@ def test_v1_0_is_the_spec_table_and_what_json_defaults_to() -> None:
         IndexEncoding.PLAIN,
     )
     assert (v.relay_policy, v.average_over) == (RelayPolicy.ALL, 1)
+    assert (v.max_seq_jump, v.max_incarnation_ahead, v.incarnation_grace) == (0, 0, 0)
     assert SyncConfig.from_json({}) == v  # DF-PAR-11: an absent key takes the table's default
     assert SyncConfig.from_json({"ratio": 0.25}) == SyncConfig.v1_0(ratio=0.25)
     assert SyncConfig.v1_0(ratio=0.25).ratio == 0.25
@@ -137,6 +140,65 @@ def test_fabric_defaults_hold_the_residual_repair_and_average_over_the_cluster()
     finally:
         for x in fabs:
             x.close(close_transport=True)
+
+
+def test_the_defaults_bound_forged_seqs_and_incarnations() -> None:
+    # REQ: DF-RCV-52, DF-RCV-175
+    # A plain Fabric() drops a member's entry forged with seq 2**64 - 1 (which without the bound
+    # would make every later real entry of that incarnation "too old") and an incarnation an hour
+    # ahead of its clock (which would evict the real one); the member's next real entry is accepted.
+    import time
+
+    from delta_fabric.replay import Admission
+    from delta_fabric.wire import Entry, Packet, encode_packet
+
+    hub = MemoryHub()
+    f = Fabric(_store(16), hub.transport(1), SyncConfig(sync_interval=1), node_id=1)
+    forger = hub.transport(2)
+    fp = f.engine.manifest.fingerprint
+    now_us = time.time_ns() // 1000
+
+    def pkt(inc: int, seq: int) -> bytes:
+        e = Entry(2, inc, seq, 0, np.array([3], np.uint32), np.array([0.5], np.float32))
+        return encode_packet(Packet(2, inc, fp, (e,)))
+
+    try:
+        for data in (pkt(now_us, 1), pkt(now_us, 2**64 - 1), pkt(now_us + 3_600_000_000, 1)):
+            forger.publish(data)
+            f.step()
+        forger.publish(pkt(now_us, 2))
+        f.step()
+        drops = f.engine.counters.drops
+        assert drops.get(Admission.SEQ_JUMP, 0) == 1
+        assert drops.get(Admission.FUTURE_INCARNATION, 0) == 1
+        assert f.engine.counters.entries_accepted == 2  # seq 1 and seq 2 of the real incarnation
+    finally:
+        f.close(close_transport=True)
+        forger.close()
+
+
+def test_an_unsigned_node_on_zenoh_says_so_once(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A node without keys on a network transport says once per process, at WARNING, that any
+    # process on its network can publish under a member's id; the in-memory transport says nothing.
+    import delta_fabric.fabric as fabric_module
+    from delta_fabric.ports import free_port
+    from delta_fabric.transports.zenoh import ZenohOptions, ZenohTransport
+
+    monkeypatch.setattr(fabric_module, "_unsigned_said", False)
+    hub = MemoryHub()
+    with caplog.at_level(logging.WARNING, logger="delta_fabric"):
+        Fabric(_store(8), hub.transport(1), node_id=1).close(close_transport=True)
+        assert not [r for r in caplog.records if "unsigned" in r.getMessage()]
+        for i in (5, 6):
+            listen = [f"tcp/127.0.0.1:{free_port()}"]
+            opts = ZenohOptions(node_id=i, namespace="dftest/unsigned", listen=listen)
+            f = Fabric(_store(8), ZenohTransport(opts), node_id=i)
+            f.close(close_transport=True)
+    said = [r.getMessage() for r in caplog.records if "unsigned" in r.getMessage()]
+    assert len(said) == 1 and "0000000000000005 runs unsigned" in said[0]
+    assert "DELTA_FABRIC_KEYS" in said[0]
 
 
 def test_world_size_is_a_floor_of_the_cluster_size() -> None:

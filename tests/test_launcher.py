@@ -383,10 +383,11 @@ def test_join_line_lists_the_reachable_endpoints(tmp_path: Path) -> None:
         "-1",
         "0",
         "0",
+        extra_env={"DELTA_FABRIC_RUN_KEY": RUN_KEY_HEX},
     )
     assert res.returncode == 0, res
     want = (
-        "to join this run: delta-fabric run --connect "
+        f"to join this run: DELTA_FABRIC_RUN_KEY={RUN_KEY_HEX} delta-fabric run --connect "
         f"tcp/trainer-a.example:{port},tcp/trainer-a.example:{port + 1} --namespace team/run "
         f"--world-size 4 --nodes 2 --first-rank 2 {script} -1 0 0"
     )
@@ -503,6 +504,7 @@ with Fabric.from_env(store, SyncConfig.v1_0(ratio=0.25, sync_interval=1)) as fab
     peers = fabric.transport.wait_for_peers((env.nodes() or 1) - 1, timeout=30)
     print("namespace", fabric.transport.namespace, "peers", len(peers), flush=True)
     print("rank", env.rank(), "of", env.nodes(), "RANK", os.environ["RANK"], flush=True)
+    print("signed", fabric.engine.signing is not None, flush=True)
     # Leave only once every peer has shown, by a packet, that it saw this node too: a peer
     # publishes only after its wait_for_peers returned. Seeing a peer's token is not enough: a
     # node that left at once could be gone before the other saw its token (a race under load).
@@ -550,9 +552,11 @@ def test_second_machine_joins_with_the_printed_line(tmp_path: Path) -> None:
             line = first.stderr.readline()
             if line.startswith("to join this run: "):
                 break
-        prefix = "to join this run: delta-fabric "
-        assert line.startswith(prefix), line
-        join = shlex.split(line.removeprefix(prefix))
+        prefix = "to join this run: DELTA_FABRIC_RUN_KEY="
+        assert line.startswith(prefix), line  # a signed run: the line hands on its run key
+        run_key, rest = line.removeprefix(prefix).split(" ", 1)
+        assert re.fullmatch("[0-9a-f]{64}", run_key), line
+        join = shlex.split(rest.removeprefix("delta-fabric "))
         assert join == [
             "run",
             "--connect",
@@ -567,7 +571,14 @@ def test_second_machine_joins_with_the_printed_line(tmp_path: Path) -> None:
             "1",
             str(script),
         ]
-        second = cli(*join[:-1], "--timeout", "60", join[-1], timeout=90)
+        second = cli(
+            *join[:-1],
+            "--timeout",
+            "60",
+            join[-1],
+            timeout=90,
+            extra_env={"DELTA_FABRIC_RUN_KEY": run_key},
+        )
         out, err = first.communicate(timeout=90)
     finally:
         if first.poll() is None:
@@ -580,6 +591,10 @@ def test_second_machine_joins_with_the_printed_line(tmp_path: Path) -> None:
     # global ranks across the two launchers (torchrun's RANK too): 0 here, 1 on the joiner
     assert "[0]: rank 0 of 2 RANK 0" in out.splitlines()
     assert "[0]: rank 1 of 2 RANK 1" in second.stdout.splitlines()
+    # signed across the two launchers: each node accepted the other's signed packet (the script
+    # waits for it in origin_progress), with keys both derived from the printed run key
+    assert "[0]: signed True" in out.splitlines()
+    assert "[0]: signed True" in second.stdout.splitlines()
 
 
 def test_plan_with_a_zenoh_config_file_keeps_its_endpoints(tmp_path: Path) -> None:
@@ -934,12 +949,15 @@ def test_digits_with_the_defaults_across_two_launchers(tmp_path: Path) -> None:
             line = first.stderr.readline()
             if line.startswith("to join this run: "):
                 break
-        join = shlex.split(line.removeprefix("to join this run: delta-fabric "))
+        words = shlex.split(line.removeprefix("to join this run: "))
+        key_var, run_key = words[0].split("=", 1)  # a signed run hands on its run key
+        assert key_var == "DELTA_FABRIC_RUN_KEY" and words[1] == "delta-fabric", line
+        join = words[2:]
         assert join[:1] == ["run"] and "--first-rank" in join, line
         assert (
             join[join.index("--first-rank") + 1] == "2" and join[join.index("--nodes") + 1] == "1"
         )
-        second = cli(*join, timeout=260)
+        second = cli(*join, timeout=260, extra_env={"DELTA_FABRIC_RUN_KEY": run_key})
         out, err = first.communicate(timeout=260)
     finally:
         if first.poll() is None:
@@ -988,3 +1006,167 @@ def test_a_rank_that_bootstraps_from_another_model_is_one_line_and_exit_2(tmp_pa
     lines = [ln for ln in res.stderr.splitlines() if ln.startswith("[1]: ")]
     assert len(lines) == 1 and lines[0].startswith("[1]: error: the live peers serve another model")
     assert "Traceback" not in res.stderr
+
+
+# -- signed runs (spec section 13.1) ------------------------------------------------------------------
+
+RUN_KEY_HEX = "5eed" * 16
+
+
+def _plan_args(**kw: Any) -> Any:
+    from delta_fabric.launch import add_arguments
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    argv = [str(x) for pair in kw.items() for x in ("--" + pair[0].replace("_", "-"), pair[1])]
+    return p.parse_args([*argv, "train.py"])
+
+
+def test_a_signed_runs_ids_members_and_keys_follow_from_the_run_key(tmp_path: Path) -> None:
+    # REQ: DF-SEC-145, DF-RCV-51
+    from delta_fabric.launch import node_secret, plan_nodes, rank_node_id, write_run_keys
+    from delta_fabric.signing import load_keys, public_key_of
+
+    key = bytes.fromhex(RUN_KEY_HEX)
+    a = _plan_args(nodes=2, world_size=3)
+    b = _plan_args(nodes=1, world_size=3, first_rank=2)
+    a.run_key = b.run_key = key
+    pa, pb = plan_nodes(a), plan_nodes(b)
+    ids = [rank_node_id(key, r) for r in range(3)]
+    assert len(set(ids)) == 3 and all(0 < i < 2**64 for i in ids)
+    assert [p.node_id for p in pa + pb] == ids  # two machines agree on every rank's id
+    members = {p.env[dfenv.MEMBERS] for p in pa + pb}
+    assert members == {",".join(f"0x{i:x}" for i in ids)}
+    files = write_run_keys(str(tmp_path), key, ids, [p.node_id for p in pa])
+    keys = load_keys(files[ids[0]][dfenv.KEYS])
+    assert keys == {f"{i:016x}": public_key_of(node_secret(key, i)).hex() for i in ids}
+    secret = Path(files[ids[1]][dfenv.SECRET_KEY])
+    assert secret.read_text().strip() == node_secret(key, ids[1]).hex()
+    assert secret.stat().st_mode & 0o777 == 0o600
+    # another key gives other ids and keys; --node-id gives that id plus the global rank
+    assert rank_node_id(bytes(32), 0) != ids[0]
+    c = _plan_args(nodes=1, world_size=3, first_rank=2, node_id=100)
+    c.run_key = key
+    assert [p.node_id for p in plan_nodes(c)] == [102]
+    # --unsigned (no run key): the plan is 1.0's, random ids and no members
+    d = _plan_args(nodes=2)
+    assert all(dfenv.MEMBERS not in p.env and dfenv.KEYS not in p.env for p in plan_nodes(d))
+
+
+@pytest.mark.parametrize(
+    ("argv", "extra", "want"),
+    [
+        ([], {"DELTA_FABRIC_RUN_KEY": "xyz"}, "DELTA_FABRIC_RUN_KEY: expected 64 hex digits"),
+        ([], {"DELTA_FABRIC_RUN_KEY": "ab" * 31}, "DELTA_FABRIC_RUN_KEY: expected 64 hex digits"),
+        (["--members", "1,2"], {}, "--members: a signed run's members are its ranks"),
+    ],
+)
+def test_a_bad_run_key_or_members_of_a_signed_run_is_one_line_and_exit_2(
+    tmp_path: Path, argv: list[str], extra: dict[str, str], want: str
+) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("print('never runs')\n")
+    res = cli("run", *argv, str(script), extra_env=extra)
+    assert res.returncode == 2, res
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and want in lines[0], res.stderr
+    assert "never runs" not in res.stdout
+
+
+STRANGER_TARGET = """
+import os, sys, time
+import numpy as np
+from delta_fabric import Fabric, NumpyStore, SyncConfig, env
+from delta_fabric.errors import ErrorCode
+store = NumpyStore({"w": np.zeros(64, np.float32)})
+marks = os.path.join(os.path.dirname(os.path.abspath(__file__)), "marks")
+with Fabric.from_env(store, SyncConfig.v1_0(ratio=0.25, sync_interval=1)) as fabric:
+    peers = fabric.transport.wait_for_peers((env.nodes() or 1) - 1, timeout=30)
+    print("signed", fabric.engine.signing is not None, flush=True)
+    store.load(np.full(64, env.rank() + 1, np.float32))
+    fabric.sync_now()
+    deadline = time.monotonic() + 30
+    while not peers <= fabric.origin_progress().keys():
+        if time.monotonic() > deadline:
+            sys.exit(3)
+        fabric.transport.wait_for_packets(0.05)
+        fabric.poll()
+    open(os.path.join(marks, f"ready{env.rank()}"), "w").close()
+    while not os.path.exists(os.path.join(marks, "forged")):  # the test's stranger publishes
+        if time.monotonic() > deadline:
+            sys.exit(4)
+        fabric.transport.wait_for_packets(0.05)
+        fabric.poll()
+    until = time.monotonic() + 2.0
+    while time.monotonic() < until:
+        fabric.transport.wait_for_packets(0.05)
+        fabric.poll()
+    w = store.arrays["w"]
+    bad = fabric.engine.counters.errors.get(ErrorCode.BAD_SIGNATURE, 0)
+    print("bad_signature", bad, "max", float(np.abs(w).max()), "finite", bool(np.isfinite(w).all()),
+          flush=True)
+"""
+
+
+def test_a_signed_run_refuses_a_strangers_packet_under_a_members_id(tmp_path: Path) -> None:
+    """The default run is signed: a stranger that reaches the nodes' network and publishes on a
+    member's key, under that member's id, an entry of 3e38 changes no weight; it is counted."""
+    # REQ: DF-SEC-142
+    import zenoh
+    from delta_fabric.launch import rank_node_id
+    from delta_fabric.transports.zenoh import ZenohOptions, delta_key
+    from delta_fabric.wire import Entry, Packet, encode_packet
+
+    script = tmp_path / "train.py"
+    script.write_text(STRANGER_TARGET)
+    (tmp_path / "marks").mkdir()
+    port = free_port()
+    ns = "dftest/signed"
+    run = subprocess.Popen(
+        [
+            *CLI,
+            "run",
+            "--nodes",
+            "2",
+            "--listen",
+            f"tcp/127.0.0.1:{port}",
+            "--namespace",
+            ns,
+            "--timeout",
+            "60",
+            str(script),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, OMP_NUM_THREADS="1", DELTA_FABRIC_RUN_KEY=RUN_KEY_HEX),
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not all((tmp_path / "marks" / f"ready{r}").exists() for r in (0, 1)):
+            assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+            time.sleep(0.05)
+        member = rank_node_id(bytes.fromhex(RUN_KEY_HEX), 1)
+        opts = ZenohOptions(node_id=0x5EED, namespace=ns, connect=[f"tcp/127.0.0.1:{port}"])
+        from delta_fabric.manifest import Manifest
+
+        fp = Manifest.from_named_shapes({"w": (64,)}).fingerprint
+        forged = Entry(member, 1, 10**6, 0, np.array([7], np.uint32), np.array([3e38], np.float32))
+        data = encode_packet(Packet(member, 1, fp, (forged,)))
+        with zenoh.open(opts.build_config()) as session:
+            pub = session.declare_publisher(delta_key(ns, member))
+            time.sleep(1.0)  # the route to the nodes' subscribers
+            for _ in range(3):
+                pub.put(data)
+            time.sleep(0.5)
+        (tmp_path / "marks" / "forged").touch()
+        out, err = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait(5)
+    assert run.returncode == 0, (out, err)
+    assert "[0]: signed True" in out.splitlines() and "[1]: signed True" in out.splitlines()
+    got = re.findall(r"^\[0\]: bad_signature (\d+) max ([0-9.e+]+) finite (\w+)$", out, re.M)
+    assert got and int(got[0][0]) >= 1, out  # node 0 refused the forgery under rank 1's id
+    assert float(got[0][1]) <= 2.0 and got[0][2] == "True", out  # no weight moved by it

@@ -116,7 +116,6 @@ def _shared_signature_packet(e1: Entry, e2: Entry, sig: bytes, fp: bytes) -> byt
     return bytes(b.Output())
 
 
-
 def _decode_vectors(vectors_dir: Path) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     man = mv.VECTOR_MANIFEST

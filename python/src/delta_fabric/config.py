@@ -85,6 +85,11 @@ def _check_float(name: str, value: object) -> float:
     return f
 
 
+#: ``max_seq_jump`` of the recommended profile (DF-PAR-50): 2**20 entries. An origin that generates
+#: 10 entries a second needs more than a day of partition to exceed it.
+RECOMMENDED_MAX_SEQ_JUMP = 1 << 20
+#: ``max_incarnation_ahead`` of the recommended profile (DF-PAR-175): one minute, in microseconds.
+RECOMMENDED_MAX_INCARNATION_AHEAD = 60_000_000
 #: ``average_over`` of the recommended profile: the node derives it from its cluster (`outer_average`).
 AUTO = None
 
@@ -124,7 +129,9 @@ class SyncConfig:
     (docs/convergence-sweep.md): 10 % of the weights every 20 local steps, as Q8 values with PACKED
     indices (section 6.8), relay policy NEEDED (section 8.6) and progress averaged over the cluster
     (``average_over`` `AUTO`: the node uses its number of nodes, `outer_average`), so that the local
-    learning rate of a single node is the right one. Every node of a cluster must receive Q8 and
+    learning rate of a single node is the right one. It also bounds forged claims: ``max_seq_jump``
+    2**20 (DF-RCV-52) and ``max_incarnation_ahead`` one minute (DF-RCV-175); ``incarnation_grace``
+    stays off, because a member restarted within the grace would be refused until it ends. Every node of a cluster must receive Q8 and
     PACKED (DF-PAR-110, DF-VER-3): a cluster with 1.0 nodes uses ``SyncConfig.v1_0()``.
 
     ``alpha`` in (0, 1]; ``ratio`` in (0, 1]; ``relay_threshold`` >= 0; ``sync_interval`` in
@@ -156,12 +163,15 @@ class SyncConfig:
     #: DF-PAR-70 (1.1): C in [1, 2**16], or `AUTO` (None): the node's cluster size (`outer_average`).
     average_over: int | None = AUTO
     #: DF-PAR-50 (1.1): largest accepted step of a tracked incarnation's highest seq (0: no bound).
-    max_seq_jump: int = 0
+    #: The recommended 2**20 is far above what an origin generates in a day-long partition and
+    #: refuses a forged seq near 2**64 (`RECOMMENDED_MAX_SEQ_JUMP`).
+    max_seq_jump: int = RECOMMENDED_MAX_SEQ_JUMP
     #: DF-PAR-110 (1.1): the send index encoding (PACKED: section 6.8, OPTIONAL, DF-VER-3).
     index_encoding: IndexEncoding = IndexEncoding.PACKED
     #: DF-PAR-175 (1.1): how far (microseconds) a new incarnation may lie ahead of the receiver's
-    #: clock (0: no bound).
-    max_incarnation_ahead: int = 0
+    #: clock (0: no bound). The recommended one minute is the spec's figure for NTP-synchronized
+    #: clocks (`RECOMMENDED_MAX_INCARNATION_AHEAD`).
+    max_incarnation_ahead: int = RECOMMENDED_MAX_INCARNATION_AHEAD
     #: DF-PAR-178 (1.1): how long (microseconds) an incarnation that accepted an entry cannot be
     #: evicted by a new one (0: off).
     incarnation_grace: int = 0

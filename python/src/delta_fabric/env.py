@@ -48,6 +48,9 @@ variable                                  meaning
                                           needs ``SECRET_KEY``
 ``DELTA_FABRIC_SECRET_KEY``               a file holding this node's Ed25519 secret seed (64 hex
                                           digits); needs ``KEYS``
+``DELTA_FABRIC_RUN_KEY``                  the secret of a signed ``delta-fabric run`` (64 hex
+                                          digits, in the join line): the launcher derives every
+                                          rank's node id and key from it (`delta_fabric.launch`)
 ``DELTA_FABRIC_NATIVE``                   ``auto`` (default), ``on`` or ``off``: the OPTIONAL native
                                           kernels (`delta_fabric.native`); same results either way
 ========================================  =========================================================
@@ -129,6 +132,7 @@ RATE_LIMIT = PREFIX + "RATE_LIMIT"
 RATE_BURST = PREFIX + "RATE_BURST"
 KEYS = PREFIX + "KEYS"
 SECRET_KEY = PREFIX + "SECRET_KEY"
+RUN_KEY = PREFIX + "RUN_KEY"
 
 _U64_MAX = (1 << 64) - 1
 _TRUE = {"1", "true", "yes", "on"}

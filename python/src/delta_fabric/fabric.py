@@ -152,6 +152,28 @@ def default_incarnation() -> int:
     return max(1, time.time_ns() // 1000)
 
 
+_unsigned_said = False
+
+
+def _say_unsigned(node_id: int, transport: Transport) -> None:
+    """Say once per process, at the default log level, that a node on a network transport runs
+    unsigned: then any process that reaches its network can publish entries under a member's id
+    (spec section 13). A node on the in-memory transport is reachable only from its process."""
+    global _unsigned_said
+    from delta_fabric.transports.memory import MemoryTransport
+
+    if _unsigned_said or isinstance(transport, MemoryTransport):
+        return
+    _unsigned_said = True
+    warn_loudly(
+        log,
+        "node %s runs unsigned: any process that reaches its Zenoh network can publish entries "
+        "under a member's id; a signed cluster pins every member's key (DELTA_FABRIC_KEYS and "
+        "DELTA_FABRIC_SECRET_KEY, or Fabric(signing=...); spec section 13.1)",
+        node_hex(node_id),
+    )
+
+
 class Fabric:
     """A DeltaFabric node around a weight store (see the module docstring).
 
@@ -331,6 +353,8 @@ class Fabric:
                 if not signing.can_sign:
                     raise ValueError("signing: a node of a signed cluster needs its secret key")
                 self.engine.set_signing(signing)
+            else:
+                _say_unsigned(self.node_id, self.transport)
             if influence_factor is not None:
                 self.engine.influence = InfluenceBound(influence_factor)
             if self.hold_residual:

@@ -22,11 +22,24 @@ nodes before it (a full mesh), and gets a random 64-bit node id (``--node-id`` s
 others follow it). With ``--zenoh-config`` the file is used as is: without ``--listen`` the nodes listen where the file
 says (nowhere in client mode) and no loopback mesh is added; ``--listen`` / ``--connect`` replace the
 file's endpoints.
+
+A run is signed unless ``--unsigned`` is given (spec section 13.1): the first launcher draws a random
+run key (``DELTA_FABRIC_RUN_KEY``, 32 bytes), and every launcher derives from it, for every rank of the
+run, the rank's node id and its Ed25519 key. Each node gets its secret key, the public keys of every
+rank (``DELTA_FABRIC_KEYS``, ``DELTA_FABRIC_SECRET_KEY``: files in a private folder the launcher deletes
+at the end) and the ranks' ids as its members (``DELTA_FABRIC_MEMBERS``), so a process that does not
+hold the run key can neither publish an entry the nodes accept nor be taken for a member. The join line
+hands the run key to the next machine as ``DELTA_FABRIC_RUN_KEY=...``: it is the run's credential, so
+pass it only to machines of the run. With ``--node-id`` the ids are that id plus the global rank. A
+user who exports ``DELTA_FABRIC_KEYS`` and ``DELTA_FABRIC_SECRET_KEY`` manages the keys alone: the
+launcher then passes them on and derives nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import re
 import selectors
@@ -35,6 +48,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +64,68 @@ __all__ = ["NodePlan", "add_arguments", "one_line_errors", "plan_nodes", "run"]
 #: Exit code of a run stopped by ``--timeout`` (as coreutils' ``timeout``).
 EXIT_TIMEOUT = 124
 _U64_MAX = (1 << 64) - 1
+#: Domain tags of what a signed run derives from its run key.
+_ID_TAG = b"deltafabric-run/1 node id\0"
+_SECRET_TAG = b"deltafabric-run/1 secret\0"
+
+
+def parse_run_key(text: str) -> bytes:
+    """A run key: 64 hex digits (``UsageError`` naming ``DELTA_FABRIC_RUN_KEY`` otherwise)."""
+    raw = text.strip()
+    try:
+        key = bytes.fromhex(raw)
+    except ValueError:
+        key = b""
+    if len(key) != 32 or len(raw) != 64:
+        raise UsageError(f"{dfenv.RUN_KEY}: expected 64 hex digits (a 32-byte run key)")
+    return key
+
+
+def rank_node_id(key: bytes, rank: int) -> int:
+    """The node id of global rank ``rank`` in the signed run of ``key``: the first 8 bytes
+    (little endian) of SHA-256(tag, key, rank as 8 bytes little endian), 1 where that is 0."""
+    digest = hashlib.sha256(_ID_TAG + key + rank.to_bytes(8, "little")).digest()
+    return int.from_bytes(digest[:8], "little") or 1
+
+
+def node_secret(key: bytes, node_id: int) -> bytes:
+    """The Ed25519 secret seed of node ``node_id`` in the signed run of ``key``: SHA-256(tag, key,
+    node id as 8 bytes little endian)."""
+    return hashlib.sha256(_SECRET_TAG + key + node_id.to_bytes(8, "little")).digest()
+
+
+def _run_ids(args: argparse.Namespace, key: bytes, world: int) -> list[int]:
+    """Every rank's node id in a signed run: derived from the key, or ``--node-id`` + rank."""
+    base = args.node_id
+    if base is None and dfenv.NODE_ID in os.environ:
+        base = dfenv.node_id()
+    if base is None:
+        return [rank_node_id(key, r) for r in range(world)]
+    if base + world - 1 > _U64_MAX:
+        raise UsageError(f"node id {base}: ids of {world} ranks exceed 2**64 - 1")
+    return [base + r for r in range(world)]
+
+
+def write_run_keys(
+    folder: str, key: bytes, ids: Sequence[int], local: Sequence[int]
+) -> dict[int, dict[str, str]]:
+    """Writes the keys file of a signed run (every rank's public key) and the secret key file of
+    each ``local`` node id into ``folder``; returns, per local id, its ``DELTA_FABRIC_KEYS`` and
+    ``DELTA_FABRIC_SECRET_KEY``."""
+    from delta_fabric.signing import public_key_of
+
+    keys = {f"{i:016x}": public_key_of(node_secret(key, i)).hex() for i in ids}
+    keys_path = os.path.join(folder, "keys.json")
+    with open(keys_path, "w", encoding="utf-8") as fh:
+        json.dump({"version": 1, "keys": keys}, fh)
+    out = {}
+    for i in local:
+        path = os.path.join(folder, f"{i:016x}.key")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(node_secret(key, i).hex() + "\n")
+        out[i] = {dfenv.KEYS: keys_path, dfenv.SECRET_KEY: path}
+    return out
 
 
 class UsageError(ValueError):
@@ -242,6 +318,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="members follow the liveliness tokens (DELTA_FABRIC_LIVE_MEMBERS; DF-ZEN-150)",
     )
     p.add_argument(
+        "--unsigned",
+        action="store_true",
+        help="run without keys: any process that reaches the nodes' network can publish entries "
+        "under a member's id (default: a signed run, keys derived from DELTA_FABRIC_RUN_KEY)",
+    )
+    p.add_argument(
         "--no-python",
         action="store_true",
         help="run the script as an executable instead of with this Python",
@@ -322,10 +404,21 @@ def interface_addresses() -> list[str]:
 def plan_nodes(args: argparse.Namespace) -> list[NodePlan]:
     """The local nodes' ids, endpoints and environment (pure but for picking free ports)."""
     n = int(args.nodes)
+    key: bytes | None = getattr(args, "run_key", None)
+    first = int(getattr(args, "first_rank", 0))
+    world = args.world_size if args.world_size is not None else first + n
     base_id = args.node_id
     if base_id is None and dfenv.NODE_ID in os.environ:  # an id the user exported
         base_id = dfenv.node_id()
-    if base_id is not None:
+    run_ids: list[int] = []
+    if key is not None:  # a signed run: every rank's id follows from the key (or --node-id)
+        if getattr(args, "members", None) is not None:
+            raise UsageError(
+                "--members: a signed run's members are its ranks; give --unsigned to set them"
+            )
+        run_ids = _run_ids(args, key, max(world, first + n))
+        ids = run_ids[first : first + n]
+    elif base_id is not None:
         if base_id + n - 1 > _U64_MAX:
             raise UsageError(f"node id {base_id}: ids of {n} nodes exceed 2**64 - 1")
         ids = [base_id + r for r in range(n)]
@@ -345,8 +438,6 @@ def plan_nodes(args: argparse.Namespace) -> list[NodePlan]:
         else:
             listens.append([f"tcp/127.0.0.1:{free_port()}"])
     external = list(args.connect) if args.connect else dfenv.endpoints(None, dfenv.CONNECT)
-    first = int(getattr(args, "first_rank", 0))
-    world = args.world_size if args.world_size is not None else first + n
     if world < first + n:
         raise UsageError(
             f"--world-size {world} is smaller than --first-rank {first} + --nodes {n}"
@@ -386,6 +477,8 @@ def plan_nodes(args: argparse.Namespace) -> list[NodePlan]:
             except dfenv.EnvError as exc:
                 raise UsageError(f"--members: {exc}") from None
             env[dfenv.MEMBERS] = members
+        if run_ids:  # DF-RCV-51: the ranks of the signed run, and no one else
+            env[dfenv.MEMBERS] = ",".join(f"0x{i:x}" for i in run_ids)
         if getattr(args, "live_members", False):
             env[dfenv.LIVE_MEMBERS] = "1"
         plans.append(NodePlan(r, ids[r], listens[r], connect, env))
@@ -413,11 +506,18 @@ def join_line(args: argparse.Namespace, plans: Sequence[NodePlan]) -> str | None
     if args.world_size is not None and world > nxt:
         parts += ["--world-size", str(world), "--nodes", str(world - nxt)]
     parts += ["--first-rank", str(nxt)]
+    key: bytes | None = getattr(args, "run_key", None)
+    if key is not None and args.node_id is not None:
+        parts += ["--node-id", str(args.node_id)]
+    if getattr(args, "unsigned", False):
+        parts.append("--unsigned")
     if args.zenoh_config is not None:
         parts += ["--zenoh-config", args.zenoh_config]
     if args.no_python:
         parts.append("--no-python")
     parts += [args.script, *args.script_args]
+    if key is not None:  # the run's credential, for the next machine of the run only
+        return f"{dfenv.RUN_KEY}={key.hex()} {shlex.join(parts)}"
     return shlex.join(parts)
 
 
@@ -488,12 +588,57 @@ def run(args: argparse.Namespace) -> int:
         args.zenoh_config = os.environ.get(dfenv.ZENOH_CONFIG, "").strip() or None
     if args.namespace is None:
         args.namespace = os.environ.get(dfenv.NAMESPACE, "").strip() or None
+    keys_dir: str | None = None
     try:
+        args.run_key = _run_key(args)
         plans = plan_nodes(args)
         kernels()  # DELTA_FABRIC_NATIVE (the nodes inherit it), checked before any node starts
+        if args.run_key is not None:
+            keys_dir = tempfile.mkdtemp(prefix="delta-fabric-run-")  # mode 0700
+            files = write_run_keys(
+                keys_dir,
+                args.run_key,
+                [int(i, 16) for i in plans[0].env[dfenv.MEMBERS].split(",")],
+                [p.node_id for p in plans],
+            )
+            for p in plans:
+                p.env.update(files[p.node_id])
     except (ValueError, argparse.ArgumentTypeError, OSError, ImportError) as exc:  # + NativeError
         print(f"delta-fabric run: error: {exc}", file=sys.stderr)
+        _remove_keys(keys_dir)
         return 2
+    try:
+        return _run_plans(args, plans)
+    finally:
+        _remove_keys(keys_dir)
+
+
+def _run_key(args: argparse.Namespace) -> bytes | None:
+    """The run key of a signed run; None for ``--unsigned`` or when the user exported keys."""
+    if getattr(args, "unsigned", False):
+        return None
+    if dfenv.KEYS in os.environ or dfenv.SECRET_KEY in os.environ:
+        return None  # the user's own keys, passed on to every node as exported
+    try:
+        import cryptography  # noqa: F401  (Ed25519 for the nodes' signatures)
+    except ImportError:
+        raise UsageError(
+            "a run is signed by default and needs the signing extra "
+            "(pip install 'delta-fabric[signing]'); give --unsigned to run without keys"
+        ) from None
+    raw = os.environ.get(dfenv.RUN_KEY, "").strip()
+    return parse_run_key(raw) if raw else os.urandom(32)
+
+
+def _remove_keys(folder: str | None) -> None:
+    if folder is None:
+        return
+    for name in os.listdir(folder):
+        os.unlink(os.path.join(folder, name))
+    os.rmdir(folder)
+
+
+def _run_plans(args: argparse.Namespace, plans: list[NodePlan]) -> int:
     if args.namespace is not None and (
         not args.namespace
         or args.namespace.startswith("/")
@@ -538,6 +683,12 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"delta-fabric run: node [{p.rank}] id {p.node_id:016x} listens on "
             f"{','.join(p.listen) or '-'}, connects to {','.join(p.connect) or '-'}",
+            file=say,
+        )
+    if getattr(args, "run_key", None) is not None:
+        print(
+            f"delta-fabric run: a signed run of {plans[0].env[dfenv.NODES]} rank(s): each node "
+            "signs its entries and accepts only the ranks' (--unsigned: no keys)",
             file=say,
         )
     line = join_line(args, plans)

@@ -268,13 +268,22 @@ pub struct SyncConfig {
     pub incarnation_grace: u64,
 }
 
+/// `max_seq_jump` of the recommended profile (DF-PAR-50): 2^20 entries. An origin that generates
+/// 10 entries a second needs more than a day of partition to exceed it.
+pub const RECOMMENDED_MAX_SEQ_JUMP: u64 = 1 << 20;
+/// `max_incarnation_ahead` of the recommended profile (DF-PAR-175): one minute, in microseconds.
+pub const RECOMMENDED_MAX_INCARNATION_AHEAD: u64 = 60_000_000;
+
 impl Default for SyncConfig {
     /// The recommended profile: what the project's measurements recommend for training
     /// (docs/convergence-sweep.md): 10 % of the weights every 20 local steps, Q8 values with PACKED
     /// indices (section 6.8), relay policy NEEDED (section 8.6) and progress averaged over the
     /// cluster (`average_over` AUTO), so that a single node's learning rate is the right one.
     /// Every node of the cluster must receive Q8 and PACKED (DF-PAR-110, DF-VER-3): a cluster
-    /// with 1.0 nodes uses [`SyncConfig::v1_0`].
+    /// with 1.0 nodes uses [`SyncConfig::v1_0`]. It also bounds forged claims:
+    /// `max_seq_jump` 2^20 (DF-RCV-52) and `max_incarnation_ahead` one minute (DF-RCV-175);
+    /// `incarnation_grace` stays off, because a member restarted within the grace would be
+    /// refused until it ends.
     fn default() -> Self {
         SyncConfig {
             ratio: 0.10,
@@ -283,6 +292,8 @@ impl Default for SyncConfig {
             relay_policy: RelayPolicy::Needed,
             average_over: None,
             index_encoding: IndexEncoding::Packed,
+            max_seq_jump: RECOMMENDED_MAX_SEQ_JUMP,
+            max_incarnation_ahead: RECOMMENDED_MAX_INCARNATION_AHEAD,
             ..SyncConfig::v1_0()
         }
     }

@@ -75,3 +75,19 @@ pub fn warn_loudly(msg: &str) {
         eprintln!("delta-fabric: warning: {msg}");
     }
 }
+
+/// Says once per process, as a loud warning ([`warn_loudly`]), that the node `node_id` on a
+/// network transport runs unsigned: then any process that reaches its network can publish entries
+/// under a member's id (spec section 13). Called by the Zenoh node constructors when no keys are
+/// given; a node on the in-memory transport is reachable only from its process and says nothing.
+pub fn say_unsigned(node_id: u64) {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        warn_loudly(&format!(
+            "node {node_id:016x} runs unsigned: any process that reaches its Zenoh network can \
+             publish entries under a member's id; a signed cluster pins every member's key \
+             (DELTA_FABRIC_KEYS and DELTA_FABRIC_SECRET_KEY, or Fabric::set_signing; spec section \
+             13.1)"
+        ));
+    });
+}

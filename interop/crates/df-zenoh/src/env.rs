@@ -148,10 +148,13 @@ impl<W: WeightStore> FabricFromEnv<W> for Fabric<W, ZenohTransport> {
         let options = env.fabric_options(options)?;
         let tc = transport_config(&env, config.max_packet_size)?;
         let signing = signing(&env, tc.node_id)?;
+        let node_id = tc.node_id;
         let transport = ZenohTransport::open(tc)?;
         let fabric = Fabric::with_options(store, transport, config, options)?;
         if signing.is_some() {
             fabric.set_signing(signing)?;
+        } else {
+            df_fabric::logging::say_unsigned(node_id);
         }
         Ok(fabric)
     }

@@ -363,11 +363,14 @@ fn default_is_the_recommended_profile() {
     assert_eq!(c.max_origins, 4096);
     assert_eq!(c.relay_policy, RelayPolicy::Needed);
     assert_eq!(c.average_over, None);
-    assert_eq!(c.max_seq_jump, 0);
+    // the bounds of forged claims (DF-RCV-52, DF-RCV-175); the grace stays off
+    assert_eq!(c.max_seq_jump, 1 << 20);
     assert_eq!(c.index_encoding, IndexEncoding::Packed);
-    assert_eq!(c.max_incarnation_ahead, 0);
+    assert_eq!(c.max_incarnation_ahead, 60_000_000);
     assert_eq!(c.incarnation_grace, 0);
     assert_eq!(c.validate(), Ok(()));
+    let v = SyncConfig::v1_0();
+    assert_eq!((v.max_seq_jump, v.max_incarnation_ahead), (0, 0));
     // AUTO counts as 1 until a node resolves it
     assert_eq!(c.average_count(), 1);
     assert_eq!(c.send_weight_f32(), 1.0);

@@ -389,6 +389,15 @@ fn receive(req: &Value) -> Answer {
     let node = get(v, "node")?;
     let mut active = f32s_from(node, "active")?;
     let mut eng = engine_for(v, node, f32s_from(node, "anchor")?)?;
+    // driver protocol 5.5: the history is restored with no seq-jump, clock or grace bound, and no
+    // membership; the vector's bounds are set after it
+    let (jump, ahead, grace) = {
+        let c = eng.config();
+        (c.max_seq_jump, c.max_incarnation_ahead, c.incarnation_grace)
+    };
+    eng.receiver_state_mut().set_max_seq_jump(0);
+    eng.receiver_state_mut().set_max_incarnation_ahead(0);
+    eng.receiver_state_mut().set_incarnation_grace(0);
     for h in node
         .get("accepted")
         .and_then(Value::as_array)
@@ -413,6 +422,9 @@ fn receive(req: &Value) -> Answer {
             eng.receiver_state_mut().set_accepted_at(origin, inc, at);
         }
     }
+    eng.receiver_state_mut().set_max_seq_jump(jump);
+    eng.receiver_state_mut().set_max_incarnation_ahead(ahead);
+    eng.receiver_state_mut().set_incarnation_grace(grace);
     if let Some(ms) = node.get("members").and_then(Value::as_array) {
         // DF-RCV-51 (1.1): only these node ids are tracked as origins
         let set = ms
