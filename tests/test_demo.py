@@ -226,3 +226,27 @@ def test_node_command_comes_from_the_launcher_table(
     assert jax_cmd == [sys.executable, "-m", "my_jax_node", *torch_cmd[3:]]
     bad = p.parse_args(["--frameworks", "torch,nope", "--output", str(tmp_path / "out")])
     assert runner.run(bad) == 2
+
+
+def test_a_signed_demo_accepts_every_nodes_signed_entries(tmp_path: Path) -> None:
+    # REQ: DF-SEC-140, DF-SEC-142
+    out = tmp_path / "demo"
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "delta_fabric.cli", "demo", "--signed",
+            "--steps", "40", "--nodes", "2", "--eval-every", "20", "--skip-nosync",
+            "--skip-baseline", "--json", "--no-progress", "--output", str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)
+    assert summary["config"]["signed"] is True
+    sync = summary["runs"]["sync"]["nodes"]
+    for n in sync:  # each node accepted the other's signed entries and refused nothing
+        rcv = n["stats"]["receive"]
+        assert rcv["entries_accepted"] > 0 and rcv["packets_rejected"] == 0, rcv
+    keys = json.loads((out / "keys" / "keys.json").read_text())["keys"]
+    assert sorted(keys) == sorted(n["node"] for n in sync)

@@ -265,8 +265,16 @@ def _df_node() -> str | None:
     return str(binary) if binary.is_file() else None
 
 
+def _env_prefix(cmd: str) -> tuple[str, str]:
+    """``("VAR=value ... ", rest)``: the shell's variable assignments before a command."""
+    m = re.match(r"((?:[A-Z_][A-Z0-9_]*=\S* )*)(.*)$", cmd)
+    assert m is not None
+    return m.group(1), m.group(2)
+
+
 def _is_node(cmd: str) -> bool:
     """A node that the test starts and waits for: the launcher, a demo node, df-node."""
+    cmd = _env_prefix(cmd)[1]
     return cmd.startswith(("delta-fabric run ", "python -m delta_fabric_demo.node ", "df-node "))
 
 
@@ -278,7 +286,14 @@ def _node_id(cmd: str) -> str:
 
 def _command(cmd: str, out: Path) -> str:
     """The doc's command as the test runs it: `delta-fabric` and `python` through this interpreter,
-    `df-node` as built, a launcher timeout and the script's --out, a node's --dump."""
+    `df-node` as built, a launcher timeout and the script's --out, a node's --dump; variable
+    assignments before the command are kept."""
+    prefix, cmd = _env_prefix(cmd)
+    # through env(1), so that `exec` replaces the shell with the command as before
+    return ("env " + prefix if prefix else "") + _command_alone(cmd, out)
+
+
+def _command_alone(cmd: str, out: Path) -> str:
     if cmd.startswith("python -m delta_fabric_demo.node "):
         dump = shlex.quote(str(out / f"{_node_id(cmd)}.f32"))
         return f"{shlex.quote(sys.executable)} {cmd[len('python ') :]} --dump {dump}"

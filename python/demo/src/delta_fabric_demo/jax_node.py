@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from delta_fabric_demo.node import Channel, StdioChannel, parse_args
+from delta_fabric_demo.node import Channel, StdioChannel, node_signing, parse_args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,7 +70,12 @@ def run_node(args: Any, channel: Channel) -> int:
             )
         )
         fabric = Fabric.v1_0(
-            store, transport, cfg, node_id=node_id, hold_residual=args.hold_residual
+            store,
+            transport,
+            cfg,
+            node_id=node_id,
+            hold_residual=args.hold_residual,
+            signing=node_signing(args, node_id),
         )
         t_wait = time.monotonic()
         if neighbours:

@@ -123,6 +123,12 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
         "1 sums it (1.0)",
     )
     p.add_argument(
+        "--keys",
+        default=None,
+        help="keys file of a signed cluster (spec section 13.1; needs --secret-key)",
+    )
+    p.add_argument("--secret-key", default=None, help="file of this node's Ed25519 secret seed")
+    p.add_argument(
         "--hold-residual",
         action="store_true",
         help="hold the unsent residual aside; the working weights restart from the shared model "
@@ -242,6 +248,18 @@ def _stop_watcher() -> threading.Event:
     return ev
 
 
+def node_signing(args: Any, node_id: int) -> Any:
+    """The node's `delta_fabric.signing.Signing` from ``--keys`` / ``--secret-key`` (a signed
+    cluster, spec section 13.1), or None without them."""
+    if args.keys is None and args.secret_key is None:
+        return None
+    if args.keys is None or args.secret_key is None:
+        raise SystemExit("--keys and --secret-key go together")
+    from delta_fabric.signing import Signing, load_keys, load_secret
+
+    return Signing.from_json(load_keys(args.keys), load_secret(args.secret_key), node_id=node_id)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m delta_fabric_demo.node", description=__doc__)
     add_node_arguments(parser)
@@ -330,6 +348,7 @@ def run_node(args: argparse.Namespace, channel: Channel) -> int:
             cfg,
             node_id=node_id,
             hold_residual=args.hold_residual,
+            signing=node_signing(args, node_id),
         )
         origins = set(neighbours) or set(transport.peers())
     _emit(

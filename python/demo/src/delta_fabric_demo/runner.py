@@ -191,6 +191,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         f"native node that lacks the option)",
     )
     p.add_argument(
+        "--signed",
+        action="store_true",
+        help="a signed cluster (spec section 13.1): per-run Ed25519 keys, every node signs its "
+        "entries and pins every sync node's public key; it costs 64 bytes per entry (default: "
+        "unsigned)",
+    )
+    p.add_argument(
         "--hold-residual",
         action=argparse.BooleanOptionalAction,
         default=DEMO_DEFAULTS["hold_residual"],
@@ -324,6 +331,16 @@ def _node_command(spec: NodeSpec, args: argparse.Namespace, common: dict[str, An
         argv.append("--lockstep")
     if common.get("average_over", 1) > 1:  # checked in _run: every node of the run supports it
         argv += ["--average-over", str(common["average_over"])]
+    keys = common.get("keys")
+    if keys is not None and spec.sync:  # a signed cluster: every sync node signs (DF-SEC-140)
+        if binary is not None and not _native_supports(binary, "--keys"):
+            raise SystemExit(
+                f"{binary} has no --keys: it cannot join a signed cluster; leave out --signed"
+            )
+        from delta_fabric import env as dfenv
+
+        files = keys[spec.node_id]
+        argv += ["--keys", files[dfenv.KEYS], "--secret-key", files[dfenv.SECRET_KEY]]
     if getattr(args, "hold_residual", False) and (
         binary is None or _native_supports(binary, "--hold-residual")
     ):  # node-local (DF-GEN-240): a node without the option keeps 1.0's behaviour
@@ -1119,6 +1136,14 @@ def _run(args: argparse.Namespace) -> int:
     common["wire_ports"] = ports
     connects, neigh = topology(n, args.topology)
     ids = [base_id | (0x100 + i + 1) for i in range(n)]
+    if getattr(args, "signed", False):  # per-run keys: only the sync nodes' entries count
+        from delta_fabric.launch import write_run_keys
+
+        keys_dir = out / "keys"
+        keys_dir.mkdir(mode=0o700, exist_ok=True)
+        for old_file in keys_dir.iterdir():
+            old_file.unlink()
+        common["keys"] = write_run_keys(str(keys_dir), os.urandom(32), ids, ids)
     sync_specs = [
         NodeSpec(
             run="sync",
@@ -1206,6 +1231,7 @@ def _run(args: argparse.Namespace) -> int:
             "index_encoding": args.index_encoding,
             "hold_residual": bool(args.hold_residual),
             "bn_momentum": bn_momentum if bn_momentum is not None else 0.1,
+            "signed": "keys" in common,
         },
         "runs": results,
         "bytes": {
