@@ -131,7 +131,8 @@ def test_delta_fabric_run_starts_a_burn_node_next_to_a_pytorch_node(tmp_path: Pa
     (port,) = free_ports(1)
     ns = ["--namespace", f"dftest/burn-run-{uuid.uuid4().hex[:12]}", "--world-size", "2"]
     a_out, b_out = tmp_path / "a.f32", tmp_path / "b.f32"
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    # one signed run (the default): both launchers derive the ranks' ids and keys from one run key
+    env = dict(os.environ, OMP_NUM_THREADS="1", DELTA_FABRIC_RUN_KEY="b0" * 32)
     first = subprocess.Popen(
         [
             *cli,
