@@ -15,6 +15,7 @@ from delta_fabric.replay import ReceiverState
 from delta_fabric.signing import Signing
 from delta_fabric.wire import Packet, decode_packet, encode_packet, packet_to_json
 from delta_fabric_conformance.engine_checks import check_engine_result
+from delta_fabric_conformance.recipes import expand_vector
 from numpy.typing import NDArray
 
 VECTORS = Path(__file__).resolve().parent.parent / "conformance" / "vectors"
@@ -70,7 +71,7 @@ def test_generate_vector(row: dict[str, Any]) -> None:
     # REQ: DF-GEN-1
     # REQ: DF-GEN-3
     # REQ: DF-GEN-5
-    case = json.loads((VECTORS / f"{row['path']}.json").read_text())
+    case = expand_vector(json.loads((VECTORS / f"{row['path']}.json").read_text()))
     manifest = Manifest.from_json(case["manifest"])
     cfg = SyncConfig.from_json(case["config"])
     node = case["node"]
@@ -152,7 +153,7 @@ def test_receive_vector(row: dict[str, Any]) -> None:
     # REQ: DF-RCV-6
     # REQ: DF-RLY-3
     base = VECTORS / row["path"]
-    case = json.loads((base / "case.json").read_text())
+    case = expand_vector(json.loads((base / "case.json").read_text()))
     manifest = Manifest.from_json(case["manifest"])
     cfg = SyncConfig.from_json(case["config"])
     node = case["node"]

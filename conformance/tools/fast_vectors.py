@@ -53,6 +53,7 @@ if str(TOOLS_DIR) not in sys.path:
 
 import engine_vectors as ev  # noqa: E402
 import selection_vectors as sv  # noqa: E402
+import vector_recipes as vr  # noqa: E402
 from delta_fabric_conformance.engine_checks import check_engine_result, fast_bounds  # noqa: E402
 
 __all__ = ["build"]
@@ -61,6 +62,26 @@ N = sv.N
 FAST_REQ = ["DF-GEN-1", "DF-GEN-2", "DF-GEN-4", "DF-GEN-5", "DF-GEN-6", "DF-GEN-7", "DF-GEN-8"]
 # k = ceil(2^17 * 125 / 4096) = 4000 exactly
 FAST_RATIO = 125 / 4096
+#: Case name -> member -> recipe of the N = 2^17 inputs (``selection_vectors.RECIPES``).
+RECIPES: dict[str, dict[str, dict[str, Any]]] = {
+    "fast_large_dense": {"active": sv.DENSE, "anchor": sv.ZEROS},
+    "fast_large_sample_overestimates": {
+        "active": {"recipe": "sample_overestimates", "n": N},
+        "anchor": sv.ZEROS,
+    },
+    "fast_large_sample_underestimates": {
+        "active": {"recipe": "sample_underestimates", "n": N},
+        "anchor": sv.ZEROS,
+    },
+    "select_large_index_zero": {
+        "active": {
+            **sv.DENSE,
+            "set": {"indices": [0, N - 1], "bits": ev.f32_bits(np.array([131073.0, -131072.0]))},
+        },
+        "anchor": sv.ZEROS,
+    },
+    "select_large_nothing_to_send": {"active": sv.DENSE, "anchor": sv.DENSE},
+}
 
 
 def _spread(count: int, lo: float, hi: float) -> NDArray[np.float32]:
@@ -181,9 +202,10 @@ def _exact_cases() -> list[ev.GenCase]:
     ]
 
 
-def _write_fast(vectors_dir: Path, case: ev.GenCase) -> dict[str, Any]:
+def _write_fast(vectors_dir: Path, case: ev.GenCase, recipes: bool = True) -> dict[str, Any]:
     """A fast vector: the reference engine's fast generation is judged by the runner's own check
-    while the vector is written, and so is the reference selection (both satisfy DF-GEN-7)."""
+    while the vector is written, and so is the reference selection (both satisfy DF-GEN-7). One of
+    N = 2^17 is written without indentation, its inputs as recipes (``recipes`` false: lists)."""
     m: Manifest = case.manifest
     k = case.config.num_selected(m.num_params)
     with np.errstate(invalid="ignore"):
@@ -227,13 +249,12 @@ def _write_fast(vectors_dir: Path, case: ev.GenCase) -> dict[str, Any]:
     path = vectors_dir / f"{rel}.json"
     assert not path.exists(), case.name
     path.parent.mkdir(parents=True, exist_ok=True)
-    compact = m.num_params > 1000
-    text = (
-        json.dumps(vector, separators=(",", ":"), allow_nan=False)
-        if compact
-        else json.dumps(vector, indent=2, allow_nan=False)
-    )
-    path.write_text(text + "\n", encoding="utf-8")
+    if m.num_params <= 1000:
+        path.write_text(json.dumps(vector, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    elif recipes:
+        vr.write_vector(path, vector, RECIPES[case.name])
+    else:
+        path.write_text(vr.dumps(vector), encoding="utf-8")
     return {
         "id": f"generate.{case.name}",
         "kind": "generate",
@@ -248,7 +269,10 @@ def _write_fast(vectors_dir: Path, case: ev.GenCase) -> dict[str, Any]:
     }
 
 
-def build(vectors_dir: Path) -> list[dict[str, Any]]:
-    """Write this module's vectors under ``vectors_dir``; return their index rows."""
-    rows = [_write_fast(vectors_dir, case) for case in _fast_cases()]
-    return rows + [sv.write_compact(vectors_dir, case) for case in _exact_cases()]
+def build(vectors_dir: Path, recipes: bool = True) -> list[dict[str, Any]]:
+    """Write this module's vectors under ``vectors_dir``; return their index rows. ``recipes``
+    false: the N = 2^17 vectors in their full form, every array a list."""
+    rows = [_write_fast(vectors_dir, case, recipes) for case in _fast_cases()]
+    return rows + [
+        sv.write_compact(vectors_dir, c, RECIPES[c.name], recipes) for c in _exact_cases()
+    ]

@@ -22,7 +22,9 @@ the ways that need a fallback:
   (ratio 0.3, above N/4): the sample's threshold keeps fewer than k, and the fallback for large k is
   the full partition.
 
-The arrays are written without indentation (the files hold 2^17 values per array; most are 0).
+The files are written without indentation, and their arrays of 2^17 values (inputs and expected
+results) as recipes (``vector_recipes.py``; ``conformance/vectors/README.md``, "Recipes"): the input
+recipes below state how each input is built, and the runner expands them to the same bits.
 """
 
 from __future__ import annotations
@@ -42,12 +44,44 @@ if str(TOOLS_DIR) not in sys.path:
     sys.path.insert(0, str(TOOLS_DIR))
 
 import engine_vectors as ev  # noqa: E402
+import vector_recipes as vr  # noqa: E402
 
 __all__ = ["build"]
 
 LARGE_MANIFEST = Manifest.from_named_shapes({"fc.weight": (256, 512)})  # N = 2^17
 N = LARGE_MANIFEST.num_params
 REQ = ["DF-GEN-2", "DF-GEN-3", "DF-GEN-5"]
+
+#: The recipes of the inputs (``delta_fabric_conformance.recipes``), each the array its case builds.
+ZEROS: dict[str, Any] = {"recipe": "zeros", "n": N}
+DENSE: dict[str, Any] = {"recipe": "permutation", "n": N, "multiplier": 7919, "modulus": 131071}
+
+
+def steps(start: int, stride: int, count: int, denominator: int) -> dict[str, Any]:
+    """The recipe of :func:`_deltas` at ``start + stride j`` (j < count) with ``denominator``."""
+    return {
+        "recipe": "steps",
+        "n": N,
+        "start": start,
+        "stride": stride,
+        "count": count,
+        "denominator": denominator,
+    }
+
+
+#: Case name -> member -> recipe (the members ``active`` and ``anchor`` of the vector).
+RECIPES: dict[str, dict[str, dict[str, Any]]] = {
+    "select_large_sparse": {"active": steps(1, 1310, 100, 128), "anchor": ZEROS},
+    "select_large_group_max": {
+        "active": {
+            **steps(0, 16, 8192, 3807),
+            "fill": {"modulus": 4, "residues": [1, 2], "bits": "7fc00000"},  # NaN
+        },
+        "anchor": ZEROS,
+    },
+    "select_large_dense": {"active": DENSE, "anchor": ZEROS},
+    "select_large_dense_k_above_quarter": {"active": steps(0, 4, 32768, 32768), "anchor": ZEROS},
+}
 
 
 def _deltas(positions: NDArray[np.int64], denom: float) -> NDArray[np.float32]:
@@ -130,16 +164,27 @@ def cases() -> list[ev.GenCase]:
     ]
 
 
-def write_compact(vectors_dir: Path, case: ev.GenCase) -> dict[str, Any]:
-    """Write one exact generate vector of N = 2^17 without indentation; return its index row."""
+def write_compact(
+    vectors_dir: Path,
+    case: ev.GenCase,
+    inputs: dict[str, dict[str, Any]],
+    recipes: bool = True,
+) -> dict[str, Any]:
+    """Write one exact generate vector of N = 2^17 without indentation, its large arrays as recipes
+    (``inputs``: the recipes of ``active`` and ``anchor``; ``recipes`` false: the full form, every
+    array a list); return its index row."""
     path = vectors_dir / "generate" / f"{case.name}.json"
     assert not path.exists(), case.name
     row = ev._write_generate(vectors_dir, case)
     data = json.loads(path.read_text(encoding="utf-8"))
-    path.write_text(json.dumps(data, separators=(",", ":"), allow_nan=False) + "\n", "utf-8")
+    if recipes:
+        vr.write_vector(path, data, inputs)
+    else:
+        path.write_text(vr.dumps(data), encoding="utf-8")
     return row
 
 
-def build(vectors_dir: Path) -> list[dict[str, Any]]:
-    """Write this module's vectors under ``vectors_dir``; return their index rows."""
-    return [write_compact(vectors_dir, case) for case in cases()]
+def build(vectors_dir: Path, recipes: bool = True) -> list[dict[str, Any]]:
+    """Write this module's vectors under ``vectors_dir``; return their index rows. ``recipes``
+    false: the full form (``tests/test_vector_recipes.py`` compares it with the expansion)."""
+    return [write_compact(vectors_dir, c, RECIPES[c.name], recipes) for c in cases()]

@@ -2,6 +2,10 @@
 
 use std::path::{Path, PathBuf};
 
+// the compact form of large arrays; a file of its own beside this one in both test binaries
+#[path = "recipes.rs"]
+mod recipes;
+
 use serde_json::Value;
 
 use df_core::snapshot::{
@@ -24,8 +28,11 @@ fn vectors_dir() -> PathBuf {
 
 fn read_json(p: &Path) -> Result<Value, String> {
     let s = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
-    // correctly rounded floats (df_core::json), as df-driver reads its requests
-    df_core::json::from_str(&s).map_err(|e| format!("{}: {e}", p.display()))
+    // correctly rounded floats (df_core::json), as df-driver reads its requests; recipes expanded
+    // to the full form, as the runner expands them before it sends a vector to a driver
+    let mut v = df_core::json::from_str(&s).map_err(|e| format!("{}: {e}", p.display()))?;
+    recipes::expand(&mut v).map_err(|e| format!("{}: {e}", p.display()))?;
+    Ok(v)
 }
 
 fn s<'a>(v: &'a Value, k: &str) -> Result<&'a Value, String> {
