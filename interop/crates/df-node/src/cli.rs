@@ -190,14 +190,14 @@ pub struct Args {
     #[arg(long, default_value = "10", value_parser = seconds)]
     pub member_grace: Duration,
     /// Largest seq step above the highest accepted seq of a tracked incarnation (DF-PAR-50;
-    /// 0: no bound) [env: DELTA_FABRIC_MAX_SEQ_JUMP].
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=4_294_967_296))]
-    pub max_seq_jump: u64,
+    /// 0: no bound; default: the profile's, 2^20, or 0 with --v1-0) [env: DELTA_FABRIC_MAX_SEQ_JUMP].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=4_294_967_296))]
+    pub max_seq_jump: Option<u64>,
     /// Microseconds an incarnation not yet tracked may lie ahead of this node's clock (DF-PAR-175;
-    /// 0: no bound; only when every node uses time-derived incarnations, DF-RCV-176)
-    /// [env: DELTA_FABRIC_MAX_INCARNATION_AHEAD].
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_099_511_627_776))]
-    pub max_incarnation_ahead: u64,
+    /// 0: no bound; only when every node uses time-derived incarnations, DF-RCV-176; default: the
+    /// profile's, one minute, or 0 with --v1-0) [env: DELTA_FABRIC_MAX_INCARNATION_AHEAD].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=1_099_511_627_776))]
+    pub max_incarnation_ahead: Option<u64>,
     /// Microseconds an incarnation that accepted an entry cannot be evicted by a new one
     /// (DF-PAR-178; 0: off) [env: DELTA_FABRIC_INCARNATION_GRACE].
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_099_511_627_776))]
@@ -542,8 +542,12 @@ impl Args {
             o.hold_residual = self.hold_residual;
         }
         o.member_grace = self.member_grace;
-        o.sync_config.max_seq_jump = self.max_seq_jump;
-        o.sync_config.max_incarnation_ahead = self.max_incarnation_ahead;
+        if let Some(v) = self.max_seq_jump {
+            o.sync_config.max_seq_jump = v;
+        }
+        if let Some(v) = self.max_incarnation_ahead {
+            o.sync_config.max_incarnation_ahead = v;
+        }
         o.sync_config.incarnation_grace = self.incarnation_grace;
         o.rate_limit = self.rate_limit;
         o.rate_burst = self.rate_burst;
