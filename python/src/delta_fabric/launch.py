@@ -44,6 +44,7 @@ import os
 import re
 import selectors
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -631,11 +632,8 @@ def _run_key(args: argparse.Namespace) -> bytes | None:
 
 
 def _remove_keys(folder: str | None) -> None:
-    if folder is None:
-        return
-    for name in os.listdir(folder):
-        os.unlink(os.path.join(folder, name))
-    os.rmdir(folder)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _run_plans(args: argparse.Namespace, plans: list[NodePlan]) -> int:
